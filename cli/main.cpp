@@ -1,0 +1,95 @@
+// dlrun: the command-line entry point. Parses, dispatches to one subcommand, and is the
+// single place where errors are caught, printed as `dlrun: error: …` and turned into the
+// exit codes of docs/exit-codes.md.
+
+#include <signal.h>
+
+#include <iostream>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/launcher/version.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace {
+
+int usage_error(const std::string& message, const CLI::App* where) {
+  std::string hint = where ? fmt::format("; see '{} --help'",
+                                         where->get_parent() ? "dlrun " + where->get_name() : "dlrun")
+                           : "";
+  std::cerr << "dlrun: error: " << message << hint << "\n";
+  return dlrun::exit_code::k_usage;
+}
+
+// The subcommand the user was in when parsing failed, for the --help hint.
+const CLI::App* innermost(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) return innermost(*sub);
+  return &app;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor of live ranks
+  dlrun::log::init_from_env();
+
+  CLI::App app("dlrun launches distributed deep-learning training: one rank per GPU or CPU "
+               "slot, output kept per rank, the whole group stopped when one rank fails.",
+               "dlrun");
+  app.set_version_flag("--version", fmt::format("dlrun {}", dlrun::k_version),
+                       "Print the version and exit");
+  app.require_subcommand(1);
+  app.footer("Run 'dlrun COMMAND --help' for a command's options. Exit codes: docs/exit-codes.md.");
+
+  std::vector<dlrun::cli::Command> commands;
+  commands.push_back(dlrun::cli::add_local_command(app));
+
+  // Cut the command line at the first "--": CLI11 sees only what comes before it.
+  dlrun::cli::Trailing trailing;
+  std::vector<std::string> words;
+  for (int i = argc - 1; i >= 1; --i) words.emplace_back(argv[i]);  // CLI11 wants them reversed
+  for (size_t i = words.size(); i-- > 0;) {
+    if (words[i] == "--") {
+      trailing.present = true;
+      for (size_t j = i; j-- > 0;) trailing.words.push_back(words[j]);
+      words.erase(words.begin(), words.begin() + static_cast<long>(i) + 1);
+      break;
+    }
+  }
+
+  try {
+    app.parse(words);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::RequiredError& e) {
+    if (argc == 1) {
+      std::cerr << app.help();
+      return dlrun::exit_code::k_usage;
+    }
+    return usage_error(e.what(), innermost(app));
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what(), innermost(app));
+  }
+
+  try {
+    for (auto& command : commands) {
+      if (command.app->parsed()) return command.run(trailing);
+    }
+    return dlrun::exit_code::k_usage;
+  } catch (const dlrun::Error& e) {
+    std::cerr << "dlrun: error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "dlrun: error: internal: " << e.what() << "\n";
+    return dlrun::exit_code::k_internal;
+  }
+}

@@ -1,0 +1,37 @@
+#pragma once
+// Which GPUs a local job uses: parses `--gpus N` / `--gpus 0,2,3` and CUDA_VISIBLE_DEVICES,
+// and picks the devices for the ranks. Pure functions, no I/O; discovery is in
+// gpu_discovery.hpp.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlrun::launcher {
+
+// `--gpus 4` asks for a count; `--gpus 0,2,3` names devices as nvidia-smi numbers them
+// (or by UUID, as CUDA_VISIBLE_DEVICES allows).
+struct GpuRequest {
+  std::optional<int> count;
+  std::vector<std::string> ids;
+};
+
+// Throws ConfigError naming the bad spec.
+GpuRequest parse_gpu_request(std::string_view spec);
+
+// Splits a CUDA_VISIBLE_DEVICES value; empty entries are dropped. An empty value means
+// "no device visible" and gives an empty list.
+std::vector<std::string> parse_visible_devices(std::string_view value);
+
+// The device ids this machine offers the job: CUDA_VISIBLE_DEVICES when it is set,
+// else "0" … "count-1".
+std::vector<std::string> available_gpus(int discovered_count,
+                                        const std::optional<std::string>& visible_devices);
+
+// The devices for the ranks, one per rank, in rank order. Throws ConfigError when the
+// request cannot be met, naming what is available.
+std::vector<std::string> select_gpus(const GpuRequest& request,
+                                     const std::vector<std::string>& available);
+
+}  // namespace dlrun::launcher

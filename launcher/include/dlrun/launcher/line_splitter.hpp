@@ -1,0 +1,32 @@
+#pragma once
+// Cuts a byte stream (a rank's stdout or stderr, read in arbitrary chunks) into whole
+// lines, so that the terminal never shows two ranks inside one line. A line longer than
+// max_line bytes is cut there and passed on in pieces, so one rank that never writes a
+// newline cannot make dlrun buffer without bound. Pure; one instance per stream; not
+// thread-safe.
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace dlrun::launcher {
+
+class LineSplitter {
+ public:
+  // Receives each line without its '\n'.
+  using LineHandler = std::function<void(std::string_view line)>;
+
+  explicit LineSplitter(size_t max_line = 1 << 20) : m_max_line(max_line) {}
+
+  void feed(std::string_view chunk, const LineHandler& on_line);
+  // Passes on a last line that had no '\n' (at end of stream).
+  void finish(const LineHandler& on_line);
+  size_t pending() const { return m_partial.size(); }
+
+ private:
+  size_t m_max_line;
+  std::string m_partial;
+};
+
+}  // namespace dlrun::launcher

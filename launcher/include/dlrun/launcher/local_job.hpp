@@ -1,0 +1,54 @@
+#pragma once
+// `dlrun local`: the options a user gives, and their check and resolution into a
+// LocalJob that the Supervisor runs. prepare_local_job() reads the machine (PATH, GPUs,
+// ports) but starts nothing: every input error is found here, before any rank exists.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlrun/launcher/prefix_template.hpp"
+#include "dlrun/launcher/rank_env.hpp"
+#include "dlrun/launcher/worker_group.hpp"
+
+namespace dlrun::launcher {
+
+enum class ColorMode { automatic, always, never };
+
+struct LocalJobOptions {
+  std::optional<int> nproc;         // --nproc N: CPU ranks
+  std::optional<std::string> gpus;  // --gpus N | --gpus 0,2,3
+  GpuBinding gpu_binding = GpuBinding::rank;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;   // default: a free port, new for each restart
+  std::string run_dir;              // default: $DLRUN_HOME/runs/<job id>
+  std::string prefix = PrefixTemplate::k_default;
+  bool prefix_enabled = true;
+  std::optional<std::vector<int>> shown_ranks;  // --ranks: on the terminal; all are logged
+  ColorMode color = ColorMode::automatic;
+  double grace_seconds = 10;
+  int max_restarts = 0;
+  int tail_lines = 20;              // stderr lines shown when a rank fails
+  bool quiet = false;               // no informational lines from dlrun itself
+  std::vector<std::string> command; // program and its arguments
+};
+
+struct LocalJob {
+  LocalJobOptions options;
+  ProgramSpec program;
+  int world_size = 0;
+  std::vector<std::string> gpu_ids;  // one per rank, or empty
+  std::string job_id;
+  std::string run_dir;
+  std::string host;
+  Environment base_env;
+  int cores = 1;
+};
+
+// Throws ConfigError for anything wrong in the options or the machine's answer to them.
+LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& env);
+
+// Runs the job to its end and returns dlrun's exit code (docs/exit-codes.md).
+int run_local_job(const LocalJob& job);
+
+}  // namespace dlrun::launcher

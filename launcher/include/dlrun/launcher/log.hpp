@@ -1,0 +1,40 @@
+#pragma once
+// The one logger of dlrun's libraries: they never print, they call DLRUN_LOG. Messages
+// go to stderr as `dlrun: <message>` (`dlrun: warning: …` and so on). The level is checked
+// before the message is formatted, so a disabled debug line costs one comparison.
+// Level comes from DLRUN_LOG_LEVEL (debug, info, warn, error, off) or set_level().
+// Thread-safe: each message is written with a single write(2).
+
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace dlrun::log {
+
+enum class Level { debug = 0, info = 1, warn = 2, error = 3, off = 4 };
+
+Level level();
+void set_level(Level level);
+// Reads DLRUN_LOG_LEVEL; unknown values leave the level unchanged.
+void init_from_env();
+bool enabled(Level level);
+void write(Level level, std::string_view message);
+
+template <typename... Args>
+void debug(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::debug)) write(Level::debug, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void info(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::info)) write(Level::info, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void warn(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::warn)) write(Level::warn, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void error(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::error)) write(Level::error, fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace dlrun::log

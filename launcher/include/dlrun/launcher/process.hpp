@@ -1,0 +1,51 @@
+#pragma once
+// Starting one rank process: fork and exec with its own process group (so that signals
+// reach its children too), a parent-death signal (so that it dies with dlrun), stdin from
+// /dev/null and stdout/stderr into pipes that dlrun reads. Errors in exec (not found,
+// permission) come back through a close-on-exec pipe, so they are reported by dlrun and
+// not printed by a half-started child. Functions here are not thread-safe: dlrun forks
+// from its single supervising thread.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "dlrun/launcher/rank_env.hpp"
+
+namespace dlrun::launcher {
+
+struct SpawnRequest {
+  std::string path;               // resolved program path, see resolve_program()
+  std::vector<std::string> argv;  // argv[0] included
+  Environment env;
+  std::string working_dir;        // empty: inherit
+};
+
+struct SpawnedProcess {
+  pid_t pid = -1;  // also the process group id
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int exec_status_fd = -1;  // see await_exec()
+};
+
+SpawnedProcess spawn_process(const SpawnRequest& request);
+
+// Waits until the child has exec'd (or failed to) and closes exec_status_fd. Throws
+// SpawnError with the errno the child saw. Call after spawning a whole group, so that
+// the group's execs overlap.
+void await_exec(SpawnedProcess& process, const std::string& program);
+
+// Finds `name` the way execvp would (PATH when it has no '/'). Throws ConfigError
+// when it is missing or not executable, naming it.
+std::string resolve_program(const std::string& name, const std::string& path_env);
+
+Environment current_environment();
+
+// Cores this process may run on (its CPU affinity), at least 1.
+int usable_cores();
+
+// Raises the soft open-file limit to the hard limit: each rank costs dlrun three fds.
+void raise_fd_limit();
+
+}  // namespace dlrun::launcher

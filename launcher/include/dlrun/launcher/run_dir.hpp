@@ -1,0 +1,37 @@
+#pragma once
+// The run directory of a job: where each rank's log (rank-N.log), dlrun's record of the
+// job (job.json) and the runtime's files (metrics.jsonl, checkpoints) live. Layout in
+// docs/channels.md. Default: $DLRUN_HOME/runs/<job id>, DLRUN_HOME defaulting to
+// ${XDG_STATE_HOME:-~/.local/state}/dlrun. Functions are thread-safe.
+
+#include <map>
+#include <string>
+
+#include "dlrun/launcher/rank_env.hpp"
+
+namespace dlrun::launcher {
+
+// A new job id: "<yyyymmdd>-<hhmmss>-<4 hex>" in local time; sortable and unique enough
+// for one user's jobs on one machine.
+std::string make_job_id();
+
+// DLRUN_HOME from `env`, or its default.
+std::string dlrun_home(const Environment& env);
+
+// `requested` if not empty, else $DLRUN_HOME/runs/<job_id>. Creates it (and parents)
+// and points $DLRUN_HOME/runs/latest at it when it is the default. Throws ConfigError when
+// it cannot be created.
+std::string prepare_run_dir(const std::string& requested, const std::string& job_id,
+                            const Environment& env);
+
+std::string rank_log_path(const std::string& run_dir, int rank);
+
+// Writes RUN_DIR/job.json atomically (temporary file, rename). Each value is JSON text:
+// numbers as they are, strings through json_string().
+void write_job_record(const std::string& run_dir, const std::map<std::string, std::string>& fields);
+
+std::string json_escape(const std::string& text);
+// `text` as a quoted, escaped JSON string.
+std::string json_string(const std::string& text);
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,74 @@
+#pragma once
+// Runs a LocalJob to its end: starts the worker group, watches it, and applies the
+// policy: one failing rank stops the whole group (SIGTERM, then SIGKILL after the grace
+// period); the group restarts while the job's restart budget lasts; ranks that all exit
+// with exit_code::k_restart_me are restarted without spending it; SIGINT, SIGTERM and SIGHUP
+// are passed on to every rank's process group, a second one kills at once. Written as
+// small steps on an Asio io_context (poll_once()), not one long loop.
+// Owns its io_context and signal handlers; one Supervisor per process; not thread-safe.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/orphan_guard.hpp"
+#include "dlrun/launcher/rank_output.hpp"
+#include "dlrun/launcher/worker_group.hpp"
+
+namespace dlrun::launcher {
+
+class Supervisor {
+ public:
+  explicit Supervisor(const LocalJob& job);
+  ~Supervisor();
+
+  // Runs until the job is over; returns dlrun's exit code.
+  int run();
+  // Handles one event; false once the job is over.
+  bool poll_once();
+
+ private:
+  enum class Phase { running, stopping, draining, done };
+  struct Failure {
+    size_t index;
+    ExitStatus status;
+  };
+
+  void start_attempt();
+  void listen_for_signals();
+  void listen_for_children();
+  void on_children_ended();
+  void on_signal(int signal);
+  void stop_group(int signal);
+  void on_grace_expired();
+  void begin_drain();
+  void finish_attempt();
+  void report_failure(const Failure& failure) const;
+  void record(const std::string& state, std::optional<int> exit_code);
+  void finish(int exit_code);
+
+  const LocalJob& m_job;
+  boost::asio::io_context m_io;
+  boost::asio::signal_set m_stop_signals;
+  boost::asio::signal_set m_child_signal;
+  boost::asio::steady_timer m_grace_timer;
+  boost::asio::steady_timer m_drain_timer;
+  Terminal m_terminal;
+  OrphanGuard m_guard;
+  std::unique_ptr<WorkerGroup> m_group;
+  Phase m_phase = Phase::running;
+  int m_restart_count = 0;     // DLRUN_RESTART_COUNT: every restart
+  int m_failures_restarted = 0;  // restarts spent from --max-restarts
+  int m_master_port = 0;
+  std::optional<Failure> m_failure;
+  int m_stop_signal = 0;       // signal that asked dlrun to stop, 0 if none
+  bool m_restart_requested = false;
+  int m_exit_code = 0;
+};
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,26 @@
+#pragma once
+// Small string helpers shared by the parsers: splitting, trimming, strict integer parsing
+// and "did you mean" suggestions. Pure, thread-safe.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlrun::launcher {
+
+std::vector<std::string> split(std::string_view text, char separator);
+std::string_view trim(std::string_view text);
+
+// The whole text as a base-10 int, or nullopt (no sign tricks, no trailing junk).
+std::optional<int> parse_int(std::string_view text);
+
+// Parses "0,3" or "0-3,7" into a sorted list without duplicates. Throws ConfigError
+// mentioning `what` (e.g. "--ranks") on bad input.
+std::vector<int> parse_int_list(std::string_view text, std::string_view what);
+
+// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
+std::optional<std::string> closest_match(std::string_view word,
+                                         const std::vector<std::string>& candidates);
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,51 @@
+#pragma once
+// The channels between the dlrun launcher and the processes it starts: the names of the
+// environment variables going down to each rank, and the exit codes coming back up.
+// Header-only and dependency-free so that the launcher (no LibTorch), the runtime (LibTorch)
+// and user programs all spell them the same way. Written up in docs/channels.md; change
+// both together.
+
+namespace dlrun::env {
+
+// torch.distributed env:// variables, set for every rank.
+inline constexpr const char* k_rank = "RANK";
+inline constexpr const char* k_local_rank = "LOCAL_RANK";
+inline constexpr const char* k_world_size = "WORLD_SIZE";
+inline constexpr const char* k_local_world_size = "LOCAL_WORLD_SIZE";
+inline constexpr const char* k_node_rank = "NODE_RANK";
+inline constexpr const char* k_group_rank = "GROUP_RANK";
+inline constexpr const char* k_master_addr = "MASTER_ADDR";
+inline constexpr const char* k_master_port = "MASTER_PORT";
+
+// Set by dlrun for every rank.
+inline constexpr const char* k_run_dir = "DLRUN_RUN_DIR";
+inline constexpr const char* k_restart_count = "DLRUN_RESTART_COUNT";
+inline constexpr const char* k_job_id = "DLRUN_JOB_ID";
+
+// Set by dlrun unless the user already set them.
+inline constexpr const char* k_omp_num_threads = "OMP_NUM_THREADS";
+inline constexpr const char* k_cuda_visible_devices = "CUDA_VISIBLE_DEVICES";
+
+// Read by dlrun.
+inline constexpr const char* k_home = "DLRUN_HOME";              // state, logs, run dirs
+inline constexpr const char* k_fake_gpus = "DLRUN_FAKE_GPUS";    // tests: pretend N GPUs
+inline constexpr const char* k_log_level = "DLRUN_LOG_LEVEL";    // debug|info|warn|error
+inline constexpr const char* k_no_color = "NO_COLOR";            // https://no-color.org
+
+}  // namespace dlrun::env
+
+namespace dlrun::exit_code {
+
+inline constexpr int k_success = 0;
+// Bad usage or input: nothing was started.
+inline constexpr int k_usage = 2;
+// A rank that exits with this code asks to be restarted from its checkpoint (a stop
+// request agreed by all ranks, a rescale); the launcher does not count it as a failure.
+// 75 is EX_TEMPFAIL in sysexits.h: "temporary failure, the user is invited to retry".
+inline constexpr int k_restart_me = 75;
+// dlrun itself failed (could not spawn, internal error).
+inline constexpr int k_internal = 70;  // EX_SOFTWARE
+// Shell convention for a process ended by a signal: 128 + signal number.
+inline constexpr int k_signal_base = 128;
+
+}  // namespace dlrun::exit_code

@@ -1,0 +1,33 @@
+#include "dlrun/launcher/line_splitter.hpp"
+
+namespace dlrun::launcher {
+
+void LineSplitter::feed(std::string_view chunk, const LineHandler& on_line) {
+  while (!chunk.empty()) {
+    size_t newline = chunk.find('\n');
+    if (newline == std::string_view::npos) {
+      m_partial.append(chunk.data(), chunk.size());
+      while (m_partial.size() >= m_max_line) {
+        on_line(std::string_view(m_partial).substr(0, m_max_line));
+        m_partial.erase(0, m_max_line);
+      }
+      return;
+    }
+    if (m_partial.empty()) {
+      on_line(chunk.substr(0, newline));
+    } else {
+      m_partial.append(chunk.data(), newline);
+      on_line(m_partial);
+      m_partial.clear();
+    }
+    chunk.remove_prefix(newline + 1);
+  }
+}
+
+void LineSplitter::finish(const LineHandler& on_line) {
+  if (m_partial.empty()) return;
+  on_line(m_partial);
+  m_partial.clear();
+}
+
+}  // namespace dlrun::launcher

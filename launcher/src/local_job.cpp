@@ -1,0 +1,103 @@
+#include "dlrun/launcher/local_job.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/free_port.hpp"
+#include "dlrun/launcher/gpu_discovery.hpp"
+#include "dlrun/launcher/gpu_selection.hpp"
+#include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/supervisor.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+std::vector<std::string> choose_gpus(const std::string& spec, const Environment& env) {
+  GpuRequest request = parse_gpu_request(spec);
+  GpuInventory inventory = discover_gpus();
+  std::optional<std::string> visible;
+  if (auto it = env.find(env::k_cuda_visible_devices); it != env.end()) visible = it->second;
+  auto available = available_gpus(inventory.count, visible);
+  if (inventory.count == 0) {
+    throw ConfigError(fmt::format("--gpus {}: no GPU on this machine: {}; use --nproc N to run CPU ranks",
+                                  spec, inventory.error));
+  }
+  if (available.empty()) {
+    throw ConfigError(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; "
+                                  "unset it or use --nproc N to run CPU ranks", spec));
+  }
+  return select_gpus(request, available);
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+}  // namespace
+
+LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& env) {
+  LocalJob job;
+  job.options = options;
+  if (options.nproc && options.gpus) {
+    throw ConfigError("--nproc and --gpus exclude each other: --gpus starts one rank per GPU");
+  }
+  if (!options.nproc && !options.gpus) {
+    throw ConfigError("say how many ranks to start: --nproc N (CPU ranks) or --gpus N (one per GPU)");
+  }
+  if (options.nproc) {
+    if (*options.nproc < 1) throw ConfigError(fmt::format("--nproc {}: must be at least 1", *options.nproc));
+    job.world_size = *options.nproc;
+  }
+  if (options.grace_seconds < 0) {
+    throw ConfigError(fmt::format("--grace {}: must be 0 or more seconds", options.grace_seconds));
+  }
+  if (options.max_restarts < 0) {
+    throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", options.max_restarts));
+  }
+  if (options.command.empty()) {
+    throw ConfigError("no program given: put the program to run after the options, e.g. "
+                      "dlrun local --nproc 2 ./train");
+  }
+  PrefixTemplate check_prefix(options.prefix);  // throws on a bad template
+  (void)check_prefix;
+
+  auto path_it = env.find("PATH");
+  job.program.path = resolve_program(options.command[0], path_it == env.end() ? "" : path_it->second);
+  job.program.argv = options.command;
+
+  if (options.gpus) {
+    job.gpu_ids = choose_gpus(*options.gpus, env);
+    job.world_size = static_cast<int>(job.gpu_ids.size());
+  }
+  if (options.shown_ranks) {
+    for (int r : *options.shown_ranks) {
+      if (r >= job.world_size) {
+        throw ConfigError(fmt::format("--ranks: rank {} does not exist (ranks are 0 to {})", r,
+                                      job.world_size - 1));
+      }
+    }
+  }
+  if (options.master_port) ensure_port_free(options.master_addr, *options.master_port);
+
+  job.job_id = make_job_id();
+  job.run_dir = prepare_run_dir(options.run_dir, job.job_id, env);
+  job.host = host_name();
+  job.base_env = env;
+  job.cores = usable_cores();
+  return job;
+}
+
+int run_local_job(const LocalJob& job) {
+  Supervisor supervisor(job);
+  return supervisor.run();
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,63 @@
+#include "dlrun/launcher/log.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "dlrun/protocol.hpp"
+
+namespace dlrun::log {
+namespace {
+
+std::atomic<int> g_level{static_cast<int>(Level::info)};
+
+const char* label(Level level) {
+  switch (level) {
+    case Level::debug: return "debug: ";
+    case Level::warn: return "warning: ";
+    case Level::error: return "error: ";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+Level level() { return static_cast<Level>(g_level.load(std::memory_order_relaxed)); }
+
+void set_level(Level level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
+
+bool enabled(Level level) {
+  return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);
+}
+
+void init_from_env() {
+  const char* value = std::getenv(env::k_log_level);
+  if (value == nullptr) return;
+  std::string_view v(value);
+  if (v == "debug") set_level(Level::debug);
+  else if (v == "info") set_level(Level::info);
+  else if (v == "warn" || v == "warning") set_level(Level::warn);
+  else if (v == "error") set_level(Level::error);
+  else if (v == "off" || v == "quiet") set_level(Level::off);
+}
+
+void write(Level level, std::string_view message) {
+  std::string line = "dlrun: ";
+  line += label(level);
+  line.append(message.data(), message.size());
+  line += '\n';
+  // One write per message keeps concurrent messages whole; a short write to a
+  // closed or full stderr is not worth failing the launcher for.
+  const char* data = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = ::write(STDERR_FILENO, data, left);
+    if (n <= 0) break;
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace dlrun::log

@@ -1,0 +1,174 @@
+#include "dlrun/launcher/process.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/text.hpp"
+
+extern char** environ;
+
+namespace dlrun::launcher {
+namespace {
+
+struct Pipe {
+  int read = -1;
+  int write = -1;
+};
+
+Pipe make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw SpawnError(fmt::format("pipe: {}", std::strerror(errno)));
+  return {fds[0], fds[1]};
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Runs in the child between fork and exec: only async-signal-safe calls.
+[[noreturn]] void exec_child(const SpawnRequest& request, char* const* argv, char* const* envp,
+                             pid_t parent, int null_fd, const Pipe& out, const Pipe& err,
+                             const Pipe& status) {
+  auto fail = [&](int e) {
+    ssize_t ignored = ::write(status.write, &e, sizeof e);
+    (void)ignored;
+    ::_exit(127);
+  };
+  ::setpgid(0, 0);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errno);
+  if (::getppid() != parent) ::_exit(128 + SIGKILL);  // dlrun died before prctl took hold
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, SIGQUIT}) {
+    ::signal(sig, SIG_DFL);
+  }
+  if (::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(out.write, STDOUT_FILENO) < 0 ||
+      ::dup2(err.write, STDERR_FILENO) < 0) {
+    fail(errno);
+  }
+  if (!request.working_dir.empty() && ::chdir(request.working_dir.c_str()) != 0) fail(errno);
+  ::execve(request.path.c_str(), argv, envp);
+  fail(errno);
+  ::_exit(127);
+}
+
+}  // namespace
+
+SpawnedProcess spawn_process(const SpawnRequest& request) {
+  // Everything the child needs is built before fork: the child must not allocate.
+  std::vector<std::string> env_strings;
+  env_strings.reserve(request.env.size());
+  for (const auto& [key, value] : request.env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_strings = request.argv;
+  std::vector<char*> argv;
+  for (auto& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) throw SpawnError(fmt::format("/dev/null: {}", std::strerror(errno)));
+  Pipe out, err, status;
+  try {
+    out = make_pipe();
+    err = make_pipe();
+    status = make_pipe();
+  } catch (...) {
+    for (int* fd : {&null_fd, &out.read, &out.write, &err.read, &err.write}) close_fd(*fd);
+    throw;
+  }
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) exec_child(request, argv.data(), envp.data(), parent, null_fd, out, err, status);
+  int fork_errno = errno;
+  for (int* fd : {&null_fd, &out.write, &err.write, &status.write}) close_fd(*fd);
+  if (pid < 0) {
+    for (int* fd : {&out.read, &err.read, &status.read}) close_fd(*fd);
+    throw SpawnError(fmt::format("cannot start {}: fork: {}", request.path, std::strerror(fork_errno)));
+  }
+  ::setpgid(pid, pid);  // also in the child: whichever runs first wins the race
+  return {pid, out.read, err.read, status.read};
+}
+
+void await_exec(SpawnedProcess& process, const std::string& program) {
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(process.exec_status_fd, &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  close_fd(process.exec_status_fd);
+  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    throw SpawnError(fmt::format("cannot start {}: {}", program, std::strerror(child_errno)));
+  }
+}
+
+std::string resolve_program(const std::string& name, const std::string& path_env) {
+  if (name.empty()) throw ConfigError("no program given: put the program to run after the options");
+  auto check = [](const std::string& path) -> int {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return errno;
+    if (S_ISDIR(st.st_mode)) return EISDIR;
+    if (::access(path.c_str(), X_OK) != 0) return EACCES;
+    return 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    int e = check(name);
+    if (e == 0) return name;
+    if (e == ENOENT) throw ConfigError(fmt::format("program '{}' does not exist", name));
+    if (e == EACCES) {
+      throw ConfigError(fmt::format("program '{}' is not executable (try chmod +x {})", name, name));
+    }
+    throw ConfigError(fmt::format("program '{}' cannot be run: {}", name, std::strerror(e)));
+  }
+  for (const auto& dir : split(path_env, ':')) {
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (check(candidate) == 0) return candidate;
+  }
+  throw ConfigError(fmt::format(
+      "program '{}' not found in PATH (give a path such as ./{} if it is in this directory)",
+      name, name));
+}
+
+Environment current_environment() {
+  Environment env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    env.emplace(std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
+  }
+  return env;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+void raise_fd_limit() {
+  rlimit limit;
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,50 @@
+#include "dlrun/launcher/rank_env.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "dlrun/protocol.hpp"
+
+namespace dlrun::launcher {
+
+int threads_per_rank(int cores, int local_world_size) {
+  if (local_world_size <= 0) return std::max(1, cores);
+  return std::max(1, cores / local_world_size);
+}
+
+std::vector<RankSpec> plan_node_ranks(const NodePlanInput& in) {
+  std::vector<RankSpec> ranks;
+  ranks.reserve(static_cast<size_t>(in.local_world_size));
+  const std::string all_gpus = fmt::format("{}", fmt::join(in.gpu_ids, ","));
+  for (int local = 0; local < in.local_world_size; ++local) {
+    RankSpec spec;
+    spec.local_rank = local;
+    spec.rank = in.first_rank + local;
+    Environment& env = spec.env;
+    env = in.base;
+    env[env::k_rank] = std::to_string(spec.rank);
+    env[env::k_local_rank] = std::to_string(local);
+    env[env::k_world_size] = std::to_string(in.world_size);
+    env[env::k_local_world_size] = std::to_string(in.local_world_size);
+    env[env::k_node_rank] = std::to_string(in.node_rank);
+    env[env::k_group_rank] = std::to_string(in.node_rank);
+    env[env::k_master_addr] = in.master_addr;
+    env[env::k_master_port] = std::to_string(in.master_port);
+    env[env::k_run_dir] = in.run_dir;
+    env[env::k_restart_count] = std::to_string(in.restart_count);
+    env[env::k_job_id] = in.job_id;
+    if (in.base.count(env::k_omp_num_threads) == 0) {
+      env[env::k_omp_num_threads] = std::to_string(threads_per_rank(in.cores, in.local_world_size));
+    }
+    if (!in.gpu_ids.empty()) {
+      env[env::k_cuda_visible_devices] =
+          in.gpu_binding == GpuBinding::rank ? in.gpu_ids.at(static_cast<size_t>(local)) : all_gpus;
+    }
+    ranks.push_back(std::move(spec));
+  }
+  return ranks;
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,311 @@
+#include "dlrun/launcher/supervisor.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <ctime>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/free_port.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace dlrun::launcher {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto k_drain_timeout = 2s;  // output still held by a rank's escaped children
+
+bool use_color(ColorMode mode, int fd, const Environment& env) {
+  if (mode != ColorMode::automatic) return mode == ColorMode::always;
+  if (auto it = env.find(env::k_no_color); it != env.end() && !it->second.empty()) return false;
+  if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
+  return ::isatty(fd) == 1;
+}
+
+std::string now_iso8601() {
+  std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+}  // namespace
+
+Supervisor::Supervisor(const LocalJob& job)
+    : m_job(job),
+      m_stop_signals(m_io, SIGINT, SIGTERM, SIGHUP),
+      m_child_signal(m_io, SIGCHLD),
+      m_grace_timer(m_io),
+      m_drain_timer(m_io) {}
+
+Supervisor::~Supervisor() = default;
+
+int Supervisor::run() {
+  m_guard.start();
+  listen_for_signals();
+  listen_for_children();
+  record("running", std::nullopt);
+  if (!m_job.options.quiet) {
+    log::info("job {}: {} rank{} of {}, logs in {}", m_job.job_id, m_job.world_size,
+              m_job.world_size == 1 ? "" : "s", m_job.program.argv[0], m_job.run_dir);
+  }
+  start_attempt();
+  while (poll_once()) {
+  }
+  m_group.reset();
+  m_guard.release();
+  return m_exit_code;
+}
+
+bool Supervisor::poll_once() {
+  if (m_phase == Phase::done) return false;
+  m_io.run_one();
+  return m_phase != Phase::done;
+}
+
+void Supervisor::start_attempt() {
+  const auto& options = m_job.options;
+  m_master_port = options.master_port ? *options.master_port : pick_free_port(options.master_addr);
+  NodePlanInput plan;
+  plan.local_world_size = m_job.world_size;
+  plan.world_size = m_job.world_size;
+  plan.master_addr = options.master_addr;
+  plan.master_port = m_master_port;
+  plan.run_dir = m_job.run_dir;
+  plan.job_id = m_job.job_id;
+  plan.restart_count = m_restart_count;
+  plan.cores = m_job.cores;
+  plan.gpu_ids = m_job.gpu_ids;
+  plan.gpu_binding = options.gpu_binding;
+  plan.base = m_job.base_env;
+  auto ranks = plan_node_ranks(plan);
+
+  PrefixTemplate prefix(options.prefix);
+  const bool color_out = use_color(options.color, STDOUT_FILENO, m_job.base_env);
+  const bool color_err = use_color(options.color, STDERR_FILENO, m_job.base_env);
+  auto make_output = [&](const RankSpec& spec) {
+    RankOutput::Options out;
+    if (options.prefix_enabled) {
+      std::string text = prefix.render({spec.rank, spec.local_rank, 0, m_job.world_size, m_job.host});
+      out.out_prefix = color_out ? colorize_prefix(text, spec.rank) : text;
+      out.err_prefix = color_err ? colorize_prefix(text, spec.rank) : text;
+    }
+    if (options.shown_ranks) {
+      const auto& shown = *options.shown_ranks;
+      out.shown = std::find(shown.begin(), shown.end(), spec.rank) != shown.end();
+    }
+    out.tail_lines = static_cast<size_t>(std::max(0, options.tail_lines));
+    std::string path = rank_log_path(m_job.run_dir, spec.rank);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) log::warn("cannot open {}: {}; rank {} is not logged", path, std::strerror(errno), spec.rank);
+    auto output = std::make_unique<RankOutput>(std::move(out), fd, m_terminal);
+    if (m_restart_count > 0) output->note_in_log(fmt::format("==> dlrun: restart {} <==", m_restart_count));
+    return output;
+  };
+
+  m_group = std::make_unique<WorkerGroup>(m_io, m_guard);
+  m_phase = Phase::running;
+  m_failure.reset();
+  m_restart_requested = false;
+  m_group->start(ranks, m_job.program, make_output);
+  // A child may have ended before the SIGCHLD listener saw it: look once now.
+  asio::post(m_io, [this] { on_children_ended(); });
+}
+
+void Supervisor::listen_for_signals() {
+  m_stop_signals.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    on_signal(signal);
+    listen_for_signals();
+  });
+}
+
+void Supervisor::listen_for_children() {
+  m_child_signal.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    on_children_ended();
+    listen_for_children();
+  });
+}
+
+void Supervisor::on_children_ended() {
+  if (!m_group || m_phase == Phase::draining || m_phase == Phase::done) return;
+  for (size_t index : m_group->reap()) {
+    const auto& rank = m_group->rank(index);
+    const ExitStatus& status = *rank.exit;
+    log::debug("rank {} (pid {}) {}", rank.spec.rank, rank.pid, status.describe());
+    if (status.success()) continue;
+    if (!status.signaled && status.code == exit_code::k_restart_me) {
+      m_restart_requested = true;
+      continue;
+    }
+    if (m_phase == Phase::running && !m_failure) {
+      m_failure = Failure{index, status};
+      size_t others = m_group->running();
+      log::error("rank {} {}{}", rank.spec.rank, status.describe(),
+                 others ? fmt::format("; stopping the other {} rank{}", others, others == 1 ? "" : "s")
+                        : "");
+      stop_group(SIGTERM);
+    }
+  }
+  if (m_group->all_exited()) begin_drain();
+}
+
+void Supervisor::on_signal(int signal) {
+  if (m_phase == Phase::draining || m_phase == Phase::done) {
+    if (!m_stop_signal) m_stop_signal = signal;
+    return;
+  }
+  if (m_stop_signal) {
+    log::warn("got {} again: killing all ranks now", signal_name(signal));
+    m_group->signal_running(SIGKILL);
+    return;
+  }
+  m_stop_signal = signal;
+  if (!m_job.options.quiet) {
+    log::info("got {}: passing it on to {} rank{}{}", signal_name(signal), m_group->running(),
+              m_group->running() == 1 ? "" : "s",
+              signal == SIGINT ? " (Ctrl-C again to kill them at once)" : "");
+  }
+  stop_group(signal);
+}
+
+void Supervisor::stop_group(int signal) {
+  m_group->signal_running(signal);
+  m_phase = Phase::stopping;
+  m_grace_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(m_job.options.grace_seconds)));
+  m_grace_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) on_grace_expired();
+  });
+}
+
+void Supervisor::on_grace_expired() {
+  if (m_phase != Phase::stopping || !m_group || m_group->all_exited()) return;
+  log::warn("{} rank{} still running {} s after the stop signal: killing {}", m_group->running(),
+            m_group->running() == 1 ? "" : "s", m_job.options.grace_seconds,
+            m_group->running() == 1 ? "it" : "them");
+  m_group->signal_running(SIGKILL);
+}
+
+void Supervisor::begin_drain() {
+  m_grace_timer.cancel();
+  m_group->kill_all_groups();
+  m_phase = Phase::draining;
+  if (m_group->drained()) {
+    asio::post(m_io, [this] { finish_attempt(); });
+    return;
+  }
+  // Poll for the pipes to close; give up after the drain timeout.
+  auto deadline = std::chrono::steady_clock::now() + k_drain_timeout;
+  auto check = std::make_shared<std::function<void()>>();
+  *check = [this, deadline, check] {
+    if (m_phase != Phase::draining) return;
+    if (!m_group->drained() && std::chrono::steady_clock::now() < deadline) {
+      m_drain_timer.expires_after(5ms);
+      m_drain_timer.async_wait([check](const boost::system::error_code& ec) {
+        if (!ec) (*check)();
+      });
+      return;
+    }
+    m_group->close_pipes();
+    finish_attempt();
+  };
+  (*check)();
+}
+
+void Supervisor::finish_attempt() {
+  if (m_phase != Phase::draining) return;
+  if (m_stop_signal) {
+    finish(exit_code::k_signal_base + m_stop_signal);
+    return;
+  }
+  if (m_failure) {
+    report_failure(*m_failure);
+    if (m_failures_restarted < m_job.options.max_restarts) {
+      ++m_failures_restarted;
+      ++m_restart_count;
+      log::warn("restarting all {} ranks (restart {} of {})", m_job.world_size, m_failures_restarted,
+                m_job.options.max_restarts);
+      start_attempt();
+      return;
+    }
+    if (m_job.options.max_restarts > 0) {
+      log::error("no restarts left ({} used)", m_failures_restarted);
+    }
+    finish(m_failure->status.shell_code());
+    return;
+  }
+  if (m_restart_requested) {
+    ++m_restart_count;
+    if (!m_job.options.quiet) log::info("ranks asked to be restarted: restarting all {} ranks", m_job.world_size);
+    start_attempt();
+    return;
+  }
+  finish(exit_code::k_success);
+}
+
+void Supervisor::report_failure(const Failure& failure) const {
+  const auto& rank = m_group->rank(failure.index);
+  const auto& tail = rank.output->stderr_tail();
+  std::string log_path = rank_log_path(m_job.run_dir, rank.spec.rank);
+  if (tail.empty()) {
+    log::error("rank {} {}; it wrote nothing to stderr (its log: {})", rank.spec.rank,
+               failure.status.describe(), log_path);
+    return;
+  }
+  std::string text = fmt::format("rank {} {}; last {} line{} of its stderr (all in {}):",
+                                 rank.spec.rank, failure.status.describe(), tail.size(),
+                                 tail.size() == 1 ? "" : "s", log_path);
+  for (const auto& line : tail) text += "\n  | " + line;
+  log::error("{}", text);
+}
+
+void Supervisor::record(const std::string& state, std::optional<int> code) {
+  std::map<std::string, std::string> fields = {
+      {"id", json_string(m_job.job_id)},
+      {"state", json_string(state)},
+      {"world_size", std::to_string(m_job.world_size)},
+      {"restarts", std::to_string(m_restart_count)},
+      {"dlrun_pid", std::to_string(::getpid())},
+      {"run_dir", json_string(m_job.run_dir)},
+      {"updated_at", json_string(now_iso8601())},
+  };
+  std::string command = "[";
+  for (size_t i = 0; i < m_job.program.argv.size(); ++i) {
+    command += (i ? ", " : "") + json_string(m_job.program.argv[i]);
+  }
+  fields["command"] = command + "]";
+  if (code) fields["exit_code"] = std::to_string(*code);
+  try {
+    write_job_record(m_job.run_dir, fields);
+  } catch (const Error& e) {
+    log::warn("{}", e.what());
+  }
+}
+
+void Supervisor::finish(int code) {
+  m_exit_code = code;
+  m_phase = Phase::done;
+  record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
+  m_stop_signals.cancel();
+  m_child_signal.cancel();
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,102 @@
+#include "dlrun/launcher/text.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+
+namespace dlrun::launcher {
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t end = text.find(separator, start);
+    if (end == std::string_view::npos) {
+      parts.emplace_back(text.substr(start));
+      return parts;
+    }
+    parts.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
+std::string_view trim(std::string_view text) {
+  const char* spaces = " \t\r\n";
+  size_t first = text.find_first_not_of(spaces);
+  if (first == std::string_view::npos) return {};
+  size_t last = text.find_last_not_of(spaces);
+  return text.substr(first, last - first + 1);
+}
+
+std::optional<int> parse_int(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::vector<int> parse_int_list(std::string_view text, std::string_view what) {
+  std::vector<int> values;
+  auto bad = [&](std::string_view detail) {
+    return ConfigError(fmt::format("{} {}: {} (expected a list such as 0,3 or 0-3)", what, text, detail));
+  };
+  if (trim(text).empty()) throw bad("empty list");
+  for (const auto& raw : split(text, ',')) {
+    auto part = trim(raw);
+    auto dash = part.find('-', 1);
+    if (dash == std::string_view::npos) {
+      auto v = parse_int(part);
+      if (!v || *v < 0) throw bad(fmt::format("'{}' is not a non-negative number", part));
+      values.push_back(*v);
+      continue;
+    }
+    auto lo = parse_int(part.substr(0, dash));
+    auto hi = parse_int(part.substr(dash + 1));
+    if (!lo || !hi || *lo < 0 || *hi < *lo) throw bad(fmt::format("'{}' is not a range low-high", part));
+    if (*hi - *lo > 1'000'000) throw bad(fmt::format("range '{}' is too large", part));
+    for (int v = *lo; v <= *hi; ++v) values.push_back(v);
+  }
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
+namespace {
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + cost});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::optional<std::string> closest_match(std::string_view word,
+                                         const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& candidate : candidates) {
+    size_t d = edit_distance(word, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,152 @@
+#include "dlrun/launcher/worker_group.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/launcher/process.hpp"
+
+namespace dlrun::launcher {
+
+namespace asio = boost::asio;
+
+WorkerGroup::WorkerGroup(asio::io_context& io, OrphanGuard& guard)
+    : m_io(io), m_guard(guard), m_buffer(64 * 1024), m_alive(std::make_shared<bool>(true)) {}
+
+WorkerGroup::~WorkerGroup() {
+  *m_alive = false;
+  if (running() > 0) {
+    signal_running(SIGKILL);
+    for (auto& rank : m_ranks) {
+      if (rank.pid > 0 && !rank.exit) ::waitpid(rank.pid, nullptr, 0);
+    }
+  }
+  close_pipes();
+}
+
+void WorkerGroup::start(const std::vector<RankSpec>& ranks, const ProgramSpec& program,
+                        const OutputFactory& make_output) {
+  m_ranks.clear();
+  m_ranks.reserve(ranks.size());
+  std::vector<SpawnedProcess> spawned;
+  spawned.reserve(ranks.size());
+  try {
+    for (const auto& spec : ranks) {
+      SpawnRequest request{program.path, program.argv, spec.env, program.working_dir};
+      spawned.push_back(spawn_process(request));
+      m_guard.watch(spawned.back().pid);
+      Rank rank;
+      rank.spec = spec;
+      rank.pid = spawned.back().pid;
+      rank.output = make_output(spec);
+      rank.pipes[0] = std::make_unique<asio::posix::stream_descriptor>(m_io, spawned.back().stdout_fd);
+      rank.pipes[1] = std::make_unique<asio::posix::stream_descriptor>(m_io, spawned.back().stderr_fd);
+      m_ranks.push_back(std::move(rank));
+      m_open_pipes += 2;
+    }
+    for (auto& process : spawned) await_exec(process, program.argv.at(0));
+  } catch (...) {
+    for (auto& process : spawned) {
+      if (process.exec_status_fd >= 0) ::close(process.exec_status_fd);
+    }
+    signal_running(SIGKILL);
+    for (auto& rank : m_ranks) ::waitpid(rank.pid, nullptr, 0);
+    for (auto& rank : m_ranks) m_guard.forget(rank.pid);
+    m_ranks.clear();
+    m_open_pipes = 0;
+    throw;
+  }
+  for (size_t i = 0; i < m_ranks.size(); ++i) {
+    arm_read(i, 0);
+    arm_read(i, 1);
+  }
+}
+
+void WorkerGroup::arm_read(size_t index, int stream) {
+  auto& pipe = *m_ranks[index].pipes[stream];
+  std::weak_ptr<bool> alive = m_alive;
+  pipe.async_wait(asio::posix::stream_descriptor::wait_read,
+                  [this, alive, index, stream](const boost::system::error_code& ec) {
+                    auto still = alive.lock();
+                    if (!still || !*still) return;
+                    Rank& rank = m_ranks[index];
+                    auto& pipe = rank.pipes[stream];
+                    if (!pipe || !pipe->is_open()) return;
+                    Stream which = stream == 0 ? Stream::out : Stream::err;
+                    ssize_t n = -1;
+                    if (!ec) {
+                      do {
+                        n = ::read(pipe->native_handle(), m_buffer.data(), m_buffer.size());
+                      } while (n < 0 && errno == EINTR);
+                      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                        arm_read(index, stream);
+                        return;
+                      }
+                    }
+                    if (n > 0) {
+                      rank.output->on_data(which, std::string_view(m_buffer.data(), static_cast<size_t>(n)));
+                      arm_read(index, stream);
+                      return;
+                    }
+                    rank.output->on_eof(which);
+                    boost::system::error_code ignored;
+                    pipe->close(ignored);
+                    --m_open_pipes;
+                  });
+}
+
+std::vector<size_t> WorkerGroup::reap() {
+  std::vector<size_t> ended;
+  for (size_t i = 0; i < m_ranks.size(); ++i) {
+    Rank& rank = m_ranks[i];
+    if (rank.exit) continue;
+    int status = 0;
+    pid_t r = ::waitpid(rank.pid, &status, WNOHANG);
+    if (r == rank.pid) {
+      rank.exit = ExitStatus::from_wait_status(status);
+      ended.push_back(i);
+    } else if (r < 0 && errno == ECHILD) {
+      rank.exit = ExitStatus::exited(exit_code::k_internal);
+      ended.push_back(i);
+    }
+  }
+  return ended;
+}
+
+void WorkerGroup::signal_running(int signal) {
+  for (auto& rank : m_ranks) {
+    if (!rank.exit && rank.pid > 0) ::kill(-rank.pid, signal);
+  }
+}
+
+void WorkerGroup::kill_all_groups() {
+  for (auto& rank : m_ranks) {
+    if (rank.pid <= 0) continue;
+    ::kill(-rank.pid, SIGKILL);
+    m_guard.forget(rank.pid);
+  }
+}
+
+void WorkerGroup::close_pipes() {
+  for (auto& rank : m_ranks) {
+    for (auto& pipe : rank.pipes) {
+      if (pipe && pipe->is_open()) {
+        boost::system::error_code ignored;
+        pipe->close(ignored);
+        --m_open_pipes;
+      }
+    }
+  }
+}
+
+size_t WorkerGroup::running() const {
+  size_t n = 0;
+  for (const auto& rank : m_ranks) n += rank.exit ? 0 : 1;
+  return n;
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dlrun needs to build, test and run its demo.
+# Idempotent: does nothing (and prints nothing) when every package is present.
+# Runs apt-get as root, or through sudo when not root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libcli11-dev libfmt-dev libtomlplusplus-dev
+  libboost-dev libboost-filesystem-dev
+  libsqlite3-dev doctest-dev
+  libtorch-dev libgloo-dev
+  python3-torch dataset-fashion-mnist
+  procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+((${#missing[@]})) || exit 0
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=()
+((EUID == 0)) || sudo=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
