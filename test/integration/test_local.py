@@ -1,0 +1,448 @@
+"""`dlrun local`: what a user sees when starting ranks on one machine."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+from harness import (PYTHON, DlrunTestCase, kill_quietly, pid_alive, read_pids, wait_for)
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+ENV_KEYS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+            "MASTER_ADDR", "MASTER_PORT", "DLRUN_RUN_DIR", "DLRUN_RESTART_COUNT", "DLRUN_JOB_ID",
+            "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"]
+PRINT_ENV = [PYTHON, "-c", "import os, json; print(json.dumps({k: os.environ.get(k) for k in %r}))" % ENV_KEYS]
+
+
+def rank_lines(stdout):
+    """{rank: [lines]} from prefixed output."""
+    out = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^\[(\d+)\] (.*)$", line)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(m.group(2))
+    return out
+
+
+class Environment(DlrunTestCase):
+    def test_each_rank_gets_the_env_variables(self):
+        r = self.dlrun("local", "--nproc", "3", "--run-dir", self.run_dir(), "--", *PRINT_ENV)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        envs = {rank: json.loads(lines[0]) for rank, lines in rank_lines(r.stdout).items()}
+        self.assertEqual(sorted(envs), [0, 1, 2])
+        ports = {e["MASTER_PORT"] for e in envs.values()}
+        self.assertEqual(len(ports), 1)
+        self.assertTrue(1 <= int(ports.pop()) <= 65535)
+        cores = len(os.sched_getaffinity(0))
+        job = re.search(r"^dlrun: job (\S+):", r.stderr, re.M).group(1)
+        for rank, e in envs.items():
+            self.assertEqual(e["RANK"], str(rank))
+            self.assertEqual(e["LOCAL_RANK"], str(rank))
+            self.assertEqual(e["WORLD_SIZE"], "3")
+            self.assertEqual(e["LOCAL_WORLD_SIZE"], "3")
+            self.assertEqual(e["NODE_RANK"], "0")
+            self.assertEqual(e["GROUP_RANK"], "0")
+            self.assertEqual(e["MASTER_ADDR"], "127.0.0.1")
+            self.assertEqual(e["DLRUN_RUN_DIR"], self.run_dir())
+            self.assertEqual(e["DLRUN_RESTART_COUNT"], "0")
+            self.assertEqual(e["DLRUN_JOB_ID"], job)
+            self.assertEqual(e["OMP_NUM_THREADS"], str(max(1, cores // 3)))
+            self.assertIsNone(e["CUDA_VISIBLE_DEVICES"])
+
+    def test_user_settings_win(self):
+        env = dict(self.env, OMP_NUM_THREADS="5")
+        r = self.dlrun("local", "--nproc", "2", "--master-port", "0" if False else "45123",
+                       "--master-addr", "127.0.0.1", "--", *PRINT_ENV, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for lines in rank_lines(r.stdout).values():
+            e = json.loads(lines[0])
+            self.assertEqual(e["OMP_NUM_THREADS"], "5")
+            self.assertEqual(e["MASTER_PORT"], "45123")
+
+    def test_default_run_dir_keeps_logs_and_job_record(self):
+        r = self.dlrun("local", "--nproc", "2", "sh", "-c", "echo out $RANK; echo err $RANK >&2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = re.search(r"^dlrun: job (\S+):", r.stderr, re.M).group(1)
+        run_dir = os.path.join(self.home, "runs", job)
+        for rank in range(2):
+            with open(os.path.join(run_dir, f"rank-{rank}.log")) as f:
+                self.assertEqual(sorted(f.read().splitlines()), [f"err {rank}", f"out {rank}"])
+        with open(os.path.join(run_dir, "job.json")) as f:
+            record = json.load(f)
+        self.assertEqual(record["id"], job)
+        self.assertEqual(record["state"], "succeeded")
+        self.assertEqual(record["exit_code"], 0)
+        self.assertEqual(record["command"], ["sh", "-c", "echo out $RANK; echo err $RANK >&2"])
+        self.assertEqual(os.path.realpath(os.path.join(self.home, "runs", "latest")), run_dir)
+
+    def test_two_jobs_at_once_get_different_ports(self):
+        procs = [self.start("local", "--nproc", "1", "-q", "--", *PRINT_ENV) for _ in range(4)]
+        ports = set()
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+            ports.add(json.loads(rank_lines(out)[0][0])["MASTER_PORT"])
+        self.assertEqual(len(ports), 4)
+
+
+class ExitCodes(DlrunTestCase):
+    def test_success_is_zero(self):
+        self.assertEqual(self.dlrun("local", "--nproc", "4", "true").returncode, 0)
+
+    def test_failing_rank_code_is_passed_on_and_others_are_stopped(self):
+        pids = os.path.join(self.tmp, "pids")
+        script = self.script("train.sh", f"""
+if [ "$RANK" = 1 ]; then
+  echo "loading data" >&2; echo "Traceback: out of memory" >&2; exit 7
+fi
+echo $$ >> {pids}
+exec sleep 300
+""")
+        start = time.monotonic()
+        r = self.dlrun("local", "--nproc", "3", "--run-dir", self.run_dir(), script)
+        self.assertLess(time.monotonic() - start, 60)
+        self.assertEqual(r.returncode, 7)
+        self.assertIn("dlrun: error: rank 1 exited with code 7; stopping the other 2 ranks", r.stderr)
+        self.assertIn("rank 1 exited with code 7; last 2 lines of its stderr", r.stderr)
+        self.assertIn("  | Traceback: out of memory", r.stderr)
+        self.assertIn(os.path.join(self.run_dir(), "rank-1.log"), r.stderr)
+        for pid in read_pids(pids):
+            self.assertFalse(pid_alive(pid), f"rank process {pid} survived")
+        with open(os.path.join(self.run_dir(), "job.json")) as f:
+            record = json.load(f)
+        self.assertEqual((record["state"], record["exit_code"]), ("failed", 7))
+
+    def test_rank_killed_by_signal_gives_128_plus_signal(self):
+        r = self.dlrun("local", "--nproc", "2", "sh", "-c", 'if [ $RANK = 0 ]; then kill -SEGV $$; fi; sleep 300')
+        self.assertEqual(r.returncode, 128 + signal.SIGSEGV)
+        self.assertIn("rank 0 was killed by signal 11 (SIGSEGV)", r.stderr)
+
+    def test_rank_ignoring_sigterm_is_killed_after_grace(self):
+        script = self.script("stubborn.sh", """
+if [ "$RANK" = 0 ]; then sleep 0.3; exit 4; fi
+trap '' TERM
+while true; do sleep 0.1; done
+""")
+        start = time.monotonic()
+        r = self.dlrun("local", "--nproc", "2", "--grace", "1", script)
+        elapsed = time.monotonic() - start
+        self.assertEqual(r.returncode, 4)
+        self.assertIn("still running 1 s after the stop signal: killing it", r.stderr)
+        self.assertLess(elapsed, 30)
+
+
+class BadInput(DlrunTestCase):
+    def assert_usage_error(self, args, message):
+        r = self.dlrun(*args)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stdout, "")
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("dlrun: error: "), lines[0])
+        self.assertIn(message, lines[0])
+        self.assertFalse(os.path.exists(os.path.join(self.home, "runs")), "a run was started")
+
+    def test_missing_program(self):
+        self.assert_usage_error(["local", "--nproc", "2", "no-such-program-xyz"],
+                                "program 'no-such-program-xyz' not found in PATH")
+        self.assert_usage_error(["local", "--nproc", "2", "./no/such/file"],
+                                "program './no/such/file' does not exist")
+
+    def test_not_executable(self):
+        path = os.path.join(self.tmp, "data.txt")
+        open(path, "w").close()
+        self.assert_usage_error(["local", "--nproc", "1", path], "is not executable (try chmod +x")
+
+    def test_no_program(self):
+        self.assert_usage_error(["local", "--nproc", "2"], "no program given")
+
+    def test_bad_counts(self):
+        self.assert_usage_error(["local", "--nproc", "0", "true"], "--nproc 0: must be at least 1")
+        self.assert_usage_error(["local", "true"], "say how many ranks to start: --nproc N")
+        self.assert_usage_error(["local", "--nproc", "2", "--gpus", "1", "true"], "exclude each other")
+        self.assert_usage_error(["local", "--nproc", "two", "true"], "--nproc")
+        self.assert_usage_error(["local", "--nproc", "2", "--grace", "-1", "true"], "--grace -1")
+
+    def test_unknown_option_suggests(self):
+        self.assert_usage_error(["local", "--nprocs", "2", "true"],
+                                "unknown option '--nprocs' (did you mean '--nproc'?)")
+
+    def test_busy_master_port(self):
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        try:
+            self.assert_usage_error(["local", "--nproc", "1", "--master-port", str(port), "true"],
+                                    f"--master-port {port}: port is already in use")
+        finally:
+            s.close()
+
+    def test_bad_prefix_and_ranks(self):
+        self.assert_usage_error(["local", "--nproc", "1", "--prefix", "{rnak}", "true"],
+                                "did you mean {rank}?")
+        self.assert_usage_error(["local", "--nproc", "2", "--ranks", "5", "true"],
+                                "--ranks: rank 5 does not exist (ranks are 0 to 1)")
+
+    def test_unknown_subcommand(self):
+        r = self.dlrun("lokal")
+        self.assertEqual(r.returncode, 2)
+        self.assertTrue(r.stderr.startswith("dlrun: error: "))
+
+    def test_help_and_version(self):
+        r = self.dlrun("--help")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("local", r.stdout)
+        r = self.dlrun("local", "--help")
+        self.assertEqual(r.returncode, 0)
+        for option in ["--nproc", "--gpus", "--master-port", "--run-dir", "--prefix", "--no-prefix",
+                       "--ranks", "--grace", "--max-restarts", "--gpu-binding", "--color"]:
+            self.assertIn(option, r.stdout)
+        r = self.dlrun("--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"^dlrun \d+\.\d+\.\d+\n$")
+
+
+class Output(DlrunTestCase):
+    def test_heavy_output_keeps_every_line_whole(self):
+        lines = 60000
+        r = self.dlrun("local", "--nproc", "3", "--run-dir", self.run_dir(), "--",
+                       PYTHON, os.path.join(DATA, "chatter.py"), str(lines), timeout=240)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        pattern = re.compile(r"^\[(\d)\] rank (\d) line (\d+) (x*) end$")
+        seen = {0: 0, 1: 0, 2: 0}
+        for line in r.stdout.splitlines():
+            m = pattern.match(line)
+            self.assertIsNotNone(m, f"mixed or broken line: {line[:200]!r}")
+            self.assertEqual(m.group(1), m.group(2))
+            rank, number = int(m.group(1)), int(m.group(3))
+            self.assertEqual(number, seen[rank], "lines out of order or lost")
+            self.assertEqual(len(m.group(4)), number % 97)
+            seen[rank] += 1
+        self.assertEqual(seen, {0: lines, 1: lines, 2: lines})
+        for rank in range(3):
+            self.assertIn(f"[{rank}] rank {rank} done", r.stderr)
+            with open(os.path.join(self.run_dir(), f"rank-{rank}.log")) as f:
+                self.assertEqual(sum(1 for _ in f), lines + 1)
+
+    def test_ranks_filter_shows_some_and_logs_all(self):
+        r = self.dlrun("local", "--nproc", "3", "--ranks", "0,2", "--run-dir", self.run_dir(),
+                       "sh", "-c", "echo hi $RANK")
+        self.assertEqual(r.returncode, 0)
+        self.assertEqual(sorted(r.stdout.splitlines()), ["[0] hi 0", "[2] hi 2"])
+        with open(os.path.join(self.run_dir(), "rank-1.log")) as f:
+            self.assertEqual(f.read(), "hi 1\n")
+
+    def test_no_prefix_and_custom_prefix(self):
+        r = self.dlrun("local", "--nproc", "1", "--no-prefix", "sh", "-c", "echo plain")
+        self.assertEqual(r.stdout, "plain\n")
+        r = self.dlrun("local", "--nproc", "2", "--ranks", "1", "--prefix", "{host}:{local_rank}/{world_size}> ",
+                       "sh", "-c", "echo x")
+        self.assertEqual(r.stdout, f"{os.uname().nodename}:1/2> x\n")
+
+    def test_last_line_without_newline_is_shown(self):
+        r = self.dlrun("local", "--nproc", "1", "printf", "a\\nno newline")
+        self.assertEqual(r.stdout, "[0] a\n[0] no newline\n")
+
+    def test_colour_only_when_asked_or_on_a_terminal(self):
+        r = self.dlrun("local", "--nproc", "1", "--color", "always", "echo", "x")
+        self.assertEqual(r.stdout, "\x1b[36m[0]\x1b[0m x\n")
+        r = self.dlrun("local", "--nproc", "1", "echo", "x")  # a pipe: no colour
+        self.assertEqual(r.stdout, "[0] x\n")
+
+    def test_stdout_and_stderr_stay_apart(self):
+        r = self.dlrun("local", "--nproc", "1", "-q", "sh", "-c", "echo to-out; echo to-err >&2")
+        self.assertEqual(r.stdout, "[0] to-out\n")
+        self.assertEqual(r.stderr, "[0] to-err\n")
+
+
+class Restarts(DlrunTestCase):
+    def test_failed_group_restarts_and_counts(self):
+        attempts = os.path.join(self.tmp, "attempts")
+        script = self.script("flaky.sh", f"""
+echo "$RANK $DLRUN_RESTART_COUNT $MASTER_PORT" >> {attempts}
+if [ "$RANK" = 1 ] && [ "$DLRUN_RESTART_COUNT" = 0 ]; then exit 3; fi
+sleep 0.2
+""")
+        r = self.dlrun("local", "--nproc", "2", "--max-restarts", "2", script)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("restarting all 2 ranks (restart 1 of 2)", r.stderr)
+        with open(attempts) as f:
+            rows = [line.split() for line in f.read().splitlines()]
+        self.assertEqual(sorted((a, b) for a, b, _ in rows), [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")])
+
+    def test_budget_is_for_the_whole_job(self):
+        attempts = os.path.join(self.tmp, "attempts")
+        script = self.script("broken.sh", f"echo $DLRUN_RESTART_COUNT >> {attempts}; exit 5\n")
+        r = self.dlrun("local", "--nproc", "1", "--max-restarts", "2", script)
+        self.assertEqual(r.returncode, 5)
+        self.assertIn("no restarts left (2 used)", r.stderr)
+        with open(attempts) as f:
+            self.assertEqual(f.read().split(), ["0", "1", "2"])
+
+    def test_restart_request_code_does_not_spend_the_budget(self):
+        attempts = os.path.join(self.tmp, "attempts")
+        script = self.script("rescale.sh", f"""
+echo $DLRUN_RESTART_COUNT >> {attempts}
+if [ "$DLRUN_RESTART_COUNT" -lt 2 ]; then exit 75; fi
+""")
+        r = self.dlrun("local", "--nproc", "2", script)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(attempts) as f:
+            self.assertEqual(sorted(f.read().split()), ["0", "0", "1", "1", "2", "2"])
+
+
+class Signals(DlrunTestCase):
+    def rank_script(self, trap):
+        marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
+        # The child is Python so that it can catch SIGINT: sh's background jobs ignore it.
+        child = ("import os, signal, sys, time\n"
+                 "def mark(sig, frame):\n"
+                 f"    open({marks!r}, 'a').write('child-%s-%s\\n' % (os.environ['RANK'], signal.Signals(sig).name[3:]))\n"
+                 "    sys.exit(0)\n"
+                 "signal.signal(signal.SIGINT, mark)\n"
+                 "signal.signal(signal.SIGTERM, mark)\n"
+                 f"open({ready!r}, 'a').write('child\\n')\n"
+                 "while True: time.sleep(0.05)\n")
+        child_path = os.path.join(self.tmp, "child.py")
+        with open(child_path, "w") as f:
+            f.write(child)
+        return marks, ready, self.script("trap.sh", f"""
+{trap}
+{PYTHON} {child_path} &
+echo $RANK >> {ready}
+while true; do sleep 0.05; done
+""")
+
+    def run_and_signal(self, sig, expected_code):
+        marks, ready, script = self.rank_script(
+            f'trap "echo rank-$RANK-INT >> {os.path.join(self.tmp, "marks")}; wait; exit 0" INT; '
+            f'trap "echo rank-$RANK-TERM >> {os.path.join(self.tmp, "marks")}; wait; exit 0" TERM')
+        p = self.start("local", "--nproc", "2", script)
+        self.assertTrue(wait_for(lambda: len(read_lines(ready)) == 4, 30), "ranks did not start")
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, expected_code, err)
+        name = signal.Signals(sig).name[3:]
+        self.assertEqual(sorted(read_lines(marks)),
+                         [f"child-0-{name}", f"child-1-{name}", f"rank-0-{name}", f"rank-1-{name}"])
+        return err
+
+    def test_sigint_reaches_ranks_and_their_children(self):
+        err = self.run_and_signal(signal.SIGINT, 130)
+        self.assertIn("got SIGINT: passing it on to 2 ranks (Ctrl-C again to kill them at once)", err)
+
+    def test_sigterm_reaches_ranks_and_their_children(self):
+        self.run_and_signal(signal.SIGTERM, 143)
+
+    def test_second_ctrl_c_kills_at_once(self):
+        marks, ready, script = self.rank_script("trap '' INT")
+        p = self.start("local", "--nproc", "2", "--grace", "120", script)
+        self.assertTrue(wait_for(lambda: len(read_lines(ready)) == 4, 30))
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        self.assertIsNone(p.poll(), "dlrun ended although its ranks ignore SIGINT")
+        start = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertLess(time.monotonic() - start, 30)
+        self.assertEqual(p.returncode, 130)
+        self.assertIn("got SIGINT again: killing all ranks now", err)
+
+
+def read_lines(path):
+    try:
+        with open(path) as f:
+            return f.read().split()
+    except FileNotFoundError:
+        return []
+
+
+class NoOrphans(DlrunTestCase):
+    def test_sigkill_of_dlrun_takes_ranks_and_children_down(self):
+        pids = os.path.join(self.tmp, "pids")
+        script = self.script("tree.sh", f"""
+sleep 1000 &
+echo $! >> {pids}
+sh -c 'sleep 1000' &
+echo $! >> {pids}
+echo $$ >> {pids}
+wait
+""")
+        p = self.start("local", "--nproc", "3", script)
+        self.assertTrue(wait_for(lambda: len(read_pids(pids)) == 9, 30), "ranks did not start")
+        procs = read_pids(pids)
+        try:
+            p.kill()
+            p.wait(timeout=10)
+            alive = wait_for(lambda: [pid for pid in procs if pid_alive(pid)] == [], 5)
+            self.assertTrue(alive, f"orphans left: {[pid for pid in procs if pid_alive(pid)]}")
+        finally:
+            kill_quietly(procs)
+
+    def test_background_children_do_not_outlive_a_finished_job(self):
+        pids = os.path.join(self.tmp, "pids")
+        r = self.dlrun("local", "--nproc", "2", "sh", "-c", f"sleep 1000 & echo $! >> {pids}")
+        self.assertEqual(r.returncode, 0)
+        procs = read_pids(pids)
+        self.assertEqual(len(procs), 2)
+        try:
+            self.assertTrue(wait_for(lambda: not any(pid_alive(pid) for pid in procs), 5))
+        finally:
+            kill_quietly(procs)
+
+
+class Gpus(DlrunTestCase):
+    def gpu_env(self, **extra):
+        env = dict(self.env, DLRUN_FAKE_GPUS="4")
+        env.update(extra)
+        return env
+
+    def visible(self, *args, env):
+        r = self.dlrun("local", *args, "--", *PRINT_ENV, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return {rank: json.loads(lines[0])["CUDA_VISIBLE_DEVICES"] for rank, lines in rank_lines(r.stdout).items()}
+
+    def test_one_rank_per_gpu_each_with_its_own_device(self):
+        self.assertEqual(self.visible("--gpus", "2", env=self.gpu_env()), {0: "0", 1: "1"})
+        self.assertEqual(self.visible("--gpus", "1,3", env=self.gpu_env()), {0: "1", 1: "3"})
+
+    def test_existing_cuda_visible_devices_is_honoured(self):
+        env = self.gpu_env(CUDA_VISIBLE_DEVICES="2,3")
+        self.assertEqual(self.visible("--gpus", "2", env=env), {0: "2", 1: "3"})
+        r = self.dlrun("local", "--gpus", "0", "true", env=env)
+        self.assertEqual(r.returncode, 2)
+        r = self.dlrun("local", "--gpus", "1,2", "true", env=env)
+        self.assertIn("GPU 1 is not available (available: 2,3)", r.stderr)
+
+    def test_gpu_binding_all_shows_every_rank_all_devices(self):
+        self.assertEqual(self.visible("--gpus", "2", "--gpu-binding", "all", env=self.gpu_env()), {0: "0,1", 1: "0,1"})
+
+    def test_too_many_gpus(self):
+        r = self.dlrun("local", "--gpus", "5", "true", env=self.gpu_env())
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--gpus 5: only 4 GPUs available (0,1,2,3)", r.stderr)
+
+    @unittest.skipIf(os.path.exists("/dev/nvidiactl"), "this machine has a GPU driver")
+    def test_no_gpu_names_nproc(self):
+        r = self.dlrun("local", "--gpus", "2", "true")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no GPU on this machine", r.stderr)
+        self.assertIn("use --nproc N to run CPU ranks", r.stderr)
+
+
+class PythonDistributed(DlrunTestCase):
+    def test_unmodified_env_script_does_a_gloo_allreduce(self):
+        r = self.dlrun("local", "--nproc", "3", PYTHON, os.path.join(DATA, "allreduce.py"), timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        lines = sorted(r.stdout.splitlines())
+        self.assertEqual(lines, [f"[{i}] rank {i} of 3 local {i} sum 6 expected 6" for i in range(3)])
+
+
+if __name__ == "__main__":
+    unittest.main()

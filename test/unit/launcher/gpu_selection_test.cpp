@@ -1,0 +1,49 @@
+#include "dlrun/launcher/gpu_selection.hpp"
+
+#include <doctest/doctest.h>
+
+#include "dlrun/launcher/error.hpp"
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::GpuSelection") {
+  TEST_CASE("a number is a count") {
+    auto request = parse_gpu_request("4");
+    REQUIRE(request.count);
+    CHECK(*request.count == 4);
+    CHECK(request.ids.empty());
+  }
+  TEST_CASE("a list names devices") {
+    auto request = parse_gpu_request("0,2,3");
+    CHECK_FALSE(request.count);
+    CHECK(request.ids == std::vector<std::string>{"0", "2", "3"});
+  }
+  TEST_CASE("bad specs are refused with the reason") {
+    CHECK_THROWS_WITH_AS(parse_gpu_request("0"), "--gpus 0: the count must be at least 1",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_gpu_request("1,,2"), "--gpus 1,,2: empty entry in the list",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_gpu_request("1,1"), "--gpus 1,1: GPU 1 is listed twice",
+                         dlrun::ConfigError);
+    CHECK_THROWS_AS(parse_gpu_request(""), dlrun::ConfigError);
+  }
+  TEST_CASE("CUDA_VISIBLE_DEVICES decides what is available") {
+    CHECK(available_gpus(4, std::nullopt) == std::vector<std::string>{"0", "1", "2", "3"});
+    CHECK(available_gpus(4, std::string("2, 3")) == std::vector<std::string>{"2", "3"});
+    CHECK(available_gpus(4, std::string("")).empty());
+    CHECK(parse_visible_devices("GPU-abc,GPU-def") == std::vector<std::string>{"GPU-abc", "GPU-def"});
+  }
+  TEST_CASE("a count takes the first available devices") {
+    CHECK(select_gpus(parse_gpu_request("2"), {"1", "3", "5"}) == std::vector<std::string>{"1", "3"});
+  }
+  TEST_CASE("asking for more than there is names what there is") {
+    CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("3"), {"0", "1"}),
+                         "--gpus 3: only 2 GPUs available (0,1)", dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("0,7"), {"0", "1"}),
+                         "--gpus 0,7: GPU 7 is not available (available: 0,1)", dlrun::ConfigError);
+  }
+  TEST_CASE("a list keeps the user's order") {
+    CHECK(select_gpus(parse_gpu_request("3,1"), {"0", "1", "2", "3"}) ==
+          std::vector<std::string>{"3", "1"});
+  }
+}

@@ -1,0 +1,75 @@
+#include "dlrun/launcher/rank_env.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace dlrun::launcher;
+
+namespace {
+NodePlanInput two_ranks() {
+  NodePlanInput in;
+  in.local_world_size = 2;
+  in.world_size = 2;
+  in.master_addr = "127.0.0.1";
+  in.master_port = 41000;
+  in.run_dir = "/runs/j1";
+  in.job_id = "j1";
+  in.cores = 8;
+  in.base = {{"PATH", "/usr/bin"}, {"RANK", "stale"}};
+  return in;
+}
+}  // namespace
+
+TEST_SUITE("launcher::RankEnv") {
+  TEST_CASE("each rank gets the torch.distributed env:// variables") {
+    auto ranks = plan_node_ranks(two_ranks());
+    REQUIRE(ranks.size() == 2);
+    const auto& env = ranks[1].env;
+    CHECK(ranks[1].rank == 1);
+    CHECK(env.at("RANK") == "1");
+    CHECK(env.at("LOCAL_RANK") == "1");
+    CHECK(env.at("WORLD_SIZE") == "2");
+    CHECK(env.at("LOCAL_WORLD_SIZE") == "2");
+    CHECK(env.at("NODE_RANK") == "0");
+    CHECK(env.at("GROUP_RANK") == "0");
+    CHECK(env.at("MASTER_ADDR") == "127.0.0.1");
+    CHECK(env.at("MASTER_PORT") == "41000");
+    CHECK(env.at("DLRUN_RUN_DIR") == "/runs/j1");
+    CHECK(env.at("DLRUN_JOB_ID") == "j1");
+    CHECK(env.at("DLRUN_RESTART_COUNT") == "0");
+    CHECK(env.at("PATH") == "/usr/bin");
+  }
+  TEST_CASE("OMP_NUM_THREADS divides the cores unless the user set it") {
+    auto ranks = plan_node_ranks(two_ranks());
+    CHECK(ranks[0].env.at("OMP_NUM_THREADS") == "4");
+    auto in = two_ranks();
+    in.base["OMP_NUM_THREADS"] = "7";
+    CHECK(plan_node_ranks(in)[0].env.at("OMP_NUM_THREADS") == "7");
+    CHECK(threads_per_rank(2, 8) == 1);
+  }
+  TEST_CASE("ranks on a later node are numbered after the earlier nodes") {
+    auto in = two_ranks();
+    in.node_rank = 1;
+    in.num_nodes = 2;
+    in.first_rank = 2;
+    in.world_size = 4;
+    auto ranks = plan_node_ranks(in);
+    CHECK(ranks[0].env.at("RANK") == "2");
+    CHECK(ranks[1].env.at("RANK") == "3");
+    CHECK(ranks[1].env.at("LOCAL_RANK") == "1");
+    CHECK(ranks[1].env.at("NODE_RANK") == "1");
+  }
+  TEST_CASE("GPU ranks see their own device, or all with GpuBinding::all") {
+    auto in = two_ranks();
+    in.gpu_ids = {"2", "5"};
+    auto ranks = plan_node_ranks(in);
+    CHECK(ranks[0].env.at("CUDA_VISIBLE_DEVICES") == "2");
+    CHECK(ranks[1].env.at("CUDA_VISIBLE_DEVICES") == "5");
+    in.gpu_binding = GpuBinding::all;
+    CHECK(plan_node_ranks(in)[1].env.at("CUDA_VISIBLE_DEVICES") == "2,5");
+  }
+  TEST_CASE("CPU ranks keep the user's CUDA_VISIBLE_DEVICES as it is") {
+    auto in = two_ranks();
+    in.base["CUDA_VISIBLE_DEVICES"] = "";
+    CHECK(plan_node_ranks(in)[0].env.at("CUDA_VISIBLE_DEVICES") == "");
+  }
+}
