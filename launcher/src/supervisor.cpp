@@ -212,22 +212,15 @@ void Supervisor::begin_drain() {
     asio::post(m_io, [this] { finish_attempt(); });
     return;
   }
-  // Poll for the pipes to close; give up after the drain timeout.
-  auto deadline = std::chrono::steady_clock::now() + k_drain_timeout;
-  auto check = std::make_shared<std::function<void()>>();
-  *check = [this, deadline, check] {
-    if (m_phase != Phase::draining) return;
-    if (!m_group->drained() && std::chrono::steady_clock::now() < deadline) {
-      m_drain_timer.expires_after(5ms);
-      m_drain_timer.async_wait([check](const boost::system::error_code& ec) {
-        if (!ec) (*check)();
-      });
-      return;
-    }
-    m_group->close_pipes();
-    finish_attempt();
-  };
-  (*check)();
+  // Output may still sit in the pipes; a rank's escaped child may even hold them open.
+  m_group->on_drained([this] {
+    m_drain_timer.cancel();
+    asio::post(m_io, [this] { finish_attempt(); });
+  });
+  m_drain_timer.expires_after(k_drain_timeout);
+  m_drain_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && m_phase == Phase::draining) m_group->close_pipes();
+  });
 }
 
 void Supervisor::finish_attempt() {

@@ -19,6 +19,7 @@ WorkerGroup::WorkerGroup(asio::io_context& io, OrphanGuard& guard)
 
 WorkerGroup::~WorkerGroup() {
   *m_alive = false;
+  m_on_drained = nullptr;
   if (running() > 0) {
     signal_running(SIGKILL);
     for (auto& rank : m_ranks) {
@@ -45,6 +46,7 @@ void WorkerGroup::start(const std::vector<RankSpec>& ranks, const ProgramSpec& p
       rank.output = make_output(spec);
       rank.pipes[0] = std::make_unique<asio::posix::stream_descriptor>(m_io, spawned.back().stdout_fd);
       rank.pipes[1] = std::make_unique<asio::posix::stream_descriptor>(m_io, spawned.back().stderr_fd);
+      m_index_of_pid[rank.pid] = m_ranks.size();
       m_ranks.push_back(std::move(rank));
       m_open_pipes += 2;
     }
@@ -57,6 +59,7 @@ void WorkerGroup::start(const std::vector<RankSpec>& ranks, const ProgramSpec& p
     for (auto& rank : m_ranks) ::waitpid(rank.pid, nullptr, 0);
     for (auto& rank : m_ranks) m_guard.forget(rank.pid);
     m_ranks.clear();
+    m_index_of_pid.clear();
     m_open_pipes = 0;
     throw;
   }
@@ -95,24 +98,28 @@ void WorkerGroup::arm_read(size_t index, int stream) {
                     rank.output->on_eof(which);
                     boost::system::error_code ignored;
                     pipe->close(ignored);
-                    --m_open_pipes;
+                    pipe_closed();
                   });
 }
 
+void WorkerGroup::pipe_closed() {
+  if (--m_open_pipes == 0 && m_on_drained) m_on_drained();
+}
+
 std::vector<size_t> WorkerGroup::reap() {
+  // One waitpid(-1) per ended child, not one per rank: SIGCHLDs coalesce, and with
+  // hundreds of ranks polling each pid would cost a quadratic number of calls.
   std::vector<size_t> ended;
-  for (size_t i = 0; i < m_ranks.size(); ++i) {
-    Rank& rank = m_ranks[i];
-    if (rank.exit) continue;
+  while (true) {
     int status = 0;
-    pid_t r = ::waitpid(rank.pid, &status, WNOHANG);
-    if (r == rank.pid) {
-      rank.exit = ExitStatus::from_wait_status(status);
-      ended.push_back(i);
-    } else if (r < 0 && errno == ECHILD) {
-      rank.exit = ExitStatus::exited(exit_code::k_internal);
-      ended.push_back(i);
-    }
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) break;
+    auto it = m_index_of_pid.find(pid);
+    if (it == m_index_of_pid.end()) continue;  // not ours (the orphan guard)
+    Rank& rank = m_ranks[it->second];
+    rank.exit = ExitStatus::from_wait_status(status);
+    ended.push_back(it->second);
   }
   return ended;
 }
@@ -137,7 +144,7 @@ void WorkerGroup::close_pipes() {
       if (pipe && pipe->is_open()) {
         boost::system::error_code ignored;
         pipe->close(ignored);
-        --m_open_pipes;
+        pipe_closed();
       }
     }
   }

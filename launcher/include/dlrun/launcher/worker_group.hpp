@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,7 +52,11 @@ class WorkerGroup {
              const OutputFactory& make_output);
 
   // Reaps ranks that have ended (non-blocking); returns their indices in end order.
+  // dlrun's other children (the orphan guard) are reaped too and ignored.
   std::vector<size_t> reap();
+
+  // Called once when the last output pipe of the group has closed.
+  void on_drained(std::function<void()> callback) { m_on_drained = std::move(callback); }
 
   // Sends `signal` to the process group of every rank still running.
   void signal_running(int signal);
@@ -70,12 +75,15 @@ class WorkerGroup {
 
  private:
   void arm_read(size_t index, int stream);
+  void pipe_closed();
 
   boost::asio::io_context& m_io;
   OrphanGuard& m_guard;
   std::vector<Rank> m_ranks;
   size_t m_open_pipes = 0;
   std::vector<char> m_buffer;
+  std::map<pid_t, size_t> m_index_of_pid;
+  std::function<void()> m_on_drained;
   std::shared_ptr<bool> m_alive;  // read handlers check it: the group may be gone
 };
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The demo behind `make demo`: real multi-rank training on this machine with dlrun local.
+# Usage: scripts/demo.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+dlrun="$build/cli/dlrun"
+export DLRUN_HOME=${DLRUN_HOME:-$PWD/$build/demo-home}
+
+echo "== dlrun local --nproc 2: PyTorch DDP (an unmodified torch.distributed script) on Fashion-MNIST"
+"$dlrun" local --nproc 2 -- /usr/bin/python3 examples/python_ddp/train.py --epochs 1 --train-limit 20000
+
+if [[ -x "$build/examples/fashion_mnist/fashion_mnist" ]]; then
+  echo
+  echo "== dlrun local --nproc 2: the C++ runtime (examples/fashion_mnist) on Fashion-MNIST"
+  "$dlrun" local --nproc 2 -- "$build/examples/fashion_mnist/fashion_mnist" --epochs 1 --train-limit 20000
+fi
+echo
+echo "Each rank's full output is in $DLRUN_HOME/runs/latest/rank-N.log"
