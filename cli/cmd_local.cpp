@@ -54,6 +54,7 @@ Command add_local_command(CLI::App& dlrun) {
       "  dlrun local --gpus 4 ./train           one rank per GPU\n"
       "  dlrun local --nproc 2 python3 train.py any torch.distributed (env://) script");
   app->prefix_command();
+  set_usage(app, "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [--] PROGRAM [ARGS...]");
   auto& o = args->options;
 
   app->add_option("--nproc", args->nproc, "Start N ranks (CPU; OMP_NUM_THREADS = cores / N)")

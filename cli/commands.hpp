@@ -29,4 +29,13 @@ std::vector<std::string> program_words(const CLI::App& app, const Trailing& trai
 
 Command add_local_command(CLI::App& dlrun);
 
+// The "Usage:" line CLI11 cannot derive for commands that end in a program to run.
+void set_usage(const CLI::App* app, std::string usage);
+
+// Prints usage lines registered with set_usage(); otherwise CLI11's own.
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override;
+};
+
 }  // namespace dlrun::cli

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", fmt::format("dlrun {}", dlrun::k_version),
                        "Print the version and exit");
   app.require_subcommand(1);
+  app.formatter(std::make_shared<dlrun::cli::Formatter>());
   app.footer("Run 'dlrun COMMAND --help' for a command's options. Exit codes: docs/exit-codes.md.");
 
   std::vector<dlrun::cli::Command> commands;

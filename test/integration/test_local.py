@@ -8,7 +8,7 @@ import sys
 import time
 import unittest
 
-from harness import (PYTHON, DlrunTestCase, kill_quietly, pid_alive, read_pids, wait_for)
+from harness import (DLRUN, PYTHON, DlrunTestCase, kill_quietly, pid_alive, read_pids, wait_for)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 ENV_KEYS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
@@ -254,6 +254,24 @@ class Output(DlrunTestCase):
         r = self.dlrun("local", "--nproc", "1", "echo", "x")  # a pipe: no colour
         self.assertEqual(r.stdout, "[0] x\n")
 
+    def run_on_terminal(self, env):
+        import pty
+        master, slave = pty.openpty()
+        try:
+            p = subprocess.run([DLRUN, "local", "-q", "--nproc", "1", "echo", "x"],
+                               stdout=slave, stderr=subprocess.PIPE, env=env, timeout=60)
+            self.assertEqual(p.returncode, 0)
+            return os.read(master, 4096).decode()
+        finally:
+            os.close(master)
+            os.close(slave)
+
+    def test_colour_on_a_terminal_unless_no_color(self):
+        env = dict(self.env, TERM="xterm")
+        env.pop("NO_COLOR")
+        self.assertEqual(self.run_on_terminal(env), "\x1b[36m[0]\x1b[0m x\r\n")
+        self.assertEqual(self.run_on_terminal(dict(env, NO_COLOR="1")), "[0] x\r\n")
+
     def test_stdout_and_stderr_stay_apart(self):
         r = self.dlrun("local", "--nproc", "1", "-q", "sh", "-c", "echo to-out; echo to-err >&2")
         self.assertEqual(r.stdout, "[0] to-out\n")
@@ -339,6 +357,21 @@ while true; do sleep 0.05; done
 
     def test_sigterm_reaches_ranks_and_their_children(self):
         self.run_and_signal(signal.SIGTERM, 143)
+
+    def test_sighup_is_passed_on(self):
+        marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
+        script = self.script("hup.sh", f"""
+trap "echo rank-$RANK-HUP >> {marks}; exit 0" HUP
+echo $RANK >> {ready}
+while true; do sleep 0.05; done
+""")
+        p = self.start("local", "--nproc", "2", script)
+        self.assertTrue(wait_for(lambda: len(read_lines(ready)) == 2, 30))
+        p.send_signal(signal.SIGHUP)
+        p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 129)
+        self.assertEqual(sorted(read_lines(marks)), ["rank-0-HUP", "rank-1-HUP"])
 
     def test_second_ctrl_c_kills_at_once(self):
         marks, ready, script = self.rank_script("trap '' INT")

@@ -1,4 +1,7 @@
-// The program a subcommand runs: what CLI11 left over plus what followed "--".
+// The program a subcommand runs (what CLI11 left over plus what followed "--") and the
+// usage line that says so in --help.
+
+#include <map>
 
 #include <fmt/format.h>
 
@@ -33,6 +36,21 @@ std::vector<std::string> program_words(const CLI::App& app, const Trailing& trai
   if (!words.empty() && trailing.present) words.push_back("--");
   words.insert(words.end(), trailing.words.begin(), trailing.words.end());
   return words;
+}
+
+namespace {
+std::map<const CLI::App*, std::string>& usages() {
+  static std::map<const CLI::App*, std::string> map;
+  return map;
+}
+}  // namespace
+
+void set_usage(const CLI::App* app, std::string usage) { usages()[app] = std::move(usage); }
+
+std::string Formatter::make_usage(const CLI::App* app, std::string name) const {
+  auto it = usages().find(app);
+  if (it == usages().end()) return CLI::Formatter::make_usage(app, std::move(name));
+  return "Usage: " + it->second + "\n";
 }
 
 }  // namespace dlrun::cli
