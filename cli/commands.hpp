@@ -28,6 +28,11 @@ struct Command {
 std::vector<std::string> program_words(const CLI::App& app, const Trailing& trailing);
 
 Command add_local_command(CLI::App& dlrun);
+Command add_submit_command(CLI::App& dlrun);
+Command add_status_command(CLI::App& dlrun);
+Command add_logs_command(CLI::App& dlrun);
+Command add_cancel_command(CLI::App& dlrun);
+Command add_supervise_command(CLI::App& dlrun);
 
 // The "Usage:" line CLI11 cannot derive for commands that end in a program to run.
 void set_usage(const CLI::App* app, std::string usage);

@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
 
   std::vector<dlrun::cli::Command> commands;
   commands.push_back(dlrun::cli::add_local_command(app));
+  commands.push_back(dlrun::cli::add_submit_command(app));
+  commands.push_back(dlrun::cli::add_status_command(app));
+  commands.push_back(dlrun::cli::add_logs_command(app));
+  commands.push_back(dlrun::cli::add_cancel_command(app));
+  commands.push_back(dlrun::cli::add_supervise_command(app));
 
   // Cut the command line at the first "--": CLI11 sees only what comes before it.
   dlrun::cli::Trailing trailing;
@@ -87,7 +92,14 @@ int main(int argc, char** argv) {
     }
     return dlrun::exit_code::k_usage;
   } catch (const dlrun::Error& e) {
-    std::cerr << "dlrun: error: " << e.what() << "\n";
+    // A message may list several problems, one per line (job.toml checks).
+    std::string message = e.what();
+    size_t start = 0;
+    do {
+      size_t end = message.find('\n', start);
+      std::cerr << "dlrun: error: " << message.substr(start, end - start) << "\n";
+      start = end == std::string::npos ? end : end + 1;
+    } while (start != std::string::npos);
     return e.exit_code();
   } catch (const std::exception& e) {
     std::cerr << "dlrun: error: internal: " << e.what() << "\n";

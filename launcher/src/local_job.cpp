@@ -43,7 +43,8 @@ std::string host_name() {
 
 }  // namespace
 
-LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& env) {
+LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& env,
+                           const std::string& job_id) {
   LocalJob job;
   job.options = options;
   if (options.nproc && options.gpus) {
@@ -87,7 +88,7 @@ LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& en
   }
   if (options.master_port) ensure_port_free(options.master_addr, *options.master_port);
 
-  job.job_id = make_job_id();
+  job.job_id = job_id.empty() ? make_job_id() : job_id;
   job.run_dir = prepare_run_dir(options.run_dir, job.job_id, env);
   job.host = host_name();
   job.base_env = env;

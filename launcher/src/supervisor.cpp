@@ -59,6 +59,11 @@ Supervisor::~Supervisor() = default;
 int Supervisor::run() {
   m_guard.start();
   listen_for_signals();
+  // A job runner blocks these until the handlers above exist; let them through now.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+  ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   listen_for_children();
   record("running", std::nullopt);
   if (!m_job.options.quiet) {
@@ -234,6 +239,7 @@ void Supervisor::finish_attempt() {
     if (m_failures_restarted < m_job.options.max_restarts) {
       ++m_failures_restarted;
       ++m_restart_count;
+      if (m_job.on_restart) m_job.on_restart(m_restart_count);
       log::warn("restarting all {} ranks (restart {} of {})", m_job.world_size, m_failures_restarted,
                 m_job.options.max_restarts);
       start_attempt();
@@ -247,6 +253,7 @@ void Supervisor::finish_attempt() {
   }
   if (m_restart_requested) {
     ++m_restart_count;
+    if (m_job.on_restart) m_job.on_restart(m_restart_count);
     if (!m_job.options.quiet) log::info("ranks asked to be restarted: restarting all {} ranks", m_job.world_size);
     start_attempt();
     return;
@@ -295,6 +302,11 @@ void Supervisor::record(const std::string& state, std::optional<int> code) {
 
 void Supervisor::finish(int code) {
   m_exit_code = code;
+  if (m_stop_signal) {
+    m_summary = fmt::format("stopped by {}", signal_name(m_stop_signal));
+  } else if (m_failure) {
+    m_summary = fmt::format("rank {} {}", m_group->rank(m_failure->index).spec.rank, m_failure->status.describe());
+  }
   m_phase = Phase::done;
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
   m_stop_signals.cancel();

@@ -21,6 +21,9 @@ inline constexpr const char* k_master_port = "MASTER_PORT";
 inline constexpr const char* k_run_dir = "DLRUN_RUN_DIR";
 inline constexpr const char* k_restart_count = "DLRUN_RESTART_COUNT";
 inline constexpr const char* k_job_id = "DLRUN_JOB_ID";
+// Set for submitted jobs: where the job's checkpoints belong (job.toml checkpoint_dir,
+// default RUN_DIR/checkpoints).
+inline constexpr const char* k_checkpoint_dir = "DLRUN_CHECKPOINT_DIR";
 
 // Set by dlrun unless the user already set them.
 inline constexpr const char* k_omp_num_threads = "OMP_NUM_THREADS";
@@ -31,6 +34,7 @@ inline constexpr const char* k_home = "DLRUN_HOME";              // state, logs,
 inline constexpr const char* k_fake_gpus = "DLRUN_FAKE_GPUS";    // tests: pretend N GPUs
 inline constexpr const char* k_log_level = "DLRUN_LOG_LEVEL";    // debug|info|warn|error
 inline constexpr const char* k_no_color = "NO_COLOR";            // https://no-color.org
+inline constexpr const char* k_cpu_slots = "DLRUN_CPU_SLOTS";    // local scheduler: CPU ranks at once
 
 }  // namespace dlrun::env
 

@@ -3,6 +3,7 @@
 // LocalJob that the Supervisor runs. prepare_local_job() reads the machine (PATH, GPUs,
 // ports) but starts nothing: every input error is found here, before any rank exists.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,10 +44,14 @@ struct LocalJob {
   std::string host;
   Environment base_env;
   int cores = 1;
+  // Told each time the group is restarted (the job store counts restarts).
+  std::function<void(int restart_count)> on_restart;
 };
 
 // Throws ConfigError for anything wrong in the options or the machine's answer to them.
-LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& env);
+// `job_id` empty: a new one (make_job_id()).
+LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& env,
+                           const std::string& job_id = {});
 
 // Runs the job to its end and returns dlrun's exit code (docs/exit-codes.md).
 int run_local_job(const LocalJob& job);

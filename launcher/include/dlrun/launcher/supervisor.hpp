@@ -31,6 +31,10 @@ class Supervisor {
   int run();
   // Handles one event; false once the job is over.
   bool poll_once();
+  // The signal that stopped the job (SIGINT, SIGTERM, SIGHUP), or 0.
+  int stop_signal() const { return m_stop_signal; }
+  // One line on how the job ended ("rank 1 exited with code 7"), empty on success.
+  const std::string& summary() const { return m_summary; }
 
  private:
   enum class Phase { running, stopping, draining, done };
@@ -69,6 +73,7 @@ class Supervisor {
   int m_stop_signal = 0;       // signal that asked dlrun to stop, 0 if none
   bool m_restart_requested = false;
   int m_exit_code = 0;
+  std::string m_summary;
 };
 
 }  // namespace dlrun::launcher

@@ -1,0 +1,54 @@
+// `dlrun cancel JOB…`: stop jobs, gracefully, then by force.
+
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "commands.hpp"
+#include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/process.hpp"
+
+namespace dlrun::cli {
+namespace {
+
+struct CancelArgs {
+  std::vector<int64_t> jobs;
+  bool force = false;
+};
+
+int run_cancel(const CancelArgs& args) {
+  launcher::JobQueue queue(launcher::current_environment());
+  for (int64_t id : args.jobs) {
+    auto before = queue.store().get(id);
+    auto state = queue.cancel(id, args.force);
+    if (before && launcher::is_terminal(before->state)) {
+      std::cout << "Job " << id << " had already ended (" << launcher::to_string(state) << ")\n";
+    } else {
+      std::cout << "Job " << id << " " << launcher::to_string(state) << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_cancel_command(CLI::App& dlrun) {
+  auto args = std::make_shared<CancelArgs>();
+  CLI::App* app = dlrun.add_subcommand(
+      "cancel",
+      "Stop jobs: a pending job is removed from the queue; a running job's ranks get SIGTERM, then "
+      "SIGKILL after the job's grace period");
+  app->add_option("JOB", args->jobs, "Job ids")->required();
+  app->add_flag("--force", args->force, "Kill the ranks at once (SIGKILL)");
+  return {app, [args](const Trailing&) { return run_cancel(*args); }};
+}
+
+Command add_supervise_command(CLI::App& dlrun) {
+  auto id = std::make_shared<int64_t>(0);
+  CLI::App* app = dlrun.add_subcommand("_supervise", "Internal: run a submitted job (started by dlrun submit)");
+  app->group("");  // hidden from --help
+  app->add_option("JOB", *id)->required();
+  return {app, [id](const Trailing&) { return launcher::supervise_job(*id, launcher::current_environment()); }};
+}
+
+}  // namespace dlrun::cli

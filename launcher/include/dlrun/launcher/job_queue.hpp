@@ -1,0 +1,62 @@
+#pragma once
+// Jobs on this machine without a daemon: `dlrun submit` checks the job file, records the
+// job in the JobStore and starts a detached supervisor process for it (`dlrun _supervise
+// ID`, in its own session, so it survives the submitting shell and CI step). That
+// supervisor waits its turn (FIFO, resources by GPU index and CPU slot), runs the job
+// with the same Supervisor as `dlrun local`, and records how it ended. Any dlrun command
+// that opens the queue sweeps it: a pending job whose supervisor is gone is given a new
+// one; a running job whose supervisor died is marked FAILED (lost). Layout and states in
+// docs/jobs.md. Functions here are not thread-safe (they fork).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dlrun/launcher/job_store.hpp"
+#include "dlrun/launcher/rank_env.hpp"
+
+namespace dlrun::launcher {
+
+class JobQueue {
+ public:
+  // Opens $DLRUN_HOME/jobs.db (creating DLRUN_HOME). `env` is this process's environment.
+  explicit JobQueue(const Environment& env);
+
+  JobStore& store() { return m_store; }
+  const std::string& home() const { return m_home; }
+  std::string run_dir(int64_t id) const;
+
+  // Checks the job file (ConfigError with FILE:LINE:COL on any problem) and whether it
+  // could ever run here, records it and starts its supervisor. Returns the job id.
+  int64_t submit(const std::string& job_file);
+
+  // Fixes the store after crashes (see above); adopts orphaned pending jobs.
+  void sweep();
+
+  // Blocks until the job ends; returns its exit code (70 if it was lost).
+  int wait(int64_t id);
+
+  // Stops a job: a pending one at once, a running one by SIGTERM to its supervisor (which
+  // passes it on to the ranks), and SIGKILL after `grace` more seconds if it is still
+  // running then, or at once with `force`. Returns the state it ended in.
+  JobState cancel(int64_t id, bool force);
+
+  // This machine's resources for the local scheduler.
+  Capacity capacity() const;
+
+ private:
+  void start_supervisor(int64_t id, const std::string& environment_blob);
+
+  Environment m_env;
+  std::string m_home;
+  JobStore m_store;
+};
+
+// The body of `dlrun _supervise ID`: claim, wait for resources, run, record.
+int supervise_job(int64_t id, const Environment& env);
+
+// NAME=VALUE\0… and back.
+std::string encode_environment(const Environment& env);
+Environment decode_environment(const std::string& blob);
+
+}  // namespace dlrun::launcher

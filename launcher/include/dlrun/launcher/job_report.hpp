@@ -1,0 +1,42 @@
+#pragma once
+// How jobs are shown by `dlrun status`: durations, aligned tables, JSON, and the latest
+// training metrics a job's runtime wrote to RUN_DIR/metrics.jsonl (docs/channels.md).
+// Pure except read_latest_metrics(); thread-safe.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlrun/launcher/job_store.hpp"
+
+namespace dlrun::launcher {
+
+struct MetricsSnapshot {
+  std::optional<double> global_batch;
+  std::optional<double> samples_per_sec;
+  std::optional<double> step;
+};
+
+// "0:05", "12:34", "1:02:03", "2-03:04:05" (days-hours:minutes:seconds, as squeue).
+std::string format_duration(double seconds);
+
+// Columns padded to their widest cell; the first row is the header.
+std::string render_table(const std::vector<std::vector<std::string>>& rows);
+
+// A number from one flat JSON object line, e.g. number_field(line, "global_batch").
+std::optional<double> number_field(std::string_view json_line, std::string_view key);
+MetricsSnapshot parse_metrics_line(std::string_view json_line);
+// The last complete line of RUN_DIR/metrics.jsonl (reads only the file's tail).
+MetricsSnapshot read_latest_metrics(const std::string& run_dir);
+
+// Rows for `dlrun status`, header first.
+std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& jobs, double now);
+// `dlrun status JOB`: key: value lines.
+std::string status_details(const JobRecord& job, double now);
+std::string job_json(const JobRecord& job, double now);
+
+// Exit code of `dlrun status JOB` for the job's state (docs/exit-codes.md).
+int status_exit_code(JobState state);
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,48 @@
+#pragma once
+// A job file (job.toml, written up in docs/job-toml.md): parsed and checked strictly, so
+// that a typo never turns into a silently different job. Every problem is reported as
+// `FILE:LINE:COL: what is wrong (hint)`, all of them at once. Pure (the caller reads the
+// file); thread-safe.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlrun::launcher {
+
+// A rank count, fixed (min == max) or elastic (MIN:MAX).
+struct RankRange {
+  int min = 1;
+  int max = 1;
+  bool elastic() const { return min != max; }
+};
+
+struct JobSpec {
+  std::string name;
+  std::vector<std::string> command;
+  std::string workdir;  // absolute
+  std::map<std::string, std::string> env;
+  std::optional<RankRange> nproc;
+  std::optional<RankRange> gpus;
+  std::vector<std::string> gpu_ids;  // gpus = [0, 2]: these devices exactly
+  int max_restarts = 0;
+  double grace = 10;
+  double watchdog = 0;         // seconds without progress before a rank counts as hung; 0 = off
+  std::string checkpoint_dir;  // absolute or empty (default: RUN_DIR/checkpoints)
+  std::string log_dir;         // absolute or empty (default: RUN_DIR)
+  std::string scheduler = "local";
+
+  // Ranks to start when the scheduler can give `max`.
+  int ranks() const { return gpus ? gpus->max : nproc ? nproc->max : 0; }
+};
+
+// `path` is used in messages; relative directories are resolved against `base_dir` (the
+// job file's directory). Throws ConfigError listing every problem, one per line.
+JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir);
+
+// The keys accepted at the top level and in each table, for messages and docs.
+const std::vector<std::string>& job_spec_keys(std::string_view table);
+
+}  // namespace dlrun::launcher

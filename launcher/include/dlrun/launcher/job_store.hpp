@@ -1,0 +1,96 @@
+#pragma once
+// The jobs submitted on this machine, in SQLite ($DLRUN_HOME/jobs.db; schema in
+// docs/job-store.md). Every state change is one transaction, so any dlrun process may be
+// killed at any moment without losing a job or corrupting the store. Many processes use
+// the store at once (submit, status, each job's supervisor): WAL mode and a busy timeout
+// make them wait for each other instead of failing. One JobStore per thread.
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlrun/launcher/process_identity.hpp"
+#include "dlrun/launcher/scheduling_policy.hpp"
+
+namespace dlrun::launcher {
+
+enum class JobState { pending, running, rescaling, succeeded, failed, cancelled };
+
+std::string to_string(JobState state);  // "PENDING" …
+std::optional<JobState> parse_job_state(const std::string& text);
+bool is_terminal(JobState state);
+
+struct NewJob {
+  std::string name;
+  std::string spec_text;  // the job file as submitted
+  std::string spec_path;  // its path, for messages
+  std::string base_dir;   // directory relative paths in it are resolved against
+  std::string environment;  // the submitter's environment, NAME=VALUE\0 …
+  ResourceRequest request;
+};
+
+struct JobRecord {
+  int64_t id = 0;
+  std::string name;
+  JobState state = JobState::pending;
+  NewJob submitted;
+  Allocation allocation;  // while or after running
+  double submitted_at = 0, started_at = 0, ended_at = 0;  // Unix seconds; 0 = not yet
+  std::optional<int> exit_code;
+  std::string reason;  // why it failed or was cancelled
+  int restarts = 0;
+  std::string run_dir;
+  ProcessIdentity supervisor;
+};
+
+// What sweep() found: pending jobs that lost (or never got) their supervisor.
+struct Orphans {
+  std::vector<int64_t> pending_without_supervisor;
+  std::vector<int64_t> marked_lost;
+};
+
+class JobStore {
+ public:
+  // Opens (creating if needed) the store at `path`. Throws Error when it cannot.
+  explicit JobStore(const std::string& path);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  int64_t submit(const NewJob& job);
+  std::optional<JobRecord> get(int64_t id);
+  // Jobs in id order: all of them, or the active ones plus the `recent` last finished.
+  std::vector<JobRecord> list(bool all, int recent);
+
+  // Makes `me` the job's supervisor unless a live one has it. False: someone else does.
+  bool claim(int64_t id, const ProcessIdentity& me);
+  // If the job is the oldest pending one and its resources are free: RUNNING with them.
+  std::optional<Allocation> try_start(int64_t id, const Capacity& capacity, const std::string& run_dir);
+  void set_restarts(int64_t id, int restarts);
+  void finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason);
+  // PENDING → CANCELLED in one step; false if the job was not pending.
+  bool cancel_pending(int64_t id, const std::string& reason);
+
+  // Running jobs whose supervisor died become FAILED ("lost") and free their resources;
+  // pending jobs without a live supervisor are returned for adoption.
+  Orphans sweep(double pending_grace_seconds = 3.0);
+
+ private:
+  class Statement;
+  void exec(const char* sql);
+  void begin_immediate();
+  void commit();
+  void rollback();
+  JobRecord read_row(Statement& statement);
+  Usage usage_locked();
+
+  sqlite3* m_db = nullptr;
+  std::string m_path;
+};
+
+double now_seconds();
+
+}  // namespace dlrun::launcher

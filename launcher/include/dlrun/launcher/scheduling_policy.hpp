@@ -1,0 +1,43 @@
+#pragma once
+// The local scheduler's decision, without I/O: may the job at the head of the queue start
+// now, and on which GPUs / with how many ranks? FIFO: only the oldest pending job may
+// start, so a big job is never starved by small ones behind it. GPUs are handed out by
+// index and never shared; CPU ranks take one slot each. Pure, thread-safe.
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace dlrun::launcher {
+
+struct Capacity {
+  int gpus = 0;       // GPU indices 0 … gpus-1
+  int cpu_slots = 1;
+};
+
+struct Usage {
+  std::set<std::string> gpus_in_use;
+  int cpu_slots_in_use = 0;
+};
+
+struct ResourceRequest {
+  bool uses_gpus = false;
+  int min_ranks = 1;
+  int max_ranks = 1;
+  std::vector<std::string> gpu_ids;  // specific GPUs; empty: any
+};
+
+struct Allocation {
+  int ranks = 0;
+  std::vector<std::string> gpu_ids;  // one per rank when uses_gpus
+};
+
+// The allocation for `request` given what is in use, or nullopt when it must wait.
+// Elastic requests get as many ranks as fit, up to max, at least min.
+std::optional<Allocation> fit(const ResourceRequest& request, const Capacity& capacity, const Usage& usage);
+
+// Why `request` can never run on this machine, or empty when it can.
+std::string never_fits(const ResourceRequest& request, const Capacity& capacity);
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,231 @@
+#include "dlrun/launcher/job_queue.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/gpu_discovery.hpp"
+#include "dlrun/launcher/job_spec.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/text.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dlrun::launcher {
+namespace {
+
+std::string prepare_home(const Environment& env) {
+  std::string home = dlrun_home(env);
+  std::error_code ec;
+  fs::create_directories(home, ec);
+  if (ec) {
+    throw ConfigError(fmt::format("cannot create {}: {} (set {} to a writable directory)", home, ec.message(),
+                                  env::k_home));
+  }
+  return home;
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  auto path = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw SystemError("cannot find the dlrun executable (/proc/self/exe)", ec.value());
+  return path.string();
+}
+
+ResourceRequest request_of(const JobSpec& spec) {
+  ResourceRequest request;
+  request.uses_gpus = spec.gpus.has_value();
+  RankRange range = spec.gpus ? *spec.gpus : *spec.nproc;
+  request.min_ranks = range.min;
+  request.max_ranks = range.max;
+  request.gpu_ids = spec.gpu_ids;
+  return request;
+}
+
+}  // namespace
+
+std::string encode_environment(const Environment& env) {
+  std::string blob;
+  for (const auto& [key, value] : env) {
+    blob += key;
+    blob += '=';
+    blob += value;
+    blob += '\0';
+  }
+  return blob;
+}
+
+Environment decode_environment(const std::string& blob) {
+  Environment env;
+  size_t start = 0;
+  while (start < blob.size()) {
+    size_t end = blob.find('\0', start);
+    if (end == std::string::npos) end = blob.size();
+    std::string entry = blob.substr(start, end - start);
+    auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    start = end + 1;
+  }
+  return env;
+}
+
+JobQueue::JobQueue(const Environment& env)
+    : m_env(env), m_home(prepare_home(env)), m_store(m_home + "/jobs.db") {}
+
+std::string JobQueue::run_dir(int64_t id) const { return fmt::format("{}/jobs/{}", m_home, id); }
+
+Capacity JobQueue::capacity() const {
+  Capacity capacity;
+  GpuInventory gpus = discover_gpus();
+  capacity.gpus = gpus.count;
+  capacity.cpu_slots = usable_cores();
+  if (auto it = m_env.find(env::k_cpu_slots); it != m_env.end()) {
+    auto n = parse_int(it->second);
+    if (!n || *n < 1) throw ConfigError(fmt::format("{}={}: expected a number of CPU slots (1 or more)", env::k_cpu_slots, it->second));
+    capacity.cpu_slots = *n;
+  }
+  return capacity;
+}
+
+int64_t JobQueue::submit(const std::string& job_file) {
+  std::ifstream file(job_file);
+  if (!file) throw ConfigError(fmt::format("cannot read job file {}: {}", job_file, std::strerror(errno)));
+  std::stringstream text;
+  text << file.rdbuf();
+  std::string base_dir = fs::absolute(fs::path(job_file)).parent_path().string();
+  JobSpec spec = parse_job_spec(text.str(), job_file, base_dir);
+
+  std::error_code ec;
+  if (!fs::is_directory(spec.workdir, ec)) {
+    throw ConfigError(fmt::format("{}: workdir {} is not a directory", job_file, spec.workdir));
+  }
+  // Resolve the program as the job will: in its workdir, with its PATH.
+  Environment job_env = m_env;
+  for (const auto& [key, value] : spec.env) job_env[key] = value;
+  std::string program = spec.command[0];
+  if (program.find('/') != std::string::npos && fs::path(program).is_relative()) {
+    program = (fs::path(spec.workdir) / program).string();
+  }
+  try {
+    resolve_program(program, job_env["PATH"]);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", job_file, e.what()));
+  }
+
+  NewJob job;
+  job.name = spec.name;
+  job.spec_text = text.str();
+  job.spec_path = fs::absolute(fs::path(job_file)).string();
+  job.base_dir = base_dir;
+  job.environment = encode_environment(m_env);
+  job.request = request_of(spec);
+  if (auto why = never_fits(job.request, capacity()); !why.empty()) {
+    throw ConfigError(fmt::format("{}: job '{}' can never run here: it {}", job_file, spec.name, why));
+  }
+  int64_t id = m_store.submit(job);
+  start_supervisor(id, job.environment);
+  return id;
+}
+
+void JobQueue::start_supervisor(int64_t id, const std::string& environment_blob) {
+  std::string exe = self_executable();
+  std::string id_text = std::to_string(id);
+  Environment env = decode_environment(environment_blob);
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string arg0 = "dlrun", arg1 = "_supervise";
+  char* argv[] = {arg0.data(), arg1.data(), id_text.data(), nullptr};
+
+  pid_t child = ::fork();
+  if (child < 0) throw SpawnError(fmt::format("cannot start the supervisor of job {}: fork: {}", id, std::strerror(errno)));
+  if (child == 0) {
+    // Double fork: the supervisor is nobody's child and leads its own session, so neither
+    // the submitting shell's exit nor its Ctrl-C reaches it.
+    ::setsid();
+    if (::fork() != 0) ::_exit(0);
+    int null_fd = ::open("/dev/null", O_RDWR);
+    for (int fd : {0, 1, 2}) ::dup2(null_fd, fd);
+    for (int fd = 3; fd < 1024; ++fd) ::close(fd);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(exe.c_str(), argv, envp.data());
+    ::_exit(127);
+  }
+  int status;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+void JobQueue::sweep() {
+  Orphans orphans = m_store.sweep();
+  for (int64_t id : orphans.pending_without_supervisor) {
+    auto job = m_store.get(id);
+    if (job) start_supervisor(id, job->submitted.environment);
+  }
+}
+
+int JobQueue::wait(int64_t id) {
+  auto delay = std::chrono::milliseconds(20);
+  int sweeps = 0;
+  while (true) {
+    auto job = m_store.get(id);
+    if (!job) throw ConfigError(fmt::format("no job {}", id));
+    if (is_terminal(job->state)) return job->exit_code.value_or(exit_code::k_internal);
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(200));
+    if (++sweeps % 25 == 0) sweep();
+  }
+}
+
+JobState JobQueue::cancel(int64_t id, bool force) {
+  auto job = m_store.get(id);
+  if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));
+  if (is_terminal(job->state)) return job->state;
+  if (job->state == JobState::pending && m_store.cancel_pending(id, "cancelled before it started")) {
+    return JobState::cancelled;
+  }
+  job = m_store.get(id);
+  if (is_terminal(job->state)) return job->state;
+  JobSpec spec = parse_job_spec(job->submitted.spec_text, job->submitted.spec_path, job->submitted.base_dir);
+  const ProcessIdentity supervisor = job->supervisor;
+  auto signal_supervisor = [&](int sig) {
+    if (supervisor.alive()) ::kill(supervisor.pid, sig);
+  };
+  signal_supervisor(force ? SIGKILL : SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(force ? 5.0 : spec.grace + 5.0));
+  while (std::chrono::steady_clock::now() < deadline) {
+    job = m_store.get(id);
+    if (is_terminal(job->state)) return job->state;
+    if (!supervisor.alive()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (supervisor.alive()) {
+    log::warn("job {} did not stop within {} s: killing it", id, spec.grace + 5.0);
+    signal_supervisor(SIGKILL);  // its orphan guard then kills the ranks' process groups
+    for (int i = 0; i < 250 && supervisor.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  m_store.finish(id, JobState::cancelled, exit_code::k_signal_base + SIGKILL, "cancelled (killed)");
+  return m_store.get(id)->state;
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,125 @@
+// `dlrun _supervise ID`: the detached process that owns one submitted job from its
+// submission to its end. See job_queue.hpp.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/exit_status.hpp"
+#include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_spec.hpp"
+#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/launcher/supervisor.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dlrun::launcher {
+namespace {
+
+constexpr int k_sweep_every = 10;  // polls between sweeps of the queue
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  return set;
+}
+
+// Waits for the job's turn. False when it was cancelled (or ended) meanwhile.
+bool wait_for_resources(JobQueue& queue, int64_t id, const Capacity& capacity) {
+  const sigset_t stop = stop_signals();
+  for (int poll = 0;; ++poll) {
+    auto job = queue.store().get(id);
+    if (!job || is_terminal(job->state)) return false;
+    if (queue.store().try_start(id, capacity, queue.run_dir(id))) return true;
+    if (poll % k_sweep_every == k_sweep_every - 1) queue.sweep();
+    timespec timeout{0, 100 * 1000 * 1000};
+    int sig = ::sigtimedwait(&stop, nullptr, &timeout);
+    if (sig > 0) {
+      queue.store().cancel_pending(id, fmt::format("cancelled by {} before it started", signal_name(sig)));
+      return false;
+    }
+  }
+}
+
+void send_output_to(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ::dup2(fd, STDOUT_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  ::close(fd);
+}
+
+LocalJobOptions options_for(const JobSpec& spec, const Allocation& allocation, const std::string& run_dir) {
+  LocalJobOptions options;
+  if (spec.gpus) {
+    std::string ids;
+    for (const auto& id : allocation.gpu_ids) ids += (ids.empty() ? "" : ",") + id;
+    options.gpus = ids;
+  } else {
+    options.nproc = allocation.ranks;
+  }
+  options.grace_seconds = spec.grace;
+  options.max_restarts = spec.max_restarts;
+  options.run_dir = run_dir;
+  options.color = ColorMode::never;
+  options.command = spec.command;
+  return options;
+}
+
+}  // namespace
+
+int supervise_job(int64_t id, const Environment& env) {
+  // Until the Supervisor's handlers exist, stop signals wait (they mean "cancel").
+  sigset_t stop = stop_signals();
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+
+  JobQueue queue(env);
+  JobStore& store = queue.store();
+  if (!store.claim(id, ProcessIdentity::self())) return 0;  // another supervisor has it
+  auto record = store.get(id);
+  if (!record) return 0;
+  if (!wait_for_resources(queue, id, queue.capacity())) return 0;
+  record = store.get(id);
+  const std::string run_dir = queue.run_dir(id);
+
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  send_output_to(run_dir + "/output.log");
+  try {
+    JobSpec spec = parse_job_spec(record->submitted.spec_text, record->submitted.spec_path,
+                                  record->submitted.base_dir);
+    Environment base = decode_environment(record->submitted.environment);
+    for (const auto& [key, value] : spec.env) base[key] = value;
+    base[env::k_checkpoint_dir] = spec.checkpoint_dir.empty() ? run_dir + "/checkpoints" : spec.checkpoint_dir;
+    if (spec.gpus) base.erase(env::k_cuda_visible_devices);  // the scheduler's GPU numbers are physical
+    if (::chdir(spec.workdir.c_str()) != 0) {
+      throw ConfigError(fmt::format("cannot enter workdir {}: {}", spec.workdir, std::strerror(errno)));
+    }
+    LocalJob job = prepare_local_job(options_for(spec, record->allocation, run_dir), base, std::to_string(id));
+    job.program.working_dir = spec.workdir;
+    job.on_restart = [&store, id](int restarts) { store.set_restarts(id, restarts); };
+    Supervisor supervisor(job);
+    int code = supervisor.run();
+    JobState state = code == 0                   ? JobState::succeeded
+                     : supervisor.stop_signal()  ? JobState::cancelled
+                                                 : JobState::failed;
+    store.finish(id, state, code, supervisor.summary());
+    return code;
+  } catch (const Error& e) {
+    log::error("{}", e.what());
+    store.finish(id, JobState::failed, e.exit_code(), e.what());
+    return e.exit_code();
+  }
+}
+
+}  // namespace dlrun::launcher

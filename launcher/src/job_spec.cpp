@@ -1,0 +1,282 @@
+#include "dlrun/launcher/job_spec.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/text.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+const std::vector<std::string> k_top_keys = {"name", "command", "workdir", "env", "resources",
+                                             "max_restarts", "grace", "watchdog",
+                                             "checkpoint_dir", "log_dir", "scheduler"};
+const std::vector<std::string> k_resource_keys = {"nproc", "gpus"};
+const std::vector<std::string> k_scheduler_keys = {"kind"};
+const std::vector<std::string> k_scheduler_kinds = {"local", "slurm", "ssh"};
+
+class Checker {
+ public:
+  Checker(const std::string& path, const std::string& base_dir) : m_path(path), m_base(base_dir) {}
+
+  void error(const toml::source_region& where, const std::string& message) {
+    m_errors.push_back(fmt::format("{}:{}:{}: {}", m_path, where.begin.line, where.begin.column, message));
+  }
+  void error_at_file(const std::string& message) { m_errors.push_back(fmt::format("{}: {}", m_path, message)); }
+
+  void unknown_keys(const toml::table& table, const std::vector<std::string>& known,
+                    const std::string& where) {
+    for (const auto& [key, node] : table) {
+      std::string name(key.str());
+      if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+      auto hint = closest_match(name, known);
+      error(key.source(), fmt::format("unknown key '{}'{}{}", name, where.empty() ? "" : " in [" + where + "]",
+                                      hint ? fmt::format(" (did you mean '{}'?)", *hint)
+                                           : fmt::format(" (known keys: {})", join(known))));
+    }
+  }
+
+  std::optional<std::string> string(const toml::node* node, const std::string& key) {
+    if (!node) return std::nullopt;
+    if (auto v = node->value<std::string>(); v && node->is_string()) return *v;
+    error(node->source(), fmt::format("'{}' must be a string, not {}", key, type_name(*node)));
+    return std::nullopt;
+  }
+
+  std::optional<double> number(const toml::node* node, const std::string& key, double lo) {
+    if (!node) return std::nullopt;
+    if (!node->is_number()) {
+      error(node->source(), fmt::format("'{}' must be a number, not {}", key, type_name(*node)));
+      return std::nullopt;
+    }
+    double v = *node->value<double>();
+    if (v < lo) {
+      error(node->source(), fmt::format("'{}' = {} is out of range: must be at least {}", key, v, lo));
+      return std::nullopt;
+    }
+    return v;
+  }
+
+  std::optional<int> integer(const toml::node* node, const std::string& key, int lo, int hi) {
+    if (!node) return std::nullopt;
+    if (!node->is_integer()) {
+      error(node->source(), fmt::format("'{}' must be an integer, not {}", key, type_name(*node)));
+      return std::nullopt;
+    }
+    int64_t v = *node->value<int64_t>();
+    if (v < lo || v > hi) {
+      error(node->source(), fmt::format("'{}' = {} is out of range: must be {} to {}", key, v, lo, hi));
+      return std::nullopt;
+    }
+    return static_cast<int>(v);
+  }
+
+  // 4, or "2:4" for elastic jobs.
+  std::optional<RankRange> rank_range(const toml::node* node, const std::string& key) {
+    if (!node) return std::nullopt;
+    if (node->is_integer()) {
+      auto v = integer(node, key, 1, 100000);
+      if (!v) return std::nullopt;
+      return RankRange{*v, *v};
+    }
+    if (node->is_string()) {
+      std::string text = *node->value<std::string>();
+      auto colon = text.find(':');
+      auto lo = colon == std::string::npos ? std::nullopt : parse_int(text.substr(0, colon));
+      auto hi = colon == std::string::npos ? std::nullopt : parse_int(text.substr(colon + 1));
+      if (lo && hi && *lo >= 1 && *hi >= *lo) return RankRange{*lo, *hi};
+      error(node->source(), fmt::format("'{}' = \"{}\": expected \"MIN:MAX\" with 1 <= MIN <= MAX, e.g. \"2:4\"",
+                                        key, text));
+      return std::nullopt;
+    }
+    error(node->source(), fmt::format("'{}' must be a count (2) or an elastic range (\"2:4\"), not {}", key,
+                                      type_name(*node)));
+    return std::nullopt;
+  }
+
+  std::string directory(const toml::node* node, const std::string& key) {
+    auto text = string(node, key);
+    if (!text || text->empty()) return {};
+    std::filesystem::path p(*text);
+    if (p.is_relative()) p = std::filesystem::path(m_base) / p;
+    return p.lexically_normal().string();
+  }
+
+  void finish() const {
+    if (m_errors.empty()) return;
+    std::string all;
+    for (const auto& e : m_errors) all += (all.empty() ? "" : "\n") + e;
+    throw ConfigError(all);
+  }
+
+  static std::string type_name(const toml::node& node) {
+    switch (node.type()) {
+      case toml::node_type::string: return "a string";
+      case toml::node_type::integer: return "an integer";
+      case toml::node_type::floating_point: return "a number";
+      case toml::node_type::boolean: return "a boolean";
+      case toml::node_type::array: return "an array";
+      case toml::node_type::table: return "a table";
+      default: return "a date/time";
+    }
+  }
+
+  static std::string join(const std::vector<std::string>& words) {
+    std::string out;
+    for (const auto& w : words) out += (out.empty() ? "" : ", ") + w;
+    return out;
+  }
+
+ private:
+  std::string m_path;
+  std::string m_base;
+  std::vector<std::string> m_errors;
+};
+
+void parse_command(Checker& check, const toml::node* node, JobSpec& spec) {
+  if (!node) {
+    check.error_at_file("missing required key 'command' (e.g. command = [\"./train\", \"--epochs\", \"3\"])");
+    return;
+  }
+  const toml::array* array = node->as_array();
+  if (!array || array->empty()) {
+    check.error(node->source(), "'command' must be a non-empty array of strings, e.g. [\"python3\", \"train.py\"]");
+    return;
+  }
+  for (const auto& item : *array) {
+    if (!item.is_string()) {
+      check.error(item.source(), fmt::format("'command' items must be strings, not {}", Checker::type_name(item)));
+      continue;
+    }
+    spec.command.push_back(*item.value<std::string>());
+  }
+}
+
+void parse_resources(Checker& check, const toml::node* node, JobSpec& spec) {
+  const toml::table* table = node ? node->as_table() : nullptr;
+  if (node && !table) {
+    check.error(node->source(), "'resources' must be a table: [resources]");
+    return;
+  }
+  if (!table) {
+    check.error_at_file("missing [resources]: say nproc = N (CPU ranks) or gpus = N (one rank per GPU)");
+    return;
+  }
+  check.unknown_keys(*table, k_resource_keys, "resources");
+  spec.nproc = check.rank_range(table->get("nproc"), "nproc");
+  if (const toml::node* gpus = table->get("gpus")) {
+    if (const toml::array* ids = gpus->as_array()) {
+      for (const auto& id : *ids) {
+        if (auto n = id.value<int64_t>(); n && id.is_integer() && *n >= 0) {
+          if (std::find(spec.gpu_ids.begin(), spec.gpu_ids.end(), std::to_string(*n)) != spec.gpu_ids.end()) {
+            check.error(id.source(), fmt::format("GPU {} is listed twice in 'gpus'", *n));
+          }
+          spec.gpu_ids.push_back(std::to_string(*n));
+        } else {
+          check.error(id.source(), "'gpus' list items must be GPU numbers (0, 1, …)");
+        }
+      }
+      if (ids->empty()) check.error(gpus->source(), "'gpus' = []: list at least one GPU, or use nproc");
+      if (!spec.gpu_ids.empty()) {
+        int n = static_cast<int>(spec.gpu_ids.size());
+        spec.gpus = RankRange{n, n};
+      }
+    } else {
+      spec.gpus = check.rank_range(gpus, "gpus");
+    }
+  }
+  if (table->contains("nproc") && table->contains("gpus")) {
+    check.error(table->get("gpus")->source(), "give either nproc (CPU ranks) or gpus (one rank per GPU), not both");
+  } else if (!table->contains("nproc") && !table->contains("gpus")) {
+    check.error(table->source(), "[resources] needs nproc = N (CPU ranks) or gpus = N (one rank per GPU)");
+  }
+}
+
+void parse_env(Checker& check, const toml::node* node, JobSpec& spec) {
+  if (!node) return;
+  const toml::table* table = node->as_table();
+  if (!table) {
+    check.error(node->source(), "'env' must be a table: [env] with NAME = \"value\" lines");
+    return;
+  }
+  for (const auto& [key, value] : *table) {
+    std::string name(key.str());
+    if (name.empty() || name.find('=') != std::string::npos) {
+      check.error(key.source(), fmt::format("'{}' is not a valid environment variable name", name));
+    } else if (value.is_string()) {
+      spec.env[name] = *value.value<std::string>();
+    } else if (value.is_integer() || value.is_floating_point() || value.is_boolean()) {
+      spec.env[name] = value.is_boolean() ? (*value.value<bool>() ? "1" : "0")
+                                          : value.is_integer() ? std::to_string(*value.value<int64_t>())
+                                                               : fmt::format("{}", *value.value<double>());
+    } else {
+      check.error(value.source(), fmt::format("env '{}' must be a string, number or boolean", name));
+    }
+  }
+}
+
+void parse_scheduler(Checker& check, const toml::node* node, JobSpec& spec) {
+  if (!node) return;
+  const toml::table* table = node->as_table();
+  if (!table) {
+    check.error(node->source(), "'scheduler' must be a table: [scheduler] with kind = \"local\"");
+    return;
+  }
+  check.unknown_keys(*table, k_scheduler_keys, "scheduler");
+  if (auto kind = check.string(table->get("kind"), "kind")) {
+    if (std::find(k_scheduler_kinds.begin(), k_scheduler_kinds.end(), *kind) == k_scheduler_kinds.end()) {
+      auto hint = closest_match(*kind, k_scheduler_kinds);
+      check.error(table->get("kind")->source(),
+                  fmt::format("unknown scheduler kind '{}'{}", *kind,
+                              hint ? fmt::format(" (did you mean '{}'?)", *hint) : " (local, slurm or ssh)"));
+    } else if (*kind != "local") {
+      check.error(table->get("kind")->source(),
+                  fmt::format("scheduler kind '{}' is not supported by this version of dlrun yet; use \"local\"", *kind));
+    }
+    spec.scheduler = *kind;
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& job_spec_keys(std::string_view table) {
+  if (table == "resources") return k_resource_keys;
+  if (table == "scheduler") return k_scheduler_keys;
+  return k_top_keys;
+}
+
+JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
+                                  e.description()));
+  }
+  Checker check(path, base_dir);
+  JobSpec spec;
+  check.unknown_keys(root, k_top_keys, "");
+  if (auto name = check.string(root.get("name"), "name")) spec.name = *name;
+  parse_command(check, root.get("command"), spec);
+  if (spec.name.empty() && !spec.command.empty()) {
+    spec.name = std::filesystem::path(spec.command[0]).filename().string();
+  }
+  spec.workdir = check.directory(root.get("workdir"), "workdir");
+  if (spec.workdir.empty()) spec.workdir = std::filesystem::path(base_dir).lexically_normal().string();
+  parse_env(check, root.get("env"), spec);
+  parse_resources(check, root.get("resources"), spec);
+  if (auto v = check.integer(root.get("max_restarts"), "max_restarts", 0, 1000000)) spec.max_restarts = *v;
+  if (auto v = check.number(root.get("grace"), "grace", 0)) spec.grace = *v;
+  if (auto v = check.number(root.get("watchdog"), "watchdog", 0)) spec.watchdog = *v;
+  spec.checkpoint_dir = check.directory(root.get("checkpoint_dir"), "checkpoint_dir");
+  spec.log_dir = check.directory(root.get("log_dir"), "log_dir");
+  parse_scheduler(check, root.get("scheduler"), spec);
+  check.finish();
+  return spec;
+}
+
+}  // namespace dlrun::launcher

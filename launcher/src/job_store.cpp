@@ -1,0 +1,333 @@
+#include "dlrun/launcher/job_store.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/text.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+constexpr const char* k_schema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id               INTEGER PRIMARY KEY AUTOINCREMENT,
+  name             TEXT NOT NULL,
+  state            TEXT NOT NULL,
+  spec_text        TEXT NOT NULL,
+  spec_path        TEXT NOT NULL,
+  base_dir         TEXT NOT NULL,
+  environment      BLOB NOT NULL,
+  uses_gpus        INTEGER NOT NULL,
+  min_ranks        INTEGER NOT NULL,
+  max_ranks        INTEGER NOT NULL,
+  gpu_request      TEXT NOT NULL DEFAULT '',
+  ranks            INTEGER NOT NULL DEFAULT 0,
+  gpu_ids          TEXT NOT NULL DEFAULT '',
+  submitted_at     REAL NOT NULL,
+  started_at       REAL NOT NULL DEFAULT 0,
+  ended_at         REAL NOT NULL DEFAULT 0,
+  exit_code        INTEGER,
+  reason           TEXT NOT NULL DEFAULT '',
+  restarts         INTEGER NOT NULL DEFAULT 0,
+  run_dir          TEXT NOT NULL DEFAULT '',
+  supervisor_pid   INTEGER NOT NULL DEFAULT 0,
+  supervisor_start INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+)sql";
+
+constexpr const char* k_columns =
+    "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
+    "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
+    "run_dir, supervisor_pid, supervisor_start";
+
+std::string join(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const auto& id : ids) out += (out.empty() ? "" : ",") + id;
+  return out;
+}
+
+std::vector<std::string> split_ids(const std::string& text) {
+  if (text.empty()) return {};
+  return split(text, ',');
+}
+
+}  // namespace
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string to_string(JobState state) {
+  switch (state) {
+    case JobState::pending: return "PENDING";
+    case JobState::running: return "RUNNING";
+    case JobState::rescaling: return "RESCALING";
+    case JobState::succeeded: return "SUCCEEDED";
+    case JobState::failed: return "FAILED";
+    case JobState::cancelled: return "CANCELLED";
+  }
+  return "UNKNOWN";
+}
+
+std::optional<JobState> parse_job_state(const std::string& text) {
+  for (auto s : {JobState::pending, JobState::running, JobState::rescaling, JobState::succeeded,
+                 JobState::failed, JobState::cancelled}) {
+    if (to_string(s) == text) return s;
+  }
+  return std::nullopt;
+}
+
+bool is_terminal(JobState state) {
+  return state == JobState::succeeded || state == JobState::failed || state == JobState::cancelled;
+}
+
+// A prepared statement; binds by position, steps, finalises on destruction.
+class JobStore::Statement {
+ public:
+  Statement(sqlite3* db, const std::string& sql) : m_db(db) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &m_stmt, nullptr) != SQLITE_OK) {
+      throw Error(fmt::format("job store: {} (in: {})", sqlite3_errmsg(db), sql));
+    }
+  }
+  ~Statement() { sqlite3_finalize(m_stmt); }
+  Statement& bind(int i, int64_t v) { check(sqlite3_bind_int64(m_stmt, i, v)); return *this; }
+  Statement& bind(int i, int v) { return bind(i, static_cast<int64_t>(v)); }
+  Statement& bind(int i, double v) { check(sqlite3_bind_double(m_stmt, i, v)); return *this; }
+  Statement& bind(int i, const std::string& v) {
+    check(sqlite3_bind_text(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    return *this;
+  }
+  Statement& bind_blob(int i, const std::string& v) {
+    check(sqlite3_bind_blob(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    return *this;
+  }
+  Statement& bind_null(int i) { check(sqlite3_bind_null(m_stmt, i)); return *this; }
+  // True while there is a row.
+  bool step() {
+    int rc = sqlite3_step(m_stmt);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw Error(fmt::format("job store: {}", sqlite3_errmsg(m_db)));
+  }
+  int64_t int64(int col) { return sqlite3_column_int64(m_stmt, col); }
+  double real(int col) { return sqlite3_column_double(m_stmt, col); }
+  bool is_null(int col) { return sqlite3_column_type(m_stmt, col) == SQLITE_NULL; }
+  std::string text(int col) {
+    auto p = reinterpret_cast<const char*>(sqlite3_column_blob(m_stmt, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(m_stmt, col))) : std::string();
+  }
+
+ private:
+  void check(int rc) {
+    if (rc != SQLITE_OK) throw Error(fmt::format("job store: {}", sqlite3_errmsg(m_db)));
+  }
+  sqlite3* m_db;
+  sqlite3_stmt* m_stmt = nullptr;
+};
+
+JobStore::JobStore(const std::string& path) : m_path(path) {
+  if (sqlite3_open_v2(path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    std::string message = m_db ? sqlite3_errmsg(m_db) : "out of memory";
+    sqlite3_close(m_db);
+    m_db = nullptr;
+    throw Error(fmt::format("cannot open the job store {}: {} (check DLRUN_HOME)", path, message));
+  }
+  sqlite3_busy_timeout(m_db, 30000);
+  // WAL: readers never block the writer; NORMAL sync is crash-safe for the database
+  // (a power cut may lose the last transaction, never corrupt the file).
+  exec("PRAGMA journal_mode=WAL");
+  exec("PRAGMA synchronous=NORMAL");
+  begin_immediate();
+  try {
+    exec(k_schema);
+    commit();
+  } catch (...) {
+    rollback();
+    throw;
+  }
+}
+
+JobStore::~JobStore() { sqlite3_close(m_db); }
+
+void JobStore::exec(const char* sql) {
+  char* error = nullptr;
+  int rc = sqlite3_exec(m_db, sql, nullptr, nullptr, &error);
+  if (rc != SQLITE_OK) {
+    std::string message = error ? error : sqlite3_errstr(rc);
+    sqlite3_free(error);
+    throw Error(fmt::format("job store {}: {}", m_path, message));
+  }
+}
+
+void JobStore::begin_immediate() { exec("BEGIN IMMEDIATE"); }
+void JobStore::commit() { exec("COMMIT"); }
+void JobStore::rollback() { sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr); }
+
+int64_t JobStore::submit(const NewJob& job) {
+  Statement insert(m_db,
+                   "INSERT INTO jobs (name, state, spec_text, spec_path, base_dir, environment, uses_gpus, "
+                   "min_ranks, max_ranks, gpu_request, submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+  insert.bind(1, job.name).bind(2, to_string(JobState::pending)).bind(3, job.spec_text).bind(4, job.spec_path)
+      .bind(5, job.base_dir).bind_blob(6, job.environment).bind(7, job.request.uses_gpus ? 1 : 0)
+      .bind(8, job.request.min_ranks).bind(9, job.request.max_ranks).bind(10, join(job.request.gpu_ids))
+      .bind(11, now_seconds());
+  insert.step();
+  return sqlite3_last_insert_rowid(m_db);
+}
+
+JobRecord JobStore::read_row(Statement& s) {
+  JobRecord r;
+  r.id = s.int64(0);
+  r.name = s.text(1);
+  r.state = parse_job_state(s.text(2)).value_or(JobState::failed);
+  r.submitted.name = r.name;
+  r.submitted.spec_text = s.text(3);
+  r.submitted.spec_path = s.text(4);
+  r.submitted.base_dir = s.text(5);
+  r.submitted.environment = s.text(6);
+  r.submitted.request.uses_gpus = s.int64(7) != 0;
+  r.submitted.request.min_ranks = static_cast<int>(s.int64(8));
+  r.submitted.request.max_ranks = static_cast<int>(s.int64(9));
+  r.submitted.request.gpu_ids = split_ids(s.text(10));
+  r.allocation.ranks = static_cast<int>(s.int64(11));
+  r.allocation.gpu_ids = split_ids(s.text(12));
+  r.submitted_at = s.real(13);
+  r.started_at = s.real(14);
+  r.ended_at = s.real(15);
+  if (!s.is_null(16)) r.exit_code = static_cast<int>(s.int64(16));
+  r.reason = s.text(17);
+  r.restarts = static_cast<int>(s.int64(18));
+  r.run_dir = s.text(19);
+  r.supervisor = {static_cast<pid_t>(s.int64(20)), static_cast<uint64_t>(s.int64(21))};
+  return r;
+}
+
+std::optional<JobRecord> JobStore::get(int64_t id) {
+  Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE id = ?", k_columns));
+  s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  return read_row(s);
+}
+
+std::vector<JobRecord> JobStore::list(bool all, int recent) {
+  std::vector<JobRecord> jobs;
+  std::string sql =
+      all ? fmt::format("SELECT {} FROM jobs ORDER BY id", k_columns)
+          : fmt::format("SELECT * FROM (SELECT {0} FROM jobs WHERE state IN ('SUCCEEDED','FAILED','CANCELLED') "
+                        "ORDER BY id DESC LIMIT {1}) UNION ALL SELECT {0} FROM jobs WHERE state IN "
+                        "('PENDING','RUNNING','RESCALING') ORDER BY id",
+                        k_columns, recent);
+  Statement s(m_db, sql);
+  while (s.step()) jobs.push_back(read_row(s));
+  return jobs;
+}
+
+bool JobStore::claim(int64_t id, const ProcessIdentity& me) {
+  begin_immediate();
+  try {
+    auto job = get(id);
+    bool ok = job && !is_terminal(job->state) &&
+              (job->supervisor.pid == 0 || job->supervisor.pid == me.pid || !job->supervisor.alive());
+    if (ok) {
+      Statement s(m_db, "UPDATE jobs SET supervisor_pid = ?, supervisor_start = ? WHERE id = ?");
+      s.bind(1, static_cast<int64_t>(me.pid)).bind(2, static_cast<int64_t>(me.start_time)).bind(3, id);
+      s.step();
+    }
+    commit();
+    return ok;
+  } catch (...) {
+    rollback();
+    throw;
+  }
+}
+
+Usage JobStore::usage_locked() {
+  Usage usage;
+  Statement s(m_db, "SELECT uses_gpus, ranks, gpu_ids FROM jobs WHERE state IN ('RUNNING','RESCALING')");
+  while (s.step()) {
+    if (s.int64(0)) {
+      for (auto& id : split_ids(s.text(2))) usage.gpus_in_use.insert(id);
+    } else {
+      usage.cpu_slots_in_use += static_cast<int>(s.int64(1));
+    }
+  }
+  return usage;
+}
+
+std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capacity, const std::string& run_dir) {
+  begin_immediate();
+  try {
+    Statement head(m_db, "SELECT id FROM jobs WHERE state = 'PENDING' ORDER BY id LIMIT 1");
+    if (!head.step() || head.int64(0) != id) {
+      commit();
+      return std::nullopt;
+    }
+    auto job = get(id);
+    auto allocation = fit(job->submitted.request, capacity, usage_locked());
+    if (allocation) {
+      Statement s(m_db, "UPDATE jobs SET state = 'RUNNING', ranks = ?, gpu_ids = ?, started_at = ?, run_dir = ? "
+                        "WHERE id = ?");
+      s.bind(1, allocation->ranks).bind(2, join(allocation->gpu_ids)).bind(3, now_seconds()).bind(4, run_dir)
+          .bind(5, id);
+      s.step();
+    }
+    commit();
+    return allocation;
+  } catch (...) {
+    rollback();
+    throw;
+  }
+}
+
+void JobStore::set_restarts(int64_t id, int restarts) {
+  Statement s(m_db, "UPDATE jobs SET restarts = ? WHERE id = ?");
+  s.bind(1, restarts).bind(2, id);
+  s.step();
+}
+
+void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason) {
+  Statement s(m_db, "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, ended_at = ? WHERE id = ? "
+                    "AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')");
+  s.bind(1, to_string(state));
+  if (exit_code) s.bind(2, *exit_code); else s.bind_null(2);
+  s.bind(3, reason).bind(4, now_seconds()).bind(5, id);
+  s.step();
+}
+
+bool JobStore::cancel_pending(int64_t id, const std::string& reason) {
+  Statement s(m_db, "UPDATE jobs SET state = 'CANCELLED', reason = ?, ended_at = ? WHERE id = ? AND state = 'PENDING'");
+  s.bind(1, reason).bind(2, now_seconds()).bind(3, id);
+  s.step();
+  return sqlite3_changes(m_db) > 0;
+}
+
+Orphans JobStore::sweep(double pending_grace_seconds) {
+  Orphans orphans;
+  std::vector<JobRecord> active;
+  {
+    Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING','RUNNING','RESCALING')", k_columns));
+    while (s.step()) active.push_back(read_row(s));
+  }
+  double now = now_seconds();
+  for (const auto& job : active) {
+    if (job.supervisor.pid != 0 && job.supervisor.alive()) continue;
+    if (job.state == JobState::pending) {
+      if (job.supervisor.pid != 0 || now - job.submitted_at > pending_grace_seconds) {
+        orphans.pending_without_supervisor.push_back(job.id);
+      }
+      continue;
+    }
+    finish(job.id, JobState::failed, std::nullopt,
+           fmt::format("lost: its supervisor (pid {}) died; its ranks were killed with it", job.supervisor.pid));
+    orphans.marked_lost.push_back(job.id);
+  }
+  return orphans;
+}
+
+}  // namespace dlrun::launcher
