@@ -33,10 +33,15 @@ class Checker {
     for (const auto& [key, node] : table) {
       std::string name(key.str());
       if (std::find(known.begin(), known.end(), name) != known.end()) continue;
-      auto hint = closest_match(name, known);
-      error(key.source(), fmt::format("unknown key '{}'{}{}", name, where.empty() ? "" : " in [" + where + "]",
-                                      hint ? fmt::format(" (did you mean '{}'?)", *hint)
-                                           : fmt::format(" (known keys: {})", join(known))));
+      std::string hint;
+      if (auto close = closest_match(name, known)) {
+        hint = fmt::format(" (did you mean '{}'?)", *close);
+      } else if (auto top = where.empty() ? std::nullopt : closest_match(name, k_top_keys)) {
+        hint = fmt::format(" (did you mean '{}'? it belongs at the top, before any [table])", *top);
+      } else {
+        hint = fmt::format(" (known keys: {})", join(known));
+      }
+      error(key.source(), fmt::format("unknown key '{}'{}{}", name, where.empty() ? "" : " in [" + where + "]", hint));
     }
   }
 

@@ -233,7 +233,8 @@ bool JobStore::claim(int64_t id, const ProcessIdentity& me) {
   try {
     auto job = get(id);
     bool ok = job && !is_terminal(job->state) &&
-              (job->supervisor.pid == 0 || job->supervisor.pid == me.pid || !job->supervisor.alive());
+              (job->supervisor.pid == 0 || !job->supervisor.alive() ||
+               (job->supervisor.pid == me.pid && job->supervisor.start_time == me.start_time));
     if (ok) {
       Statement s(m_db, "UPDATE jobs SET supervisor_pid = ?, supervisor_start = ? WHERE id = ?");
       s.bind(1, static_cast<int64_t>(me.pid)).bind(2, static_cast<int64_t>(me.start_time)).bind(3, id);

@@ -1,0 +1,360 @@
+"""`dlrun submit`, `status`, `logs`, `cancel`: the job queue on this machine, with real
+detached supervisors, a real SQLite store and real processes."""
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+import unittest
+
+from harness import DLRUN, DlrunTestCase, kill_quietly, pid_alive, read_pids, wait_for
+
+MINIMAL = '''name = "hello"
+command = ["sh", "-c", "echo rank $RANK of $WORLD_SIZE"]
+[resources]
+nproc = 2
+'''
+
+
+def supervisor_pid(job_id):
+    """The pid of `dlrun _supervise JOB_ID`, found in /proc."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(args) >= 3 and args[1] == b"_supervise" and args[2] == str(job_id).encode():
+            return int(entry)
+    return None
+
+
+def read_words(path):
+    try:
+        with open(path) as f:
+            return f.read().split()
+    except FileNotFoundError:
+        return []
+
+
+class JobsTestCase(DlrunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.env["DLRUN_CPU_SLOTS"] = "4"
+        self.procs_to_kill = []
+
+    def tearDown(self):
+        # Leave no job running behind a failed test.
+        r = self.dlrun("status", "--json")
+        if r.returncode == 0:
+            for job in json.loads(r.stdout):
+                if job["state"] in ("PENDING", "RUNNING"):
+                    self.dlrun("cancel", "--force", str(job["id"]))
+        kill_quietly(self.procs_to_kill)
+        super().tearDown()
+
+    def job_file(self, text, name="job.toml"):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def submit(self, text, *extra):
+        r = self.dlrun("submit", "--parsable", *extra, self.job_file(text, f"job-{random.random()}.toml"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return int(r.stdout)
+
+    def status(self, job_id):
+        r = self.dlrun("status", "--json", str(job_id))
+        self.assertIn(r.returncode, (0, 1, 3, 4, 5), r.stderr)
+        return json.loads(r.stdout)
+
+    def wait_state(self, job_id, states, timeout=60):
+        job = wait_for(lambda: (lambda j: j if j["state"] in states else None)(self.status(job_id)), timeout, 0.05)
+        self.assertIsNotNone(job, f"job {job_id} never reached {states}: {self.status(job_id)}")
+        return job
+
+    def all_jobs(self):
+        r = self.dlrun("status", "--all", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+
+class Submit(JobsTestCase):
+    def test_minimal_job_runs_detached(self):
+        start = time.monotonic()
+        r = self.dlrun("submit", self.job_file(MINIMAL))
+        self.assertLess(time.monotonic() - start, 5)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"^Submitted job (\d+) ")
+        job_id = int(r.stdout.split()[2])
+        job = self.wait_state(job_id, ("SUCCEEDED", "FAILED"))
+        self.assertEqual((job["state"], job["exit_code"], job["ranks"]), ("SUCCEEDED", 0, 2))
+        logs = self.dlrun("logs", str(job_id))
+        self.assertIn("[0] rank 0 of 2\n", logs.stdout)
+        self.assertIn("[1] rank 1 of 2\n", logs.stdout)
+        self.assertEqual(self.dlrun("logs", str(job_id), "--rank", "1").stdout, "rank 1 of 2\n")
+
+    def test_parsable_prints_only_the_id(self):
+        r = self.dlrun("submit", "--parsable", self.job_file(MINIMAL))
+        self.assertRegex(r.stdout, r"^\d+\n$")
+
+    def test_wait_exits_with_the_jobs_code(self):
+        ok = self.dlrun("submit", "--wait", self.job_file(MINIMAL))
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        failing = MINIMAL.replace('echo rank $RANK of $WORLD_SIZE', 'if [ $RANK = 1 ]; then exit 3; fi; sleep 30')
+        r = self.dlrun("submit", "--wait", "--parsable", self.job_file(failing), timeout=120)
+        self.assertEqual(r.returncode, 3)
+        job = self.status(int(r.stdout))
+        self.assertEqual(job["state"], "FAILED")
+        self.assertEqual(job["reason"], "rank 1 exited with code 3")
+
+    def test_job_env_workdir_and_checkpoint_dir(self):
+        os.makedirs(os.path.join(self.tmp, "work"))
+        text = '''name = "env"
+command = ["sh", "-c", "echo $GREETING $(pwd) $DLRUN_CHECKPOINT_DIR $DLRUN_JOB_ID"]
+workdir = "work"
+[env]
+GREETING = "hi"
+[resources]
+nproc = 1
+'''
+        job_id = self.submit(text, "--wait")
+        out = self.dlrun("logs", str(job_id), "--rank", "0").stdout.split()
+        self.assertEqual(out, ["hi", os.path.join(self.tmp, "work"),
+                               os.path.join(self.home, "jobs", str(job_id), "checkpoints"), str(job_id)])
+
+    def test_relative_program_is_found_in_workdir(self):
+        self.script("train.sh", "echo trained\n")
+        job_id = self.submit('command = ["./train.sh"]\n[resources]\nnproc = 1\n', "--wait")
+        self.assertEqual(self.status(job_id)["state"], "SUCCEEDED")
+        self.assertEqual(self.dlrun("logs", str(job_id), "--rank", "0").stdout, "trained\n")
+
+    def test_status_exit_codes(self):
+        ok = self.submit(MINIMAL, "--wait")
+        self.assertEqual(self.dlrun("status", str(ok)).returncode, 0)
+        r = self.dlrun("submit", "--wait", "--parsable", self.job_file(MINIMAL.replace("echo rank", "exit 4; echo")))
+        self.assertEqual(r.returncode, 4)
+        self.assertEqual(self.dlrun("status", r.stdout.strip()).returncode, 1)
+        r = self.dlrun("status", "12345")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no job 12345", r.stderr)
+
+    def test_status_table(self):
+        job_id = self.submit(MINIMAL, "--wait")
+        r = self.dlrun("status")
+        self.assertEqual(r.returncode, 0)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S"])
+        self.assertEqual(lines[1].split()[:6], [str(job_id), "hello", "SUCCEEDED", "2", "-", "0"])
+
+    def test_logs_follow_until_the_end(self):
+        text = MINIMAL.replace('echo rank $RANK of $WORLD_SIZE', 'for i in 1 2 3; do echo tick $i; sleep 0.3; done')
+        job_id = self.submit(text)
+        r = self.dlrun("logs", "-f", "--rank", "0", str(job_id), timeout=60)
+        self.assertEqual(r.stdout, "tick 1\ntick 2\ntick 3\n")
+
+
+class Validation(JobsTestCase):
+    def assert_refused(self, text, message):
+        self.job_file(text)
+        r = self.dlrun("submit", "job.toml", cwd=self.tmp)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(message, r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertEqual(self.all_jobs(), [], "a job was submitted")
+
+    def test_unknown_key_with_hint(self):
+        self.assert_refused(MINIMAL + "max_restart = 2\n",
+                            "dlrun: error: job.toml:5:1: unknown key 'max_restart' in [resources] (did you mean 'max_restarts'? "
+                            "it belongs at the top, before any [table])")
+
+    def test_misspelt_top_level_key(self):
+        self.assert_refused(MINIMAL.replace("name =", "nmae ="), "job.toml:1:1: unknown key 'nmae' (did you mean 'name'?)")
+
+    def test_wrong_type(self):
+        self.assert_refused(MINIMAL.replace("nproc = 2", 'nproc = true'),
+                            "job.toml:4:9: 'nproc' must be a count (2) or an elastic range (\"2:4\"), not a boolean")
+
+    def test_bad_range(self):
+        self.assert_refused(MINIMAL.replace("nproc = 2", "nproc = -1"), "job.toml:4:9: 'nproc' = -1 is out of range")
+        self.assert_refused("grace = -5\n" + MINIMAL, "job.toml:1:9: 'grace' = -5 is out of range: must be at least 0")
+
+    def test_syntax_error(self):
+        self.assert_refused(MINIMAL.replace('"hello"', '"hello'), "job.toml:1:")
+
+    def test_missing_program(self):
+        self.assert_refused(MINIMAL.replace('"sh", "-c"', '"no-such-program-xyz", "-c"'),
+                            "job.toml: program 'no-such-program-xyz' not found in PATH")
+
+    def test_more_than_the_machine_has(self):
+        self.assert_refused(MINIMAL.replace("nproc = 2", "nproc = 5"),
+                            "can never run here: it needs 5 CPU slots, this machine has 4")
+        env = dict(self.env, DLRUN_FAKE_GPUS="2")
+        r = self.dlrun("submit", self.job_file(MINIMAL.replace("nproc = 2", "gpus = 3")), env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("needs 3 GPUs, this machine has 2", r.stderr)
+
+    def test_missing_file(self):
+        r = self.dlrun("submit", os.path.join(self.tmp, "nope.toml"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot read job file", r.stderr)
+
+
+class Scheduling(JobsTestCase):
+    def test_queued_job_waits_for_slots(self):
+        self.env["DLRUN_CPU_SLOTS"] = "2"
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'name = "first"\ncommand = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                            '[resources]\nnproc = 2\n')
+        self.wait_state(first, ("RUNNING",))
+        second = self.submit('name = "second"\ncommand = ["true"]\n[resources]\nnproc = 1\n')
+        time.sleep(1.0)
+        self.assertEqual(self.status(second)["state"], "PENDING")
+        self.assertEqual(self.dlrun("status", str(second)).returncode, 4)
+        self.assertEqual(self.dlrun("status", str(first)).returncode, 5)
+        open(gate, "w").close()
+        a = self.wait_state(first, ("SUCCEEDED",))
+        b = self.wait_state(second, ("SUCCEEDED",))
+        self.assertGreaterEqual(b["started_at"], a["ended_at"])
+
+    def test_two_jobs_never_share_a_gpu(self):
+        self.env["DLRUN_FAKE_GPUS"] = "3"
+        record = os.path.join(self.tmp, "gpus")
+        text = ('command = ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES $(date +%s.%N) start >> {r}; sleep 0.4; '
+                'echo $CUDA_VISIBLE_DEVICES $(date +%s.%N) end >> {r}"]\n[resources]\ngpus = 2\n').format(r=record)
+        ids = [self.submit(text) for _ in range(4)]
+        for job_id in ids:
+            self.wait_state(job_id, ("SUCCEEDED",), timeout=120)
+        intervals = {}
+        with open(record) as f:
+            for line in f:
+                gpu, stamp, what = line.split()
+                intervals.setdefault(gpu, []).append((float(stamp), what))
+        # Each GPU's starts and ends must alternate: never two holders at once.
+        self.assertEqual(sum(len(v) for v in intervals.values()), 16)
+        for gpu, events in intervals.items():
+            depth = 0
+            for _, what in sorted(events):
+                depth += 1 if what == "start" else -1
+                self.assertLessEqual(depth, 1, f"GPU {gpu} shared")
+        gpus = {tuple(sorted(job["gpus"])) for job in map(self.status, ids)}
+        for pair in gpus:
+            self.assertEqual(len(pair), 2)
+
+    def test_fifty_concurrent_submits(self):
+        path = self.job_file('command = ["true"]\n[resources]\nnproc = 1\n')
+        procs = [subprocess.Popen([DLRUN, "submit", "--parsable", path], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=self.env) for _ in range(50)]
+        ids = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+            ids.append(int(out))
+        self.assertEqual(len(set(ids)), 50)
+        for job_id in ids:
+            self.wait_state(job_id, ("SUCCEEDED",), timeout=180)
+
+
+class CrashSafety(JobsTestCase):
+    def test_kill_9_during_submit_loses_nothing(self):
+        path = self.job_file('command = ["true"]\n[resources]\nnproc = 1\n')
+        printed = []
+        for i in range(12):
+            p = subprocess.Popen([DLRUN, "submit", "--parsable", path], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True, env=self.env)
+            time.sleep(random.uniform(0, 0.03))
+            p.kill()
+            out, _ = p.communicate()
+            if out.strip():
+                printed.append(int(out))
+        # Every job the store knows (whatever the submit managed to print) must run to the end.
+        def settled():
+            jobs = self.all_jobs()  # each status call sweeps and adopts orphans
+            return jobs if all(j["state"] == "SUCCEEDED" for j in jobs) else None
+        jobs = wait_for(settled, 60, 0.2)
+        self.assertIsNotNone(jobs, self.all_jobs())
+        self.assertTrue(set(printed) <= {j["id"] for j in jobs})
+        db = sqlite3.connect(os.path.join(self.home, "jobs.db"))
+        self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+
+    def test_kill_9_of_a_running_supervisor_marks_the_job_lost(self):
+        pids = os.path.join(self.tmp, "pids")
+        job_id = self.submit(f'command = ["sh", "-c", "echo $$ >> {pids}; exec sleep 300"]\n[resources]\nnproc = 2\n')
+        self.wait_state(job_id, ("RUNNING",))
+        self.assertTrue(wait_for(lambda: len(read_pids(pids)) == 2, 30))
+        self.procs_to_kill += read_pids(pids)
+        pid = supervisor_pid(job_id)
+        self.assertIsNotNone(pid)
+        os.kill(pid, signal.SIGKILL)
+        job = self.wait_state(job_id, ("FAILED",), timeout=30)
+        self.assertIn("lost", job["reason"])
+        self.assertTrue(wait_for(lambda: not any(pid_alive(p) for p in read_pids(pids)), 5), "ranks survived")
+        # Its slots are free again.
+        self.submit(MINIMAL, "--wait")
+
+    def test_kill_9_of_a_pending_supervisor_does_not_lose_the_job(self):
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')
+        second = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
+        self.assertTrue(wait_for(lambda: supervisor_pid(second), 10))
+        os.kill(supervisor_pid(second), signal.SIGKILL)
+        open(gate, "w").close()
+        self.wait_state(first, ("SUCCEEDED",))
+        self.assertEqual(self.wait_state(second, ("SUCCEEDED",))["exit_code"], 0)
+
+
+class Cancel(JobsTestCase):
+    def test_cancel_running_job_stops_ranks_gracefully(self):
+        marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
+        job_id = self.submit(f'command = ["sh", "-c", "trap \'echo $RANK >> {marks}; exit 0\' TERM; echo x >> {ready}; '
+                             f'while true; do sleep 0.05; done"]\n[resources]\nnproc = 2\n')
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30))
+        r = self.dlrun("cancel", str(job_id))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, f"Job {job_id} CANCELLED\n")
+        job = self.status(job_id)
+        self.assertEqual((job["state"], job["exit_code"]), ("CANCELLED", 143))
+        with open(marks) as f:
+            self.assertEqual(sorted(f.read().split()), ["0", "1"])
+        self.assertEqual(self.dlrun("status", str(job_id)).returncode, 3)
+
+    def test_cancel_pending_job(self):
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')
+        second = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
+        r = self.dlrun("cancel", str(second))
+        self.assertEqual(r.stdout, f"Job {second} CANCELLED\n")
+        open(gate, "w").close()
+        self.wait_state(first, ("SUCCEEDED",))
+        time.sleep(0.5)
+        job = self.status(second)
+        self.assertEqual((job["state"], job["reason"]), ("CANCELLED", "cancelled before it started"))
+
+    def test_cancel_kills_a_job_that_ignores_sigterm(self):
+        job_id = self.submit('grace = 0.5\ncommand = ["sh", "-c", "trap \'\' TERM; while true; do sleep 0.05; done"]\n'
+                             '[resources]\nnproc = 1\n')
+        self.wait_state(job_id, ("RUNNING",))
+        time.sleep(0.3)
+        start = time.monotonic()
+        r = self.dlrun("cancel", str(job_id))
+        self.assertLess(time.monotonic() - start, 30)
+        self.assertEqual(r.stdout, f"Job {job_id} CANCELLED\n")
+
+    def test_cancel_unknown_and_finished_jobs(self):
+        r = self.dlrun("cancel", "999")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no job 999", r.stderr)
+        job_id = self.submit(MINIMAL, "--wait")
+        self.assertEqual(self.dlrun("cancel", str(job_id)).stdout, f"Job {job_id} had already ended (SUCCEEDED)\n")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,45 @@
+#include "dlrun/launcher/job_report.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::JobReport") {
+  TEST_CASE("durations read like squeue") {
+    CHECK(format_duration(5) == "0:05");
+    CHECK(format_duration(754) == "12:34");
+    CHECK(format_duration(3723) == "1:02:03");
+    CHECK(format_duration(2 * 86400 + 3 * 3600 + 4 * 60 + 5) == "2-03:04:05");
+    CHECK(format_duration(-3) == "0:00");
+  }
+  TEST_CASE("tables are aligned") {
+    CHECK(render_table({{"ID", "NAME"}, {"12", "x"}}) == "ID  NAME\n12  x\n");
+  }
+  TEST_CASE("metrics lines give batch size and throughput") {
+    auto m = parse_metrics_line(R"({"step": 120, "global_batch": 512, "samples_per_sec": 1834.5, "goodput": 1.2})");
+    CHECK(m.step == 120);
+    CHECK(m.global_batch == 512);
+    CHECK(m.samples_per_sec == 1834.5);
+    CHECK_FALSE(parse_metrics_line("{}").global_batch);
+    CHECK_FALSE(number_field(R"({"global_batch": "x"})", "global_batch"));
+  }
+  TEST_CASE("status exit codes") {
+    CHECK(status_exit_code(JobState::succeeded) == 0);
+    CHECK(status_exit_code(JobState::failed) == 1);
+    CHECK(status_exit_code(JobState::cancelled) == 3);
+    CHECK(status_exit_code(JobState::pending) == 4);
+    CHECK(status_exit_code(JobState::running) == 5);
+  }
+  TEST_CASE("a job as JSON has the keys scripts need") {
+    JobRecord job;
+    job.id = 7;
+    job.name = "say \"hi\"";
+    job.state = JobState::failed;
+    job.exit_code = 3;
+    std::string json = job_json(job, 0);
+    CHECK(json.find("\"id\": 7") != std::string::npos);
+    CHECK(json.find("\"name\": \"say \\\"hi\\\"\"") != std::string::npos);
+    CHECK(json.find("\"state\": \"FAILED\"") != std::string::npos);
+    CHECK(json.find("\"exit_code\": 3") != std::string::npos);
+  }
+}

@@ -1,0 +1,122 @@
+#include "dlrun/launcher/job_spec.hpp"
+
+#include <doctest/doctest.h>
+
+#include "dlrun/launcher/error.hpp"
+
+using namespace dlrun::launcher;
+
+namespace {
+JobSpec parse(const std::string& text) { return parse_job_spec(text, "job.toml", "/jobs"); }
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const dlrun::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_SUITE("launcher::JobSpec") {
+  TEST_CASE("the minimal file from the docs is accepted as it is") {
+    auto spec = parse(R"(name = "hello"
+command = ["sh", "-c", "echo rank $RANK of $WORLD_SIZE"]
+[resources]
+nproc = 2
+)");
+    CHECK(spec.name == "hello");
+    CHECK(spec.command == std::vector<std::string>{"sh", "-c", "echo rank $RANK of $WORLD_SIZE"});
+    REQUIRE(spec.nproc);
+    CHECK(spec.nproc->min == 2);
+    CHECK(spec.nproc->max == 2);
+    CHECK(spec.workdir == "/jobs");
+    CHECK(spec.scheduler == "local");
+    CHECK(spec.max_restarts == 0);
+    CHECK(spec.grace == 10);
+  }
+  TEST_CASE("every key") {
+    auto spec = parse(R"(name = "big"
+command = ["./train", "--epochs", "3"]
+workdir = "src"
+max_restarts = 3
+grace = 30
+watchdog = 120.5
+checkpoint_dir = "/ckpt"
+log_dir = "logs"
+[env]
+NCCL_DEBUG = "INFO"
+SEED = 7
+[resources]
+gpus = "2:4"
+[scheduler]
+kind = "local"
+)");
+    CHECK(spec.workdir == "/jobs/src");
+    CHECK(spec.max_restarts == 3);
+    CHECK(spec.grace == 30);
+    CHECK(spec.watchdog == 120.5);
+    CHECK(spec.checkpoint_dir == "/ckpt");
+    CHECK(spec.log_dir == "/jobs/logs");
+    CHECK(spec.env.at("NCCL_DEBUG") == "INFO");
+    CHECK(spec.env.at("SEED") == "7");
+    REQUIRE(spec.gpus);
+    CHECK(spec.gpus->elastic());
+    CHECK(spec.gpus->min == 2);
+    CHECK(spec.ranks() == 4);
+  }
+  TEST_CASE("a list of GPUs asks for exactly those") {
+    auto spec = parse("command = [\"x\"]\n[resources]\ngpus = [0, 2]\n");
+    CHECK(spec.gpu_ids == std::vector<std::string>{"0", "2"});
+    CHECK(spec.ranks() == 2);
+    CHECK(spec.name == "x");
+  }
+  TEST_CASE("a misspelt key is reported with its position and a suggestion") {
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\ngpu = 2\n") ==
+          "job.toml:4:1: unknown key 'gpu' in [resources] (did you mean 'gpus'?)");
+    CHECK(error_of("comand = [\"x\"]\n[resources]\nnproc = 1\n") ==
+          "job.toml:1:1: unknown key 'comand' (did you mean 'command'?)\n"
+          "job.toml: missing required key 'command' (e.g. command = [\"./train\", \"--epochs\", \"3\"])");
+  }
+  TEST_CASE("wrong types") {
+    CHECK(error_of("command = \"./train\"\n[resources]\nnproc = 1\n") ==
+          "job.toml:1:11: 'command' must be a non-empty array of strings, e.g. [\"python3\", \"train.py\"]");
+    CHECK(error_of("command = [\"x\"]\ngrace = \"10\"\n[resources]\nnproc = 1\n") ==
+          "job.toml:2:9: 'grace' must be a number, not a string");
+    CHECK(error_of("command = [\"x\", 3]\n[resources]\nnproc = 1\n") ==
+          "job.toml:1:17: 'command' items must be strings, not an integer");
+  }
+  TEST_CASE("bad ranges") {
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 0\n") ==
+          "job.toml:3:9: 'nproc' = 0 is out of range: must be 1 to 100000");
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = \"4:2\"\n") ==
+          "job.toml:3:9: 'nproc' = \"4:2\": expected \"MIN:MAX\" with 1 <= MIN <= MAX, e.g. \"2:4\"");
+    CHECK(error_of("command = [\"x\"]\nmax_restarts = -1\n[resources]\nnproc = 1\n") ==
+          "job.toml:2:16: 'max_restarts' = -1 is out of range: must be 0 to 1000000");
+  }
+  TEST_CASE("resources must say how many ranks, one way") {
+    CHECK(error_of("command = [\"x\"]\n") ==
+          "job.toml: missing [resources]: say nproc = N (CPU ranks) or gpus = N (one rank per GPU)");
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\ngpus = 1\n") ==
+          "job.toml:4:8: give either nproc (CPU ranks) or gpus (one rank per GPU), not both");
+  }
+  TEST_CASE("scheduler kinds") {
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = \"slurmm\"\n") ==
+          "job.toml:5:8: unknown scheduler kind 'slurmm' (did you mean 'slurm'?)");
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = \"slurm\"\n") ==
+          "job.toml:5:8: scheduler kind 'slurm' is not supported by this version of dlrun yet; use \"local\"");
+  }
+  TEST_CASE("TOML syntax errors carry the position") {
+    std::string e = error_of("command = [\"x\"\n");
+    CHECK(e.rfind("job.toml:", 0) == 0);
+    CHECK(e.find("job.toml:1:16: ") == 0);
+    CHECK(e.find("end-of-file") != std::string::npos);
+  }
+  TEST_CASE("all problems are reported at once") {
+    std::string e = error_of("nam = 1\ncommand = [\"x\"]\ngrace = -2\n[resources]\nnproc = 0\n");
+    CHECK(e.find("unknown key 'nam'") != std::string::npos);
+    CHECK(e.find("'grace' = -2 is out of range") != std::string::npos);
+    CHECK(e.find("'nproc' = 0 is out of range") != std::string::npos);
+  }
+}

@@ -1,0 +1,47 @@
+#include "dlrun/launcher/scheduling_policy.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace dlrun::launcher;
+
+namespace {
+ResourceRequest gpus(int min, int max) { return {true, min, max, {}}; }
+ResourceRequest cpus(int min, int max) { return {false, min, max, {}}; }
+}  // namespace
+
+TEST_SUITE("launcher::SchedulingPolicy") {
+  Capacity machine{4, 8};
+
+  TEST_CASE("free GPUs are handed out lowest index first") {
+    Usage usage{{"0", "2"}, 0};
+    auto a = fit(gpus(2, 2), machine, usage);
+    REQUIRE(a);
+    CHECK(a->gpu_ids == std::vector<std::string>{"1", "3"});
+    CHECK(a->ranks == 2);
+  }
+  TEST_CASE("a GPU in use is never handed out again") {
+    Usage usage{{"0", "1", "2"}, 0};
+    CHECK_FALSE(fit(gpus(2, 2), machine, usage));
+    ResourceRequest exact{true, 1, 1, {"1"}};
+    CHECK_FALSE(fit(exact, machine, usage));
+    ResourceRequest free_one{true, 1, 1, {"3"}};
+    CHECK(fit(free_one, machine, usage)->gpu_ids == std::vector<std::string>{"3"});
+  }
+  TEST_CASE("CPU slots add up") {
+    CHECK(fit(cpus(4, 4), machine, Usage{{}, 4})->ranks == 4);
+    CHECK_FALSE(fit(cpus(5, 5), machine, Usage{{}, 4}));
+  }
+  TEST_CASE("elastic requests take what fits, at least min") {
+    CHECK(fit(gpus(1, 4), machine, Usage{{"0"}, 0})->ranks == 3);
+    CHECK(fit(cpus(2, 6), machine, Usage{{}, 3})->ranks == 5);
+    CHECK_FALSE(fit(cpus(6, 8), machine, Usage{{}, 3}));
+  }
+  TEST_CASE("requests that can never fit say why") {
+    CHECK(never_fits(gpus(5, 5), machine) == "needs 5 GPUs, this machine has 4");
+    CHECK(never_fits(cpus(9, 9), machine) ==
+          "needs 9 CPU slots, this machine has 8 (set DLRUN_CPU_SLOTS to allow more)");
+    ResourceRequest missing{true, 1, 1, {"7"}};
+    CHECK(never_fits(missing, machine) == "asks for GPU 7, this machine has 4 GPUs");
+    CHECK(never_fits(gpus(2, 8), machine).empty());
+  }
+}
