@@ -23,6 +23,7 @@ demo: build
 
 bench: build
 	@bench/launch.sh $(BUILD)/cli/dlrun
+	@/usr/bin/python3 bench/jobs.py $(BUILD)/cli/dlrun
 
 clean:
 	rm -rf $(BUILD)

@@ -4,21 +4,12 @@ dlrun vs torchrun (Debian's, through shared/bench/torchrun-debian). Prints a Mar
 table; median of repeated runs. Usage: bench/launch.py DLRUN [--runs K] [--torchrun PATH]"""
 import argparse
 import os
-import statistics
 import subprocess
+
 import tempfile
 import time
 
-
-def time_runs(cmd, runs, env):
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        times.append(time.perf_counter() - start)
-        if r.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.decode()[-500:]}")
-    return statistics.median(times), min(times), max(times)
+from timing import print_table, time_runs
 
 
 def main():
@@ -37,9 +28,7 @@ def main():
         cmd = [args.torchrun, "--nproc_per_node", "8", "--monitor_interval", "0.1", "--no_python", "/bin/true"]
         rows.append(("torchrun --nproc_per_node 8 --monitor_interval 0.1 --no_python /bin/true",
                      time_runs(cmd, max(3, args.runs // 4), env)))
-    print(f"| command | median | min | max |\n|---|---|---|---|")
-    for name, (med, lo, hi) in rows:
-        print(f"| `{name}` | {med * 1000:.1f} ms | {lo * 1000:.1f} ms | {hi * 1000:.1f} ms |")
+    print_table(rows)
     if len(rows) == 3:
         print(f"\ndlrun is {rows[2][1][0] / rows[0][1][0]:.0f}x faster than torchrun at 8 ranks.")
 
