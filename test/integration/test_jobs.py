@@ -152,6 +152,21 @@ nproc = 1
         self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S"])
         self.assertEqual(lines[1].split()[:6], [str(job_id), "hello", "SUCCEEDED", "2", "-", "0"])
 
+    def test_status_shows_the_runtimes_metrics(self):
+        gate = os.path.join(self.tmp, "gate")
+        text = ('command = ["sh", "-c", "if [ $RANK = 0 ]; then '
+                'echo \'{\\"step\\": 10, \\"global_batch\\": 256, \\"samples_per_sec\\": 1234.5}\' >> $DLRUN_RUN_DIR/metrics.jsonl; fi; '
+                f'while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 2\n')
+        job_id = self.submit(text)
+        self.wait_state(job_id, ("RUNNING",))
+        job = wait_for(lambda: (lambda j: j if j["global_batch"] else None)(self.status(job_id)), 30)
+        self.assertIsNotNone(job)
+        self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 1234.5))
+        row = [line.split() for line in self.dlrun("status").stdout.splitlines() if line.startswith(str(job_id) + " ")][0]
+        self.assertEqual(row[-2:], ["256", "1234.5"])
+        open(gate, "w").close()
+        self.wait_state(job_id, ("SUCCEEDED",))
+
     def test_logs_follow_until_the_end(self):
         text = MINIMAL.replace('echo rank $RANK of $WORLD_SIZE', 'for i in 1 2 3; do echo tick $i; sleep 0.3; done')
         job_id = self.submit(text)
