@@ -12,6 +12,7 @@
 #include "dlrun/launcher/gpu_selection.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/rank_env.hpp"
 #include "dlrun/launcher/supervisor.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -94,6 +95,36 @@ LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& en
   job.base_env = env;
   job.cores = usable_cores();
   return job;
+}
+
+std::vector<Member> plan_local_members(const LocalJob& job, int restart_count) {
+  const auto& options = job.options;
+  NodePlanInput plan;
+  plan.local_world_size = job.world_size;
+  plan.world_size = job.global_world_size > 0 ? job.global_world_size : job.world_size;
+  plan.node_rank = job.node_rank;
+  plan.num_nodes = job.num_nodes;
+  plan.first_rank = job.first_rank;
+  plan.master_addr = options.master_addr;
+  plan.master_port = options.master_port ? *options.master_port : pick_free_port(options.master_addr);
+  plan.run_dir = job.run_dir;
+  plan.job_id = job.job_id;
+  plan.restart_count = restart_count;
+  plan.cores = job.cores;
+  plan.gpu_ids = job.gpu_ids;
+  plan.gpu_binding = options.gpu_binding;
+  plan.base = job.base_env;
+  std::vector<Member> members;
+  for (auto& spec : plan_node_ranks(plan)) {
+    Member member;
+    member.name = fmt::format("rank {}", spec.rank);
+    member.log_path = rank_log_path(job.run_dir, spec.rank);
+    member.label = {spec.rank, spec.local_rank, job.node_rank, plan.world_size, job.host};
+    member.program = job.program;
+    member.spec = std::move(spec);
+    members.push_back(std::move(member));
+  }
+  return members;
 }
 
 int run_local_job(const LocalJob& job) {

@@ -86,39 +86,27 @@ bool Supervisor::poll_once() {
 
 void Supervisor::start_attempt() {
   const auto& options = m_job.options;
-  m_master_port = options.master_port ? *options.master_port : pick_free_port(options.master_addr);
-  NodePlanInput plan;
-  plan.local_world_size = m_job.world_size;
-  plan.world_size = m_job.world_size;
-  plan.master_addr = options.master_addr;
-  plan.master_port = m_master_port;
-  plan.run_dir = m_job.run_dir;
-  plan.job_id = m_job.job_id;
-  plan.restart_count = m_restart_count;
-  plan.cores = m_job.cores;
-  plan.gpu_ids = m_job.gpu_ids;
-  plan.gpu_binding = options.gpu_binding;
-  plan.base = m_job.base_env;
-  auto ranks = plan_node_ranks(plan);
-
+  auto members = m_job.planner ? m_job.planner(m_restart_count) : plan_local_members(m_job, m_restart_count);
   PrefixTemplate prefix(options.prefix);
   const bool color_out = use_color(options.color, STDOUT_FILENO, m_job.base_env);
   const bool color_err = use_color(options.color, STDERR_FILENO, m_job.base_env);
-  auto make_output = [&](const RankSpec& spec) {
+  auto make_output = [&](const Member& member) {
     RankOutput::Options out;
     if (options.prefix_enabled) {
-      std::string text = prefix.render({spec.rank, spec.local_rank, 0, m_job.world_size, m_job.host});
-      out.out_prefix = color_out ? colorize_prefix(text, spec.rank) : text;
-      out.err_prefix = color_err ? colorize_prefix(text, spec.rank) : text;
+      std::string text = prefix.render(member.label);
+      out.out_prefix = color_out ? colorize_prefix(text, member.spec.rank) : text;
+      out.err_prefix = color_err ? colorize_prefix(text, member.spec.rank) : text;
     }
     if (options.shown_ranks) {
       const auto& shown = *options.shown_ranks;
-      out.shown = std::find(shown.begin(), shown.end(), spec.rank) != shown.end();
+      out.shown = std::find(shown.begin(), shown.end(), member.spec.rank) != shown.end();
     }
     out.tail_lines = static_cast<size_t>(std::max(0, options.tail_lines));
-    std::string path = rank_log_path(m_job.run_dir, spec.rank);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) log::warn("cannot open {}: {}; rank {} is not logged", path, std::strerror(errno), spec.rank);
+    int fd = -1;
+    if (!member.log_path.empty()) {
+      fd = ::open(member.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0) log::warn("cannot open {}: {}; {} is not logged", member.log_path, std::strerror(errno), member.name);
+    }
     auto output = std::make_unique<RankOutput>(std::move(out), fd, m_terminal);
     if (m_restart_count > 0) output->note_in_log(fmt::format("==> dlrun: restart {} <==", m_restart_count));
     return output;
@@ -128,7 +116,7 @@ void Supervisor::start_attempt() {
   m_phase = Phase::running;
   m_failure.reset();
   m_restart_requested = false;
-  m_group->start(ranks, m_job.program, make_output);
+  m_group->start(members, make_output);
   // A child may have ended before the SIGCHLD listener saw it: look once now.
   asio::post(m_io, [this] { on_children_ended(); });
 }
@@ -154,7 +142,7 @@ void Supervisor::on_children_ended() {
   for (size_t index : m_group->reap()) {
     const auto& rank = m_group->rank(index);
     const ExitStatus& status = *rank.exit;
-    log::debug("rank {} (pid {}) {}", rank.spec.rank, rank.pid, status.describe());
+    log::debug("{} (pid {}) {}", rank.member.name, rank.pid, status.describe());
     if (status.success()) continue;
     if (!status.signaled && status.code == exit_code::k_restart_me) {
       m_restart_requested = true;
@@ -163,8 +151,8 @@ void Supervisor::on_children_ended() {
     if (m_phase == Phase::running && !m_failure) {
       m_failure = Failure{index, status};
       size_t others = m_group->running();
-      log::error("rank {} {}{}", rank.spec.rank, status.describe(),
-                 others ? fmt::format("; stopping the other {} rank{}", others, others == 1 ? "" : "s")
+      log::error("{} {}{}", rank.member.name, status.describe(),
+                 others ? fmt::format("; stopping the other {} {}{}", others, m_job.member_noun, others == 1 ? "" : "s")
                         : "");
       stop_group(SIGTERM);
     }
@@ -240,7 +228,7 @@ void Supervisor::finish_attempt() {
       ++m_failures_restarted;
       ++m_restart_count;
       if (m_job.on_restart) m_job.on_restart(m_restart_count);
-      log::warn("restarting all {} ranks (restart {} of {})", m_job.world_size, m_failures_restarted,
+      log::warn("restarting all {} {}s (restart {} of {})", m_group->size(), m_job.member_noun, m_failures_restarted,
                 m_job.options.max_restarts);
       start_attempt();
       return;
@@ -264,14 +252,14 @@ void Supervisor::finish_attempt() {
 void Supervisor::report_failure(const Failure& failure) const {
   const auto& rank = m_group->rank(failure.index);
   const auto& tail = rank.output->stderr_tail();
-  std::string log_path = rank_log_path(m_job.run_dir, rank.spec.rank);
+  const std::string& log_path = rank.member.log_path;
   if (tail.empty()) {
-    log::error("rank {} {}; it wrote nothing to stderr (its log: {})", rank.spec.rank,
+    log::error("{} {}; it wrote nothing to stderr (its log: {})", rank.member.name,
                failure.status.describe(), log_path);
     return;
   }
-  std::string text = fmt::format("rank {} {}; last {} line{} of its stderr (all in {}):",
-                                 rank.spec.rank, failure.status.describe(), tail.size(),
+  std::string text = fmt::format("{} {}; last {} line{} of its stderr (all in {}):",
+                                 rank.member.name, failure.status.describe(), tail.size(),
                                  tail.size() == 1 ? "" : "s", log_path);
   for (const auto& line : tail) text += "\n  | " + line;
   log::error("{}", text);
@@ -305,7 +293,7 @@ void Supervisor::finish(int code) {
   if (m_stop_signal) {
     m_summary = fmt::format("stopped by {}", signal_name(m_stop_signal));
   } else if (m_failure) {
-    m_summary = fmt::format("rank {} {}", m_group->rank(m_failure->index).spec.rank, m_failure->status.describe());
+    m_summary = fmt::format("{} {}", m_group->rank(m_failure->index).member.name, m_failure->status.describe());
   }
   m_phase = Phase::done;
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);

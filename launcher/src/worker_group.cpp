@@ -29,28 +29,28 @@ WorkerGroup::~WorkerGroup() {
   close_pipes();
 }
 
-void WorkerGroup::start(const std::vector<RankSpec>& ranks, const ProgramSpec& program,
-                        const OutputFactory& make_output) {
+void WorkerGroup::start(const std::vector<Member>& members, const OutputFactory& make_output) {
   m_ranks.clear();
-  m_ranks.reserve(ranks.size());
+  m_ranks.reserve(members.size());
   std::vector<SpawnedProcess> spawned;
-  spawned.reserve(ranks.size());
+  spawned.reserve(members.size());
   try {
-    for (const auto& spec : ranks) {
-      SpawnRequest request{program.path, program.argv, spec.env, program.working_dir};
+    for (const auto& member : members) {
+      const ProgramSpec& program = member.program;
+      SpawnRequest request{program.path, program.argv, member.spec.env, program.working_dir};
       spawned.push_back(spawn_process(request));
       m_guard.watch(spawned.back().pid);
       Rank rank;
-      rank.spec = spec;
+      rank.member = member;
       rank.pid = spawned.back().pid;
-      rank.output = make_output(spec);
+      rank.output = make_output(member);
       rank.pipes[0] = std::make_unique<asio::posix::stream_descriptor>(m_io, spawned.back().stdout_fd);
       rank.pipes[1] = std::make_unique<asio::posix::stream_descriptor>(m_io, spawned.back().stderr_fd);
       m_index_of_pid[rank.pid] = m_ranks.size();
       m_ranks.push_back(std::move(rank));
       m_open_pipes += 2;
     }
-    for (auto& process : spawned) await_exec(process, program.argv.at(0));
+    for (size_t i = 0; i < spawned.size(); ++i) await_exec(spawned[i], members[i].program.argv.at(0));
   } catch (...) {
     for (auto& process : spawned) {
       if (process.exec_status_fd >= 0) ::close(process.exec_status_fd);

@@ -46,7 +46,23 @@ struct LocalJob {
   int cores = 1;
   // Told each time the group is restarted (the job store counts restarts).
   std::function<void(int restart_count)> on_restart;
+
+  // This machine's place in a multi-node job (dlrun agent); the defaults are one node.
+  int node_rank = 0;
+  int num_nodes = 1;
+  int first_rank = 0;
+  int global_world_size = 0;  // 0: world_size
+
+  // Makes each attempt's processes. Empty: one process per local rank, see
+  // plan_local_members(). `dlrun run` plans one ssh session per host instead.
+  std::function<std::vector<Member>(int restart_count)> planner;
+  // What dlrun calls a member in messages ("rank", "host").
+  std::string member_noun = "rank";
 };
+
+// The ranks of this machine for one attempt: env:// variables, a fresh MASTER_PORT
+// unless one was given, the prefix label and log file of each.
+std::vector<Member> plan_local_members(const LocalJob& job, int restart_count);
 
 // Throws ConfigError for anything wrong in the options or the machine's answer to them.
 // `job_id` empty: a new one (make_job_id()).

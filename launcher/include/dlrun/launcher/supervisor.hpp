@@ -68,7 +68,6 @@ class Supervisor {
   Phase m_phase = Phase::running;
   int m_restart_count = 0;     // DLRUN_RESTART_COUNT: every restart
   int m_failures_restarted = 0;  // restarts spent from --max-restarts
-  int m_master_port = 0;
   std::optional<Failure> m_failure;
   int m_stop_signal = 0;       // signal that asked dlrun to stop, 0 if none
   bool m_restart_requested = false;

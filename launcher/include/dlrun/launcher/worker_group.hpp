@@ -19,6 +19,7 @@
 
 #include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/orphan_guard.hpp"
+#include "dlrun/launcher/prefix_template.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 #include "dlrun/launcher/rank_output.hpp"
 
@@ -30,12 +31,22 @@ struct ProgramSpec {
   std::string working_dir;
 };
 
+// One process of a group: a rank (dlrun local, an agent) or a whole node (dlrun run,
+// where each member is the ssh session of one host's agent).
+struct Member {
+  RankSpec spec;         // spec.rank orders the members; spec.env is the process's environment
+  ProgramSpec program;
+  std::string name;      // in messages: "rank 3", "host b (node 1)"
+  std::string log_path;  // where its output is kept; empty: not kept
+  RankLabel label;       // for the --prefix template
+};
+
 class WorkerGroup {
  public:
-  using OutputFactory = std::function<std::unique_ptr<RankOutput>(const RankSpec&)>;
+  using OutputFactory = std::function<std::unique_ptr<RankOutput>(const Member&)>;
 
   struct Rank {
-    RankSpec spec;
+    Member member;
     pid_t pid = -1;
     std::optional<ExitStatus> exit;
     std::unique_ptr<RankOutput> output;
@@ -48,8 +59,7 @@ class WorkerGroup {
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
   // Starts all ranks. On a spawn error kills the ranks already started and rethrows.
-  void start(const std::vector<RankSpec>& ranks, const ProgramSpec& program,
-             const OutputFactory& make_output);
+  void start(const std::vector<Member>& members, const OutputFactory& make_output);
 
   // Reaps ranks that have ended (non-blocking); returns their indices in end order.
   // dlrun's other children (the orphan guard) are reaped too and ignored.
