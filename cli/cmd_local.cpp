@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "group_options.hpp"
 #include "dlrun/launcher/error.hpp"
 #include "dlrun/launcher/local_job.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -16,27 +17,20 @@ namespace dlrun::cli {
 namespace {
 
 struct LocalArgs {
-  launcher::LocalJobOptions options;
+  GroupArgs group;
   int nproc = 0;
   std::string gpus;
-  std::string ranks;
-  std::string color = "auto";
   std::string gpu_binding = "rank";
   int master_port = 0;
-  bool no_prefix = false;
 };
 
 int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
-  auto& options = args.options;
+  apply_group_options(args.group, app);
+  auto& options = args.group.options;
   options.command = program_words(app, trailing);
   if (app.count("--nproc")) options.nproc = args.nproc;
   if (app.count("--gpus")) options.gpus = args.gpus;
   if (app.count("--master-port")) options.master_port = args.master_port;
-  if (app.count("--ranks")) options.shown_ranks = launcher::parse_int_list(args.ranks, "--ranks");
-  options.prefix_enabled = !args.no_prefix;
-  options.color = args.color == "always" ? launcher::ColorMode::always
-                  : args.color == "never" ? launcher::ColorMode::never
-                                          : launcher::ColorMode::automatic;
   options.gpu_binding = args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
   launcher::raise_fd_limit();
   auto job = launcher::prepare_local_job(options, launcher::current_environment());
@@ -55,7 +49,7 @@ Command add_local_command(CLI::App& dlrun) {
       "  dlrun local --nproc 2 python3 train.py any torch.distributed (env://) script");
   app->prefix_command();
   set_usage(app, "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [--] PROGRAM [ARGS...]");
-  auto& o = args->options;
+  auto& o = args->group.options;
 
   app->add_option("--nproc", args->nproc, "Start N ranks (CPU; OMP_NUM_THREADS = cores / N)")
       ->type_name("N");
@@ -73,33 +67,8 @@ Command add_local_command(CLI::App& dlrun) {
   app->add_option("--master-port", args->master_port,
                   "Port of the rendezvous (MASTER_PORT); default: a free port, new each restart")
       ->type_name("PORT");
-  app->add_option("--run-dir", o.run_dir,
-                  "Directory for rank-N.log, job.json and the runtime's files "
-                  "(default: $DLRUN_HOME/runs/JOB_ID, DLRUN_HOME=~/.local/state/dlrun)")
-      ->type_name("DIR");
-  app->add_option("--prefix", o.prefix,
-                  "Template before each output line: {rank} {local_rank} {node_rank} {host} "
-                  "{world_size}")
-      ->capture_default_str();
-  app->add_flag("--no-prefix", args->no_prefix, "Print ranks' lines without a prefix");
-  app->add_option("--ranks", args->ranks,
-                  "Show only these ranks on the terminal, e.g. 0 or 0,3 or 0-3 (all are logged)")
-      ->type_name("LIST");
-  app->add_option("--color", args->color, "Colour the prefixes: auto (on a terminal, unless NO_COLOR), always, never")
-      ->check(CLI::IsMember({"auto", "always", "never"}))
-      ->capture_default_str();
-  app->add_option("--grace", o.grace_seconds,
-                  "Seconds between SIGTERM and SIGKILL when stopping ranks")
-      ->type_name("SECONDS")
-      ->capture_default_str();
-  app->add_option("--max-restarts", o.max_restarts,
-                  "Restart the whole group up to K times after a rank fails (counted for the job)")
-      ->type_name("K")
-      ->capture_default_str();
-  app->add_option("--tail", o.tail_lines, "Lines of a failed rank's stderr to show")
-      ->type_name("N")
-      ->capture_default_str();
-  app->add_flag("-q,--quiet", o.quiet, "Print only errors from dlrun itself");
+  add_output_options(app, args->group);
+  add_failure_options(app, args->group);
   app->footer(
       "Each rank gets RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK "
       "MASTER_ADDR MASTER_PORT DLRUN_RUN_DIR DLRUN_RESTART_COUNT DLRUN_JOB_ID, and "

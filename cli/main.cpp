@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
 
   std::vector<dlrun::cli::Command> commands;
   commands.push_back(dlrun::cli::add_local_command(app));
+  commands.push_back(dlrun::cli::add_run_command(app));
+  commands.push_back(dlrun::cli::add_agent_command(app));
   commands.push_back(dlrun::cli::add_submit_command(app));
   commands.push_back(dlrun::cli::add_status_command(app));
   commands.push_back(dlrun::cli::add_logs_command(app));

@@ -87,7 +87,7 @@ LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& en
       }
     }
   }
-  if (options.master_port) ensure_port_free(options.master_addr, *options.master_port);
+  if (options.master_port && options.check_master_port) ensure_port_free(options.master_addr, *options.master_port);
 
   job.job_id = job_id.empty() ? make_job_id() : job_id;
   job.run_dir = prepare_run_dir(options.run_dir, job.job_id, env);

@@ -12,6 +12,10 @@ namespace dlrun::log {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(Level::info)};
+std::string& line_prefix() {
+  static std::string prefix = "dlrun: ";
+  return prefix;
+}
 
 const char* label(Level level) {
   switch (level) {
@@ -43,8 +47,10 @@ void init_from_env() {
   else if (v == "off" || v == "quiet") set_level(Level::off);
 }
 
+void set_prefix(const std::string& prefix) { line_prefix() = prefix + ": "; }
+
 void write(Level level, std::string_view message) {
-  std::string line = "dlrun: ";
+  std::string line = line_prefix();
   line += label(level);
   line.append(message.data(), message.size());
   line += '\n';

@@ -80,15 +80,22 @@ SpawnedProcess spawn_process(const SpawnRequest& request) {
   for (auto& s : argv_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
 
-  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0) throw SpawnError(fmt::format("/dev/null: {}", std::strerror(errno)));
+  int null_fd = -1;
+  Pipe in;
+  if (request.stdin_text) {
+    in = make_pipe();
+    null_fd = in.read;
+  } else {
+    null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null_fd < 0) throw SpawnError(fmt::format("/dev/null: {}", std::strerror(errno)));
+  }
   Pipe out, err, status;
   try {
     out = make_pipe();
     err = make_pipe();
     status = make_pipe();
   } catch (...) {
-    for (int* fd : {&null_fd, &out.read, &out.write, &err.read, &err.write}) close_fd(*fd);
+    for (int* fd : {&null_fd, &in.write, &out.read, &out.write, &err.read, &err.write}) close_fd(*fd);
     throw;
   }
   pid_t parent = ::getpid();
@@ -97,11 +104,16 @@ SpawnedProcess spawn_process(const SpawnRequest& request) {
   int fork_errno = errno;
   for (int* fd : {&null_fd, &out.write, &err.write, &status.write}) close_fd(*fd);
   if (pid < 0) {
-    for (int* fd : {&out.read, &err.read, &status.read}) close_fd(*fd);
+    for (int* fd : {&out.read, &err.read, &status.read, &in.write}) close_fd(*fd);
     throw SpawnError(fmt::format("cannot start {}: fork: {}", request.path, std::strerror(fork_errno)));
   }
   ::setpgid(pid, pid);  // also in the child: whichever runs first wins the race
-  return {pid, out.read, err.read, status.read};
+  if (request.stdin_text && !request.stdin_text->empty()) {
+    // Short (a secret line): fits the pipe's buffer, so this never blocks.
+    ssize_t n = ::write(in.write, request.stdin_text->data(), request.stdin_text->size());
+    (void)n;
+  }
+  return {pid, out.read, err.read, status.read, in.write};
 }
 
 void await_exec(SpawnedProcess& process, const std::string& program) {

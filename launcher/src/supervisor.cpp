@@ -66,7 +66,7 @@ int Supervisor::run() {
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   listen_for_children();
   record("running", std::nullopt);
-  if (!m_job.options.quiet) {
+  if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
     log::info("job {}: {} rank{} of {}, logs in {}", m_job.job_id, m_job.world_size,
               m_job.world_size == 1 ? "" : "s", m_job.program.argv[0], m_job.run_dir);
   }
@@ -166,21 +166,40 @@ void Supervisor::on_signal(int signal) {
     return;
   }
   if (m_stop_signal) {
-    log::warn("got {} again: killing all ranks now", signal_name(signal));
+    log::warn("got {} again: killing all {}s now", signal_name(signal), m_job.member_noun);
+    if (m_job.deliver_signal) m_job.deliver_signal(signal);
     m_group->signal_running(SIGKILL);
     return;
   }
   m_stop_signal = signal;
-  if (!m_job.options.quiet) {
-    log::info("got {}: passing it on to {} rank{}{}", signal_name(signal), m_group->running(),
+  if (!m_job.options.quiet && m_group) {
+    log::info("got {}: passing it on to {} {}{}{}", signal_name(signal), m_group->running(), m_job.member_noun,
               m_group->running() == 1 ? "" : "s",
               signal == SIGINT ? " (Ctrl-C again to kill them at once)" : "");
   }
   stop_group(signal);
 }
 
+void Supervisor::signal_members(int signal) {
+  if (signal != SIGKILL && m_job.deliver_signal) {
+    m_job.deliver_signal(signal);
+  } else {
+    m_group->signal_running(signal);
+  }
+}
+
+void Supervisor::request_stop(const std::string& reason, int code) {
+  asio::post(m_io, [this, reason, code] {
+    if (m_phase != Phase::running || m_failure || !m_group) return;
+    log::error("{}", reason);
+    m_failure = Failure{0, ExitStatus::exited(code), reason};
+    stop_group(SIGTERM);
+    if (m_group->all_exited()) begin_drain();
+  });
+}
+
 void Supervisor::stop_group(int signal) {
-  m_group->signal_running(signal);
+  signal_members(signal);
   m_phase = Phase::stopping;
   m_grace_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(m_job.options.grace_seconds)));
@@ -250,6 +269,7 @@ void Supervisor::finish_attempt() {
 }
 
 void Supervisor::report_failure(const Failure& failure) const {
+  if (!failure.reason.empty()) return;  // said when it happened
   const auto& rank = m_group->rank(failure.index);
   const auto& tail = rank.output->stderr_tail();
   const std::string& log_path = rank.member.log_path;
@@ -292,6 +312,8 @@ void Supervisor::finish(int code) {
   m_exit_code = code;
   if (m_stop_signal) {
     m_summary = fmt::format("stopped by {}", signal_name(m_stop_signal));
+  } else if (m_failure && !m_failure->reason.empty()) {
+    m_summary = m_failure->reason;
   } else if (m_failure) {
     m_summary = fmt::format("{} {}", m_group->rank(m_failure->index).member.name, m_failure->status.describe());
   }

@@ -27,6 +27,9 @@ WorkerGroup::~WorkerGroup() {
     }
   }
   close_pipes();
+  for (auto& rank : m_ranks) {
+    if (rank.stdin_fd >= 0) ::close(rank.stdin_fd);
+  }
 }
 
 void WorkerGroup::start(const std::vector<Member>& members, const OutputFactory& make_output) {
@@ -37,12 +40,13 @@ void WorkerGroup::start(const std::vector<Member>& members, const OutputFactory&
   try {
     for (const auto& member : members) {
       const ProgramSpec& program = member.program;
-      SpawnRequest request{program.path, program.argv, member.spec.env, program.working_dir};
+      SpawnRequest request{program.path, program.argv, member.spec.env, program.working_dir, member.stdin_text};
       spawned.push_back(spawn_process(request));
       m_guard.watch(spawned.back().pid);
       Rank rank;
       rank.member = member;
       rank.pid = spawned.back().pid;
+      rank.stdin_fd = spawned.back().stdin_fd;
       rank.output = make_output(member);
       rank.pipes[0] = std::make_unique<asio::posix::stream_descriptor>(m_io, spawned.back().stdout_fd);
       rank.pipes[1] = std::make_unique<asio::posix::stream_descriptor>(m_io, spawned.back().stderr_fd);
@@ -58,6 +62,9 @@ void WorkerGroup::start(const std::vector<Member>& members, const OutputFactory&
     signal_running(SIGKILL);
     for (auto& rank : m_ranks) ::waitpid(rank.pid, nullptr, 0);
     for (auto& rank : m_ranks) m_guard.forget(rank.pid);
+    for (auto& process : spawned) {
+      if (process.stdin_fd >= 0) ::close(process.stdin_fd);
+    }
     m_ranks.clear();
     m_index_of_pid.clear();
     m_open_pipes = 0;

@@ -29,6 +29,10 @@ class DlrunTestCase(unittest.TestCase):
         self.env["NO_COLOR"] = "1"
 
     def tearDown(self):
+        for p in getattr(self, "_started", []):
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def dlrun(self, *args, timeout=120, env=None, **kwargs):
@@ -38,8 +42,10 @@ class DlrunTestCase(unittest.TestCase):
 
     def start(self, *args, env=None, **kwargs):
         """Starts dlrun in the background (own session, so test signals stay targeted)."""
-        return subprocess.Popen([DLRUN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env or self.env, start_new_session=True, **kwargs)
+        p = subprocess.Popen([DLRUN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env or self.env, start_new_session=True, **kwargs)
+        self._started = getattr(self, "_started", []) + [p]
+        return p
 
     def script(self, name, text):
         """Writes an executable shell script into the scratch directory."""

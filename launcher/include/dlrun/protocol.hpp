@@ -47,6 +47,9 @@ inline constexpr int k_usage = 2;
 // request agreed by all ranks, a rescale); the launcher does not count it as a failure.
 // 75 is EX_TEMPFAIL in sysexits.h: "temporary failure, the user is invited to retry".
 inline constexpr int k_restart_me = 75;
+// Other hosts could not be used: unreachable over ssh, or they never joined the
+// rendezvous (EX_UNAVAILABLE).
+inline constexpr int k_unavailable = 69;
 // dlrun itself failed (could not spawn, internal error).
 inline constexpr int k_internal = 70;  // EX_SOFTWARE
 // Shell convention for a process ended by a signal: 128 + signal number.

@@ -31,6 +31,7 @@ struct LocalJobOptions {
   int max_restarts = 0;
   int tail_lines = 20;              // stderr lines shown when a rank fails
   bool quiet = false;               // no informational lines from dlrun itself
+  bool check_master_port = true;    // false when MASTER_PORT is on another host (agents)
   std::vector<std::string> command; // program and its arguments
 };
 
@@ -58,6 +59,10 @@ struct LocalJob {
   std::function<std::vector<Member>(int restart_count)> planner;
   // What dlrun calls a member in messages ("rank", "host").
   std::string member_noun = "rank";
+  // Passes a stop signal (SIGTERM, SIGINT, SIGHUP) on to the members; SIGKILL always goes
+  // to their process groups. Empty: signal their process groups. `dlrun run` sends it
+  // over the rendezvous instead, so that remote ranks get it before their ssh ends.
+  std::function<void(int signal)> deliver_signal;
 };
 
 // The ranks of this machine for one attempt: env:// variables, a fresh MASTER_PORT

@@ -5,6 +5,7 @@
 // Level comes from DLRUN_LOG_LEVEL (debug, info, warn, error, off) or set_level().
 // Thread-safe: each message is written with a single write(2).
 
+#include <string>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -17,6 +18,8 @@ Level level();
 void set_level(Level level);
 // Reads DLRUN_LOG_LEVEL; unknown values leave the level unchanged.
 void init_from_env();
+// What starts each line, "dlrun" by default; agents use "dlrun[host]".
+void set_prefix(const std::string& prefix);
 bool enabled(Level level);
 void write(Level level, std::string_view message);
 

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] included
   Environment env;
   std::string working_dir;        // empty: inherit
+  // Given: stdin is a pipe that starts with this text and stays open until the caller
+  // closes SpawnedProcess::stdin_fd (the child sees EOF then). Absent: /dev/null.
+  std::optional<std::string> stdin_text;
 };
 
 struct SpawnedProcess {
@@ -27,6 +31,7 @@ struct SpawnedProcess {
   int stdout_fd = -1;
   int stderr_fd = -1;
   int exec_status_fd = -1;  // see await_exec()
+  int stdin_fd = -1;        // write end of the stdin pipe, with SpawnRequest::stdin_text
 };
 
 SpawnedProcess spawn_process(const SpawnRequest& request);

@@ -31,6 +31,9 @@ class Supervisor {
   int run();
   // Handles one event; false once the job is over.
   bool poll_once();
+  // Thread-safe: fail the current attempt (stop the group) for a reason found elsewhere,
+  // e.g. hosts that never joined the rendezvous. Counts like a failed rank.
+  void request_stop(const std::string& reason, int exit_code);
   // The signal that stopped the job (SIGINT, SIGTERM, SIGHUP), or 0.
   int stop_signal() const { return m_stop_signal; }
   // One line on how the job ended ("rank 1 exited with code 7"), empty on success.
@@ -41,6 +44,7 @@ class Supervisor {
   struct Failure {
     size_t index;
     ExitStatus status;
+    std::string reason;  // set for request_stop(): no member failed by itself
   };
 
   void start_attempt();
@@ -49,6 +53,7 @@ class Supervisor {
   void on_children_ended();
   void on_signal(int signal);
   void stop_group(int signal);
+  void signal_members(int signal);
   void on_grace_expired();
   void begin_drain();
   void finish_attempt();

@@ -39,6 +39,7 @@ struct Member {
   std::string name;      // in messages: "rank 3", "host b (node 1)"
   std::string log_path;  // where its output is kept; empty: not kept
   RankLabel label;       // for the --prefix template
+  std::optional<std::string> stdin_text;  // see SpawnRequest::stdin_text
 };
 
 class WorkerGroup {
@@ -51,6 +52,7 @@ class WorkerGroup {
     std::optional<ExitStatus> exit;
     std::unique_ptr<RankOutput> output;
     std::unique_ptr<boost::asio::posix::stream_descriptor> pipes[2];  // stdout, stderr
+    int stdin_fd = -1;  // held open while the group lives (see Member::stdin_text)
   };
 
   WorkerGroup(boost::asio::io_context& io, OrphanGuard& guard);

@@ -1,0 +1,46 @@
+#include "group_options.hpp"
+
+#include "dlrun/launcher/text.hpp"
+
+namespace dlrun::cli {
+
+void add_output_options(CLI::App* app, GroupArgs& args) {
+  auto& o = args.options;
+  app->add_option("--run-dir", o.run_dir,
+                  "Directory for rank-N.log, job.json and the runtime's files "
+                  "(default: $DLRUN_HOME/runs/JOB_ID, DLRUN_HOME=~/.local/state/dlrun)")
+      ->type_name("DIR");
+  app->add_option("--prefix", o.prefix,
+                  "Template before each output line: {rank} {local_rank} {node_rank} {host} {world_size}")
+      ->capture_default_str();
+  app->add_flag("--no-prefix", args.no_prefix, "Print ranks' lines without a prefix");
+  app->add_option("--ranks", args.ranks, "Show only these ranks on the terminal, e.g. 0 or 0,3 or 0-3 (all are logged)")
+      ->type_name("LIST");
+  app->add_option("--color", args.color, "Colour the prefixes: auto (on a terminal, unless NO_COLOR), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  app->add_option("--tail", o.tail_lines, "Lines of a failed rank's stderr to show")->type_name("N")->capture_default_str();
+  app->add_flag("-q,--quiet", o.quiet, "Print only errors from dlrun itself");
+}
+
+void add_failure_options(CLI::App* app, GroupArgs& args) {
+  auto& o = args.options;
+  app->add_option("--grace", o.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->type_name("SECONDS")
+      ->capture_default_str();
+  app->add_option("--max-restarts", o.max_restarts,
+                  "Restart the whole group up to K times after a rank fails (counted for the job)")
+      ->type_name("K")
+      ->capture_default_str();
+}
+
+void apply_group_options(GroupArgs& args, const CLI::App& app) {
+  auto& options = args.options;
+  if (app.count("--ranks")) options.shown_ranks = launcher::parse_int_list(args.ranks, "--ranks");
+  options.prefix_enabled = !args.no_prefix;
+  options.color = args.color == "always"  ? launcher::ColorMode::always
+                  : args.color == "never" ? launcher::ColorMode::never
+                                          : launcher::ColorMode::automatic;
+}
+
+}  // namespace dlrun::cli

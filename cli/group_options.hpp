@@ -1,0 +1,26 @@
+#pragma once
+// The options every command that starts a group of ranks shares (dlrun local, run, agent):
+// output, failure handling, rendezvous port. Registered once here so that they read the
+// same everywhere.
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "dlrun/launcher/local_job.hpp"
+
+namespace dlrun::cli {
+
+struct GroupArgs {
+  launcher::LocalJobOptions options;
+  std::string ranks;
+  std::string color = "auto";
+  bool no_prefix = false;
+};
+
+void add_output_options(CLI::App* app, GroupArgs& args);
+void add_failure_options(CLI::App* app, GroupArgs& args);
+// Fills args.options from what was parsed (after CLI11 is done).
+void apply_group_options(GroupArgs& args, const CLI::App& app);
+
+}  // namespace dlrun::cli

@@ -1,0 +1,48 @@
+#pragma once
+// `dlrun run --hosts …` and `dlrun agent`: one job across machines. The launching dlrun
+// checks every host over ssh, serves the rendezvous (rendezvous.hpp) and supervises one
+// member per host: `ssh HOST dlrun agent …` (or the agent directly for this machine).
+// Each agent joins the rendezvous with the job's secret, learns its node rank and first
+// global rank, and runs its host's ranks with the same Supervisor as `dlrun local`.
+// A failing rank ends its agent, which ends its ssh session, which stops the job on every
+// host; written up in docs/run.md.
+
+#include <string>
+#include <vector>
+
+#include "dlrun/launcher/host_list.hpp"
+#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/ssh.hpp"
+
+namespace dlrun::launcher {
+
+struct ClusterOptions {
+  LocalJobOptions group;  // command, prefix, grace, max_restarts, run_dir, quiet, colour
+  std::vector<Host> hosts;
+  bool gpu_slots = false;       // slots are GPUs: one rank per GPU
+  SshSettings ssh;
+  std::string remote_dlrun;     // dlrun's path on the other hosts; default: this one's
+  std::string iface;            // reach the rendezvous through this interface
+  std::string master_addr;      // MASTER_ADDR for every rank; default: rank 0's host
+  double join_timeout = 60;     // seconds for every agent to join
+};
+
+// Throws ConfigError for bad options and unreachable hosts (all named at once).
+int run_cluster_job(const ClusterOptions& options, const Environment& env);
+
+struct AgentOptions {
+  std::string rendezvous_host;
+  int rendezvous_port = 0;
+  int node = 0;
+  int round = 0;
+  std::string host_label;
+  std::string job_id;
+  std::string workdir;
+  std::string master_addr;  // override for MASTER_ADDR (node 0 reports it)
+  LocalJobOptions group;    // nproc or gpus (slots), command, prefix, grace, run_dir …
+};
+
+// The body of `dlrun agent`: reads the secret from stdin, joins, runs this host's ranks.
+int run_agent(const AgentOptions& options, const Environment& env);
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,109 @@
+// `dlrun agent`: one host's part of a `dlrun run` job. See cluster_job.hpp.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/cluster_job.hpp"
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/free_port.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/launcher/network.hpp"
+#include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/rendezvous.hpp"
+#include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/supervisor.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+constexpr double k_connect_timeout = 30;
+
+std::string read_secret() {
+  std::string line;
+  char c;
+  while (::read(STDIN_FILENO, &c, 1) == 1) {
+    if (c == '\n') return line;
+    line += c;
+    if (line.size() > 256) break;
+  }
+  throw ConfigError("dlrun agent reads the job's secret from its standard input; it is started by dlrun run, "
+                    "not by hand");
+}
+
+// The launcher's end of ssh closing means the job is over: stop the ranks.
+void stop_when_stdin_closes() {
+  std::thread([] {
+    char buffer[256];
+    while (true) {
+      ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+      if (n == 0 || (n < 0 && errno != EINTR)) break;
+    }
+    ::kill(::getpid(), SIGTERM);
+  }).detach();
+}
+
+}  // namespace
+
+int run_agent(const AgentOptions& options, const Environment& env) {
+  log::set_prefix(fmt::format("dlrun[{}]", options.host_label));
+  std::string secret = read_secret();
+  if (!options.workdir.empty() && ::chdir(options.workdir.c_str()) != 0) {
+    log::warn("cannot enter {}: {}; staying in {}", options.workdir, std::strerror(errno), std::getenv("PWD") ? std::getenv("PWD") : ".");
+  }
+  // Stop signals wait until the Supervisor listens (it unblocks them).
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+
+  RendezvousClient client;
+  client.connect(options.rendezvous_host, options.rendezvous_port, k_connect_timeout);
+  JoinRequest request;
+  request.secret = secret;
+  request.round = options.round;
+  request.node = options.node;
+  request.address = options.master_addr.empty() ? client.local_address() : options.master_addr;
+  request.port = options.node == 0 ? pick_free_port(client.local_address()) : 0;
+  Assignment assignment = client.join(request, 3600);
+
+  Environment base = env;
+  // Gloo and NCCL find their interface by the host name, which often resolves to a
+  // loopback address: point them at the interface that reaches the launcher.
+  std::string iface = interface_of_address(client.local_address());
+  for (const char* key : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
+    if (!iface.empty() && !base.count(key)) base[key] = iface;
+  }
+  LocalJobOptions local = options.group;
+  local.master_addr = assignment.master_addr;
+  local.master_port = assignment.master_port;
+  local.check_master_port = false;
+  local.max_restarts = 0;  // the launcher restarts all hosts together
+  // --ranks names global ranks, most of them on other hosts: apply it after the local checks.
+  auto shown = local.shown_ranks;
+  local.shown_ranks.reset();
+  LocalJob job = prepare_local_job(local, base, options.job_id);
+  job.options.shown_ranks = shown;
+  job.node_rank = assignment.node_rank;
+  job.num_nodes = assignment.num_nodes;
+  job.first_rank = assignment.first_rank;
+  job.global_world_size = assignment.world_size;
+  job.host = options.host_label;
+  job.base_env[env::k_restart_count] = std::to_string(options.round);
+
+  stop_when_stdin_closes();
+  client.watch([](int signal) { ::kill(::getpid(), signal); });
+  Supervisor supervisor(job);
+  int code = supervisor.run();
+  return code;
+}
+
+}  // namespace dlrun::launcher

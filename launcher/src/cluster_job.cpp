@@ -1,0 +1,160 @@
+// The launching side of `dlrun run`; the agent side is in agent.cpp.
+
+#include "dlrun/launcher/cluster_job.hpp"
+
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/launcher/network.hpp"
+#include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/rendezvous.hpp"
+#include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/supervisor.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dlrun::launcher {
+namespace {
+
+std::string self_path() {
+  std::error_code ec;
+  auto path = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("dlrun") : path.string();
+}
+
+// The agent's command line (after the program path).
+std::vector<std::string> agent_args(const ClusterOptions& o, const Host& host, int node, int round,
+                                    const std::string& rendezvous, const std::string& job_id,
+                                    const std::string& run_dir, const std::string& workdir) {
+  const auto& g = o.group;
+  std::vector<std::string> args = {"agent", "--rendezvous", rendezvous, "--node", std::to_string(node),
+                                   "--round", std::to_string(round), "--host-label", host.name,
+                                   "--job-id", job_id, "--run-dir", run_dir, "--workdir", workdir,
+                                   o.gpu_slots ? "--gpus" : "--nproc", std::to_string(host.slots),
+                                   "--grace", fmt::format("{}", g.grace_seconds), "--tail", std::to_string(g.tail_lines),
+                                   "--prefix", g.prefix, "--color", g.color == ColorMode::always ? "always" : "never"};
+  if (!g.prefix_enabled) args.push_back("--no-prefix");
+  if (g.quiet) args.push_back("--quiet");
+  if (!o.master_addr.empty()) args.insert(args.end(), {"--master-addr", o.master_addr});
+  if (g.shown_ranks) {
+    std::string ranks;
+    for (int r : *g.shown_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    args.insert(args.end(), {"--ranks", ranks});
+  }
+  args.push_back("--");
+  args.insert(args.end(), g.command.begin(), g.command.end());
+  return args;
+}
+
+}  // namespace
+
+int run_cluster_job(const ClusterOptions& in, const Environment& env) {
+  ClusterOptions options = in;
+  if (options.group.command.empty()) {
+    throw ConfigError("no program given: put the program to run after the options, e.g. dlrun run --hosts a:2,b:2 ./train");
+  }
+  mark_local_hosts(options.hosts, own_names());
+  int world = 0;
+  for (const auto& h : options.hosts) world += h.slots;
+  if (options.group.shown_ranks) {
+    for (int r : *options.group.shown_ranks) {
+      if (r >= world) throw ConfigError(fmt::format("--ranks: rank {} does not exist (ranks are 0 to {})", r, world - 1));
+    }
+  }
+  PrefixTemplate check_prefix(options.group.prefix);
+  (void)check_prefix;
+
+  // Every host at once, every unreachable one named: never a silent hang.
+  auto unreachable = check_hosts(options.hosts, options.ssh, env);
+  if (!unreachable.empty()) {
+    std::string message = fmt::format("cannot reach {} of {} host{} over ssh (nothing was started):",
+                                      unreachable.size(), options.hosts.size(), options.hosts.size() == 1 ? "" : "s");
+    for (const auto& u : unreachable) message += "\n  " + u;
+    throw Error(message, exit_code::k_unavailable);
+  }
+
+  // Where each host reaches this machine's rendezvous.
+  const Host* first_remote = nullptr;
+  for (const auto& h : options.hosts) {
+    if (!h.local && !first_remote) first_remote = &h;
+  }
+  std::string outward = !options.iface.empty() ? interface_address(options.iface)
+                        : first_remote         ? route_source_address(first_remote->name)
+                                               : std::string("127.0.0.1");
+  std::vector<std::string> contact;
+  for (const auto& h : options.hosts) {
+    contact.push_back(!options.iface.empty() || h.local ? outward : route_source_address(h.name));
+  }
+
+  std::vector<int> slots;
+  std::vector<std::string> names;
+  for (const auto& h : options.hosts) {
+    slots.push_back(h.slots);
+    names.push_back(h.name);
+  }
+  RendezvousServer server(random_secret(), slots, names, options.join_timeout);
+  server.start(options.iface.empty() ? "0.0.0.0" : outward, 0);
+
+  LocalJob job;
+  job.options = options.group;
+  job.options.prefix_enabled = false;  // agents prefix their ranks' lines with host and rank
+  job.options.shown_ranks.reset();
+  job.job_id = make_job_id();
+  job.run_dir = prepare_run_dir(options.group.run_dir, job.job_id, env);
+  job.world_size = world;
+  job.base_env = env;
+  job.host = "launcher";
+  job.member_noun = "host";
+  job.program.argv = options.group.command;  // for messages and job.json; members run the agents
+  std::string dlrun_here = self_path();
+  std::string dlrun_there = options.remote_dlrun.empty() ? dlrun_here : options.remote_dlrun;
+  std::string workdir = fs::current_path().string();
+  auto path_it = env.find("PATH");
+  std::string ssh_path = resolve_program(options.ssh.program, path_it == env.end() ? "" : path_it->second);
+  auto server_ptr = &server;
+  job.planner = [&, server_ptr](int round) {
+    server_ptr->new_round(round);
+    std::vector<Member> members;
+    for (size_t node = 0; node < options.hosts.size(); ++node) {
+      const Host& host = options.hosts[node];
+      std::string rendezvous = fmt::format("{}:{}", contact[node], server_ptr->port());
+      auto args = agent_args(options, host, static_cast<int>(node), round, rendezvous, job.job_id, job.run_dir, workdir);
+      Member m;
+      m.spec.rank = static_cast<int>(node);
+      m.spec.env = env;
+      m.spec.env[env::k_restart_count] = std::to_string(round);
+      m.name = fmt::format("host {} (node {})", host.name, node);
+      m.log_path = fmt::format("{}/node-{}.log", job.run_dir, node);
+      m.label = {static_cast<int>(node), 0, static_cast<int>(node), world, host.name};
+      m.stdin_text = server_ptr->secret() + "\n";
+      if (host.local) {
+        m.program = {dlrun_here, {"dlrun"}, workdir};
+        m.program.argv.insert(m.program.argv.end(), args.begin(), args.end());
+      } else {
+        std::string remote = "exec " + shell_quote(dlrun_there);
+        for (const auto& a : args) remote += " " + shell_quote(a);
+        m.program = {ssh_path, ssh_argv(options.ssh, host.name), workdir};
+        m.program.argv.push_back(remote);
+      }
+      members.push_back(std::move(m));
+    }
+    return members;
+  };
+  job.deliver_signal = [server_ptr](int signal) { server_ptr->broadcast_signal(signal); };
+
+  Supervisor supervisor(job);
+  server.on_failure([&supervisor](const std::string& reason) {
+    supervisor.request_stop(reason, exit_code::k_unavailable);
+  });
+  server.on_refused([](const std::string& reason) { log::warn("rendezvous: {}", reason); });
+  int code = supervisor.run();
+  server.stop();
+  return code;
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,112 @@
+#include "dlrun/launcher/ssh.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/exit_status.hpp"
+#include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/text.hpp"
+
+namespace dlrun::launcher {
+
+std::vector<std::string> ssh_argv(const SshSettings& ssh, const std::string& host) {
+  std::vector<std::string> argv = {ssh.program};
+  if (!ssh.config_file.empty()) argv.insert(argv.end(), {"-F", ssh.config_file});
+  int timeout = std::max(1, static_cast<int>(ssh.connect_timeout_seconds));
+  for (std::string option : {std::string("BatchMode=yes"), fmt::format("ConnectTimeout={}", timeout),
+                             std::string("ServerAliveInterval=1"), std::string("ServerAliveCountMax=3")}) {
+    argv.insert(argv.end(), {"-o", option});
+  }
+  for (const auto& option : ssh.options) argv.insert(argv.end(), {"-o", option});
+  argv.push_back(host);
+  return argv;
+}
+
+std::string shell_quote(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:@,+%") ==
+                           std::string::npos) {
+    return word;
+  }
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSettings& ssh, const Environment& env) {
+  struct Probe {
+    const Host* host;
+    SpawnedProcess process;
+    std::string output;
+    std::optional<ExitStatus> status;
+  };
+  auto path_it = env.find("PATH");
+  std::string ssh_path = resolve_program(ssh.program, path_it == env.end() ? "" : path_it->second);
+  std::vector<Probe> probes;
+  for (const auto& host : hosts) {
+    if (host.local) continue;
+    auto argv = ssh_argv(ssh, host.name);
+    argv.push_back("true");
+    Probe probe{&host, spawn_process({ssh_path, argv, env, "", std::nullopt}), "", std::nullopt};
+    await_exec(probe.process, ssh.program);
+    probes.push_back(std::move(probe));
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(ssh.connect_timeout_seconds + 5);
+  size_t open_pipes = probes.size() * 2;
+  while (open_pipes > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::vector<pollfd> fds;
+    for (auto& p : probes) {
+      for (int fd : {p.process.stdout_fd, p.process.stderr_fd}) {
+        if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+      }
+    }
+    ::poll(fds.data(), fds.size(), 100);
+    for (auto& p : probes) {
+      for (int* fd : {&p.process.stdout_fd, &p.process.stderr_fd}) {
+        if (*fd < 0) continue;
+        pollfd one{*fd, POLLIN, 0};
+        if (::poll(&one, 1, 0) <= 0) continue;
+        char chunk[1024];
+        ssize_t n = ::read(*fd, chunk, sizeof chunk);
+        if (n > 0) {
+          if (p.output.size() < 4096) p.output.append(chunk, static_cast<size_t>(n));
+        } else {
+          ::close(*fd);
+          *fd = -1;
+          --open_pipes;
+        }
+      }
+    }
+  }
+  std::vector<std::string> failures;
+  for (auto& p : probes) {
+    for (int fd : {p.process.stdout_fd, p.process.stderr_fd}) {
+      if (fd >= 0) ::close(fd);
+    }
+    int status = 0;
+    if (::waitpid(p.process.pid, &status, WNOHANG) != p.process.pid) {
+      ::kill(-p.process.pid, SIGKILL);
+      ::waitpid(p.process.pid, &status, 0);
+      failures.push_back(fmt::format("{}: no answer within {:g} s", p.host->name, ssh.connect_timeout_seconds + 5));
+      continue;
+    }
+    auto exit = ExitStatus::from_wait_status(status);
+    if (exit.success()) continue;
+    std::string error(trim(p.output));
+    auto newline = error.rfind('\n');
+    if (newline != std::string::npos) error = error.substr(newline + 1);  // ssh's last word is its reason
+    failures.push_back(fmt::format("{}: {}", p.host->name, error.empty() ? "ssh " + exit.describe() : error));
+  }
+  return failures;
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,53 @@
+#include "dlrun/launcher/host_list.hpp"
+
+#include <doctest/doctest.h>
+
+#include "dlrun/launcher/error.hpp"
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::HostList") {
+  TEST_CASE("hosts with slots, slots default to 1") {
+    auto hosts = parse_host_list("a:4,user@b:2,c");
+    REQUIRE(hosts.size() == 3);
+    CHECK(hosts[0].name == "a");
+    CHECK(hosts[0].slots == 4);
+    CHECK(hosts[1].name == "user@b");
+    CHECK(hosts[1].slots == 2);
+    CHECK(hosts[2].slots == 1);
+  }
+  TEST_CASE("bad host lists name the bad entry") {
+    CHECK_THROWS_WITH_AS(parse_host_list("a:0"), "--hosts a:0: 'a:0': slots must be a number of ranks, at least 1 (as in a:4)",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_host_list("a:2,a:2"), "--hosts a:2,a:2: host 'a' is listed twice; give it once with all its slots",
+                         dlrun::ConfigError);
+    CHECK_THROWS_AS(parse_host_list("a:x"), dlrun::ConfigError);
+    CHECK_THROWS_AS(parse_host_list(""), dlrun::ConfigError);
+    CHECK_THROWS_AS(parse_host_list("a b:2"), dlrun::ConfigError);
+  }
+  TEST_CASE("hostfiles in the Open MPI / DeepSpeed format") {
+    auto hosts = parse_hostfile("# cluster\nworker-1 slots=8\n\nworker-2 slots=4 max_slots=4  # big\nworker-3\n", "hosts");
+    REQUIRE(hosts.size() == 3);
+    CHECK(hosts[0].name == "worker-1");
+    CHECK(hosts[0].slots == 8);
+    CHECK(hosts[1].slots == 4);
+    CHECK(hosts[2].slots == 1);
+  }
+  TEST_CASE("hostfile errors carry the line") {
+    CHECK_THROWS_WITH_AS(parse_hostfile("a slots=2\nb slots=zero\n", "hosts"), "hosts:2: 'slots=zero': slots must be at least 1",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_hostfile("a cpus=2\n", "hosts"), "hosts:1: unknown word 'cpus=2' (expected: HOST slots=N)",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_hostfile("# nothing\n", "hosts"), "hosts: no hosts given", dlrun::ConfigError);
+  }
+  TEST_CASE("local names run without ssh") {
+    auto hosts = parse_host_list("localhost:2,127.0.0.1,me,10.0.0.5,other");
+    mark_local_hosts(hosts, {"me", "10.0.0.5"});
+    CHECK(hosts[0].local);
+    CHECK(hosts[1].local);
+    CHECK(hosts[2].local);
+    CHECK(hosts[3].local);
+    CHECK_FALSE(hosts[4].local);
+    CHECK(host_part("user@node") == "node");
+  }
+}
