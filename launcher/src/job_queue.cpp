@@ -48,6 +48,14 @@ std::string self_executable() {
 
 ResourceRequest request_of(const JobSpec& spec) {
   ResourceRequest request;
+  if (spec.remote()) {
+    request.remote = true;
+    request.uses_gpus = spec.gpu_slots;
+    request.max_ranks = 0;
+    for (const auto& host : hosts_of(spec)) request.max_ranks += host.slots;
+    request.min_ranks = request.max_ranks;
+    return request;
+  }
   request.uses_gpus = spec.gpus.has_value();
   RankRange range = spec.gpus ? *spec.gpus : *spec.nproc;
   request.min_ranks = range.min;
@@ -57,6 +65,15 @@ ResourceRequest request_of(const JobSpec& spec) {
 }
 
 }  // namespace
+
+std::vector<Host> hosts_of(const JobSpec& spec) {
+  if (!spec.hosts.empty()) return parse_host_list(spec.hosts);
+  std::ifstream file(spec.hostfile);
+  if (!file) throw ConfigError(fmt::format("hostfile {}: cannot read it", spec.hostfile));
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_hostfile(text.str(), spec.hostfile);
+}
 
 std::string encode_environment(const Environment& env) {
   std::string blob;
@@ -113,7 +130,8 @@ int64_t JobQueue::submit(const std::string& job_file) {
   if (!fs::is_directory(spec.workdir, ec)) {
     throw ConfigError(fmt::format("{}: workdir {} is not a directory", job_file, spec.workdir));
   }
-  // Resolve the program as the job will: in its workdir, with its PATH.
+  // Resolve the program as the job will: in its workdir, with its PATH (on other hosts
+  // for kind "ssh": not checkable here).
   Environment job_env = m_env;
   for (const auto& [key, value] : spec.env) job_env[key] = value;
   std::string program = spec.command[0];
@@ -121,7 +139,7 @@ int64_t JobQueue::submit(const std::string& job_file) {
     program = (fs::path(spec.workdir) / program).string();
   }
   try {
-    resolve_program(program, job_env["PATH"]);
+    if (!spec.remote()) resolve_program(program, job_env["PATH"]);
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", job_file, e.what()));
   }
@@ -132,7 +150,11 @@ int64_t JobQueue::submit(const std::string& job_file) {
   job.spec_path = fs::absolute(fs::path(job_file)).string();
   job.base_dir = base_dir;
   job.environment = encode_environment(m_env);
-  job.request = request_of(spec);
+  try {
+    job.request = request_of(spec);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", job_file, e.what()));
+  }
   if (auto why = never_fits(job.request, capacity()); !why.empty()) {
     throw ConfigError(fmt::format("{}: job '{}' can never run here: it {}", job_file, spec.name, why));
   }

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "dlrun/launcher/cluster_job.hpp"
 #include "dlrun/launcher/error.hpp"
 #include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/job_queue.hpp"
@@ -76,6 +77,26 @@ LocalJobOptions options_for(const JobSpec& spec, const Allocation& allocation, c
   return options;
 }
 
+// A job of scheduler kind "ssh": `dlrun run` from here, recorded in the store.
+int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environment& env, const std::string& run_dir) {
+  ClusterOptions cluster;
+  cluster.group.command = spec.command;
+  cluster.group.grace_seconds = spec.grace;
+  cluster.group.max_restarts = spec.max_restarts;
+  cluster.group.run_dir = run_dir;
+  cluster.group.color = ColorMode::never;
+  cluster.group.prefix = "[{host}:{rank}] ";
+  cluster.hosts = hosts_of(spec);
+  cluster.gpu_slots = spec.gpu_slots;
+  cluster.ssh.config_file = spec.ssh_config;
+  int code = run_cluster_job(cluster, env);
+  bool stopped = code == exit_code::k_signal_base + SIGTERM || code == exit_code::k_signal_base + SIGINT ||
+                 code == exit_code::k_signal_base + SIGHUP;
+  JobState state = code == 0 ? JobState::succeeded : stopped ? JobState::cancelled : JobState::failed;
+  queue.store().finish(id, state, code, code == 0 ? "" : fmt::format("dlrun run exited with code {}", code));
+  return code;
+}
+
 }  // namespace
 
 int supervise_job(int64_t id, const Environment& env) {
@@ -105,6 +126,7 @@ int supervise_job(int64_t id, const Environment& env) {
     if (::chdir(spec.workdir.c_str()) != 0) {
       throw ConfigError(fmt::format("cannot enter workdir {}: {}", spec.workdir, std::strerror(errno)));
     }
+    if (spec.remote()) return run_remote(queue, id, spec, base, run_dir);
     LocalJob job = prepare_local_job(options_for(spec, record->allocation, run_dir), base, std::to_string(id));
     job.program.working_dir = spec.workdir;
     job.on_restart = [&store, id](int restarts) { store.set_restarts(id, restarts); };

@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/text.hpp"
 
 namespace dlrun::launcher {
@@ -16,7 +17,7 @@ const std::vector<std::string> k_top_keys = {"name", "command", "workdir", "env"
                                              "max_restarts", "grace", "watchdog",
                                              "checkpoint_dir", "log_dir", "scheduler"};
 const std::vector<std::string> k_resource_keys = {"nproc", "gpus"};
-const std::vector<std::string> k_scheduler_keys = {"kind"};
+const std::vector<std::string> k_scheduler_keys = {"kind", "hosts", "hostfile", "gpu", "ssh_config"};
 const std::vector<std::string> k_scheduler_kinds = {"local", "slurm", "ssh"};
 
 class Checker {
@@ -238,11 +239,31 @@ void parse_scheduler(Checker& check, const toml::node* node, JobSpec& spec) {
       check.error(table->get("kind")->source(),
                   fmt::format("unknown scheduler kind '{}'{}", *kind,
                               hint ? fmt::format(" (did you mean '{}'?)", *hint) : " (local, slurm or ssh)"));
-    } else if (*kind != "local") {
+    } else if (*kind == "slurm") {
       check.error(table->get("kind")->source(),
-                  fmt::format("scheduler kind '{}' is not supported by this version of dlrun yet; use \"local\"", *kind));
+                  fmt::format("scheduler kind '{}' is not supported by this version of dlrun yet; use \"local\" or \"ssh\"", *kind));
     }
     spec.scheduler = *kind;
+  }
+  if (auto hosts = check.string(table->get("hosts"), "hosts")) {
+    try {
+      parse_host_list(*hosts);
+      spec.hosts = *hosts;
+    } catch (const ConfigError& e) {
+      check.error(table->get("hosts")->source(), e.what());
+    }
+  }
+  spec.hostfile = check.directory(table->get("hostfile"), "hostfile");
+  spec.ssh_config = check.directory(table->get("ssh_config"), "ssh_config");
+  if (const toml::node* gpu = table->get("gpu")) {
+    if (gpu->is_boolean()) spec.gpu_slots = *gpu->value<bool>();
+    else check.error(gpu->source(), fmt::format("'gpu' must be true or false, not {}", Checker::type_name(*gpu)));
+  }
+  bool any_hosts = !spec.hosts.empty() || !spec.hostfile.empty();
+  if (spec.scheduler == "ssh" && spec.hosts.empty() == spec.hostfile.empty()) {
+    check.error(table->source(), "kind = \"ssh\" needs hosts = \"a:4,b:4\" or hostfile = \"FILE\" (one of them)");
+  } else if (spec.scheduler != "ssh" && any_hosts) {
+    check.error(table->source(), "hosts and hostfile are for kind = \"ssh\"");
   }
 }
 
@@ -273,7 +294,15 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   spec.workdir = check.directory(root.get("workdir"), "workdir");
   if (spec.workdir.empty()) spec.workdir = std::filesystem::path(base_dir).lexically_normal().string();
   parse_env(check, root.get("env"), spec);
-  parse_resources(check, root.get("resources"), spec);
+  const toml::node* scheduler = root.get("scheduler");
+  const bool ssh = scheduler && scheduler->is_table() && scheduler->as_table()->get("kind") &&
+                   scheduler->as_table()->get("kind")->value<std::string>() == std::string("ssh");
+  if (!ssh) {
+    parse_resources(check, root.get("resources"), spec);
+  } else if (const toml::node* resources = root.get("resources")) {
+    check.error(resources->source(), "with [scheduler] kind = \"ssh\" the ranks come from the hosts' slots: "
+                                     "remove [resources] (gpu = true in [scheduler] makes each slot a GPU)");
+  }
   if (auto v = check.integer(root.get("max_restarts"), "max_restarts", 0, 1000000)) spec.max_restarts = *v;
   if (auto v = check.number(root.get("grace"), "grace", 0)) spec.grace = *v;
   if (auto v = check.number(root.get("watchdog"), "watchdog", 0)) spec.watchdog = *v;

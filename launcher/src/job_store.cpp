@@ -21,6 +21,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   base_dir         TEXT NOT NULL,
   environment      BLOB NOT NULL,
   uses_gpus        INTEGER NOT NULL,
+  remote           INTEGER NOT NULL DEFAULT 0,
   min_ranks        INTEGER NOT NULL,
   max_ranks        INTEGER NOT NULL,
   gpu_request      TEXT NOT NULL DEFAULT '',
@@ -42,7 +43,7 @@ CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 constexpr const char* k_columns =
     "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
     "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
-    "run_dir, supervisor_pid, supervisor_start";
+    "run_dir, supervisor_pid, supervisor_start, remote";
 
 std::string join(const std::vector<std::string>& ids) {
   std::string out;
@@ -172,11 +173,11 @@ void JobStore::rollback() { sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nul
 int64_t JobStore::submit(const NewJob& job) {
   Statement insert(m_db,
                    "INSERT INTO jobs (name, state, spec_text, spec_path, base_dir, environment, uses_gpus, "
-                   "min_ranks, max_ranks, gpu_request, submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+                   "min_ranks, max_ranks, gpu_request, submitted_at, remote) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
   insert.bind(1, job.name).bind(2, to_string(JobState::pending)).bind(3, job.spec_text).bind(4, job.spec_path)
       .bind(5, job.base_dir).bind_blob(6, job.environment).bind(7, job.request.uses_gpus ? 1 : 0)
       .bind(8, job.request.min_ranks).bind(9, job.request.max_ranks).bind(10, join(job.request.gpu_ids))
-      .bind(11, now_seconds());
+      .bind(11, now_seconds()).bind(12, job.request.remote ? 1 : 0);
   insert.step();
   return sqlite3_last_insert_rowid(m_db);
 }
@@ -205,6 +206,7 @@ JobRecord JobStore::read_row(Statement& s) {
   r.restarts = static_cast<int>(s.int64(18));
   r.run_dir = s.text(19);
   r.supervisor = {static_cast<pid_t>(s.int64(20)), static_cast<uint64_t>(s.int64(21))};
+  r.submitted.request.remote = s.int64(22) != 0;
   return r;
 }
 
@@ -250,7 +252,7 @@ bool JobStore::claim(int64_t id, const ProcessIdentity& me) {
 
 Usage JobStore::usage_locked() {
   Usage usage;
-  Statement s(m_db, "SELECT uses_gpus, ranks, gpu_ids FROM jobs WHERE state IN ('RUNNING','RESCALING')");
+  Statement s(m_db, "SELECT uses_gpus, ranks, gpu_ids FROM jobs WHERE state IN ('RUNNING','RESCALING') AND remote = 0");
   while (s.step()) {
     if (s.int64(0)) {
       for (auto& id : split_ids(s.text(2))) usage.gpus_in_use.insert(id);

@@ -8,6 +8,10 @@ namespace dlrun::launcher {
 
 std::optional<Allocation> fit(const ResourceRequest& request, const Capacity& capacity, const Usage& usage) {
   Allocation allocation;
+  if (request.remote) {
+    allocation.ranks = request.max_ranks;
+    return allocation;
+  }
   if (!request.uses_gpus) {
     int free_slots = capacity.cpu_slots - usage.cpu_slots_in_use;
     if (free_slots < request.min_ranks) return std::nullopt;
@@ -32,6 +36,7 @@ std::optional<Allocation> fit(const ResourceRequest& request, const Capacity& ca
 }
 
 std::string never_fits(const ResourceRequest& request, const Capacity& capacity) {
+  if (request.remote) return {};
   if (!request.uses_gpus) {
     if (request.min_ranks > capacity.cpu_slots) {
       return fmt::format("needs {} CPU slots, this machine has {} (set DLRUN_CPU_SLOTS to allow more)",

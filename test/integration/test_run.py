@@ -98,6 +98,26 @@ class AcrossHosts(ClusterTestCase):
         self.assertEqual(sorted(r.stdout.splitlines()), [f"[{self.cluster.addresses[1]}:1] 1", "[localhost:0] 0"])
 
 
+class Submitted(ClusterTestCase):
+    hosts = 2
+
+    def test_job_file_with_ssh_scheduler(self):
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(f'name = "multi"\ncommand = ["{PYTHON}", "{os.path.join(DATA, "allreduce.py")}"]\n'
+                    f'[scheduler]\nkind = "ssh"\nhosts = "{self.host(0)},{self.host(1)}"\n'
+                    f'ssh_config = "{self.cluster.ssh_config}"\n'
+                    f'[env]\nDLRUN_SSH_TEST = "1"\n')
+        env = dict(self.env, DLRUN_CPU_SLOTS="1")
+        r = self.dlrun("submit", "--wait", "--parsable", job, env=env, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        logs = self.dlrun("logs", job_id, env=env).stdout
+        self.assertIn(f"[{self.cluster.addresses[1]}:1] rank 1 of 2 local 0 sum 3 expected 3", logs)
+        status = self.dlrun("status", "--json", job_id, env=env)
+        self.assertIn('"ranks": 2', status.stdout)
+
+
 class Failures(ClusterTestCase):
     hosts = 2
 

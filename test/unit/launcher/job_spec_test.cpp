@@ -105,7 +105,21 @@ kind = "local"
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = \"slurmm\"\n") ==
           "job.toml:5:8: unknown scheduler kind 'slurmm' (did you mean 'slurm'?)");
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = \"slurm\"\n") ==
-          "job.toml:5:8: scheduler kind 'slurm' is not supported by this version of dlrun yet; use \"local\"");
+          "job.toml:5:8: scheduler kind 'slurm' is not supported by this version of dlrun yet; use \"local\" or \"ssh\"");
+  }
+  TEST_CASE("kind ssh takes its ranks from hosts") {
+    auto spec = parse("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a:2,b:2\"\ngpu = true\n");
+    CHECK(spec.remote());
+    CHECK(spec.hosts == "a:2,b:2");
+    CHECK(spec.gpu_slots);
+    CHECK(parse("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhostfile = \"hosts\"\n").hostfile == "/jobs/hosts");
+    CHECK(error_of("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\n") ==
+          "job.toml:2:1: kind = \"ssh\" needs hosts = \"a:4,b:4\" or hostfile = \"FILE\" (one of them)");
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 2\n[scheduler]\nkind = \"ssh\"\nhosts = \"a\"\n").find(
+              "job.toml:2:1: with [scheduler] kind = \"ssh\" the ranks come from the hosts' slots") == 0);
+    CHECK(error_of("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a:0\"\n").find("job.toml:4:9: --hosts a:0") == 0);
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nhosts = \"a\"\n") ==
+          "job.toml:4:1: hosts and hostfile are for kind = \"ssh\"");
   }
   TEST_CASE("TOML syntax errors carry the position") {
     std::string e = error_of("command = [\"x\"\n");

@@ -12,6 +12,8 @@
 #include <optional>
 #include <string>
 
+#include "dlrun/launcher/host_list.hpp"
+#include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/job_store.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 
@@ -54,6 +56,9 @@ class JobQueue {
 
 // The body of `dlrun _supervise ID`: claim, wait for resources, run, record.
 int supervise_job(int64_t id, const Environment& env);
+
+// The hosts of a scheduler kind "ssh" job: its hosts string or its hostfile (read now).
+std::vector<Host> hosts_of(const JobSpec& spec);
 
 // NAME=VALUE\0… and back.
 std::string encode_environment(const Environment& env);

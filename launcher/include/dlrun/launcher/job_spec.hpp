@@ -33,9 +33,16 @@ struct JobSpec {
   std::string checkpoint_dir;  // absolute or empty (default: RUN_DIR/checkpoints)
   std::string log_dir;         // absolute or empty (default: RUN_DIR)
   std::string scheduler = "local";
+  // scheduler kind "ssh": the hosts (as --hosts) or a hostfile (absolute), and whether
+  // each slot is a GPU. The hostfile is read by the caller (this parser does no I/O).
+  std::string hosts;
+  std::string hostfile;
+  bool gpu_slots = false;
+  std::string ssh_config;  // ssh -F FILE (absolute), optional
 
   // Ranks to start when the scheduler can give `max`.
   int ranks() const { return gpus ? gpus->max : nproc ? nproc->max : 0; }
+  bool remote() const { return scheduler == "ssh"; }
 };
 
 // `path` is used in messages; relative directories are resolved against `base_dir` (the

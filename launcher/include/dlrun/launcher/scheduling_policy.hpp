@@ -26,6 +26,7 @@ struct ResourceRequest {
   int min_ranks = 1;
   int max_ranks = 1;
   std::vector<std::string> gpu_ids;  // specific GPUs; empty: any
+  bool remote = false;  // ranks on other hosts (scheduler kind "ssh"): takes nothing here
 };
 
 struct Allocation {
