@@ -17,7 +17,9 @@ const std::vector<std::string> k_top_keys = {"name", "command", "workdir", "env"
                                              "max_restarts", "grace", "watchdog",
                                              "checkpoint_dir", "log_dir", "scheduler"};
 const std::vector<std::string> k_resource_keys = {"nproc", "gpus"};
-const std::vector<std::string> k_scheduler_keys = {"kind", "hosts", "hostfile", "gpu", "ssh_config"};
+const std::vector<std::string> k_scheduler_keys = {"kind", "hosts", "hostfile", "gpu", "ssh_config", "partition",
+                                                   "nodes", "ranks_per_node", "gpus_per_node", "time_limit",
+                                                   "account", "sbatch_options"};
 const std::vector<std::string> k_scheduler_kinds = {"local", "slurm", "ssh"};
 
 class Checker {
@@ -225,13 +227,65 @@ void parse_env(Checker& check, const toml::node* node, JobSpec& spec) {
   }
 }
 
-void parse_scheduler(Checker& check, const toml::node* node, JobSpec& spec) {
-  if (!node) return;
-  const toml::table* table = node->as_table();
-  if (!table) {
+// The keys each scheduler kind accepts in [scheduler], besides `kind`.
+const std::vector<std::pair<std::string, std::vector<std::string>>> k_kind_keys = {
+    {"ssh", {"hosts", "hostfile", "gpu", "ssh_config"}},
+    {"slurm", {"partition", "nodes", "ranks_per_node", "gpus_per_node", "time_limit", "account", "sbatch_options"}},
+};
+
+void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
+  if (auto hosts = check.string(table.get("hosts"), "hosts")) {
+    try {
+      parse_host_list(*hosts);
+      spec.hosts = *hosts;
+    } catch (const ConfigError& e) {
+      check.error(table.get("hosts")->source(), e.what());
+    }
+  }
+  spec.hostfile = check.directory(table.get("hostfile"), "hostfile");
+  spec.ssh_config = check.directory(table.get("ssh_config"), "ssh_config");
+  if (const toml::node* gpu = table.get("gpu")) {
+    if (gpu->is_boolean()) spec.gpu_slots = *gpu->value<bool>();
+    else check.error(gpu->source(), fmt::format("'gpu' must be true or false, not {}", Checker::type_name(*gpu)));
+  }
+  if (spec.scheduler == "ssh" && spec.hosts.empty() == spec.hostfile.empty()) {
+    check.error(table.source(), "kind = \"ssh\" needs hosts = \"a:4,b:4\" or hostfile = \"FILE\" (one of them)");
+  }
+}
+
+void parse_slurm_keys(Checker& check, const toml::table& table, JobSpec& spec) {
+  SlurmSpec& slurm = spec.slurm;
+  if (auto v = check.string(table.get("partition"), "partition")) slurm.partition = *v;
+  if (auto v = check.string(table.get("time_limit"), "time_limit")) slurm.time_limit = *v;
+  if (auto v = check.string(table.get("account"), "account")) slurm.account = *v;
+  if (auto v = check.integer(table.get("nodes"), "nodes", 1, 100000)) slurm.nodes = *v;
+  if (auto v = check.integer(table.get("ranks_per_node"), "ranks_per_node", 1, 100000)) slurm.ranks_per_node = *v;
+  if (auto v = check.integer(table.get("gpus_per_node"), "gpus_per_node", 1, 1024)) slurm.gpus_per_node = *v;
+  if (table.contains("ranks_per_node") && table.contains("gpus_per_node")) {
+    check.error(table.get("gpus_per_node")->source(),
+                "give ranks_per_node (CPU ranks) or gpus_per_node (one rank per GPU), not both");
+  }
+  if (const toml::node* node = table.get("sbatch_options")) {
+    const toml::array* array = node->as_array();
+    if (!array) {
+      check.error(node->source(), "'sbatch_options' must be an array of strings, e.g. [\"--qos=high\"]");
+    } else {
+      for (const auto& item : *array) {
+        if (item.is_string()) slurm.sbatch_options.push_back(*item.value<std::string>());
+        else check.error(item.source(), "'sbatch_options' items must be strings");
+      }
+    }
+  }
+}
+
+void parse_scheduler(Checker& check, const toml::node* node, JobSpec& spec, const std::string& kind_override) {
+  const toml::table* table = node ? node->as_table() : nullptr;
+  if (node && !table) {
     check.error(node->source(), "'scheduler' must be a table: [scheduler] with kind = \"local\"");
     return;
   }
+  toml::table empty;
+  if (!table) table = &empty;
   check.unknown_keys(*table, k_scheduler_keys, "scheduler");
   if (auto kind = check.string(table->get("kind"), "kind")) {
     if (std::find(k_scheduler_kinds.begin(), k_scheduler_kinds.end(), *kind) == k_scheduler_kinds.end()) {
@@ -239,32 +293,20 @@ void parse_scheduler(Checker& check, const toml::node* node, JobSpec& spec) {
       check.error(table->get("kind")->source(),
                   fmt::format("unknown scheduler kind '{}'{}", *kind,
                               hint ? fmt::format(" (did you mean '{}'?)", *hint) : " (local, slurm or ssh)"));
-    } else if (*kind == "slurm") {
-      check.error(table->get("kind")->source(),
-                  fmt::format("scheduler kind '{}' is not supported by this version of dlrun yet; use \"local\" or \"ssh\"", *kind));
-    }
-    spec.scheduler = *kind;
-  }
-  if (auto hosts = check.string(table->get("hosts"), "hosts")) {
-    try {
-      parse_host_list(*hosts);
-      spec.hosts = *hosts;
-    } catch (const ConfigError& e) {
-      check.error(table->get("hosts")->source(), e.what());
+    } else {
+      spec.scheduler = *kind;
     }
   }
-  spec.hostfile = check.directory(table->get("hostfile"), "hostfile");
-  spec.ssh_config = check.directory(table->get("ssh_config"), "ssh_config");
-  if (const toml::node* gpu = table->get("gpu")) {
-    if (gpu->is_boolean()) spec.gpu_slots = *gpu->value<bool>();
-    else check.error(gpu->source(), fmt::format("'gpu' must be true or false, not {}", Checker::type_name(*gpu)));
+  if (!kind_override.empty()) spec.scheduler = kind_override;
+  for (const auto& [kind, keys] : k_kind_keys) {
+    for (const auto& key : keys) {
+      if (table->contains(key) && spec.scheduler != kind) {
+        check.error(table->get(key)->source(), fmt::format("'{}' is for kind = \"{}\"", key, kind));
+      }
+    }
   }
-  bool any_hosts = !spec.hosts.empty() || !spec.hostfile.empty();
-  if (spec.scheduler == "ssh" && spec.hosts.empty() == spec.hostfile.empty()) {
-    check.error(table->source(), "kind = \"ssh\" needs hosts = \"a:4,b:4\" or hostfile = \"FILE\" (one of them)");
-  } else if (spec.scheduler != "ssh" && any_hosts) {
-    check.error(table->source(), "hosts and hostfile are for kind = \"ssh\"");
-  }
+  parse_ssh_keys(check, *table, spec);
+  parse_slurm_keys(check, *table, spec);
 }
 
 }  // namespace
@@ -275,7 +317,8 @@ const std::vector<std::string>& job_spec_keys(std::string_view table) {
   return k_top_keys;
 }
 
-JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir) {
+JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
+                       const std::string& kind_override) {
   toml::table root;
   try {
     root = toml::parse(text, path);
@@ -294,21 +337,22 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   spec.workdir = check.directory(root.get("workdir"), "workdir");
   if (spec.workdir.empty()) spec.workdir = std::filesystem::path(base_dir).lexically_normal().string();
   parse_env(check, root.get("env"), spec);
-  const toml::node* scheduler = root.get("scheduler");
-  const bool ssh = scheduler && scheduler->is_table() && scheduler->as_table()->get("kind") &&
-                   scheduler->as_table()->get("kind")->value<std::string>() == std::string("ssh");
-  if (!ssh) {
+  parse_scheduler(check, root.get("scheduler"), spec, kind_override);
+  if (spec.scheduler == "local") {
     parse_resources(check, root.get("resources"), spec);
   } else if (const toml::node* resources = root.get("resources")) {
-    check.error(resources->source(), "with [scheduler] kind = \"ssh\" the ranks come from the hosts' slots: "
-                                     "remove [resources] (gpu = true in [scheduler] makes each slot a GPU)");
+    check.error(resources->source(),
+                spec.scheduler == "ssh"
+                    ? "with [scheduler] kind = \"ssh\" the ranks come from the hosts' slots: remove [resources] "
+                      "(gpu = true in [scheduler] makes each slot a GPU)"
+                    : "with [scheduler] kind = \"slurm\" the ranks come from nodes and ranks_per_node (or "
+                      "gpus_per_node) in [scheduler]: remove [resources]");
   }
   if (auto v = check.integer(root.get("max_restarts"), "max_restarts", 0, 1000000)) spec.max_restarts = *v;
   if (auto v = check.number(root.get("grace"), "grace", 0)) spec.grace = *v;
   if (auto v = check.number(root.get("watchdog"), "watchdog", 0)) spec.watchdog = *v;
   spec.checkpoint_dir = check.directory(root.get("checkpoint_dir"), "checkpoint_dir");
   spec.log_dir = check.directory(root.get("log_dir"), "log_dir");
-  parse_scheduler(check, root.get("scheduler"), spec);
   check.finish();
   return spec;
 }

@@ -22,6 +22,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   environment      BLOB NOT NULL,
   uses_gpus        INTEGER NOT NULL,
   remote           INTEGER NOT NULL DEFAULT 0,
+  slurm            INTEGER NOT NULL DEFAULT 0,
+  slurm_id         INTEGER NOT NULL DEFAULT 0,
   min_ranks        INTEGER NOT NULL,
   max_ranks        INTEGER NOT NULL,
   gpu_request      TEXT NOT NULL DEFAULT '',
@@ -43,7 +45,7 @@ CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 constexpr const char* k_columns =
     "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
     "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
-    "run_dir, supervisor_pid, supervisor_start, remote";
+    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id";
 
 std::string join(const std::vector<std::string>& ids) {
   std::string out;
@@ -173,11 +175,11 @@ void JobStore::rollback() { sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nul
 int64_t JobStore::submit(const NewJob& job) {
   Statement insert(m_db,
                    "INSERT INTO jobs (name, state, spec_text, spec_path, base_dir, environment, uses_gpus, "
-                   "min_ranks, max_ranks, gpu_request, submitted_at, remote) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+                   "min_ranks, max_ranks, gpu_request, submitted_at, remote, slurm) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
   insert.bind(1, job.name).bind(2, to_string(JobState::pending)).bind(3, job.spec_text).bind(4, job.spec_path)
       .bind(5, job.base_dir).bind_blob(6, job.environment).bind(7, job.request.uses_gpus ? 1 : 0)
       .bind(8, job.request.min_ranks).bind(9, job.request.max_ranks).bind(10, join(job.request.gpu_ids))
-      .bind(11, now_seconds()).bind(12, job.request.remote ? 1 : 0);
+      .bind(11, now_seconds()).bind(12, job.request.remote ? 1 : 0).bind(13, job.slurm ? 1 : 0);
   insert.step();
   return sqlite3_last_insert_rowid(m_db);
 }
@@ -207,6 +209,8 @@ JobRecord JobStore::read_row(Statement& s) {
   r.run_dir = s.text(19);
   r.supervisor = {static_cast<pid_t>(s.int64(20)), static_cast<uint64_t>(s.int64(21))};
   r.submitted.request.remote = s.int64(22) != 0;
+  r.submitted.slurm = s.int64(23) != 0;
+  r.slurm_id = s.int64(24);
   return r;
 }
 
@@ -294,6 +298,18 @@ void JobStore::set_restarts(int64_t id, int restarts) {
   s.step();
 }
 
+void JobStore::set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir) {
+  Statement s(m_db, "UPDATE jobs SET slurm_id = ?, run_dir = ? WHERE id = ?");
+  s.bind(1, slurm_id).bind(2, run_dir).bind(3, id);
+  s.step();
+}
+
+void JobStore::mark_running(int64_t id) {
+  Statement s(m_db, "UPDATE jobs SET state = 'RUNNING', started_at = ? WHERE id = ? AND state = 'PENDING'");
+  s.bind(1, now_seconds()).bind(2, id);
+  s.step();
+}
+
 void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason) {
   Statement s(m_db, "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, ended_at = ? WHERE id = ? "
                     "AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')");
@@ -314,7 +330,7 @@ Orphans JobStore::sweep(double pending_grace_seconds) {
   Orphans orphans;
   std::vector<JobRecord> active;
   {
-    Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING','RUNNING','RESCALING')", k_columns));
+    Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING','RUNNING','RESCALING') AND slurm = 0", k_columns));
     while (s.step()) active.push_back(read_row(s));
   }
   double now = now_seconds();

@@ -105,7 +105,8 @@ kind = "local"
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = \"slurmm\"\n") ==
           "job.toml:5:8: unknown scheduler kind 'slurmm' (did you mean 'slurm'?)");
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = \"slurm\"\n") ==
-          "job.toml:5:8: scheduler kind 'slurm' is not supported by this version of dlrun yet; use \"local\" or \"ssh\"");
+          "job.toml:2:1: with [scheduler] kind = \"slurm\" the ranks come from nodes and ranks_per_node (or "
+          "gpus_per_node) in [scheduler]: remove [resources]");
   }
   TEST_CASE("kind ssh takes its ranks from hosts") {
     auto spec = parse("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a:2,b:2\"\ngpu = true\n");
@@ -119,7 +120,30 @@ kind = "local"
               "job.toml:2:1: with [scheduler] kind = \"ssh\" the ranks come from the hosts' slots") == 0);
     CHECK(error_of("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a:0\"\n").find("job.toml:4:9: --hosts a:0") == 0);
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nhosts = \"a\"\n") ==
-          "job.toml:4:1: hosts and hostfile are for kind = \"ssh\"");
+          "job.toml:5:9: 'hosts' is for kind = \"ssh\"");
+  }
+  TEST_CASE("kind slurm: nodes, ranks per node and sbatch settings") {
+    auto spec = parse(R"(command = ["./train"]
+[scheduler]
+kind = "slurm"
+partition = "gpu"
+nodes = 2
+gpus_per_node = 4
+time_limit = "01:00:00"
+account = "ml"
+sbatch_options = ["--qos=high", "--exclusive"]
+)");
+    CHECK(spec.on_slurm());
+    CHECK(spec.slurm.partition == "gpu");
+    CHECK(spec.slurm.nodes == 2);
+    CHECK(spec.slurm.gpus_per_node == 4);
+    CHECK(spec.slurm.time_limit == "01:00:00");
+    CHECK(spec.slurm.sbatch_options == std::vector<std::string>{"--qos=high", "--exclusive"});
+    CHECK(error_of("command = [\"x\"]\n[scheduler]\nkind = \"slurm\"\nnodes = 0\n") ==
+          "job.toml:4:9: 'nodes' = 0 is out of range: must be 1 to 100000");
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = \"local\"\npartition = \"gpu\"\n") ==
+          "job.toml:6:13: 'partition' is for kind = \"slurm\"");
+    CHECK(parse_job_spec("command = [\"x\"]\n", "job.toml", "/jobs", "slurm").on_slurm());
   }
   TEST_CASE("TOML syntax errors carry the position") {
     std::string e = error_of("command = [\"x\"\n");

@@ -19,6 +19,17 @@ struct RankRange {
   bool elastic() const { return min != max; }
 };
 
+// [scheduler] of kind "slurm": what goes into the sbatch script.
+struct SlurmSpec {
+  std::string partition;
+  int nodes = 1;
+  int ranks_per_node = 1;
+  int gpus_per_node = 0;  // > 0: one rank per GPU
+  std::string time_limit;
+  std::string account;
+  std::vector<std::string> sbatch_options;
+};
+
 struct JobSpec {
   std::string name;
   std::vector<std::string> command;
@@ -39,15 +50,19 @@ struct JobSpec {
   std::string hostfile;
   bool gpu_slots = false;
   std::string ssh_config;  // ssh -F FILE (absolute), optional
+  SlurmSpec slurm;
 
   // Ranks to start when the scheduler can give `max`.
   int ranks() const { return gpus ? gpus->max : nproc ? nproc->max : 0; }
   bool remote() const { return scheduler == "ssh"; }
+  bool on_slurm() const { return scheduler == "slurm"; }
 };
 
 // `path` is used in messages; relative directories are resolved against `base_dir` (the
 // job file's directory). Throws ConfigError listing every problem, one per line.
-JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir);
+// `kind_override` (from `dlrun submit --scheduler`) replaces [scheduler] kind.
+JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
+                       const std::string& kind_override = {});
 
 // The keys accepted at the top level and in each table, for messages and docs.
 const std::vector<std::string>& job_spec_keys(std::string_view table);

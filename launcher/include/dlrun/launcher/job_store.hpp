@@ -30,6 +30,7 @@ struct NewJob {
   std::string base_dir;   // directory relative paths in it are resolved against
   std::string environment;  // the submitter's environment, NAME=VALUE\0 …
   ResourceRequest request;
+  bool slurm = false;  // queued on a Slurm cluster: no supervisor here, state from Slurm
 };
 
 struct JobRecord {
@@ -44,6 +45,7 @@ struct JobRecord {
   int restarts = 0;
   std::string run_dir;
   ProcessIdentity supervisor;
+  int64_t slurm_id = 0;  // the Slurm job id of a job submitted to Slurm
 };
 
 // What sweep() found: pending jobs that lost (or never got) their supervisor.
@@ -70,12 +72,17 @@ class JobStore {
   // If the job is the oldest pending one and its resources are free: RUNNING with them.
   std::optional<Allocation> try_start(int64_t id, const Capacity& capacity, const std::string& run_dir);
   void set_restarts(int64_t id, int restarts);
+  // A job handed to Slurm: its Slurm id and run directory.
+  void set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir);
+  // A Slurm job seen running (first time: its start time is now).
+  void mark_running(int64_t id);
   void finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason);
   // PENDING → CANCELLED in one step; false if the job was not pending.
   bool cancel_pending(int64_t id, const std::string& reason);
 
   // Running jobs whose supervisor died become FAILED ("lost") and free their resources;
-  // pending jobs without a live supervisor are returned for adoption.
+  // pending jobs without a live supervisor are returned for adoption. Slurm jobs have
+  // no supervisor here and are left alone.
   Orphans sweep(double pending_grace_seconds = 3.0);
 
  private:
