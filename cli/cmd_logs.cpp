@@ -57,7 +57,7 @@ int run_logs(const LogsArgs& args) {
     offset = copy_new(path, offset);
     if (ended) return 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (++polls % 50 == 0) queue.sweep();
+    if (++polls % 10 == 0) queue.sweep();
   }
 }
 

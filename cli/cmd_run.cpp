@@ -11,6 +11,7 @@
 #include "dlrun/launcher/cluster_job.hpp"
 #include "dlrun/launcher/error.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "group_options.hpp"
 
@@ -53,7 +54,23 @@ struct AgentArgs {
   std::string rendezvous;
   int nproc = 0;
   int gpus = 0;
+  bool node_from_slurm = false;
 };
+
+struct SlurmRunArgs {
+  GroupArgs group;
+  launcher::SlurmStepOptions step;
+};
+
+int run_slurm_step_command(SlurmRunArgs& args, CLI::App& app, const Trailing& trailing) {
+  apply_group_options(args.group, app);
+  auto& step = args.step;
+  step.cluster.group = args.group.options;
+  step.cluster.group.command = program_words(app, trailing);
+  step.cluster.group.prefix = "[{host}:{rank}] ";
+  step.cluster.group.color = launcher::ColorMode::never;
+  return launcher::run_slurm_step(step, launcher::current_environment());
+}
 
 int run_agent_command(AgentArgs& args, CLI::App& app, const Trailing& trailing) {
   apply_group_options(args.group, app);
@@ -65,6 +82,15 @@ int run_agent_command(AgentArgs& args, CLI::App& app, const Trailing& trailing) 
   if (!port) throw ConfigError(fmt::format("--rendezvous {}: expected HOST:PORT", args.rendezvous));
   a.rendezvous_host = args.rendezvous.substr(0, colon);
   a.rendezvous_port = *port;
+  if (args.node_from_slurm) {
+    auto env = launcher::current_environment();
+    auto node = launcher::parse_int(env["SLURM_NODEID"]);
+    if (!node) throw ConfigError("--node-from-slurm: SLURM_NODEID is not set (is this inside srun?)");
+    a.node = *node;
+    a.host_label = env["SLURMD_NODENAME"].empty() ? fmt::format("node{}", *node) : env["SLURMD_NODENAME"];
+  } else if (!app.count("--node")) {
+    throw ConfigError("--node N or --node-from-slurm is required");
+  }
   if (app.count("--nproc")) a.group.nproc = args.nproc;
   if (app.count("--gpus")) a.group.gpus = std::to_string(args.gpus);
   return launcher::run_agent(a, launcher::current_environment());
@@ -116,7 +142,8 @@ Command add_agent_command(CLI::App& dlrun) {
   app->prefix_command();
   auto& a = args->agent;
   app->add_option("--rendezvous", args->rendezvous, "HOST:PORT of the launcher's rendezvous")->required();
-  app->add_option("--node", a.node)->required();
+  app->add_option("--node", a.node);
+  app->add_flag("--node-from-slurm", args->node_from_slurm);
   app->add_option("--round", a.round);
   app->add_option("--host-label", a.host_label);
   app->add_option("--job-id", a.job_id);
@@ -127,6 +154,21 @@ Command add_agent_command(CLI::App& dlrun) {
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
   return {app, [args, app](const Trailing& trailing) { return run_agent_command(*args, *app, trailing); }};
+}
+
+Command add_slurm_run_command(CLI::App& dlrun) {
+  auto args = std::make_shared<SlurmRunArgs>();
+  CLI::App* app = dlrun.add_subcommand("_slurm-run", "Internal: the batch step of a dlrun job on Slurm");
+  app->group("");
+  app->prefix_command();
+  auto& step = args->step;
+  app->add_option("--job-id", step.job_id)->required();
+  app->add_option("--ranks-per-node", step.ranks_per_node)->required();
+  app->add_flag("--gpu", step.cluster.gpu_slots);
+  app->add_option("--join-timeout", step.cluster.join_timeout);
+  add_output_options(app, args->group);
+  add_failure_options(app, args->group);
+  return {app, [args, app](const Trailing& trailing) { return run_slurm_step_command(*args, *app, trailing); }};
 }
 
 }  // namespace dlrun::cli

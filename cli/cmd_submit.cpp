@@ -15,11 +15,17 @@ struct SubmitArgs {
   std::string job_file;
   bool parsable = false;
   bool wait = false;
+  bool dry_run = false;
+  std::string scheduler;
 };
 
 int run_submit(const SubmitArgs& args) {
   launcher::JobQueue queue(launcher::current_environment());
-  int64_t id = queue.submit(args.job_file);
+  if (args.dry_run) {
+    std::cout << queue.sbatch_script(args.job_file, args.scheduler);
+    return 0;
+  }
+  int64_t id = queue.submit(args.job_file, args.scheduler);
   if (args.parsable) {
     std::cout << id << std::endl;
   } else {
@@ -44,6 +50,9 @@ Command add_submit_command(CLI::App& dlrun) {
   app->add_option("JOB_FILE", args->job_file, "The job file (docs/job-toml.md)")->required();
   app->add_flag("--parsable", args->parsable, "Print only the job id");
   app->add_flag("--wait", args->wait, "Wait for the job to end and exit with its exit code");
+  app->add_option("--scheduler", args->scheduler, "Override [scheduler] kind: local, ssh or slurm")
+      ->check(CLI::IsMember({"local", "ssh", "slurm"}));
+  app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it");
   app->footer("The job's state, logs and run directories are under $DLRUN_HOME (default ~/.local/state/dlrun).");
   return {app, [args](const Trailing&) { return run_submit(*args); }};
 }

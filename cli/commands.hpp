@@ -30,6 +30,7 @@ std::vector<std::string> program_words(const CLI::App& app, const Trailing& trai
 Command add_local_command(CLI::App& dlrun);
 Command add_run_command(CLI::App& dlrun);
 Command add_agent_command(CLI::App& dlrun);
+Command add_slurm_run_command(CLI::App& dlrun);
 Command add_submit_command(CLI::App& dlrun);
 Command add_status_command(CLI::App& dlrun);
 Command add_logs_command(CLI::App& dlrun);

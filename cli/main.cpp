@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   commands.push_back(dlrun::cli::add_local_command(app));
   commands.push_back(dlrun::cli::add_run_command(app));
   commands.push_back(dlrun::cli::add_agent_command(app));
+  commands.push_back(dlrun::cli::add_slurm_run_command(app));
   commands.push_back(dlrun::cli::add_submit_command(app));
   commands.push_back(dlrun::cli::add_status_command(app));
   commands.push_back(dlrun::cli::add_logs_command(app));

@@ -27,17 +27,23 @@ std::string self_path() {
   return ec ? std::string("dlrun") : path.string();
 }
 
-// The agent's command line (after the program path).
+}  // namespace
+
+// The agent's command line (after the program path). node < 0: from Slurm's environment.
 std::vector<std::string> agent_args(const ClusterOptions& o, const Host& host, int node, int round,
                                     const std::string& rendezvous, const std::string& job_id,
                                     const std::string& run_dir, const std::string& workdir) {
   const auto& g = o.group;
-  std::vector<std::string> args = {"agent", "--rendezvous", rendezvous, "--node", std::to_string(node),
-                                   "--round", std::to_string(round), "--host-label", host.name,
+  std::vector<std::string> args = {"agent", "--rendezvous", rendezvous, "--round", std::to_string(round),
                                    "--job-id", job_id, "--run-dir", run_dir, "--workdir", workdir,
                                    o.gpu_slots ? "--gpus" : "--nproc", std::to_string(host.slots),
                                    "--grace", fmt::format("{}", g.grace_seconds), "--tail", std::to_string(g.tail_lines),
                                    "--prefix", g.prefix, "--color", g.color == ColorMode::always ? "always" : "never"};
+  if (node >= 0) {
+    args.insert(args.end(), {"--node", std::to_string(node), "--host-label", host.name});
+  } else {
+    args.push_back("--node-from-slurm");
+  }
   if (!g.prefix_enabled) args.push_back("--no-prefix");
   if (g.quiet) args.push_back("--quiet");
   if (!o.master_addr.empty()) args.insert(args.end(), {"--master-addr", o.master_addr});
@@ -50,8 +56,6 @@ std::vector<std::string> agent_args(const ClusterOptions& o, const Host& host, i
   args.insert(args.end(), g.command.begin(), g.command.end());
   return args;
 }
-
-}  // namespace
 
 int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   ClusterOptions options = in;
@@ -100,17 +104,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   RendezvousServer server(random_secret(), slots, names, options.join_timeout);
   server.start(options.iface.empty() ? "0.0.0.0" : outward, 0);
 
-  LocalJob job;
-  job.options = options.group;
-  job.options.prefix_enabled = false;  // agents prefix their ranks' lines with host and rank
-  job.options.shown_ranks.reset();
-  job.job_id = make_job_id();
-  job.run_dir = prepare_run_dir(options.group.run_dir, job.job_id, env);
-  job.world_size = world;
-  job.base_env = env;
-  job.host = "launcher";
-  job.member_noun = "host";
-  job.program.argv = options.group.command;  // for messages and job.json; members run the agents
+  LocalJob job = launcher_job(options.group, world, make_job_id(), env);
   std::string dlrun_here = self_path();
   std::string dlrun_there = options.remote_dlrun.empty() ? dlrun_here : options.remote_dlrun;
   std::string workdir = fs::current_path().string();
@@ -145,8 +139,11 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
     }
     return members;
   };
-  job.deliver_signal = [server_ptr](int signal) { server_ptr->broadcast_signal(signal); };
+  return supervise_agents(job, server);
+}
 
+int supervise_agents(LocalJob& job, RendezvousServer& server) {
+  job.deliver_signal = [&server](int signal) { server.broadcast_signal(signal); };
   Supervisor supervisor(job);
   server.on_failure([&supervisor](const std::string& reason) {
     supervisor.request_stop(reason, exit_code::k_unavailable);
@@ -155,6 +152,21 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   int code = supervisor.run();
   server.stop();
   return code;
+}
+
+LocalJob launcher_job(const LocalJobOptions& group, int world, const std::string& job_id, const Environment& env) {
+  LocalJob job;
+  job.options = group;
+  job.options.prefix_enabled = false;  // agents prefix their ranks' lines with host and rank
+  job.options.shown_ranks.reset();
+  job.job_id = job_id;
+  job.run_dir = prepare_run_dir(group.run_dir, job_id, env);
+  job.world_size = world;
+  job.base_env = env;
+  job.host = "launcher";
+  job.member_noun = "host";
+  job.program.argv = group.command;  // for messages and job.json; members run the agents
+  return job;
 }
 
 }  // namespace dlrun::launcher

@@ -20,6 +20,7 @@
 #include "dlrun/launcher/log.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -48,6 +49,13 @@ std::string self_executable() {
 
 ResourceRequest request_of(const JobSpec& spec) {
   ResourceRequest request;
+  if (spec.on_slurm()) {  // Slurm's resources, not this machine's
+    request.remote = true;
+    request.uses_gpus = spec.slurm.gpus_per_node > 0;
+    int per_node = spec.slurm.gpus_per_node > 0 ? spec.slurm.gpus_per_node : spec.slurm.ranks_per_node;
+    request.min_ranks = request.max_ranks = spec.slurm.nodes * per_node;
+    return request;
+  }
   if (spec.remote()) {
     request.remote = true;
     request.uses_gpus = spec.gpu_slots;
@@ -105,6 +113,20 @@ JobQueue::JobQueue(const Environment& env)
 
 std::string JobQueue::run_dir(int64_t id) const { return fmt::format("{}/jobs/{}", m_home, id); }
 
+JobState JobQueue::cancel_slurm(const JobRecord& job, bool force) {
+  slurm_cancel(job.slurm_id, force, m_env);
+  // Slurm signals the job (SIGTERM, then SIGKILL after its KillWait): wait for its word.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    refresh_slurm_job(*m_store.get(job.id));
+    auto now = m_store.get(job.id);
+    if (is_terminal(now->state)) return now->state;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  m_store.finish(job.id, JobState::cancelled, std::nullopt, "scancel sent; Slurm had not ended the job after 120 s");
+  return JobState::cancelled;
+}
+
 Capacity JobQueue::capacity() const {
   Capacity capacity;
   GpuInventory gpus = discover_gpus();
@@ -118,20 +140,20 @@ Capacity JobQueue::capacity() const {
   return capacity;
 }
 
-int64_t JobQueue::submit(const std::string& job_file) {
+JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& kind, std::string& text) {
   std::ifstream file(job_file);
   if (!file) throw ConfigError(fmt::format("cannot read job file {}: {}", job_file, std::strerror(errno)));
-  std::stringstream text;
-  text << file.rdbuf();
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  text = buffer.str();
   std::string base_dir = fs::absolute(fs::path(job_file)).parent_path().string();
-  JobSpec spec = parse_job_spec(text.str(), job_file, base_dir);
-
+  JobSpec spec = parse_job_spec(text, job_file, base_dir, kind);
   std::error_code ec;
-  if (!fs::is_directory(spec.workdir, ec)) {
+  if (!spec.on_slurm() && !fs::is_directory(spec.workdir, ec)) {
     throw ConfigError(fmt::format("{}: workdir {} is not a directory", job_file, spec.workdir));
   }
-  // Resolve the program as the job will: in its workdir, with its PATH (on other hosts
-  // for kind "ssh": not checkable here).
+  // Resolve the program as the job will: in its workdir, with its PATH. On other hosts
+  // (kinds "ssh" and "slurm") that cannot be checked from here.
   Environment job_env = m_env;
   for (const auto& [key, value] : spec.env) job_env[key] = value;
   std::string program = spec.command[0];
@@ -139,17 +161,39 @@ int64_t JobQueue::submit(const std::string& job_file) {
     program = (fs::path(spec.workdir) / program).string();
   }
   try {
-    if (!spec.remote()) resolve_program(program, job_env["PATH"]);
+    if (spec.scheduler == "local") resolve_program(program, job_env["PATH"]);
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", job_file, e.what()));
   }
+  return spec;
+}
 
+SbatchInput JobQueue::sbatch_input(const JobSpec& spec, const std::string& id) const {
+  std::string run = fmt::format("{}/jobs/{}", m_home, id);
+  return {self_executable(), id, run, spec.checkpoint_dir.empty() ? run + "/checkpoints" : spec.checkpoint_dir};
+}
+
+std::string JobQueue::sbatch_script(const std::string& job_file, const std::string& kind) {
+  std::string text;
+  JobSpec spec = read_job_file(job_file, kind, text);
+  if (!spec.on_slurm()) {
+    throw ConfigError(fmt::format("{}: --dry-run shows the sbatch script of a Slurm job; this one is kind \"{}\" "
+                                  "(use --scheduler slurm or [scheduler] kind = \"slurm\")",
+                                  job_file, spec.scheduler));
+  }
+  return render_sbatch_script(spec, sbatch_input(spec, "ID"));
+}
+
+int64_t JobQueue::submit(const std::string& job_file, const std::string& kind) {
+  std::string text;
+  JobSpec spec = read_job_file(job_file, kind, text);
   NewJob job;
   job.name = spec.name;
-  job.spec_text = text.str();
+  job.spec_text = text;
   job.spec_path = fs::absolute(fs::path(job_file)).string();
-  job.base_dir = base_dir;
+  job.base_dir = fs::path(job.spec_path).parent_path().string();
   job.environment = encode_environment(m_env);
+  job.slurm = spec.on_slurm();
   try {
     job.request = request_of(spec);
   } catch (const ConfigError& e) {
@@ -159,8 +203,50 @@ int64_t JobQueue::submit(const std::string& job_file) {
     throw ConfigError(fmt::format("{}: job '{}' can never run here: it {}", job_file, spec.name, why));
   }
   int64_t id = m_store.submit(job);
-  start_supervisor(id, job.environment);
+  if (job.slurm) {
+    submit_to_slurm(id, spec);
+  } else {
+    start_supervisor(id, job.environment);
+  }
   return id;
+}
+
+void JobQueue::submit_to_slurm(int64_t id, const JobSpec& spec) {
+  SbatchInput input = sbatch_input(spec, std::to_string(id));
+  std::error_code ec;
+  fs::create_directories(input.run_dir, ec);
+  std::string script_path = input.run_dir + "/job.sbatch";
+  try {
+    std::ofstream script(script_path);
+    script << render_sbatch_script(spec, input);
+    script.close();
+    if (!script) throw Error(fmt::format("cannot write {}", script_path));
+    int64_t slurm_id = slurm_submit(script_path, m_env);
+    m_store.set_slurm_id(id, slurm_id, input.run_dir);
+  } catch (const Error& e) {
+    m_store.finish(id, JobState::failed, e.exit_code(), fmt::format("not submitted to Slurm: {}", e.what()));
+    throw;
+  }
+}
+
+void JobQueue::refresh_slurm_jobs() {
+  for (const auto& job : m_store.list(false, 0)) {
+    if (job.submitted.slurm && job.slurm_id > 0 && !is_terminal(job.state)) refresh_slurm_job(job);
+  }
+}
+
+void JobQueue::refresh_slurm_job(const JobRecord& job) {
+  auto info = slurm_query(job.slurm_id, m_env);
+  if (!info) {
+    m_store.finish(job.id, JobState::failed, std::nullopt,
+                   fmt::format("Slurm no longer knows job {} and has no accounting record of it", job.slurm_id));
+    return;
+  }
+  if (info->state == JobState::running) m_store.mark_running(job.id);
+  if (is_terminal(info->state)) {
+    if (job.started_at <= 0) m_store.mark_running(job.id);
+    m_store.finish(job.id, info->state, info->exit_code, info->reason);
+  }
 }
 
 void JobQueue::start_supervisor(int64_t id, const std::string& environment_blob) {
@@ -197,6 +283,7 @@ void JobQueue::start_supervisor(int64_t id, const std::string& environment_blob)
 }
 
 void JobQueue::sweep() {
+  refresh_slurm_jobs();
   Orphans orphans = m_store.sweep();
   for (int64_t id : orphans.pending_without_supervisor) {
     auto job = m_store.get(id);
@@ -211,6 +298,7 @@ int JobQueue::wait(int64_t id) {
     auto job = m_store.get(id);
     if (!job) throw ConfigError(fmt::format("no job {}", id));
     if (is_terminal(job->state)) return job->exit_code.value_or(exit_code::k_internal);
+    if (job->submitted.slurm && job->slurm_id > 0) refresh_slurm_job(*job);
     std::this_thread::sleep_for(delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(200));
     if (++sweeps % 25 == 0) sweep();
@@ -221,6 +309,7 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   auto job = m_store.get(id);
   if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));
   if (is_terminal(job->state)) return job->state;
+  if (job->submitted.slurm) return cancel_slurm(*job, force);
   if (job->state == JobState::pending && m_store.cancel_pending(id, "cancelled before it started")) {
     return JobState::cancelled;
   }

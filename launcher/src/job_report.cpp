@@ -143,6 +143,7 @@ std::string status_details(const JobRecord& job, double now) {
       {"batch size:", number_text(metrics.global_batch)},
       {"samples/s:", number_text(metrics.samples_per_sec)},
       {"job file:", job.submitted.spec_path},
+      {"slurm job:", job.slurm_id > 0 ? std::to_string(job.slurm_id) : "-"},
       {"run dir:", job.run_dir.empty() ? "-" : job.run_dir},
   };
   return render_table(rows);
@@ -157,14 +158,14 @@ std::string job_json(const JobRecord& job, double now) {
       "{{\"id\": {}, \"name\": {}, \"state\": {}, \"exit_code\": {}, \"reason\": {}, \"ranks\": {}, "
       "\"gpus\": [{}], \"restarts\": {}, \"submitted_at\": {}, \"started_at\": {}, \"ended_at\": {}, "
       "\"elapsed_seconds\": {:.3f}, \"global_batch\": {}, \"samples_per_sec\": {}, \"run_dir\": {}, "
-      "\"job_file\": {}}}",
+      "\"job_file\": {}, \"slurm_id\": {}}}",
       job.id, json_string(job.name), json_string(to_string(job.state)),
       job.exit_code ? std::to_string(*job.exit_code) : "null", json_string(job.reason), job.allocation.ranks,
       gpus, job.restarts, json_string(iso_time(job.submitted_at)),
       job.started_at > 0 ? json_string(iso_time(job.started_at)) : "null",
       job.ended_at > 0 ? json_string(iso_time(job.ended_at)) : "null", elapsed(job, now),
       opt(metrics.global_batch), opt(metrics.samples_per_sec), json_string(job.run_dir),
-      json_string(job.submitted.spec_path));
+      json_string(job.submitted.spec_path), job.slurm_id > 0 ? std::to_string(job.slurm_id) : "null");
 }
 
 int status_exit_code(JobState state) {

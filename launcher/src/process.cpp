@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -153,6 +156,44 @@ std::string resolve_program(const std::string& name, const std::string& path_env
   throw ConfigError(fmt::format(
       "program '{}' not found in PATH (give a path such as ./{} if it is in this directory)",
       name, name));
+}
+
+CommandResult run_and_capture(const std::string& path, const std::vector<std::string>& argv, const Environment& env,
+                              double timeout_seconds) {
+  SpawnedProcess process = spawn_process({path, argv, env, "", std::nullopt});
+  await_exec(process, argv.at(0));
+  CommandResult result;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  int* fds[2] = {&process.stdout_fd, &process.stderr_fd};
+  std::string* sinks[2] = {&result.out, &result.err};
+  while ((process.stdout_fd >= 0 || process.stderr_fd >= 0) && std::chrono::steady_clock::now() < deadline) {
+    pollfd polls[2];
+    int n = 0;
+    for (int i = 0; i < 2; ++i) {
+      if (*fds[i] >= 0) polls[n++] = {*fds[i], POLLIN, 0};
+    }
+    ::poll(polls, static_cast<nfds_t>(n), 100);
+    for (int i = 0; i < 2; ++i) {
+      if (*fds[i] < 0) continue;
+      pollfd one{*fds[i], POLLIN, 0};
+      if (::poll(&one, 1, 0) <= 0) continue;
+      char chunk[4096];
+      ssize_t got = ::read(*fds[i], chunk, sizeof chunk);
+      if (got > 0) {
+        sinks[i]->append(chunk, static_cast<size_t>(got));
+      } else {
+        close_fd(*fds[i]);
+      }
+    }
+  }
+  for (int i = 0; i < 2; ++i) close_fd(*fds[i]);
+  int status = 0;
+  if (::waitpid(process.pid, &status, WNOHANG) != process.pid) {
+    ::kill(-process.pid, SIGKILL);
+    ::waitpid(process.pid, &status, 0);
+  }
+  result.status = ExitStatus::from_wait_status(status);
+  return result;
 }
 
 Environment current_environment() {

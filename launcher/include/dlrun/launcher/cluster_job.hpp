@@ -45,4 +45,18 @@ struct AgentOptions {
 // The body of `dlrun agent`: reads the secret from stdin, joins, runs this host's ranks.
 int run_agent(const AgentOptions& options, const Environment& env);
 
+// Shared by `dlrun run` and the Slurm step ------------------------------------------
+class RendezvousServer;
+
+// The launcher's own LocalJob: members are agents (or an srun starting them), whose
+// lines arrive already prefixed.
+LocalJob launcher_job(const LocalJobOptions& group, int world, const std::string& job_id, const Environment& env);
+// An agent's command line after the program; node < 0: it takes its node from Slurm.
+std::vector<std::string> agent_args(const ClusterOptions& options, const Host& host, int node, int round,
+                                    const std::string& rendezvous, const std::string& job_id,
+                                    const std::string& run_dir, const std::string& workdir);
+// Runs `job` (whose planner starts the agents) with signals passed on over `server`,
+// failing the attempt when the rendezvous does.
+int supervise_agents(LocalJob& job, RendezvousServer& server);
+
 }  // namespace dlrun::launcher

@@ -18,6 +18,10 @@
 #include "dlrun/launcher/rank_env.hpp"
 
 namespace dlrun::launcher {
+struct SbatchInput;
+}
+
+namespace dlrun::launcher {
 
 class JobQueue {
  public:
@@ -29,8 +33,11 @@ class JobQueue {
   std::string run_dir(int64_t id) const;
 
   // Checks the job file (ConfigError with FILE:LINE:COL on any problem) and whether it
-  // could ever run here, records it and starts its supervisor. Returns the job id.
-  int64_t submit(const std::string& job_file);
+  // could ever run here, records it and starts its supervisor (or hands it to Slurm with
+  // sbatch). `kind` overrides [scheduler] kind. Returns the job id.
+  int64_t submit(const std::string& job_file, const std::string& kind = {});
+  // The sbatch script a Slurm job file would be submitted with (dlrun submit --dry-run).
+  std::string sbatch_script(const std::string& job_file, const std::string& kind = {});
 
   // Fixes the store after crashes (see above); adopts orphaned pending jobs.
   void sweep();
@@ -48,6 +55,13 @@ class JobQueue {
 
  private:
   void start_supervisor(int64_t id, const std::string& environment_blob);
+  JobSpec read_job_file(const std::string& job_file, const std::string& kind, std::string& text);
+  SbatchInput sbatch_input(const JobSpec& spec, const std::string& id) const;
+  void submit_to_slurm(int64_t id, const JobSpec& spec);
+  // Slurm jobs' states come from Slurm: ask it, record what it says.
+  void refresh_slurm_jobs();
+  void refresh_slurm_job(const JobRecord& job);
+  JobState cancel_slurm(const JobRecord& job, bool force);
 
   Environment m_env;
   std::string m_home;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 
 namespace dlrun::launcher {
@@ -44,6 +45,16 @@ void await_exec(SpawnedProcess& process, const std::string& program);
 // Finds `name` the way execvp would (PATH when it has no '/'). Throws ConfigError
 // when it is missing or not executable, naming it.
 std::string resolve_program(const std::string& name, const std::string& path_env);
+
+// Runs a short command to its end and returns what it printed; killed after the timeout
+// (then its status says SIGKILL).
+struct CommandResult {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+};
+CommandResult run_and_capture(const std::string& path, const std::vector<std::string>& argv, const Environment& env,
+                              double timeout_seconds);
 
 Environment current_environment();
 

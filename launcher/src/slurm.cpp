@@ -1,0 +1,134 @@
+#include "dlrun/launcher/slurm.hpp"
+
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/ssh.hpp"
+#include "dlrun/launcher/text.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+std::string run_slurm_command(const std::vector<std::string>& argv, const Environment& env, bool must_succeed) {
+  auto path_it = env.find("PATH");
+  std::string path = resolve_program(argv[0], path_it == env.end() ? "" : path_it->second);
+  CommandResult result = run_and_capture(path, argv, env, 60);
+  if (must_succeed && !result.status.success()) {
+    std::string why(trim(result.err));
+    throw Error(fmt::format("{} {}: {}", argv[0], result.status.describe(), why.empty() ? std::string(trim(result.out)) : why),
+                exit_code::k_unavailable);
+  }
+  return result.status.success() ? result.out : std::string();
+}
+
+}  // namespace
+
+std::string render_sbatch_script(const JobSpec& spec, const SbatchInput& in) {
+  const SlurmSpec& s = spec.slurm;
+  std::string script = fmt::format(
+      "#!/bin/bash\n"
+      "# Written by dlrun for its job {} ({}); see docs/slurm.md. One task per node: the\n"
+      "# batch step serves the rendezvous and starts one dlrun agent per node with srun.\n",
+      in.job_id, spec.name);
+  auto line = [&](const std::string& option) { script += "#SBATCH " + option + "\n"; };
+  line("--job-name=" + spec.name);
+  line(fmt::format("--nodes={}", s.nodes));
+  line("--ntasks-per-node=1");
+  if (s.gpus_per_node > 0) line(fmt::format("--gpus-per-node={}", s.gpus_per_node));
+  if (!s.partition.empty()) line("--partition=" + s.partition);
+  if (!s.time_limit.empty()) line("--time=" + s.time_limit);
+  if (!s.account.empty()) line("--account=" + s.account);
+  line("--output=" + in.run_dir + "/output.log");
+  line("--chdir=" + spec.workdir);
+  for (const auto& option : s.sbatch_options) line(option);
+  for (const auto& [key, value] : spec.env) script += fmt::format("export {}={}\n", key, shell_quote(value));
+  script += fmt::format("export {}={}\n", env::k_checkpoint_dir, shell_quote(in.checkpoint_dir));
+  std::vector<std::string> args = {in.dlrun, "_slurm-run", "--job-id", in.job_id, "--run-dir", in.run_dir,
+                                   "--grace", fmt::format("{}", spec.grace), "--max-restarts",
+                                   std::to_string(spec.max_restarts)};
+  if (s.gpus_per_node > 0) {
+    args.insert(args.end(), {"--gpu", "--ranks-per-node", std::to_string(s.gpus_per_node)});
+  } else {
+    args.insert(args.end(), {"--ranks-per-node", std::to_string(s.ranks_per_node)});
+  }
+  args.push_back("--");
+  args.insert(args.end(), spec.command.begin(), spec.command.end());
+  script += "exec";
+  for (const auto& a : args) script += " " + shell_quote(a);
+  return script + "\n";
+}
+
+JobState map_slurm_state(std::string_view state) {
+  // "CANCELLED by 0" and "COMPLETED+" carry extra words.
+  std::string s(state.substr(0, state.find_first_of(" +")));
+  if (s == "PENDING" || s == "CONFIGURING" || s == "REQUEUED" || s == "REQUEUE_HOLD" || s == "RESV_DEL_HOLD" ||
+      s == "SUSPENDED" || s == "STOPPED") {
+    return JobState::pending;
+  }
+  if (s == "RUNNING" || s == "COMPLETING" || s == "SIGNALING" || s == "STAGE_OUT" || s == "RESIZING") {
+    return JobState::running;
+  }
+  if (s == "COMPLETED") return JobState::succeeded;
+  if (s == "CANCELLED" || s == "REVOKED") return JobState::cancelled;
+  return JobState::failed;  // FAILED TIMEOUT NODE_FAIL OUT_OF_MEMORY BOOT_FAIL DEADLINE PREEMPTED SPECIAL_EXIT
+}
+
+std::optional<SlurmJobInfo> parse_scontrol_job(std::string_view line) {
+  std::map<std::string, std::string> fields;
+  std::istringstream in{std::string(line)};
+  std::string word;
+  while (in >> word) {
+    auto eq = word.find('=');
+    if (eq != std::string::npos) fields[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  if (!fields.count("JobState")) return std::nullopt;
+  SlurmJobInfo info;
+  info.slurm_state = fields["JobState"];
+  info.state = map_slurm_state(info.slurm_state);
+  if (is_terminal(info.state) && fields.count("ExitCode")) {
+    // "CODE:SIGNAL" of the batch script.
+    const std::string& ec = fields["ExitCode"];
+    auto colon = ec.find(':');
+    auto code = parse_int(ec.substr(0, colon));
+    auto sig = colon == std::string::npos ? std::optional<int>(0) : parse_int(ec.substr(colon + 1));
+    if (code && sig) info.exit_code = *sig > 0 ? exit_code::k_signal_base + *sig : *code;
+  }
+  if (fields.count("Reason") && fields["Reason"] != "None") info.reason = fields["Reason"];
+  if (info.state != JobState::succeeded && info.state != JobState::pending && info.reason.empty()) {
+    info.reason = "Slurm: " + info.slurm_state;
+  }
+  return info;
+}
+
+int64_t slurm_submit(const std::string& script_path, const Environment& env) {
+  std::string out = run_slurm_command({"sbatch", "--parsable", script_path}, env, true);
+  auto id = parse_int(trim(out.substr(0, out.find(';'))));  // "ID" or "ID;cluster"
+  if (!id) throw Error(fmt::format("sbatch printed no job id: {}", trim(out)), exit_code::k_unavailable);
+  return *id;
+}
+
+std::optional<SlurmJobInfo> slurm_query(int64_t slurm_id, const Environment& env) {
+  std::string out = run_slurm_command({"scontrol", "show", "job", "-o", std::to_string(slurm_id)}, env, false);
+  if (auto info = parse_scontrol_job(out)) return info;
+  // Gone from slurmctld's memory (MinJobAge): ask the accounting database, if there is one.
+  out = run_slurm_command({"sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", std::to_string(slurm_id)}, env, false);
+  auto bar = out.find('|');
+  if (bar == std::string::npos) return std::nullopt;
+  std::string state(trim(out.substr(0, bar)));
+  std::string exit(trim(out.substr(bar + 1)));
+  return parse_scontrol_job(fmt::format("JobState={} ExitCode={}", state, exit.substr(0, exit.find('\n'))));
+}
+
+void slurm_cancel(int64_t slurm_id, bool force, const Environment& env) {
+  std::vector<std::string> argv = {"scancel"};
+  if (force) argv.push_back("--signal=KILL");
+  argv.push_back(std::to_string(slurm_id));
+  run_slurm_command(argv, env, true);
+}
+
+}  // namespace dlrun::launcher
