@@ -11,7 +11,7 @@ packages=(
   libsqlite3-dev doctest-dev
   libtorch-dev libgloo-dev
   python3-torch dataset-fashion-mnist
-  procps iproute2 openssh-server openssh-client
+  procps iproute2 openssh-server openssh-client slurm-wlm munge
 )
 
 missing=()

@@ -299,7 +299,7 @@ void JobStore::set_restarts(int64_t id, int restarts) {
 }
 
 void JobStore::set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir) {
-  Statement s(m_db, "UPDATE jobs SET slurm_id = ?, run_dir = ? WHERE id = ?");
+  Statement s(m_db, "UPDATE jobs SET slurm_id = ?, run_dir = ?, ranks = max_ranks WHERE id = ?");
   s.bind(1, slurm_id).bind(2, run_dir).bind(3, id);
   s.step();
 }

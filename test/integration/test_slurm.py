@@ -1,0 +1,116 @@
+"""`dlrun submit` onto a real Slurm cluster (slurm_cluster.py): sbatch, srun, one dlrun
+agent per node, the same rendezvous as `dlrun run`; status, logs and cancel from Slurm."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+from harness import PYTHON, DlrunTestCase, wait_for
+import slurm_cluster
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+UNAVAILABLE = slurm_cluster.why_unavailable()
+
+
+class OnSlurm(DlrunTestCase):
+    @classmethod
+    def setUpClass(cls):
+        if UNAVAILABLE:
+            raise unittest.SkipTest(UNAVAILABLE)
+        cls.slurm_tmp = tempfile.mkdtemp(prefix="dlrun-slurm-")
+        cls.slurm = slurm_cluster.SlurmCluster(cls.slurm_tmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.slurm.stop()
+        shutil.rmtree(cls.slurm_tmp, ignore_errors=True)
+
+    def setUp(self):
+        super().setUp()
+        self.env = self.slurm.env(self.env)
+
+    def job(self, command, extra=""):
+        path = os.path.join(self.tmp, f"job{time.monotonic_ns()}.toml")
+        with open(path, "w") as f:
+            f.write(f'name = "on-slurm"\ncommand = {json.dumps(command)}\n[scheduler]\nkind = "slurm"\n'
+                    f'nodes = 1\nranks_per_node = 2\n{extra}')
+        return path
+
+    def status(self, job_id):
+        return json.loads(self.dlrun("status", "--json", str(job_id)).stdout)
+
+    def test_two_ranks_do_a_gloo_allreduce_to_completed(self):
+        r = self.dlrun("submit", "--wait", "--parsable", self.job([PYTHON, os.path.join(DATA, "allreduce.py")]),
+                       timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        job = self.status(job_id)
+        self.assertEqual((job["state"], job["exit_code"], job["ranks"]), ("SUCCEEDED", 0, 2))
+        self.assertIsInstance(job["slurm_id"], int)
+        scontrol = subprocess.run(["scontrol", "show", "job", str(job["slurm_id"])], env=self.env,
+                                  capture_output=True, text=True).stdout
+        self.assertIn("JobState=COMPLETED", scontrol)
+        logs = self.dlrun("logs", job_id).stdout
+        node = self.slurm.node
+        self.assertIn(f"[{node}:0] rank 0 of 2 local 0 sum 3 expected 3", logs)
+        self.assertIn(f"[{node}:1] rank 1 of 2 local 1 sum 3 expected 3", logs)
+        self.assertEqual(self.dlrun("logs", job_id, "--rank", "1").stdout, "rank 1 of 2 local 1 sum 3 expected 3\n")
+
+    def test_ranks_get_the_dlrun_environment(self):
+        r = self.dlrun("submit", "--wait", "--parsable",
+                       self.job(["sh", "-c", "echo $RANK $WORLD_SIZE $LOCAL_RANK $NODE_RANK $DLRUN_JOB_ID"]), timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        self.assertEqual(self.dlrun("logs", job_id, "--rank", "1").stdout, f"1 2 1 0 {job_id}\n")
+
+    def test_failing_rank_fails_the_job_with_its_code(self):
+        r = self.dlrun("submit", "--wait", "--parsable",
+                       self.job(["sh", "-c", "if [ $RANK = 1 ]; then exit 3; fi; sleep 60"]), timeout=180)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertEqual(self.status(r.stdout.strip())["state"], "FAILED")
+        self.assertEqual(self.dlrun("status", r.stdout.strip()).returncode, 1)
+
+    def test_cancel_a_running_job(self):
+        marks = os.path.join(self.tmp, "marks")
+        r = self.dlrun("submit", "--parsable",
+                       self.job(["sh", "-c", f"trap 'echo $RANK >> {marks}; exit 0' TERM; "
+                                             "while true; do sleep 0.1; done"]))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        self.assertTrue(wait_for(lambda: self.status(job_id)["state"] == "RUNNING", 60))
+        self.assertTrue(wait_for(lambda: "[" in self.dlrun("logs", job_id).stdout or os.path.exists(marks) or
+                                 len(os.listdir(os.path.join(self.home, "jobs", job_id))) > 3, 30))
+        time.sleep(1)
+        c = self.dlrun("cancel", job_id, timeout=180)
+        self.assertEqual(c.stdout, f"Job {job_id} CANCELLED\n", c.stderr)
+        job = self.status(job_id)
+        self.assertEqual(job["state"], "CANCELLED")
+        self.assertEqual(self.dlrun("status", job_id).returncode, 3)
+        squeue = subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True).stdout
+        self.assertEqual(squeue.strip(), "")
+
+    def test_dry_run_prints_the_script_and_submits_nothing(self):
+        r = self.dlrun("submit", "--dry-run", self.job(["./train"], 'partition = "debug"\ntime_limit = "10:00"\n'
+                                                                   'sbatch_options = ["--exclusive"]\n'))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("#SBATCH --nodes=1\n", r.stdout)
+        self.assertIn("#SBATCH --partition=debug\n", r.stdout)
+        self.assertIn("#SBATCH --time=10:00\n", r.stdout)
+        self.assertIn("#SBATCH --exclusive\n", r.stdout)
+        self.assertRegex(r.stdout, r"exec \S+dlrun _slurm-run .* --ranks-per-node 2 -- ./train\n")
+        self.assertEqual(json.loads(self.dlrun("status", "--json").stdout), [])
+
+    def test_scheduler_flag_overrides_the_file(self):
+        path = os.path.join(self.tmp, "plain.toml")
+        with open(path, "w") as f:
+            f.write('command = ["true"]\n')
+        r = self.dlrun("submit", "--scheduler", "slurm", "--wait", "--parsable", path, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIsInstance(self.status(r.stdout.strip())["slurm_id"], int)
+
+
+if __name__ == "__main__":
+    unittest.main()
