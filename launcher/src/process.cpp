@@ -18,6 +18,7 @@
 
 #include "dlrun/launcher/error.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "dlrun/protocol.hpp"
 
 extern char** environ;
 
@@ -187,13 +188,26 @@ CommandResult run_and_capture(const std::string& path, const std::vector<std::st
     }
   }
   for (int i = 0; i < 2; ++i) close_fd(*fds[i]);
-  int status = 0;
-  if (::waitpid(process.pid, &status, WNOHANG) != process.pid) {
+  auto status = wait_for_exit(process.pid, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline));
+  if (!status) {
     ::kill(-process.pid, SIGKILL);
-    ::waitpid(process.pid, &status, 0);
+    status = 0;
+    ::waitpid(process.pid, &*status, 0);
   }
-  result.status = ExitStatus::from_wait_status(status);
+  result.status = ExitStatus::from_wait_status(*status);
   return result;
+}
+
+std::optional<int> wait_for_exit(pid_t pid, std::chrono::steady_clock::time_point deadline) {
+  // Its pipes may have closed a moment before it exits: poll until the deadline.
+  while (true) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) return ExitStatus::exited(exit_code::k_internal).code << 8;
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    ::usleep(2000);
+  }
 }
 
 Environment current_environment() {

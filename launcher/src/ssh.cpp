@@ -92,14 +92,15 @@ std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSe
     for (int fd : {p.process.stdout_fd, p.process.stderr_fd}) {
       if (fd >= 0) ::close(fd);
     }
-    int status = 0;
-    if (::waitpid(p.process.pid, &status, WNOHANG) != p.process.pid) {
+    auto reaped = wait_for_exit(p.process.pid, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline));
+    if (!reaped) {
+      int status = 0;
       ::kill(-p.process.pid, SIGKILL);
       ::waitpid(p.process.pid, &status, 0);
       failures.push_back(fmt::format("{}: no answer within {:g} s", p.host->name, ssh.connect_timeout_seconds + 5));
       continue;
     }
-    auto exit = ExitStatus::from_wait_status(status);
+    auto exit = ExitStatus::from_wait_status(*reaped);
     if (exit.success()) continue;
     std::string error(trim(p.output));
     auto newline = error.rfind('\n');

@@ -149,7 +149,7 @@ void Supervisor::on_children_ended() {
       continue;
     }
     if (m_phase == Phase::running && !m_failure) {
-      m_failure = Failure{index, status};
+      m_failure = Failure{index, status, {}};
       size_t others = m_group->running();
       log::error("{} {}{}", rank.member.name, status.describe(),
                  others ? fmt::format("; stopping the other {} {}{}", others, m_job.member_noun, others == 1 ? "" : "s")

@@ -92,6 +92,31 @@ def read_pids(path):
         return []
 
 
+def read_words(path):
+    """The whitespace-separated words of a file, [] while it does not exist."""
+    try:
+        with open(path) as f:
+            return f.read().split()
+    except FileNotFoundError:
+        return []
+
+
+def processes(predicate):
+    """Pids of the processes whose argv (a list of str) satisfies predicate."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if predicate(argv):
+            found.append(int(entry))
+    return found
+
+
 def kill_quietly(pids):
     for pid in pids:
         try:

@@ -9,7 +9,7 @@ import subprocess
 import time
 import unittest
 
-from harness import DLRUN, DlrunTestCase, kill_quietly, pid_alive, read_pids, wait_for
+from harness import DLRUN, DlrunTestCase, kill_quietly, pid_alive, processes, read_pids, read_words, wait_for
 
 MINIMAL = '''name = "hello"
 command = ["sh", "-c", "echo rank $RANK of $WORLD_SIZE"]
@@ -18,27 +18,17 @@ nproc = 2
 '''
 
 
-def supervisor_pid(job_id):
-    """The pid of `dlrun _supervise JOB_ID`, found in /proc."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+def supervisor_pid(job_id, home):
+    """The pid of `dlrun _supervise JOB_ID` of the store in `home` (tests run in parallel,
+    each with its own store and its own job 1)."""
+    def ours(pid):
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return f"DLRUN_HOME={home}".encode() in f.read().split(b"\0")
         except OSError:
-            continue
-        if len(args) >= 3 and args[1] == b"_supervise" and args[2] == str(job_id).encode():
-            return int(entry)
-    return None
-
-
-def read_words(path):
-    try:
-        with open(path) as f:
-            return f.read().split()
-    except FileNotFoundError:
-        return []
+            return False
+    found = [pid for pid in processes(lambda argv: argv[1:3] == ["_supervise", str(job_id)]) if ours(pid)]
+    return found[0] if found else None
 
 
 class JobsTestCase(DlrunTestCase):
@@ -303,7 +293,7 @@ class CrashSafety(JobsTestCase):
         self.wait_state(job_id, ("RUNNING",))
         self.assertTrue(wait_for(lambda: len(read_pids(pids)) == 2, 30))
         self.procs_to_kill += read_pids(pids)
-        pid = supervisor_pid(job_id)
+        pid = supervisor_pid(job_id, self.home)
         self.assertIsNotNone(pid)
         os.kill(pid, signal.SIGKILL)
         job = self.wait_state(job_id, ("FAILED",), timeout=30)
@@ -317,8 +307,8 @@ class CrashSafety(JobsTestCase):
         gate = os.path.join(self.tmp, "gate")
         first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')
         second = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
-        self.assertTrue(wait_for(lambda: supervisor_pid(second), 10))
-        os.kill(supervisor_pid(second), signal.SIGKILL)
+        self.assertTrue(wait_for(lambda: supervisor_pid(second, self.home), 10))
+        os.kill(supervisor_pid(second, self.home), signal.SIGKILL)
         open(gate, "w").close()
         self.wait_state(first, ("SUCCEEDED",))
         self.assertEqual(self.wait_state(second, ("SUCCEEDED",))["exit_code"], 0)

@@ -8,7 +8,7 @@ import sys
 import time
 import unittest
 
-from harness import (DLRUN, PYTHON, DlrunTestCase, kill_quietly, pid_alive, read_pids, wait_for)
+from harness import (DLRUN, PYTHON, DlrunTestCase, kill_quietly, pid_alive, read_pids, read_words, wait_for)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 ENV_KEYS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
@@ -342,12 +342,12 @@ while true; do sleep 0.05; done
             f'trap "echo rank-$RANK-INT >> {os.path.join(self.tmp, "marks")}; wait; exit 0" INT; '
             f'trap "echo rank-$RANK-TERM >> {os.path.join(self.tmp, "marks")}; wait; exit 0" TERM')
         p = self.start("local", "--nproc", "2", script)
-        self.assertTrue(wait_for(lambda: len(read_lines(ready)) == 4, 30), "ranks did not start")
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 4, 30), "ranks did not start")
         p.send_signal(sig)
         out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, expected_code, err)
         name = signal.Signals(sig).name[3:]
-        self.assertEqual(sorted(read_lines(marks)),
+        self.assertEqual(sorted(read_words(marks)),
                          [f"child-0-{name}", f"child-1-{name}", f"rank-0-{name}", f"rank-1-{name}"])
         return err
 
@@ -367,16 +367,16 @@ echo $RANK >> {ready}
 while true; do sleep 0.05; done
 """)
         p = self.start("local", "--nproc", "2", script)
-        self.assertTrue(wait_for(lambda: len(read_lines(ready)) == 2, 30))
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30))
         p.send_signal(signal.SIGHUP)
         p.communicate(timeout=60)
         self.assertEqual(p.returncode, 129)
-        self.assertEqual(sorted(read_lines(marks)), ["rank-0-HUP", "rank-1-HUP"])
+        self.assertEqual(sorted(read_words(marks)), ["rank-0-HUP", "rank-1-HUP"])
 
     def test_second_ctrl_c_kills_at_once(self):
         marks, ready, script = self.rank_script("trap '' INT")
         p = self.start("local", "--nproc", "2", "--grace", "120", script)
-        self.assertTrue(wait_for(lambda: len(read_lines(ready)) == 4, 30))
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 4, 30))
         p.send_signal(signal.SIGINT)
         time.sleep(0.5)
         self.assertIsNone(p.poll(), "dlrun ended although its ranks ignore SIGINT")
@@ -386,14 +386,6 @@ while true; do sleep 0.05; done
         self.assertLess(time.monotonic() - start, 30)
         self.assertEqual(p.returncode, 130)
         self.assertIn("got SIGINT again: killing all ranks now", err)
-
-
-def read_lines(path):
-    try:
-        with open(path) as f:
-            return f.read().split()
-    except FileNotFoundError:
-        return []
 
 
 class NoOrphans(DlrunTestCase):

@@ -7,7 +7,7 @@ import subprocess
 import time
 import unittest
 
-from harness import DLRUN, PYTHON, DlrunTestCase, kill_quietly, pid_alive, read_pids, wait_for
+from harness import DLRUN, PYTHON, DlrunTestCase, kill_quietly, pid_alive, processes, read_pids, read_words, wait_for
 import netns
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -16,26 +16,7 @@ UNAVAILABLE = netns.why_unavailable()
 
 def agent_processes(job_marker):
     """Pids of dlrun agents (and their ssh) whose command line mentions job_marker."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if " agent " in cmdline and job_marker in cmdline:
-            found.append(int(entry))
-    return found
-
-
-def read_words(path):
-    try:
-        with open(path) as f:
-            return f.read().split()
-    except FileNotFoundError:
-        return []
+    return processes(lambda argv: " agent " in " ".join(argv) and job_marker in " ".join(argv))
 
 
 class ClusterTestCase(DlrunTestCase):

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,6 +56,9 @@ struct CommandResult {
 };
 CommandResult run_and_capture(const std::string& path, const std::vector<std::string>& argv, const Environment& env,
                               double timeout_seconds);
+
+// Reaps `pid` once it exits; nullopt if it is still running at `deadline`.
+std::optional<int> wait_for_exit(pid_t pid, std::chrono::steady_clock::time_point deadline);
 
 Environment current_environment();
 
