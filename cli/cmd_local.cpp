@@ -18,7 +18,7 @@ namespace {
 
 struct LocalArgs {
   GroupArgs group;
-  int nproc = 0;
+  std::string nproc;
   std::string gpus;
   std::string gpu_binding = "rank";
   int master_port = 0;
@@ -28,8 +28,19 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
   apply_group_options(args.group, app);
   auto& options = args.group.options;
   options.command = program_words(app, trailing);
-  if (app.count("--nproc")) options.nproc = args.nproc;
-  if (app.count("--gpus")) options.gpus = args.gpus;
+  if (app.count("--nproc")) {
+    auto [min, max] = launcher::parse_count_range(args.nproc, "--nproc");
+    options.nproc = max;
+    if (min != max) options.min_ranks = min;
+  }
+  if (app.count("--gpus")) {
+    options.gpus = args.gpus;
+    if (args.gpus.find(':') != std::string::npos) {
+      auto [min, max] = launcher::parse_count_range(args.gpus, "--gpus");
+      options.gpus = std::to_string(max);
+      if (min != max) options.min_ranks = min;
+    }
+  }
   if (app.count("--master-port")) options.master_port = args.master_port;
   options.gpu_binding = args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
   launcher::raise_fd_limit();
@@ -51,12 +62,20 @@ Command add_local_command(CLI::App& dlrun) {
   set_usage(app, "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [--] PROGRAM [ARGS...]");
   auto& o = args->group.options;
 
-  app->add_option("--nproc", args->nproc, "Start N ranks (CPU; OMP_NUM_THREADS = cores / N)")
-      ->type_name("N");
+  app->add_option("--nproc", args->nproc,
+                  "Start N ranks (CPU; OMP_NUM_THREADS = cores / N); MIN:MAX for an elastic job that "
+                  "starts at MAX and may be resized (dlrun resize)")
+      ->type_name("N|MIN:MAX");
   app->add_option("--gpus", args->gpus,
                   "One rank per GPU: a count (4) or GPU numbers as nvidia-smi shows them "
-                  "(0,2,3); each rank gets its own CUDA_VISIBLE_DEVICES")
-      ->type_name("N|LIST");
+                  "(0,2,3); each rank gets its own CUDA_VISIBLE_DEVICES. MIN:MAX: elastic, starts with up to MAX "
+                  "free GPUs")
+      ->type_name("N|LIST|MIN:MAX");
+  app->add_option("--watchdog", o.watchdog_seconds,
+                  "A rank that reports no progress (DLRUN_PROGRESS_FILE, the runtime does it every step) "
+                  "for this many seconds counts as failed; 0: off")
+      ->type_name("SECONDS")
+      ->capture_default_str();
   app->add_option("--gpu-binding", args->gpu_binding,
                   "rank: each rank sees only its GPU (cuda:0); all: every rank sees the job's "
                   "GPUs and uses cuda:LOCAL_RANK, as under torchrun")

@@ -35,6 +35,7 @@ Command add_submit_command(CLI::App& dlrun);
 Command add_status_command(CLI::App& dlrun);
 Command add_logs_command(CLI::App& dlrun);
 Command add_cancel_command(CLI::App& dlrun);
+Command add_resize_command(CLI::App& dlrun);
 Command add_supervise_command(CLI::App& dlrun);
 
 // The "Usage:" line CLI11 cannot derive for commands that end in a program to run.

@@ -69,6 +69,9 @@ LocalJobOptions options_for(const JobSpec& spec, const Allocation& allocation, c
   } else {
     options.nproc = allocation.ranks;
   }
+  // Elastic: the rank count may later move within the job file's MIN:MAX.
+  const RankRange& range = spec.gpus ? *spec.gpus : *spec.nproc;
+  if (range.elastic()) options.min_ranks = range.min;
   options.grace_seconds = spec.grace;
   options.max_restarts = spec.max_restarts;
   options.run_dir = run_dir;
@@ -128,8 +131,12 @@ int supervise_job(int64_t id, const Environment& env) {
     }
     if (spec.remote()) return run_remote(queue, id, spec, base, run_dir);
     LocalJob job = prepare_local_job(options_for(spec, record->allocation, run_dir), base, std::to_string(id));
+    const RankRange& range = spec.gpus ? *spec.gpus : *spec.nproc;
+    job.max_world_size = range.max;
+    job.min_world_size = range.min;
     job.program.working_dir = spec.workdir;
     job.on_restart = [&store, id](int restarts) { store.set_restarts(id, restarts); };
+    job.on_rescale = [&store, id](bool rescaling) { store.set_rescaling(id, rescaling); };
     Supervisor supervisor(job);
     int code = supervisor.run();
     JobState state = code == 0                   ? JobState::succeeded

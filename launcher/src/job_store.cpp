@@ -1,5 +1,6 @@
 #include "dlrun/launcher/job_store.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -301,6 +302,60 @@ void JobStore::set_restarts(int64_t id, int restarts) {
 void JobStore::set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir) {
   Statement s(m_db, "UPDATE jobs SET slurm_id = ?, run_dir = ?, ranks = max_ranks WHERE id = ?");
   s.bind(1, slurm_id).bind(2, run_dir).bind(3, id);
+  s.step();
+}
+
+std::optional<Allocation> JobStore::resize_allocation(int64_t id, int world, const Capacity& capacity) {
+  begin_immediate();
+  try {
+    auto job = get(id);
+    Usage usage = usage_locked();
+    // What this job holds now is free for its own new allocation.
+    if (job->submitted.request.uses_gpus) {
+      for (const auto& gpu : job->allocation.gpu_ids) usage.gpus_in_use.erase(gpu);
+    } else {
+      usage.cpu_slots_in_use -= job->allocation.ranks;
+    }
+    ResourceRequest request = job->submitted.request;
+    request.min_ranks = request.max_ranks = world;
+    request.gpu_ids.clear();
+    std::optional<Allocation> allocation;
+    if (request.uses_gpus) {
+      // Keep the GPUs it has (in order), then add free ones.
+      Allocation a;
+      for (const auto& gpu : job->allocation.gpu_ids) {
+        if (static_cast<int>(a.gpu_ids.size()) < world) a.gpu_ids.push_back(gpu);
+      }
+      for (int i = 0; i < capacity.gpus && static_cast<int>(a.gpu_ids.size()) < world; ++i) {
+        std::string gpu = std::to_string(i);
+        if (!usage.gpus_in_use.count(gpu) && std::find(a.gpu_ids.begin(), a.gpu_ids.end(), gpu) == a.gpu_ids.end()) {
+          a.gpu_ids.push_back(gpu);
+        }
+      }
+      a.ranks = static_cast<int>(a.gpu_ids.size());
+      if (a.ranks == world) allocation = a;
+    } else {
+      allocation = fit(request, capacity, usage);
+    }
+    if (allocation) restore_allocation(id, *allocation);
+    commit();
+    return allocation;
+  } catch (...) {
+    rollback();
+    throw;
+  }
+}
+
+void JobStore::restore_allocation(int64_t id, const Allocation& allocation) {
+  Statement s(m_db, "UPDATE jobs SET ranks = ?, gpu_ids = ? WHERE id = ?");
+  s.bind(1, allocation.ranks).bind(2, join(allocation.gpu_ids)).bind(3, id);
+  s.step();
+}
+
+void JobStore::set_rescaling(int64_t id, bool rescaling) {
+  Statement s(m_db, rescaling ? "UPDATE jobs SET state = 'RESCALING' WHERE id = ? AND state = 'RUNNING'"
+                              : "UPDATE jobs SET state = 'RUNNING' WHERE id = ? AND state = 'RESCALING'");
+  s.bind(1, id);
   s.step();
 }
 

@@ -14,12 +14,13 @@
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 #include "dlrun/launcher/supervisor.hpp"
+#include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
 namespace {
 
-std::vector<std::string> choose_gpus(const std::string& spec, const Environment& env) {
+std::vector<std::string> choose_gpus(const std::string& spec, const Environment& env, std::optional<int> min) {
   GpuRequest request = parse_gpu_request(spec);
   GpuInventory inventory = discover_gpus();
   std::optional<std::string> visible;
@@ -32,6 +33,11 @@ std::vector<std::string> choose_gpus(const std::string& spec, const Environment&
   if (available.empty()) {
     throw ConfigError(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; "
                                   "unset it or use --nproc N to run CPU ranks", spec));
+  }
+  // Elastic: start with what is there, if that is at least MIN.
+  if (min && request.count && static_cast<int>(available.size()) < *request.count &&
+      static_cast<int>(available.size()) >= *min) {
+    request.count = static_cast<int>(available.size());
   }
   return select_gpus(request, available);
 }
@@ -76,8 +82,17 @@ LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& en
   job.program.argv = options.command;
 
   if (options.gpus) {
-    job.gpu_ids = choose_gpus(*options.gpus, env);
+    job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks);
     job.world_size = static_cast<int>(job.gpu_ids.size());
+  }
+  job.max_world_size = options.gpus ? std::max(job.world_size, parse_int(*options.gpus).value_or(job.world_size))
+                                    : job.world_size;
+  job.min_world_size = options.min_ranks ? *options.min_ranks : job.world_size;
+  if (job.min_world_size < 1 || job.min_world_size > job.max_world_size) {
+    throw ConfigError(fmt::format("ranks {}:{}: MIN must be between 1 and MAX", job.min_world_size, job.max_world_size));
+  }
+  if (options.watchdog_seconds < 0) {
+    throw ConfigError(fmt::format("--watchdog {}: must be 0 (off) or more seconds", options.watchdog_seconds));
   }
   if (options.shown_ranks) {
     for (int r : *options.shown_ranks) {
@@ -116,6 +131,9 @@ std::vector<Member> plan_local_members(const LocalJob& job, int restart_count) {
   plan.base = job.base_env;
   std::vector<Member> members;
   for (auto& spec : plan_node_ranks(plan)) {
+    if (options.watchdog_seconds > 0) spec.env[env::k_progress_file] = progress_file(job.run_dir, spec.rank);
+    spec.env[env::k_min_world_size] = std::to_string(job.min_world_size > 0 ? job.min_world_size : job.world_size);
+    spec.env[env::k_max_world_size] = std::to_string(job.max_world_size > 0 ? job.max_world_size : job.world_size);
     Member member;
     member.name = fmt::format("rank {}", spec.rank);
     member.log_path = rank_log_path(job.run_dir, spec.rank);
@@ -125,6 +143,10 @@ std::vector<Member> plan_local_members(const LocalJob& job, int restart_count) {
     members.push_back(std::move(member));
   }
   return members;
+}
+
+std::string progress_file(const std::string& run_dir, int rank) {
+  return fmt::format("{}/progress/rank-{}", run_dir, rank);
 }
 
 int run_local_job(const LocalJob& job) {

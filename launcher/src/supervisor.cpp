@@ -52,7 +52,9 @@ Supervisor::Supervisor(const LocalJob& job)
       m_stop_signals(m_io, SIGINT, SIGTERM, SIGHUP),
       m_child_signal(m_io, SIGCHLD),
       m_grace_timer(m_io),
-      m_drain_timer(m_io) {}
+      m_drain_timer(m_io),
+      m_resize_signal(m_io, signals::k_resize_request),
+      m_watchdog_timer(m_io) {}
 
 Supervisor::~Supervisor() = default;
 
@@ -65,6 +67,7 @@ int Supervisor::run() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   listen_for_children();
+  listen_for_resize();
   record("running", std::nullopt);
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
     log::info("job {}: {} rank{} of {}, logs in {}", m_job.job_id, m_job.world_size,
@@ -117,6 +120,8 @@ void Supervisor::start_attempt() {
   m_failure.reset();
   m_restart_requested = false;
   m_group->start(members, make_output);
+  m_attempt_started = std::chrono::steady_clock::now();
+  arm_watchdog();
   // A child may have ended before the SIGCHLD listener saw it: look once now.
   asio::post(m_io, [this] { on_children_ended(); });
 }
@@ -192,7 +197,7 @@ void Supervisor::request_stop(const std::string& reason, int code) {
   asio::post(m_io, [this, reason, code] {
     if (m_phase != Phase::running || m_failure || !m_group) return;
     log::error("{}", reason);
-    m_failure = Failure{0, ExitStatus::exited(code), reason};
+    m_failure = Failure{SIZE_MAX, ExitStatus::exited(code), reason};
     stop_group(SIGTERM);
     if (m_group->all_exited()) begin_drain();
   });
@@ -241,8 +246,13 @@ void Supervisor::finish_attempt() {
     finish(exit_code::k_signal_base + m_stop_signal);
     return;
   }
+  if (m_pending_resize) {
+    apply_resize();
+    return;
+  }
   if (m_failure) {
     report_failure(*m_failure);
+    leave_out_failing_gpu(*m_failure);
     if (m_failures_restarted < m_job.options.max_restarts) {
       ++m_failures_restarted;
       ++m_restart_count;
@@ -321,6 +331,8 @@ void Supervisor::finish(int code) {
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
   m_stop_signals.cancel();
   m_child_signal.cancel();
+  m_resize_signal.cancel();
+  m_watchdog_timer.cancel();
 }
 
 }  // namespace dlrun::launcher

@@ -65,6 +65,18 @@ std::vector<int> parse_int_list(std::string_view text, std::string_view what) {
   return values;
 }
 
+std::pair<int, int> parse_count_range(std::string_view text, std::string_view what) {
+  auto colon = text.find(':');
+  auto lo = parse_int(text.substr(0, colon));
+  auto hi = colon == std::string_view::npos ? lo : parse_int(text.substr(colon + 1));
+  if (!lo || !hi || *lo < 1 || *hi < *lo) {
+    throw ConfigError(fmt::format("{} {}: expected a count N (at least 1) or an elastic range MIN:MAX with "
+                                  "1 <= MIN <= MAX",
+                                  what, text));
+  }
+  return {*lo, *hi};
+}
+
 namespace {
 
 size_t edit_distance(std::string_view a, std::string_view b) {

@@ -137,6 +137,12 @@ void WorkerGroup::signal_running(int signal) {
   }
 }
 
+void WorkerGroup::signal_leaders(int signal) {
+  for (auto& rank : m_ranks) {
+    if (!rank.exit && rank.pid > 0) ::kill(rank.pid, signal);
+  }
+}
+
 void WorkerGroup::kill_all_groups() {
   for (auto& rank : m_ranks) {
     if (rank.pid <= 0) continue;

@@ -24,6 +24,12 @@ inline constexpr const char* k_job_id = "DLRUN_JOB_ID";
 // Set for submitted jobs: where the job's checkpoints belong (job.toml checkpoint_dir,
 // default RUN_DIR/checkpoints).
 inline constexpr const char* k_checkpoint_dir = "DLRUN_CHECKPOINT_DIR";
+// Set with --watchdog: a file the rank touches (or writes) after every step; a rank whose
+// file has not changed for the watchdog's seconds counts as hung.
+inline constexpr const char* k_progress_file = "DLRUN_PROGRESS_FILE";
+// The elastic bounds of the job, MIN and MAX ranks ("2" and "4"); equal when not elastic.
+inline constexpr const char* k_min_world_size = "DLRUN_MIN_WORLD_SIZE";
+inline constexpr const char* k_max_world_size = "DLRUN_MAX_WORLD_SIZE";
 
 // Set by dlrun unless the user already set them.
 inline constexpr const char* k_omp_num_threads = "OMP_NUM_THREADS";
@@ -37,6 +43,16 @@ inline constexpr const char* k_no_color = "NO_COLOR";            // https://no-c
 inline constexpr const char* k_cpu_slots = "DLRUN_CPU_SLOTS";    // local scheduler: CPU ranks at once
 
 }  // namespace dlrun::env
+
+namespace dlrun::signals {
+
+// To a rank: "stop at the next step all ranks agree on, checkpoint, exit with
+// exit_code::k_restart_me" (a rescale). The runtime also treats SIGTERM so.
+inline constexpr int k_stop_request = 10;  // SIGUSR1
+// To a dlrun supervisor: "read RUN_DIR/resize.request" (sent by `dlrun resize`).
+inline constexpr int k_resize_request = 12;  // SIGUSR2
+
+}  // namespace dlrun::signals
 
 namespace dlrun::exit_code {
 

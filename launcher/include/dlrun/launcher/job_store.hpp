@@ -74,6 +74,12 @@ class JobStore {
   void set_restarts(int64_t id, int restarts);
   // A job handed to Slurm: its Slurm id and run directory.
   void set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir);
+  // An elastic job's new size: its allocation becomes `world` ranks if that fits beside
+  // the other running jobs (GPUs it holds are kept first). nullopt: it does not fit.
+  std::optional<Allocation> resize_allocation(int64_t id, int world, const Capacity& capacity);
+  void restore_allocation(int64_t id, const Allocation& allocation);
+  // RUNNING ⇄ RESCALING while a resize is under way.
+  void set_rescaling(int64_t id, bool rescaling);
   // A Slurm job seen running (first time: its start time is now).
   void mark_running(int64_t id);
   void finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason);

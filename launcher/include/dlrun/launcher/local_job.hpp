@@ -17,7 +17,8 @@ namespace dlrun::launcher {
 enum class ColorMode { automatic, always, never };
 
 struct LocalJobOptions {
-  std::optional<int> nproc;         // --nproc N: CPU ranks
+  std::optional<int> nproc;         // --nproc N: CPU ranks (N = MAX with --nproc MIN:MAX)
+  std::optional<int> min_ranks;     // elastic: MIN of --nproc/--gpus MIN:MAX
   std::optional<std::string> gpus;  // --gpus N | --gpus 0,2,3
   GpuBinding gpu_binding = GpuBinding::rank;
   std::string master_addr = "127.0.0.1";
@@ -32,6 +33,7 @@ struct LocalJobOptions {
   int tail_lines = 20;              // stderr lines shown when a rank fails
   bool quiet = false;               // no informational lines from dlrun itself
   bool check_master_port = true;    // false when MASTER_PORT is on another host (agents)
+  double watchdog_seconds = 0;      // > 0: a rank without progress that long counts as failed
   std::vector<std::string> command; // program and its arguments
 };
 
@@ -53,6 +55,9 @@ struct LocalJob {
   int num_nodes = 1;
   int first_rank = 0;
   int global_world_size = 0;  // 0: world_size
+  // Elastic bounds: the rank count may change within them (dlrun resize, a lost GPU).
+  int min_world_size = 0;
+  int max_world_size = 0;
 
   // Makes each attempt's processes. Empty: one process per local rank, see
   // plan_local_members(). `dlrun run` plans one ssh session per host instead.
@@ -63,11 +68,16 @@ struct LocalJob {
   // to their process groups. Empty: signal their process groups. `dlrun run` sends it
   // over the rendezvous instead, so that remote ranks get it before their ssh ends.
   std::function<void(int signal)> deliver_signal;
+  // Told when a resize starts (true) and when the new group runs (false).
+  std::function<void(bool rescaling)> on_rescale;
 };
 
 // The ranks of this machine for one attempt: env:// variables, a fresh MASTER_PORT
 // unless one was given, the prefix label and log file of each.
 std::vector<Member> plan_local_members(const LocalJob& job, int restart_count);
+
+// Where rank `rank` reports progress for the watchdog (DLRUN_PROGRESS_FILE).
+std::string progress_file(const std::string& run_dir, int rank);
 
 // Throws ConfigError for anything wrong in the options or the machine's answer to them.
 // `job_id` empty: a new one (make_job_id()).

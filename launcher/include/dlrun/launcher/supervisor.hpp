@@ -3,8 +3,11 @@
 // policy: one failing rank stops the whole group (SIGTERM, then SIGKILL after the grace
 // period); the group restarts while the job's restart budget lasts; ranks that all exit
 // with exit_code::k_restart_me are restarted without spending it; SIGINT, SIGTERM and SIGHUP
-// are passed on to every rank's process group, a second one kills at once. Written as
-// small steps on an Asio io_context (poll_once()), not one long loop.
+// are passed on to every rank's process group, a second one kills at once. Elastic jobs
+// change their rank count on request (dlrun resize) and leave out a GPU whose rank keeps
+// failing; a rank without progress for --watchdog seconds counts as failed
+// (supervisor_elastic.cpp). Written as small steps on an Asio io_context (poll_once()),
+// not one long loop.
 // Owns its io_context and signal handlers; one Supervisor per process; not thread-safe.
 
 #include <memory>
@@ -18,6 +21,7 @@
 #include "dlrun/launcher/local_job.hpp"
 #include "dlrun/launcher/orphan_guard.hpp"
 #include "dlrun/launcher/rank_output.hpp"
+#include "dlrun/launcher/resize.hpp"
 #include "dlrun/launcher/worker_group.hpp"
 
 namespace dlrun::launcher {
@@ -61,12 +65,26 @@ class Supervisor {
   void record(const std::string& state, std::optional<int> exit_code);
   void finish(int exit_code);
 
-  const LocalJob& m_job;
+  // supervisor_elastic.cpp
+  void listen_for_resize();
+  void on_resize_request();
+  void apply_resize();
+  bool leave_out_failing_gpu(const Failure& failure);
+  void arm_watchdog();
+  void check_watchdog();
+
+  LocalJob m_job;  // a copy: an elastic job's rank count and GPUs change
   boost::asio::io_context m_io;
   boost::asio::signal_set m_stop_signals;
   boost::asio::signal_set m_child_signal;
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_drain_timer;
+  boost::asio::signal_set m_resize_signal;
+  boost::asio::steady_timer m_watchdog_timer;
+  std::optional<ResizeRequest> m_pending_resize;
+  std::string m_last_failed_gpu;
+  int m_same_gpu_failures = 0;
+  std::chrono::steady_clock::time_point m_attempt_started;
   Terminal m_terminal;
   OrphanGuard m_guard;
   std::unique_ptr<WorkerGroup> m_group;

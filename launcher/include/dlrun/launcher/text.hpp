@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dlrun::launcher {
@@ -18,6 +19,10 @@ std::optional<int> parse_int(std::string_view text);
 // Parses "0,3" or "0-3,7" into a sorted list without duplicates. Throws ConfigError
 // mentioning `what` (e.g. "--ranks") on bad input.
 std::vector<int> parse_int_list(std::string_view text, std::string_view what);
+
+// "4" → {4, 4}; "2:4" → {2, 4} (an elastic count). Throws ConfigError mentioning `what`
+// unless 1 <= MIN <= MAX.
+std::pair<int, int> parse_count_range(std::string_view text, std::string_view what);
 
 // The candidate closest to `word` by edit distance, if it is close enough to be a typo.
 std::optional<std::string> closest_match(std::string_view word,

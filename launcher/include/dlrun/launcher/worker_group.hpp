@@ -72,6 +72,9 @@ class WorkerGroup {
 
   // Sends `signal` to the process group of every rank still running.
   void signal_running(int signal);
+  // Sends `signal` to every running rank's own process only (a stop request must not
+  // reach, and kill, the rank's helper processes).
+  void signal_leaders(int signal);
   // SIGKILL to every rank's process group, also of ranks that ended: their children
   // must not outlive the job.
   void kill_all_groups();

@@ -1,0 +1,106 @@
+#include "dlrun/launcher/resize.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dlrun/launcher/error.hpp"
+#include "dlrun/launcher/text.hpp"
+#include "dlrun/protocol.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+void write_atomically(const std::string& path, const std::string& text) {
+  std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    std::ofstream out(temp);
+    out << text;
+    if (!out) throw SystemError("cannot write " + temp, errno);
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) throw SystemError("cannot write " + path, errno);
+}
+
+std::optional<std::string> take(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  std::remove(path.c_str());
+  return text.str();
+}
+
+}  // namespace
+
+std::string format_resize_request(const ResizeRequest& request) {
+  std::string ids;
+  for (const auto& id : request.gpu_ids) ids += (ids.empty() ? "" : ",") + id;
+  return fmt::format("{}\n{}\n", request.world_size, ids);
+}
+
+std::optional<ResizeRequest> parse_resize_request(std::string_view text) {
+  auto lines = split(text, '\n');
+  auto n = parse_int(trim(lines.at(0)));
+  if (!n || *n < 1) return std::nullopt;
+  ResizeRequest request{*n, {}};
+  if (lines.size() > 1 && !trim(lines[1]).empty()) {
+    for (const auto& id : split(trim(lines[1]), ',')) request.gpu_ids.push_back(id);
+    if (static_cast<int>(request.gpu_ids.size()) != *n) return std::nullopt;
+  }
+  return request;
+}
+
+std::string check_resize(int requested, int min_ranks, int max_ranks) {
+  if (min_ranks == max_ranks) {
+    return fmt::format("the job is not elastic: it was started with {} ranks (start it with MIN:MAX, e.g. "
+                       "--nproc 1:4, to resize it)", max_ranks);
+  }
+  if (requested < min_ranks || requested > max_ranks) {
+    return fmt::format("{} ranks is outside the job's range {}:{}", requested, min_ranks, max_ranks);
+  }
+  return {};
+}
+
+void write_resize_request(const std::string& run_dir, const ResizeRequest& request) {
+  write_atomically(run_dir + "/resize.request", format_resize_request(request));
+}
+
+std::optional<ResizeRequest> take_resize_request(const std::string& run_dir) {
+  auto text = take(run_dir + "/resize.request");
+  if (!text) return std::nullopt;
+  return parse_resize_request(*text);
+}
+
+void write_resize_result(const std::string& run_dir, const std::string& result) {
+  write_atomically(run_dir + "/resize.result", result + "\n");
+}
+
+std::optional<std::string> take_resize_result(const std::string& run_dir) {
+  auto text = take(run_dir + "/resize.result");
+  if (!text) return std::nullopt;
+  return std::string(trim(*text));
+}
+
+std::string request_resize(const std::string& run_dir, int pid, const ResizeRequest& request, double timeout_seconds) {
+  take_resize_result(run_dir);  // an old answer is not this one's
+  write_resize_request(run_dir, request);
+  if (::kill(pid, signals::k_resize_request) != 0) {
+    throw Error(fmt::format("the job's supervisor (pid {}) is gone: {}", pid, std::strerror(errno)));
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto result = take_resize_result(run_dir)) return *result;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  throw Error(fmt::format("no answer from the job's supervisor (pid {}) within {:g} s", pid, timeout_seconds));
+}
+
+}  // namespace dlrun::launcher
