@@ -1,0 +1,147 @@
+"""Elastic jobs, the launcher's side: `dlrun resize`, GPUs left out, the watchdog. The
+ranks here are small scripts that follow the runtime's protocol (docs/elastic.md): on
+SIGUSR1 they "checkpoint" and exit with 75; they touch DLRUN_PROGRESS_FILE as they go."""
+import json
+import os
+import re
+import signal
+import time
+import unittest
+
+from harness import DlrunTestCase, read_words, wait_for
+
+ELASTIC_RANK = """#!/bin/sh
+trap 'echo "$RANK:$WORLD_SIZE" >> {stops}; exit 75' USR1
+echo "$RANK:$WORLD_SIZE:$DLRUN_RESTART_COUNT" >> {starts}
+while true; do sleep 0.05; done
+"""
+
+
+class Resize(DlrunTestCase):
+    def elastic_rank(self):
+        self.starts = os.path.join(self.tmp, "starts")
+        self.stops = os.path.join(self.tmp, "stops")
+        path = os.path.join(self.tmp, "rank.sh")
+        with open(path, "w") as f:
+            f.write(ELASTIC_RANK.format(starts=self.starts, stops=self.stops))
+        os.chmod(path, 0o755)
+        return path
+
+    def job_id(self, proc):
+        runs = os.path.join(self.home, "runs")
+        found = wait_for(lambda: [d for d in os.listdir(runs) if d != "latest"] if os.path.isdir(runs) else [], 30)
+        self.assertTrue(found)
+        return found[0]
+
+    def test_resize_a_local_job_up_and_down(self):
+        p = self.start("local", "--nproc", "1:3", self.elastic_rank())
+        job = self.job_id(p)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+        r = self.dlrun("resize", job, "2")
+        self.assertEqual((r.returncode, r.stdout), (0, f"Job {job} now runs 2 ranks\n"), r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 5, 30))
+        r = self.dlrun("resize", job, "3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 8, 30))
+        starts = read_words(self.starts)
+        self.assertEqual(sorted(starts[:3]), ["0:3:0", "1:3:0", "2:3:0"])
+        self.assertEqual(sorted(starts[3:5]), ["0:2:1", "1:2:1"])
+        self.assertEqual(sorted(starts[5:]), ["0:3:2", "1:3:2", "2:3:2"])
+        self.assertEqual(sorted(read_words(self.stops)), ["0:2", "0:3", "1:2", "1:3", "2:3"])
+        with open(os.path.join(self.home, "runs", job, "job.json")) as f:
+            self.assertEqual(json.load(f)["world_size"], 3)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130)
+        self.assertIn("resizing from 3 to 2 ranks: asking the ranks to checkpoint and stop", err)
+        self.assertIn("now running 2 ranks", err)
+
+    def test_resize_outside_the_range_is_refused(self):
+        p = self.start("local", "--nproc", "2:3", self.elastic_rank())
+        job = self.job_id(p)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+        r = self.dlrun("resize", job, "5")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr, f"dlrun: error: job {job}: 5 ranks is outside the job's range 2:3\n")
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+
+    def test_a_fixed_size_job_is_not_resized(self):
+        p = self.start("local", "--nproc", "2", "sleep", "30")
+        job = self.job_id(p)
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.home, "runs", job, "job.json")), 30))
+        r = self.dlrun("resize", job, "1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("the job is not elastic: it was started with 2 ranks", r.stderr)
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+
+    def test_resize_unknown_job(self):
+        r = self.dlrun("resize", "nope", "2")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no job nope", r.stderr)
+
+    def test_resize_a_submitted_job_moves_its_allocation(self):
+        self.env["DLRUN_CPU_SLOTS"] = "4"
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write(f'command = ["{self.elastic_rank()}"]\n[resources]\nnproc = "1:3"\n')
+        r = self.dlrun("submit", "--parsable", job_file)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = r.stdout.strip()
+        try:
+            self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+            r = self.dlrun("resize", job, "1")
+            self.assertEqual((r.returncode, r.stdout), (0, f"Job {job} now runs 1 rank\n"), r.stderr)
+            status = json.loads(self.dlrun("status", "--json", job).stdout)
+            self.assertEqual((status["state"], status["ranks"], status["restarts"]), ("RUNNING", 1, 1))
+            r = self.dlrun("resize", job, "4")
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("4 ranks is outside the job's range 1:3", r.stderr)
+        finally:
+            self.dlrun("cancel", job)
+
+
+class LostGpu(DlrunTestCase):
+    def test_a_gpu_whose_rank_keeps_failing_is_left_out(self):
+        env = dict(self.env, DLRUN_FAKE_GPUS="4")
+        script = self.script("gpu.sh", 'if [ "$CUDA_VISIBLE_DEVICES" = 2 ]; then echo "GPU 2 fell off the bus" >&2; '
+                                       'exit 1; fi\necho "$RANK/$WORLD_SIZE on GPU $CUDA_VISIBLE_DEVICES"\nsleep 0.3\n')
+        r = self.dlrun("local", "--gpus", "2:4", "--max-restarts", "3", script, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("leaving GPU 2 out: its rank failed 2 times in a row; continuing with 3 ranks", r.stderr)
+        last = [line for line in r.stdout.splitlines() if "/3 on GPU" in line]
+        self.assertEqual(sorted(l.split("] ")[1] for l in last), ["0/3 on GPU 0", "1/3 on GPU 1", "2/3 on GPU 3"])
+
+    def test_not_below_min(self):
+        env = dict(self.env, DLRUN_FAKE_GPUS="2")
+        script = self.script("gpu.sh", '[ "$CUDA_VISIBLE_DEVICES" = 1 ] && exit 1\nsleep 0.2\n')
+        r = self.dlrun("local", "--gpus", "2:2", "--max-restarts", "2", script, env=env)
+        self.assertEqual(r.returncode, 1)
+        self.assertNotIn("leaving GPU", r.stderr)
+
+
+class Watchdog(DlrunTestCase):
+    def test_a_rank_without_progress_counts_as_failed(self):
+        script = self.script("hang.sh", 'if [ "$RANK" = 1 ]; then exec sleep 300; fi\n'
+                                        'while true; do touch "$DLRUN_PROGRESS_FILE"; sleep 0.1; done\n')
+        start = time.monotonic()
+        r = self.dlrun("local", "--nproc", "2", "--watchdog", "1.5", "--grace", "1", script)
+        self.assertLess(time.monotonic() - start, 60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("dlrun: error: rank 1 made no progress for 1.5 s (--watchdog): treating it as failed", r.stderr)
+
+    def test_ranks_that_report_progress_run_on(self):
+        script = self.script("busy.sh", 'i=0; while [ $i -lt 25 ]; do touch "$DLRUN_PROGRESS_FILE"; sleep 0.1; '
+                                        'i=$((i+1)); done\n')
+        r = self.dlrun("local", "--nproc", "2", "--watchdog", "1", script)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_bad_watchdog(self):
+        r = self.dlrun("local", "--nproc", "1", "--watchdog", "-1", "true")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--watchdog -1: must be 0 (off) or more seconds", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
