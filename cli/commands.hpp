@@ -28,6 +28,7 @@ struct Command {
 std::vector<std::string> program_words(const CLI::App& app, const Trailing& trailing);
 
 Command add_local_command(CLI::App& dlrun);
+Command add_init_command(CLI::App& dlrun);
 Command add_run_command(CLI::App& dlrun);
 Command add_agent_command(CLI::App& dlrun);
 Command add_slurm_run_command(CLI::App& dlrun);
