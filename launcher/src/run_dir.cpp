@@ -51,6 +51,12 @@ std::string prepare_run_dir(const std::string& requested, const std::string& job
                                   is_default ? fmt::format(" (set {} or --run-dir)", env::k_home) : ""));
   }
   dir = fs::absolute(dir, ec);
+  if (!is_default && !job_id.empty()) {
+    // `dlrun resize JOB` and friends find every run under $DLRUN_HOME/runs/JOB.
+    fs::path runs = fs::path(dlrun_home(env)) / "runs";
+    fs::create_directories(runs, ec);
+    fs::create_directory_symlink(dir, runs / job_id, ec);
+  }
   if (is_default) {
     fs::path latest = dir.parent_path() / "latest";
     fs::path temp = dir.parent_path() / fmt::format(".latest.{}", ::getpid());

@@ -160,7 +160,8 @@ class BadInput(DlrunTestCase):
         self.assert_usage_error(["local", "--nproc", "2"], "no program given")
 
     def test_bad_counts(self):
-        self.assert_usage_error(["local", "--nproc", "0", "true"], "--nproc 0: must be at least 1")
+        self.assert_usage_error(["local", "--nproc", "0", "true"], "--nproc 0: expected a count N (at least 1) or an elastic range MIN:MAX")
+        self.assert_usage_error(["local", "--nproc", "3:2", "true"], "--nproc 3:2: expected a count N")
         self.assert_usage_error(["local", "true"], "say how many ranks to start: --nproc N")
         self.assert_usage_error(["local", "--nproc", "2", "--gpus", "1", "true"], "exclude each other")
         self.assert_usage_error(["local", "--nproc", "two", "true"], "--nproc")

@@ -18,8 +18,9 @@ std::string make_job_id();
 // DLRUN_HOME from `env`, or its default.
 std::string dlrun_home(const Environment& env);
 
-// `requested` if not empty, else $DLRUN_HOME/runs/<job_id>. Creates it (and parents)
-// and points $DLRUN_HOME/runs/latest at it when it is the default. Throws ConfigError when
+// `requested` if not empty, else $DLRUN_HOME/runs/<job_id>. Creates it (and parents),
+// points $DLRUN_HOME/runs/latest at it when it is the default, and otherwise links
+// $DLRUN_HOME/runs/<job_id> to it, so that every run can be found by its job id. Throws ConfigError when
 // it cannot be created.
 std::string prepare_run_dir(const std::string& requested, const std::string& job_id,
                             const Environment& env);

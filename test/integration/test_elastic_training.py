@@ -1,0 +1,101 @@
+"""Elastic training for real: examples/fashion_mnist on the runtime, resized while it trains
+(dlrun resize) and with ranks killed at random moments. Asserts that every sample of an
+epoch is trained exactly once across resizes, that the step count is exact, and that the
+final checkpoint loads."""
+import collections
+import os
+import random
+import re
+import signal
+import time
+import unittest
+
+from harness import wait_for
+from test_runtime import BATCH, EPOCHS, STEPS, TRAIN_LIMIT, ExampleCase
+
+
+def job_id(stderr_text):
+    m = re.search(r"^dlrun: job (\S+):", stderr_text, re.M)
+    return m.group(1) if m else None
+
+
+class ResizeDuringTraining(ExampleCase):
+    def samples_per_epoch(self):
+        """{epoch: Counter(sample index)} over all ranks' traces."""
+        seen = collections.defaultdict(collections.Counter)
+        for name in os.listdir(self.trace):
+            if not name.startswith("samples-rank"):
+                continue
+            with open(os.path.join(self.trace, name)) as f:
+                for line in f:
+                    step, epoch, *indices = line.split()
+                    seen[int(epoch)].update(int(i) for i in indices)
+        return seen
+
+    def test_resize_2_to_3_to_1_trains_every_sample_once(self):
+        p = self.start("local", "--nproc", "1:3", "--run-dir", os.path.join(self.tmp, "run"), "--",
+                       *self.example_args("--slow-ms", "30"))
+        run_dir = os.path.join(self.tmp, "run")
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "job.json")), 30))
+        with open(os.path.join(run_dir, "job.json")) as f:
+            job = re.search(r'"id": "([^"]+)"', f.read()).group(1)
+        self.wait_steps(p, 10)
+        for size, after in ((2, 30), (3, 55), (1, 80)):
+            r = self.dlrun("resize", job, str(size), timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.wait_steps(p, after)
+        code, out, err = self.finish(p, timeout=240)
+        self.assertEqual(code, 0, err[-3000:])
+        self.assertRegex(out.splitlines()[-1], r"^\[0\] test_accuracy=0\.\d{4}$")
+        losses = self.losses()  # asserts that no step was trained twice
+        self.assertEqual(sorted(losses), list(range(1, STEPS + 1)), "the step count is not exact")
+        seen = self.samples_per_epoch()
+        self.assertEqual(sorted(seen), list(range(EPOCHS)))
+        for epoch, counter in seen.items():
+            self.assertEqual(sorted(counter), list(range(TRAIN_LIMIT)), f"epoch {epoch} missed samples")
+            self.assertEqual(set(counter.values()), {1}, f"epoch {epoch} repeated samples")
+        for size in (2, 3, 1):
+            self.assertIn(f"now running {size} rank", err)
+
+
+class RandomKills(ExampleCase):
+    def test_twenty_kill_9_of_random_ranks(self):
+        random.seed(7)
+        p = self.start("local", "--nproc", "2", "--max-restarts", "25", "--grace", "2", "--",
+                       *self.example_args("--checkpoint-every", "5", "--slow-ms", "20"))
+        kills = 0
+        while kills < 20 and p.poll() is None:
+            time.sleep(random.uniform(0.2, 1.5))
+            rank = random.randrange(2)
+            try:
+                pid = self.rank_pid(rank)
+                os.kill(pid, signal.SIGKILL)
+                kills += 1
+                # Wait for the group to be back (a new pid for that rank) before the next kill.
+                wait_for(lambda: p.poll() is not None or self._pid_changed(rank, pid), 60)
+            except (FileNotFoundError, ValueError, ProcessLookupError):
+                continue
+        self.assertEqual(kills, 20, "training ended before 20 kills: make the run longer")
+        code, out, err = self.finish(p, timeout=300)
+        self.assertEqual(code, 0, err[-3000:])
+        self.assertEqual(err.count("was killed by signal 9 (SIGKILL)"), 20)
+        # The last attempt trained to the end: its steps reach exactly STEPS.
+        with open(os.path.join(self.trace, "loss.txt")) as f:
+            last_step = max(int(line.split()[0]) for line in f)
+        self.assertEqual(last_step, STEPS)
+        checkpoints = sorted(os.listdir(self.checkpoints))
+        self.assertTrue(checkpoints)
+        # The final checkpoint loads: a run from it has nothing left to train.
+        r = self.dlrun("local", "--nproc", "1", "--", *self.example_args(), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn(f"resumed from step {STEPS}", r.stdout)
+
+    def _pid_changed(self, rank, old):
+        try:
+            return self.rank_pid(rank) != old
+        except (FileNotFoundError, ValueError):
+            return False
+
+
+if __name__ == "__main__":
+    unittest.main()
