@@ -81,6 +81,19 @@ double test_accuracy(NetImpl& net, const fashion_mnist::Split& test, dlrun::Cont
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
 
+// All ranks must end with the same weights; a cheap check that gradients were reduced.
+void check_replicas_agree(NetImpl& net, dlrun::Context& ctx) {
+  double sum = 0;
+  for (const auto& p : net.parameters()) sum += p.detach().abs().sum().item<double>();
+  std::vector<double> sums{sum, sum * sum};
+  ctx.all_reduce_sum(sums);
+  const double mean = sums[0] / ctx.world_size();
+  if (std::abs(sum - mean) > 1e-6 * std::abs(mean)) {
+    throw std::runtime_error(fmt::format("rank {}: weights differ from the other ranks' "
+                                         "(|w| sum {} vs mean {})", ctx.rank(), sum, mean));
+  }
+}
+
 int train(const Options& options) {
   auto ctx = dlrun::init();
   if (const char* threads = std::getenv(dlrun::env::k_omp_num_threads)) {
@@ -155,11 +168,12 @@ int train(const Options& options) {
     adam.zero_grad();
     ++step;
     epoch_samples += batch->global_size;
-    // The loss of this rank's share, rescaled: a noisy estimate of the global batch's mean.
-    double step_loss = loss.item<double>() / ctx.world_size();
+    // Scaled by world_size / global batch, this rank's summed loss is its share's mean: a
+    // noisy estimate of the global batch's mean loss (no extra allreduce for a log line).
+    double step_loss = loss.item<double>();
     loss_avg = step == 1 ? step_loss : 0.95 * loss_avg + 0.05 * step_loss;
     trace.samples(step, batch->epoch, batch->indices);
-    trace.loss(step, loss_avg);
+    trace.loss(step, loss_avg, step_loss);
     progress.update(sampler.epoch(), options.epochs, sampler.position(), sampler.dataset_size(), loss_avg);
     if (ctx.stop_requested()) {
       progress.finish_epoch();
@@ -174,6 +188,7 @@ int train(const Options& options) {
     if (options.checkpoint_every > 0 && step % options.checkpoint_every == 0) save();
     if (options.slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.slow_ms));
   }
+  check_replicas_agree(*net, ctx);
   if (!accuracy) accuracy = test_accuracy(*net, test_set, ctx);
   if (ctx.is_main()) fmt::print("test_accuracy={:.4f}\n", *accuracy);
   return dlrun::exit_code::k_success;

@@ -49,8 +49,8 @@ void Trace::samples(int64_t step, int64_t epoch, const std::vector<int64_t>& ind
   write_line(m_samples_fd, fmt::format("{} {} {}\n", step, epoch, fmt::join(indices, " ")));
 }
 
-void Trace::loss(int64_t step, double value) {
-  write_line(m_loss_fd, fmt::format("{} {:.6f}\n", step, value));
+void Trace::loss(int64_t step, double average, double value) {
+  write_line(m_loss_fd, fmt::format("{} {:.6f} {:.6f}\n", step, average, value));
 }
 
 }  // namespace fashion_mnist

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/utils.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -45,6 +46,29 @@ void check_name(const std::string& name) {
   if (!std::regex_match(name, valid)) {
     throw ConfigError(fmt::format("Checkpoint::track: '{}' is not a valid name (use letters, "
                                   "digits, '_' and '-')", name));
+  }
+}
+
+// As torch::nn::Module::load, but copying into the existing tensors. Module::load replaces
+// each parameter's data with set_(), after which autograd creates a new gradient accumulator
+// for it, and the hooks DataParallel's reducer put on the old one never fire again:
+// gradients would silently stop being reduced after a restore.
+void load_in_place(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  for (auto& param : module.named_parameters(/*recurse=*/false)) {
+    at::Tensor loaded;
+    archive.read(param.key(), loaded);
+    param.value().copy_(loaded);
+  }
+  for (auto& buffer : module.named_buffers(/*recurse=*/false)) {
+    at::Tensor loaded;
+    archive.read(buffer.key(), loaded, /*is_buffer=*/true);
+    buffer.value().copy_(loaded);
+  }
+  for (const auto& child : module.named_children()) {
+    torch::serialize::InputArchive child_archive;
+    archive.read(child.key(), child_archive);
+    load_in_place(*child.value(), child_archive);
   }
 }
 
@@ -233,7 +257,7 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
     for (const auto& [name, module] : modules) {
       torch::serialize::InputArchive archive;
       archive.load_from((path / ("module-" + name + ".pt")).string());
-      module->load(archive);
+      load_in_place(*module, archive);
     }
     for (const auto& [name, optimizer] : optimizers) {
       torch::serialize::InputArchive archive;

@@ -12,6 +12,7 @@
 #include <torch/utils.h>
 
 
+#include "dlrun/data_parallel.hpp"
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "rank_threads.hpp"
@@ -143,5 +144,33 @@ TEST_SUITE("runtime::Checkpoint") {
     });
     CHECK(steps == std::vector<int64_t>{7, 7, 7});
     CHECK(dlrun::Checkpoint::list(dir.path).size() == 1);
+  }
+}
+
+TEST_SUITE("runtime::Checkpoint") {
+  TEST_CASE("a restore after DataParallel keeps the gradients reduced") {
+    TempDir dir;
+    {
+      Run run(1);
+      dlrun::Checkpoint ckpt(solo(), dir.path);
+      run.track(ckpt);
+      ckpt.save(1);
+    }
+    std::vector<at::Tensor> weights(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      Run run(1);
+      dlrun::DataParallel dp(run.model, ctx);
+      dlrun::Checkpoint ckpt(ctx, dir.path);
+      run.track(ckpt);
+      REQUIRE(ckpt.restore().has_value());
+      // Different data on each rank: only reduced gradients keep the weights equal.
+      for (int step = 0; step < 2; ++step) {
+        run.adam->zero_grad();
+        dp.backward(run.model->forward(torch::full({3, 4}, 1.0 + ctx.rank())).pow(2).sum());
+        dp.step(*run.adam);
+      }
+      weights[ctx.rank()] = run.model->weight.detach().clone();
+    });
+    CHECK(torch::equal(weights[0], weights[1]));
   }
 }
