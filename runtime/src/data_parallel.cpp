@@ -114,7 +114,11 @@ void DataParallel::step(torch::optim::Optimizer& optimizer) {
   optimizer.step();
   if (stop && !state.agreed_stop) {
     state.agreed_stop = true;
-    log::info("rank {}: all ranks agreed to stop after this step", state.rank);
+    if (state.rank == 0) {
+      log::info("all {} ranks agreed to stop after this step", state.world_size);
+    } else {
+      log::debug("rank {}: all ranks agreed to stop after this step", state.rank);
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 
 
 #include "dlrun/runtime_errors.hpp"
+#include "process_group_factory.hpp"
 #include "rank_threads.hpp"
 #include "doctest_after_torch.hpp"  // last: after LibTorch's glog
 
@@ -57,5 +58,19 @@ TEST_SUITE("runtime::Context") {
     }
     for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(name);
     CHECK(message.rfind("rank 1 could not reach the store at 127.0.0.1:9 within 1.5 s", 0) == 0);
+  }
+}
+
+TEST_SUITE("runtime::ProcessGroupFactory") {
+  TEST_CASE("asking for NCCL without a CUDA/NCCL build says how to get one"
+            * doctest::skip(dlrun::runtime::nccl_compiled_in())) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    dlrun::InitOptions options;
+    options.backend = dlrun::Backend::nccl;
+    CHECK_THROWS_WITH_AS(dlrun::runtime::make_context(store, 0, 1, options),
+                         "the NCCL backend was asked for, but this dlrun runtime was built without "
+                         "CUDA/NCCL: rebuild against a CUDA LibTorch with NCCL installed, or use "
+                         "Backend::gloo",
+                         dlrun::ConfigError);
   }
 }
