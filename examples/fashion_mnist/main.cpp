@@ -94,104 +94,144 @@ void check_replicas_agree(NetImpl& net, dlrun::Context& ctx) {
   }
 }
 
-int train(const Options& options) {
-  auto ctx = dlrun::init();
-  if (const char* threads = std::getenv(dlrun::env::k_omp_num_threads)) {
-    at::set_num_threads(std::max(1, std::atoi(threads)));
-  }
-  auto train_set = fashion_mnist::load(options.data_dir, "train", options.train_limit);
-  auto test_set = fashion_mnist::load(options.data_dir, "t10k");
+// One rank's training run: the loop is small steps, each a method.
+class Trainer {
+ public:
+  explicit Trainer(const Options& options)
+      : m_options(options),
+        m_ctx(dlrun::init()),
+        m_train(fashion_mnist::load(options.data_dir, "train", options.train_limit)),
+        m_test(fashion_mnist::load(options.data_dir, "t10k")),
+        m_net(make_net(options.seed)),
+        m_dp(m_net, m_ctx),
+        m_adam(m_net->parameters(), torch::optim::AdamOptions(options.lr)),
+        m_sampler(m_train.size(), m_ctx, options.seed),
+        m_trace(options.trace_dir, m_ctx.rank()),
+        m_progress(m_ctx.is_main()) {}
 
-  torch::manual_seed(options.seed);
-  auto net = std::make_shared<NetImpl>();
-  dlrun::DataParallel dp(net, ctx);
-  torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(options.lr));
-  dlrun::ElasticSampler sampler(train_set.size(), ctx, options.seed);
-
-  std::string checkpoint_dir = options.checkpoint_dir;
-  if (checkpoint_dir.empty() && !ctx.run_dir().empty()) checkpoint_dir = ctx.run_dir() + "/checkpoints";
-  std::optional<dlrun::Checkpoint> ckpt;
-  int64_t step = 0;
-  double loss_avg = 0;
-  if (!checkpoint_dir.empty()) {
-    ckpt.emplace(ctx, checkpoint_dir);
-    ckpt->track("model", net);
-    ckpt->track("adam", adam);
-    ckpt->track(sampler);
-    if (auto info = ckpt->restore()) {
-      step = info->step;
-      loss_avg = info->values.count("loss") ? info->values.at("loss") : 0.0;
-      if (ctx.is_main()) {
-        fmt::print("resumed from step {} (epoch {}, sample {} of {}, loss {:.4f}) saved by {} "
-                   "rank(s); now {} rank(s)\n",
-                   step, sampler.epoch() + 1, sampler.position(), sampler.dataset_size(), loss_avg,
-                   info->saved_world_size, ctx.world_size());
+  int run() {
+    restore();
+    m_epoch_start = std::chrono::steady_clock::now();
+    while (m_sampler.epoch() < m_options.epochs) {
+      auto batch = m_sampler.next(m_options.batch_size);
+      if (!batch) {
+        end_epoch();
+        continue;
       }
+      train_step(*batch);
+      if (m_ctx.stop_requested()) return stop();
+      if (m_options.checkpoint_every > 0 && m_step % m_options.checkpoint_every == 0) save();
+      if (m_options.slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(m_options.slow_ms));
+    }
+    check_replicas_agree(*m_net, m_ctx);
+    if (!m_accuracy) m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
+    if (m_ctx.is_main()) fmt::print("test_accuracy={:.4f}\n", *m_accuracy);
+    return dlrun::exit_code::k_success;
+  }
+
+ private:
+  static std::shared_ptr<NetImpl> make_net(uint64_t seed) {
+    torch::manual_seed(seed);  // rank 0's weights win anyway (DataParallel broadcasts them)
+    return std::make_shared<NetImpl>();
+  }
+
+  void restore() {
+    std::string dir = m_options.checkpoint_dir;
+    if (dir.empty() && !m_ctx.run_dir().empty()) dir = m_ctx.run_dir() + "/checkpoints";
+    if (dir.empty()) return;  // run without dlrun and without --checkpoint-dir
+    m_ckpt.emplace(m_ctx, dir);
+    m_ckpt->track("model", m_net);
+    m_ckpt->track("adam", m_adam);
+    m_ckpt->track(m_sampler);
+    auto info = m_ckpt->restore();
+    if (!info) return;
+    m_step = info->step;
+    m_loss_avg = info->values.count("loss") ? info->values.at("loss") : 0.0;
+    if (m_ctx.is_main()) {
+      fmt::print("resumed from step {} (epoch {}, sample {} of {}, loss {:.4f}) saved by {} "
+                 "rank(s); now {} rank(s)\n",
+                 m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(),
+                 m_loss_avg, info->saved_world_size, m_ctx.world_size());
     }
   }
-  auto save = [&] {
-    if (ckpt) ckpt->save(step, {{"loss", loss_avg}});
-  };
 
-  fashion_mnist::Trace trace(options.trace_dir, ctx.rank());
-  fashion_mnist::Progress progress(ctx.is_main());
-  auto epoch_start = std::chrono::steady_clock::now();
-  int64_t epoch_samples = 0;
-  std::optional<double> accuracy;  // of the weights as they are now
-  while (sampler.epoch() < options.epochs) {
-    auto batch = sampler.next(options.batch_size);
-    if (!batch) {
-      progress.finish_epoch();
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-      accuracy = test_accuracy(*net, test_set, ctx);
-      if (ctx.is_main()) {
-        fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.4f}, {:.1f} s, {:.0f} samples/s\n",
-                   sampler.epoch() + 1, options.epochs, loss_avg, *accuracy, seconds,
-                   epoch_samples / std::max(seconds, 1e-9));
-        std::fflush(stdout);
-      }
-      sampler.next_epoch();
-      save();
-      epoch_start = std::chrono::steady_clock::now();
-      epoch_samples = 0;
-      continue;
-    }
-    auto index = torch::tensor(batch->indices, torch::kLong);
-    auto images = train_set.images.index_select(0, index);
-    auto labels = train_set.labels.index_select(0, index);
-    auto loss = F::cross_entropy(net->forward(images), labels,
+  void save() {
+    if (m_ckpt) m_ckpt->save(m_step, {{"loss", m_loss_avg}});
+  }
+
+  void train_step(const dlrun::SampleBatch& batch) {
+    auto index = torch::tensor(batch.indices, torch::kLong);
+    auto images = m_train.images.index_select(0, index);
+    auto labels = m_train.labels.index_select(0, index);
+    auto loss = F::cross_entropy(m_net->forward(images), labels,
                                  F::CrossEntropyFuncOptions().reduction(torch::kSum)) *
-                batch->loss_scale(ctx.world_size());
-    accuracy.reset();
-    dp.backward(loss);
-    dp.step(adam);
-    adam.zero_grad();
-    ++step;
-    epoch_samples += batch->global_size;
+                batch.loss_scale(m_ctx.world_size());
+    m_accuracy.reset();
+    m_dp.backward(loss);
+    m_dp.step(m_adam);
+    m_adam.zero_grad();
+    ++m_step;
+    m_epoch_samples += batch.global_size;
     // Scaled by world_size / global batch, this rank's summed loss is its share's mean: a
     // noisy estimate of the global batch's mean loss (no extra allreduce for a log line).
     double step_loss = loss.item<double>();
-    loss_avg = step == 1 ? step_loss : 0.95 * loss_avg + 0.05 * step_loss;
-    trace.samples(step, batch->epoch, batch->indices);
-    trace.loss(step, loss_avg, step_loss);
-    progress.update(sampler.epoch(), options.epochs, sampler.position(), sampler.dataset_size(), loss_avg);
-    if (ctx.stop_requested()) {
-      progress.finish_epoch();
-      save();
-      if (ctx.is_main()) {
-        fmt::print("stopped after step {} (epoch {}, sample {} of {}): checkpoint saved, exit {}\n",
-                   step, sampler.epoch() + 1, sampler.position(), sampler.dataset_size(),
-                   ctx.exit_code());
-      }
-      return ctx.exit_code();
-    }
-    if (options.checkpoint_every > 0 && step % options.checkpoint_every == 0) save();
-    if (options.slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.slow_ms));
+    m_loss_avg = m_step == 1 ? step_loss : 0.95 * m_loss_avg + 0.05 * step_loss;
+    m_trace.samples(m_step, batch.epoch, batch.indices);
+    m_trace.loss(m_step, m_loss_avg, step_loss);
+    m_progress.update(m_sampler.epoch(), m_options.epochs, m_sampler.position(),
+                      m_sampler.dataset_size(), m_loss_avg);
   }
-  check_replicas_agree(*net, ctx);
-  if (!accuracy) accuracy = test_accuracy(*net, test_set, ctx);
-  if (ctx.is_main()) fmt::print("test_accuracy={:.4f}\n", *accuracy);
-  return dlrun::exit_code::k_success;
+
+  void end_epoch() {
+    m_progress.finish_epoch();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch_start).count();
+    m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
+    if (m_ctx.is_main()) {
+      fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.4f}, {:.1f} s, {:.0f} samples/s\n",
+                 m_sampler.epoch() + 1, m_options.epochs, m_loss_avg, *m_accuracy, seconds,
+                 m_epoch_samples / std::max(seconds, 1e-9));
+      std::fflush(stdout);
+    }
+    m_sampler.next_epoch();
+    save();
+    m_epoch_start = std::chrono::steady_clock::now();
+    m_epoch_samples = 0;
+  }
+
+  int stop() {
+    m_progress.finish_epoch();
+    save();
+    if (m_ctx.is_main()) {
+      fmt::print("stopped after step {} (epoch {}, sample {} of {}): checkpoint saved, exit {}\n",
+                 m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(),
+                 m_ctx.exit_code());
+    }
+    return m_ctx.exit_code();
+  }
+
+  Options m_options;
+  dlrun::Context m_ctx;
+  fashion_mnist::Split m_train, m_test;
+  std::shared_ptr<NetImpl> m_net;
+  dlrun::DataParallel m_dp;
+  torch::optim::Adam m_adam;
+  dlrun::ElasticSampler m_sampler;
+  std::optional<dlrun::Checkpoint> m_ckpt;
+  fashion_mnist::Trace m_trace;
+  fashion_mnist::Progress m_progress;
+  int64_t m_step = 0;
+  double m_loss_avg = 0;
+  std::optional<double> m_accuracy;  // of the weights as they are now
+  std::chrono::steady_clock::time_point m_epoch_start;
+  int64_t m_epoch_samples = 0;
+};
+
+void use_launcher_threads() {
+  // dlrun sets OMP_NUM_THREADS to cores / ranks; LibTorch's intra-op pool follows it.
+  if (const char* threads = std::getenv(dlrun::env::k_omp_num_threads)) {
+    at::set_num_threads(std::max(1, std::atoi(threads)));
+  }
 }
 
 }  // namespace
@@ -218,7 +258,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : dlrun::exit_code::k_usage;
   }
   try {
-    return train(options);
+    use_launcher_threads();
+    return Trainer(options).run();
   } catch (const dlrun::Error& e) {
     std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
     return e.exit_code();
