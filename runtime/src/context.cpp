@@ -47,6 +47,12 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int 
   }
 }
 
+// NCCL reduces device tensors only; Gloo, host tensors.
+at::Device collective_device(const runtime::ContextState& state) {
+  if (state.backend == "nccl") return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(state.local_rank));
+  return at::Device(at::kCPU);
+}
+
 }  // namespace
 
 Context::Context(std::shared_ptr<runtime::ContextState> state) : m_state(std::move(state)) {}
@@ -82,14 +88,17 @@ void Context::barrier() {
 void Context::all_reduce_sum(std::vector<double>& values) {
   if (!m_state->group || values.empty()) return;
   std::vector<at::Tensor> tensors{
-      at::from_blob(values.data(), {static_cast<int64_t>(values.size())}, at::kDouble).clone()};
+      at::from_blob(values.data(), {static_cast<int64_t>(values.size())}, at::kDouble)
+          .to(collective_device(*m_state), /*non_blocking=*/false, /*copy=*/true)};
   wait_for(m_state->group->allreduce(tensors), "allreduce", rank());
-  std::copy_n(tensors[0].data_ptr<double>(), values.size(), values.begin());
+  at::Tensor result = tensors[0].cpu();
+  std::copy_n(result.data_ptr<double>(), values.size(), values.begin());
 }
 
 int64_t Context::broadcast(int64_t value) {
   if (!m_state->group) return value;
-  std::vector<at::Tensor> tensors{at::full({1}, value, at::kLong)};
+  std::vector<at::Tensor> tensors{
+      at::full({1}, value, at::TensorOptions().dtype(at::kLong).device(collective_device(*m_state)))};
   wait_for(m_state->group->broadcast(tensors), "broadcast", rank());
   return tensors[0].item<int64_t>();
 }

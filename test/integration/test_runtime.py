@@ -146,7 +146,9 @@ class ElasticResume(ExampleCase):
             self.assertLess(after, 0.75 * start, f"the loss after resuming at step {stop} is "
                             f"{after:.3f}, as high as at the start ({start:.3f}): weights not restored?")
             # The running average was restored, not restarted from the next step's loss.
-            self.assertLess(abs(losses[stop + 1][0] - losses[stop][0]), 0.1)
+            # (A fresh average would start near 0.05 x the step's loss.) Each step moves it
+            # by 5 % of the step's deviation, well under a quarter of its value.
+            self.assertLess(abs(losses[stop + 1][0] - losses[stop][0]), 0.25 * losses[stop][0])
 
 
 class CheckpointFallback(ExampleCase):

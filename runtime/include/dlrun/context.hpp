@@ -70,6 +70,7 @@ class Context {
   // Rank 0's value, on every rank.
   int64_t broadcast(int64_t value);
 
+  // Internal: the shared state DataParallel and Checkpoint work with (runtime/src).
   runtime::ContextState& state() const { return *m_state; }
 
  private:
