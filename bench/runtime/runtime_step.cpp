@@ -3,6 +3,18 @@
 // `dlrun <model> ranks=<n> step_ms=<median>`. bench/runtime/ddp_step.py is the same in
 // PyTorch DDP. See bench/runtime.sh.
 
+#include <ATen/Parallel.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,18 +22,6 @@
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <ATen/Parallel.h>
-#include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/nn/functional/pooling.h>
-#include <torch/nn/module.h>
-#include <torch/nn/modules/container/sequential.h>
-#include <torch/nn/modules/activation.h>
-#include <torch/nn/modules/conv.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
-#include <torch/utils.h>
 
 #include "dlrun/runtime.hpp"
 
@@ -31,8 +31,10 @@ struct Cnn : torch::nn::Module {
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   Cnn() {
-    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)));
-    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)));
+    conv1 =
+        register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)));
+    conv2 =
+        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)));
     fc1 = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
     fc2 = register_module("fc2", torch::nn::Linear(128, 10));
   }
@@ -46,10 +48,11 @@ struct Cnn : torch::nn::Module {
 struct Mlp : torch::nn::Module {
   torch::nn::Sequential layers;
   Mlp() {
-    layers = register_module("layers", torch::nn::Sequential(
-        torch::nn::Linear(784, 2048), torch::nn::ReLU(), torch::nn::Linear(2048, 2048),
-        torch::nn::ReLU(), torch::nn::Linear(2048, 2048), torch::nn::ReLU(),
-        torch::nn::Linear(2048, 10)));
+    layers = register_module("layers",
+                             torch::nn::Sequential(torch::nn::Linear(784, 2048), torch::nn::ReLU(),
+                                                   torch::nn::Linear(2048, 2048), torch::nn::ReLU(),
+                                                   torch::nn::Linear(2048, 2048), torch::nn::ReLU(),
+                                                   torch::nn::Linear(2048, 10)));
   }
   torch::Tensor forward(torch::Tensor x) { return layers->forward(x.flatten(1)); }
 };
@@ -61,7 +64,8 @@ int main(int argc, char** argv) {
   int64_t batch = 64;  // per rank
   try {
     auto ctx = dlrun::init();
-    if (const char* threads = std::getenv("OMP_NUM_THREADS")) at::set_num_threads(std::atoi(threads));
+    if (const char* threads = std::getenv("OMP_NUM_THREADS"))
+      at::set_num_threads(std::atoi(threads));
     torch::manual_seed(0);
     std::shared_ptr<torch::nn::Module> module;
     std::function<torch::Tensor(torch::Tensor)> forward;
@@ -84,7 +88,9 @@ int main(int argc, char** argv) {
       sgd.zero_grad();
       dp.backward(F::cross_entropy(forward(x), y));
       dp.step(sgd);
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
       if (i >= warmup) times.push_back(ms);
     }
     ctx.barrier();

@@ -1,12 +1,11 @@
 #include "fashion_mnist_data.hpp"
 
+#include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <zlib.h>
 
 #include <stdexcept>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <fmt/format.h>
 
 namespace fashion_mnist {
 namespace {
@@ -70,11 +69,12 @@ Split load(const std::string& dir, const std::string& which, int64_t limit) {
   int64_t n = image_shape[0];
   if (limit > 0 && limit < n) n = limit;
   Split split;
-  split.images = at::from_blob(images.data() + 16, {n, 1, image_shape[1], image_shape[2]}, at::kByte)
-                     .to(at::kFloat)
-                     .div_(255.0f)
-                     .sub_(k_mean)
-                     .div_(k_std);
+  split.images =
+      at::from_blob(images.data() + 16, {n, 1, image_shape[1], image_shape[2]}, at::kByte)
+          .to(at::kFloat)
+          .div_(255.0f)
+          .sub_(k_mean)
+          .div_(k_std);
   split.labels = at::from_blob(labels.data() + 8, {n}, at::kByte).to(at::kLong);
   return split;
 }

@@ -2,9 +2,9 @@
 // Fashion-MNIST from its gzipped IDX files (as Debian's dataset-fashion-mnist installs them):
 // images as a float tensor [N, 1, 28, 28], normalised, and labels as int64 [N].
 
-#include <string>
-
 #include <ATen/Tensor.h>
+
+#include <string>
 
 namespace fashion_mnist {
 

@@ -6,24 +6,23 @@
 // checkpoints, and they exit with 75. Start it again, with any --nproc, to continue exactly
 // where it stopped. The last line rank 0 prints is `test_accuracy=0.XXXX`.
 
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
-
-#include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/nn/module.h>
-#include <torch/nn/modules/conv.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/pooling.h>
-#include <torch/optim/adam.h>
-#include <torch/utils.h>
 
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime.hpp"
@@ -52,8 +51,10 @@ struct NetImpl : torch::nn::Module {
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   NetImpl() {
-    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)));
-    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)));
+    conv1 =
+        register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)));
+    conv2 =
+        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)));
     fc1 = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
     fc2 = register_module("fc2", torch::nn::Linear(128, 10));
   }
@@ -89,8 +90,10 @@ void check_replicas_agree(NetImpl& net, dlrun::Context& ctx) {
   ctx.all_reduce_sum(sums);
   const double mean = sums[0] / ctx.world_size();
   if (std::abs(sum - mean) > 1e-6 * std::abs(mean)) {
-    throw std::runtime_error(fmt::format("rank {}: weights differ from the other ranks' "
-                                         "(|w| sum {} vs mean {})", ctx.rank(), sum, mean));
+    throw std::runtime_error(
+        fmt::format("rank {}: weights differ from the other ranks' "
+                    "(|w| sum {} vs mean {})",
+                    ctx.rank(), sum, mean));
   }
 }
 
@@ -121,7 +124,8 @@ class Trainer {
       train_step(*batch);
       if (m_ctx.stop_requested()) return stop();
       if (m_options.checkpoint_every > 0 && m_step % m_options.checkpoint_every == 0) save();
-      if (m_options.slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(m_options.slow_ms));
+      if (m_options.slow_ms > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(m_options.slow_ms));
     }
     check_replicas_agree(*m_net, m_ctx);
     if (!m_accuracy) m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
@@ -148,10 +152,11 @@ class Trainer {
     m_step = info->step;
     m_loss_avg = info->values.count("loss") ? info->values.at("loss") : 0.0;
     if (m_ctx.is_main()) {
-      fmt::print("resumed from step {} (epoch {}, sample {} of {}, loss {:.4f}) saved by {} "
-                 "rank(s); now {} rank(s)\n",
-                 m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(),
-                 m_loss_avg, info->saved_world_size, m_ctx.world_size());
+      fmt::print(
+          "resumed from step {} (epoch {}, sample {} of {}, loss {:.4f}) saved by {} "
+          "rank(s); now {} rank(s)\n",
+          m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(), m_loss_avg,
+          info->saved_world_size, m_ctx.world_size());
     }
   }
 

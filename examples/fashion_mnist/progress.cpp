@@ -1,12 +1,11 @@
 #include "progress.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace fashion_mnist {
 namespace {

@@ -1,13 +1,12 @@
 #include "trace.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <stdexcept>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 namespace fashion_mnist {
 namespace {

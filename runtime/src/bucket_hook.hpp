@@ -5,7 +5,6 @@
 // extra round trip at the end of the step. Internal. Used from the autograd thread.
 
 #include <memory>
-
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 namespace dlrun::runtime {

@@ -1,18 +1,17 @@
 #include "dlrun/checkpoint.hpp"
 
+#include <fmt/format.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <regex>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
-#include <torch/utils.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 #include "checkpoint_manifest.hpp"
 #include "dlrun/elastic_sampler.hpp"
@@ -29,11 +28,14 @@ constexpr const char* k_prefix = "step-";
 constexpr const char* k_temp_prefix = ".tmp-step-";
 constexpr const char* k_state_file = "state.txt";
 
-std::string dir_name(int64_t step) { return fmt::format("{}{:012d}", k_prefix, step); }
+std::string dir_name(int64_t step) {
+  return fmt::format("{}{:012d}", k_prefix, step);
+}
 
 std::optional<int64_t> step_of(const fs::path& path) {
   const std::string name = path.filename().string();
-  if (name.rfind(k_prefix, 0) != 0 || name.size() <= std::string(k_prefix).size()) return std::nullopt;
+  if (name.rfind(k_prefix, 0) != 0 || name.size() <= std::string(k_prefix).size())
+    return std::nullopt;
   const std::string digits = name.substr(std::string(k_prefix).size());
   if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return std::nullopt;
@@ -44,8 +46,10 @@ std::optional<int64_t> step_of(const fs::path& path) {
 void check_name(const std::string& name) {
   static const std::regex valid("[A-Za-z0-9_-]+");
   if (!std::regex_match(name, valid)) {
-    throw ConfigError(fmt::format("Checkpoint::track: '{}' is not a valid name (use letters, "
-                                  "digits, '_' and '-')", name));
+    throw ConfigError(
+        fmt::format("Checkpoint::track: '{}' is not a valid name (use letters, "
+                    "digits, '_' and '-')",
+                    name));
   }
 }
 
@@ -117,16 +121,22 @@ void Checkpoint::track(const std::string& name, torch::optim::Optimizer& optimiz
   check_name(name);
   m_impl->optimizers.emplace_back(name, &optimizer);
 }
-void Checkpoint::track(ElasticSampler& sampler) { m_impl->sampler = &sampler; }
-const fs::path& Checkpoint::directory() const { return m_impl->dir; }
+void Checkpoint::track(ElasticSampler& sampler) {
+  m_impl->sampler = &sampler;
+}
+const fs::path& Checkpoint::directory() const {
+  return m_impl->dir;
+}
 
 std::vector<fs::path> Checkpoint::list(const fs::path& dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (auto step = step_of(entry.path()); step && entry.is_directory()) found.emplace_back(*step, entry.path());
+    if (auto step = step_of(entry.path()); step && entry.is_directory())
+      found.emplace_back(*step, entry.path());
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<fs::path> out;
   for (auto& f : found) out.push_back(std::move(f.second));
   return out;
@@ -154,14 +164,16 @@ void Checkpoint::Impl::write_files(const fs::path& tmp, int64_t step,
         << "dlrun_version " << k_version << "\n";
   if (sampler) {
     const SamplerState s = sampler->state();
-    state << "sampler.epoch " << s.epoch << "\nsampler.position " << s.position
-          << "\nsampler.seed " << s.seed << "\nsampler.dataset_size " << s.dataset_size << "\n";
+    state << "sampler.epoch " << s.epoch << "\nsampler.position " << s.position << "\nsampler.seed "
+          << s.seed << "\nsampler.dataset_size " << s.dataset_size << "\n";
   }
-  for (const auto& [key, value] : values) state << "value." << key << " " << fmt::format("{:.17g}", value) << "\n";
+  for (const auto& [key, value] : values)
+    state << "value." << key << " " << fmt::format("{:.17g}", value) << "\n";
   {
     std::ofstream out(tmp / k_state_file, std::ios::binary);
     out << state.str();
-    if (!out.flush()) throw CheckpointError(fmt::format("cannot write {}", (tmp / k_state_file).string()));
+    if (!out.flush())
+      throw CheckpointError(fmt::format("cannot write {}", (tmp / k_state_file).string()));
   }
   names.push_back(k_state_file);
   for (const auto& name : names) runtime::manifest::sync_path(tmp / name);
@@ -199,8 +211,10 @@ fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& val
                                       m_impl->dir.string(), failure));
   }
   if (ok == 0) {
-    throw CheckpointError(fmt::format("rank 0 could not save the checkpoint of step {} (its log "
-                                      "says why)", step));
+    throw CheckpointError(
+        fmt::format("rank 0 could not save the checkpoint of step {} (its log "
+                    "says why)",
+                    step));
   }
   return final_dir;
 }
@@ -240,9 +254,10 @@ std::optional<int64_t> Checkpoint::Impl::choose() const {
 
 CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
   if (auto problem = runtime::manifest::verify(path)) {
-    throw CheckpointError(fmt::format("rank {}: checkpoint {} is damaged ({}), though rank 0 "
-                                      "could read it: do all ranks see the same files?",
-                                      context.rank(), path.string(), *problem));
+    throw CheckpointError(
+        fmt::format("rank {}: checkpoint {} is damaged ({}), though rank 0 "
+                    "could read it: do all ranks see the same files?",
+                    context.rank(), path.string(), *problem));
   }
   Values state = read_state(path / k_state_file);
   CheckpointInfo info;
@@ -275,9 +290,10 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw CheckpointError(fmt::format("cannot load checkpoint {}: {} (was it written by a "
-                                      "program tracking other objects?)",
-                                      path.string(), e.what()));
+    throw CheckpointError(
+        fmt::format("cannot load checkpoint {}: {} (was it written by a "
+                    "program tracking other objects?)",
+                    path.string(), e.what()));
   }
   return info;
 }
@@ -295,8 +311,8 @@ std::optional<CheckpointInfo> Checkpoint::restore() {
   }
   chosen = m_impl->context.broadcast(chosen);
   if (chosen == -2) {
-    throw CheckpointError(failure.empty() ? "rank 0 could not choose a checkpoint (its log says why)"
-                                          : failure);
+    throw CheckpointError(
+        failure.empty() ? "rank 0 could not choose a checkpoint (its log says why)" : failure);
   }
   if (chosen < 0) return std::nullopt;
   CheckpointInfo info = m_impl->load(m_impl->dir / dir_name(chosen));

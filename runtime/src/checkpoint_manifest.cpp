@@ -1,6 +1,7 @@
 #include "checkpoint_manifest.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -8,8 +9,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "dlrun/runtime_errors.hpp"
 

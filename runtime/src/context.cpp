@@ -1,7 +1,7 @@
-#include <cstdlib>
-
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+
+#include <cstdlib>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -42,14 +42,16 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int 
   try {
     work->wait();
   } catch (const std::exception& e) {
-    throw CommunicationError(fmt::format(
-        "rank {}: {} failed: {} (another rank probably exited; see its log)", rank, what, e.what()));
+    throw CommunicationError(
+        fmt::format("rank {}: {} failed: {} (another rank probably exited; see its log)", rank,
+                    what, e.what()));
   }
 }
 
 // NCCL reduces device tensors only; Gloo, host tensors.
 at::Device collective_device(const runtime::ContextState& state) {
-  if (state.backend == "nccl") return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(state.local_rank));
+  if (state.backend == "nccl")
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(state.local_rank));
   return at::Device(at::kCPU);
 }
 
@@ -57,17 +59,33 @@ at::Device collective_device(const runtime::ContextState& state) {
 
 Context::Context(std::shared_ptr<runtime::ContextState> state) : m_state(std::move(state)) {}
 
-int Context::rank() const { return m_state->rank; }
-int Context::world_size() const { return m_state->world_size; }
-int Context::local_rank() const { return m_state->local_rank; }
-int Context::restart_count() const { return m_state->restart_count; }
-const std::string& Context::run_dir() const { return m_state->run_dir; }
-std::string Context::backend_name() const { return m_state->backend; }
-bool Context::stop_requested() const { return m_state->agreed_stop; }
+int Context::rank() const {
+  return m_state->rank;
+}
+int Context::world_size() const {
+  return m_state->world_size;
+}
+int Context::local_rank() const {
+  return m_state->local_rank;
+}
+int Context::restart_count() const {
+  return m_state->restart_count;
+}
+const std::string& Context::run_dir() const {
+  return m_state->run_dir;
+}
+std::string Context::backend_name() const {
+  return m_state->backend;
+}
+bool Context::stop_requested() const {
+  return m_state->agreed_stop;
+}
 int Context::exit_code() const {
   return m_state->agreed_stop ? exit_code::k_restart_me : exit_code::k_success;
 }
-void Context::request_stop() { m_state->local_stop.store(true, std::memory_order_relaxed); }
+void Context::request_stop() {
+  m_state->local_stop.store(true, std::memory_order_relaxed);
+}
 
 bool Context::poll_stop() {
   if (!m_state->group) {
@@ -97,15 +115,16 @@ void Context::all_reduce_sum(std::vector<double>& values) {
 
 int64_t Context::broadcast(int64_t value) {
   if (!m_state->group) return value;
-  std::vector<at::Tensor> tensors{
-      at::full({1}, value, at::TensorOptions().dtype(at::kLong).device(collective_device(*m_state)))};
+  std::vector<at::Tensor> tensors{at::full(
+      {1}, value, at::TensorOptions().dtype(at::kLong).device(collective_device(*m_state)))};
   wait_for(m_state->group->broadcast(tensors), "broadcast", rank());
   return tensors[0].item<int64_t>();
 }
 
 Context init(const InitOptions& options) {
   log::init_from_env();
-  runtime::WorldEnv world = runtime::read_world_env([](const char* name) { return std::getenv(name); });
+  runtime::WorldEnv world =
+      runtime::read_world_env([](const char* name) { return std::getenv(name); });
   auto state = std::make_shared<runtime::ContextState>();
   state->rank = world.rank;
   state->world_size = world.world_size;

@@ -3,10 +3,10 @@
 // Internal: DataParallel and Checkpoint reach the process group through it; tests build
 // ranks-as-threads worlds with make_context() over a shared in-memory store.
 
+#include <c10/util/intrusive_ptr.h>
+
 #include <atomic>
 #include <string>
-
-#include <c10/util/intrusive_ptr.h>
 
 #include "dlrun/context.hpp"
 
@@ -24,11 +24,11 @@ struct ContextState {
   int restart_count = 0;
   std::string run_dir;
   std::string backend = "none";
-  c10::intrusive_ptr<c10d::Store> store;           // null for a world of one
-  c10::intrusive_ptr<c10d::ProcessGroup> group;    // null for a world of one
-  std::atomic<bool> local_stop{false};  // request_stop() on this rank
-  bool agreed_stop = false;             // all ranks know; set by a stop vote
-  bool uses_signals = true;             // false in ranks-as-threads tests
+  c10::intrusive_ptr<c10d::Store> store;         // null for a world of one
+  c10::intrusive_ptr<c10d::ProcessGroup> group;  // null for a world of one
+  std::atomic<bool> local_stop{false};           // request_stop() on this rank
+  bool agreed_stop = false;                      // all ranks know; set by a stop vote
+  bool uses_signals = true;                      // false in ranks-as-threads tests
   bool local_stop_pending() const;
 };
 

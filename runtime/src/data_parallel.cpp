@@ -1,13 +1,13 @@
 #include "dlrun/data_parallel.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
 
 #include "bucket_hook.hpp"
 #include "context_state.hpp"
@@ -77,8 +77,8 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context co
   std::reverse(limits.begin(), limits.end());
   m_impl->bucket_count = buckets.size();
   m_impl->reducer = std::make_unique<c10d::Reducer>(
-      params, std::move(buckets), std::move(limits), state.group, sparse,
-      options.bucket_cap_bytes, /*find_unused_parameters=*/false,
+      params, std::move(buckets), std::move(limits), state.group, sparse, options.bucket_cap_bytes,
+      /*find_unused_parameters=*/false,
       /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{},
       options.first_bucket_cap_bytes);
   m_impl->reducer->register_comm_hook(
@@ -107,7 +107,8 @@ void DataParallel::step(torch::optim::Optimizer& optimizer) {
     try {
       work->wait();
     } catch (const std::exception& e) {
-      throw CommunicationError(fmt::format("rank {}: the stop vote failed: {}", state.rank, e.what()));
+      throw CommunicationError(
+          fmt::format("rank {}: the stop vote failed: {}", state.rank, e.what()));
     }
     stop = m_impl->vote->flag.item<float>() > 0;
   }
@@ -126,9 +127,15 @@ DataParallel::NoSyncGuard::NoSyncGuard(DataParallel& owner)
     : m_owner(owner), m_previous(owner.m_impl->sync) {
   owner.m_impl->sync = false;
 }
-DataParallel::NoSyncGuard::~NoSyncGuard() { m_owner.m_impl->sync = m_previous; }
+DataParallel::NoSyncGuard::~NoSyncGuard() {
+  m_owner.m_impl->sync = m_previous;
+}
 
-size_t DataParallel::bucket_count() const { return m_impl->bucket_count; }
-const Context& DataParallel::context() const { return m_impl->context; }
+size_t DataParallel::bucket_count() const {
+  return m_impl->bucket_count;
+}
+const Context& DataParallel::context() const {
+  return m_impl->context;
+}
 
 }  // namespace dlrun

@@ -34,7 +34,8 @@ uint64_t below(uint64_t& state, uint64_t bound) {
 
 void check_world(int rank, int world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    throw ConfigError(fmt::format("ElasticSampler: rank {} is not in a world of {}", rank, world_size));
+    throw ConfigError(
+        fmt::format("ElasticSampler: rank {} is not in a world of {}", rank, world_size));
   }
 }
 

@@ -1,13 +1,14 @@
 #include "process_group_factory.hpp"
 
-#include <cstdlib>
-
 #include <fmt/format.h>
+
+#include <cstdlib>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef DLRUN_WITH_NCCL
 #include <torch/cuda.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 

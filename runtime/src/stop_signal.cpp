@@ -36,8 +36,12 @@ void install() {
   });
 }
 
-bool pending() { return g_pending != 0; }
-void request() { g_pending = 1; }
+bool pending() {
+  return g_pending != 0;
+}
+void request() {
+  g_pending = 1;
+}
 void clear() {
   g_pending = 0;
   g_count = 0;

@@ -1,9 +1,9 @@
 #include "world_env.hpp"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
@@ -25,8 +25,8 @@ long long parse_int(const char* name, const char* value, long long low, long lon
   std::string_view text(value);
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   if (ec != std::errc() || end != text.data() + text.size() || out < low || out > high) {
-    throw EnvironmentError(fmt::format("{}='{}' is not a whole number from {} to {}", name, value,
-                                       low, high));
+    throw EnvironmentError(
+        fmt::format("{}='{}' is not a whole number from {} to {}", name, value, low, high));
   }
   return out;
 }
@@ -34,8 +34,7 @@ long long parse_int(const char* name, const char* value, long long low, long lon
 }  // namespace
 
 WorldEnv read_world_env(const EnvLookup& lookup) {
-  const char* required[] = {env::k_rank, env::k_world_size, env::k_master_addr,
-                            env::k_master_port};
+  const char* required[] = {env::k_rank, env::k_world_size, env::k_master_addr, env::k_master_port};
   std::vector<std::string> set, missing;
   for (const char* name : required) {
     const char* value = lookup(name);
@@ -54,10 +53,13 @@ WorldEnv read_world_env(const EnvLookup& lookup) {
         join(set), set.size() == 1 ? "is" : "are", join(missing),
         missing.size() == 1 ? "is" : "are"));
   }
-  world.world_size = static_cast<int>(parse_int(env::k_world_size, lookup(env::k_world_size), 1, 1 << 20));
-  world.rank = static_cast<int>(parse_int(env::k_rank, lookup(env::k_rank), 0, world.world_size - 1));
+  world.world_size =
+      static_cast<int>(parse_int(env::k_world_size, lookup(env::k_world_size), 1, 1 << 20));
+  world.rank =
+      static_cast<int>(parse_int(env::k_rank, lookup(env::k_rank), 0, world.world_size - 1));
   world.master_addr = lookup(env::k_master_addr);
-  world.master_port = static_cast<uint16_t>(parse_int(env::k_master_port, lookup(env::k_master_port), 1, 65535));
+  world.master_port =
+      static_cast<uint16_t>(parse_int(env::k_master_port, lookup(env::k_master_port), 1, 65535));
   if (const char* v = lookup(env::k_local_rank); v && *v) {
     world.local_rank = static_cast<int>(parse_int(env::k_local_rank, v, 0, 1 << 20));
   } else {

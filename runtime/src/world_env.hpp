@@ -13,10 +13,10 @@ struct WorldEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
-  std::string master_addr;   // empty for a world of one started without dlrun
+  std::string master_addr;  // empty for a world of one started without dlrun
   uint16_t master_port = 0;
   int restart_count = 0;
-  std::string run_dir;       // empty when not run by dlrun
+  std::string run_dir;  // empty when not run by dlrun
   bool distributed() const { return !master_addr.empty(); }
 };
 

@@ -29,11 +29,12 @@ struct SampleBatch {
   std::vector<int64_t> indices;  // this rank's share, dataset indices
   int64_t global_size = 0;       // samples in this step over all ranks
   int64_t epoch = 0;
-  int64_t first_position = 0;    // global position of the step's first sample
+  int64_t first_position = 0;  // global position of the step's first sample
   // Scale for a loss summed over this rank's samples so that averaging over the ranks (what
   // DataParallel does) gives the mean over the global batch: world_size / global_size.
   double loss_scale(int world_size) const {
-    return global_size > 0 ? static_cast<double>(world_size) / static_cast<double>(global_size) : 0.0;
+    return global_size > 0 ? static_cast<double>(world_size) / static_cast<double>(global_size)
+                           : 0.0;
   }
 };
 

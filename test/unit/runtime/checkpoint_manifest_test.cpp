@@ -1,11 +1,10 @@
 #include "checkpoint_manifest.hpp"
 
-#include <filesystem>
-#include <fstream>
-
+#include <doctest/doctest.h>
 #include <unistd.h>
 
-#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
 
 namespace fs = std::filesystem;
 namespace manifest = dlrun::runtime::manifest;
@@ -15,8 +14,8 @@ namespace {
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() / ("dlrun-manifest-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(std::rand()));
+    path = fs::temp_directory_path() /
+           ("dlrun-manifest-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }

@@ -1,22 +1,22 @@
 #include "dlrun/checkpoint.hpp"
 
-#include <filesystem>
-#include <fstream>
-#include <mutex>
-
-#include <unistd.h>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 #include <torch/utils.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <mutex>
 
 #include "dlrun/data_parallel.hpp"
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "rank_threads.hpp"
-#include "doctest_after_torch.hpp"  // last: after LibTorch's glog
+
+// Last, in a block of its own: after every LibTorch header (glog's CHECK).
+#include "doctest_after_torch.hpp"
 
 namespace fs = std::filesystem;
 
@@ -46,7 +46,8 @@ struct Run {
     std::lock_guard<std::mutex> lock(mutex);
     torch::manual_seed(seed);
     model = std::make_shared<torch::nn::LinearImpl>(4, 2);
-    adam = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.1));
+    adam =
+        std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.1));
   }
   void train_step() {
     adam->zero_grad();
@@ -107,7 +108,8 @@ TEST_SUITE("runtime::Checkpoint") {
     // A crash half-way through a save leaves only a temporary directory: never loaded.
     fs::create_directories(dir.path / ".tmp-step-000000000005.123");
     {
-      std::ofstream damage(kept[0] / "module-model.pt", std::ios::binary | std::ios::in | std::ios::out);
+      std::ofstream damage(kept[0] / "module-model.pt",
+                           std::ios::binary | std::ios::in | std::ios::out);
       damage.seekp(40);
       damage.put('\x7f');
     }

@@ -1,10 +1,11 @@
 #include "dlrun/context.hpp"
 
-
 #include "dlrun/runtime_errors.hpp"
 #include "process_group_factory.hpp"
 #include "rank_threads.hpp"
-#include "doctest_after_torch.hpp"  // last: after LibTorch's glog
+
+// Last, in a block of its own: after every LibTorch header (glog's CHECK).
+#include "doctest_after_torch.hpp"
 
 TEST_SUITE("runtime::Context") {
   TEST_CASE("collectives over ranks as threads") {
@@ -62,8 +63,8 @@ TEST_SUITE("runtime::Context") {
 }
 
 TEST_SUITE("runtime::ProcessGroupFactory") {
-  TEST_CASE("asking for NCCL without a CUDA/NCCL build says how to get one"
-            * doctest::skip(dlrun::runtime::nccl_compiled_in())) {
+  TEST_CASE("asking for NCCL without a CUDA/NCCL build says how to get one" *
+            doctest::skip(dlrun::runtime::nccl_compiled_in())) {
     auto store = c10::make_intrusive<c10d::HashStore>();
     dlrun::InitOptions options;
     options.backend = dlrun::Backend::nccl;

@@ -1,19 +1,20 @@
 #include "dlrun/data_parallel.hpp"
 
-#include <mutex>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <torch/utils.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
+#include <mutex>
 
 #include "dlrun/elastic_sampler.hpp"
 #include "rank_threads.hpp"
-#include "doctest_after_torch.hpp"  // last: after LibTorch's glog
+
+// Last, in a block of its own: after every LibTorch header (glog's CHECK).
+#include "doctest_after_torch.hpp"
 
 namespace {
 
@@ -87,7 +88,8 @@ TEST_SUITE("runtime::DataParallel") {
     const int steps = 6;
     for (int world : {2, 3}) {
       for (int64_t batch : {12, 10}) {  // 10 over 3 ranks: shares of 4, 3 and 3
-        CAPTURE(world); CAPTURE(batch);
+        CAPTURE(world);
+        CAPTURE(batch);
         auto want = train_single(steps, batch);
         std::vector<std::vector<torch::Tensor>> got(world);
         std::vector<size_t> buckets(world);

@@ -1,9 +1,9 @@
 #include "dlrun/elastic_sampler.hpp"
 
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <vector>
-
-#include <doctest/doctest.h>
 
 #include "dlrun/runtime_errors.hpp"
 
@@ -87,7 +87,9 @@ TEST_SUITE("runtime::ElasticSampler") {
           for (int epoch = 0; epoch < 2; ++epoch) {
             std::vector<int> seen(static_cast<size_t>(n), 0);
             run_steps(ranks, batch, 1 << 30, seen);
-            CAPTURE(n); CAPTURE(world); CAPTURE(batch);
+            CAPTURE(n);
+            CAPTURE(world);
+            CAPTURE(batch);
             CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
             for (auto& r : ranks) r.next_epoch();
           }
@@ -114,7 +116,10 @@ TEST_SUITE("runtime::ElasticSampler") {
             auto second = world_of(n, after, 9);
             for (auto& r : second) r.restore(saved);
             run_steps(second, batch, 1 << 30, seen);
-            CAPTURE(before); CAPTURE(after); CAPTURE(batch); CAPTURE(stop_after);
+            CAPTURE(before);
+            CAPTURE(after);
+            CAPTURE(batch);
+            CAPTURE(stop_after);
             CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
             CHECK(second[0].epoch() == 1);
             ++cases;

@@ -6,9 +6,8 @@
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <vector>
 
 #include "context_state.hpp"
 

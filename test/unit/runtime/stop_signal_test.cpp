@@ -1,8 +1,8 @@
 #include "stop_signal.hpp"
 
-#include <csignal>
-
 #include <doctest/doctest.h>
+
+#include <csignal>
 
 namespace stop_signal = dlrun::runtime::stop_signal;
 

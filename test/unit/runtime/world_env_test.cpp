@@ -1,10 +1,10 @@
 #include "world_env.hpp"
 
+#include <doctest/doctest.h>
+
 #include <map>
 #include <memory>
 #include <string>
-
-#include <doctest/doctest.h>
 
 #include "dlrun/runtime_errors.hpp"
 
@@ -41,9 +41,13 @@ TEST_SUITE("runtime::WorldEnv") {
   }
 
   TEST_CASE("dlrun's environment") {
-    auto world = read_world_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", "1"},
-                                        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29511"},
-                                        {"DLRUN_RESTART_COUNT", "4"}, {"DLRUN_RUN_DIR", "/r"}}));
+    auto world = read_world_env(env_of({{"RANK", "2"},
+                                        {"WORLD_SIZE", "3"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"MASTER_ADDR", "127.0.0.1"},
+                                        {"MASTER_PORT", "29511"},
+                                        {"DLRUN_RESTART_COUNT", "4"},
+                                        {"DLRUN_RUN_DIR", "/r"}}));
     CHECK(world.rank == 2);
     CHECK(world.world_size == 3);
     CHECK(world.local_rank == 1);
@@ -63,8 +67,8 @@ TEST_SUITE("runtime::WorldEnv") {
   }
 
   TEST_CASE("malformed values are named") {
-    std::map<std::string, std::string> base{{"RANK", "3"}, {"WORLD_SIZE", "2"},
-                                            {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
+    std::map<std::string, std::string> base{
+        {"RANK", "3"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
     CHECK(error_of(base) == "RANK='3' is not a whole number from 0 to 1");
     base["RANK"] = "0";
     base["MASTER_PORT"] = "http";
