@@ -2,6 +2,7 @@
 # processes under `dlrun local`. Included from test/integration/CMakeLists.txt.
 if(TARGET fashion_mnist)
   dlrun_integration_test(test_runtime ElasticResume TIMEOUT 240 LABELS runtime)
+  dlrun_integration_test(test_runtime RankSignals TIMEOUT 120 LABELS runtime)
   dlrun_integration_test(test_runtime CheckpointFallback TIMEOUT 120 LABELS runtime)
   dlrun_integration_test(test_runtime InitErrors TIMEOUT 60 LABELS runtime)
 endif()

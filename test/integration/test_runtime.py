@@ -151,6 +151,26 @@ class ElasticResume(ExampleCase):
             self.assertLess(abs(losses[stop + 1][0] - losses[stop][0]), 0.25 * losses[stop][0])
 
 
+class RankSignals(ExampleCase):
+    def test_sigterm_to_one_rank_checkpoints_and_the_group_restarts(self):
+        # A preempted rank: SIGTERM to it alone. All ranks stop after the same step and exit
+        # 75; dlrun restarts them and they finish from the checkpoint.
+        args = self.example_args("--slow-ms", "15")
+        args[args.index("--epochs") + 1] = "1"
+        run = self.start("local", "--nproc", "2", *args)
+        self.wait_steps(run, 10)
+        os.kill(self.rank_pid(0), signal.SIGTERM)
+        code, out, err = self.finish(run)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("dlrun: ranks asked to be restarted: restarting all 2 ranks", err)
+        stop = int(re.search(r"\[0\] stopped after step (\d+) .* exit 75", out).group(1))
+        self.assertRegex(out, rf"\[0\] resumed from step {stop} ")
+        counts = self.samples_per_epoch()[0]
+        self.assertEqual(sorted(counts), list(range(TRAIN_LIMIT)))
+        self.assertEqual(set(counts.values()), {1})
+        self.assertEqual(sorted(self.losses()), list(range(1, TRAIN_LIMIT // BATCH + 1)))
+
+
 class CheckpointFallback(ExampleCase):
     def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(self):
         args = self.example_args("--checkpoint-every", "10")
