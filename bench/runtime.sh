@@ -1,0 +1,29 @@
+#!/bin/sh
+# Step time of dlrun's runtime (DataParallel over c10d::Reducer) against PyTorch DDP under
+# torchrun, same model, same per-rank batch (64), Gloo, one thread per rank.
+#   bench/runtime.sh [BUILD_DIR]      (after `cmake --build BUILD_DIR`)
+# Prints one line per configuration; the table in docs/runtime.md came from it.
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$src/build}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+cmake -S "$src/bench/runtime" -B "$work/bench" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/bench" >/dev/null
+torchrun=${TORCHRUN:-/work/shared/bench/torchrun-debian}
+steps=${STEPS:-30}
+export OMP_NUM_THREADS=1 DLRUN_LOG_LEVEL=warn
+for model in cnn mlp; do
+  # One process, no launcher: the compute alone, for both builds of LibTorch.
+  "$work/bench/runtime_step" "$model" "$steps"
+  "$torchrun" --nproc_per_node 1 --monitor_interval 0.1 "$src/bench/runtime/ddp_step.py" \
+    "$model" "$steps" 2>/dev/null
+  for n in 2; do
+    "$build/cli/dlrun" local --quiet --nproc "$n" "$work/bench/runtime_step" "$model" "$steps" 2>/dev/null \
+      | sed 's/^\[0\] //'
+    "$torchrun" --nproc_per_node "$n" --monitor_interval 0.1 "$src/bench/runtime/ddp_step.py" \
+      "$model" "$steps" 2>/dev/null
+  done
+done

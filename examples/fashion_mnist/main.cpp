@@ -1,0 +1,275 @@
+// Fashion-MNIST with a small CNN, data-parallel on dlrun's runtime, resumable at any step:
+//
+//   dlrun local --nproc 2 ./fashion_mnist --epochs 3
+//
+// Stop it with Ctrl-C (or SIGTERM/SIGUSR1 to any rank): all ranks finish the same step, rank 0
+// checkpoints, and they exit with 75. Start it again, with any --nproc, to continue exactly
+// where it stopped. The last line rank 0 prints is `test_accuracy=0.XXXX`.
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/utils.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "dlrun/protocol.hpp"
+#include "dlrun/runtime.hpp"
+#include "fashion_mnist_data.hpp"
+#include "progress.hpp"
+#include "trace.hpp"
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+struct Options {
+  int64_t epochs = 3;
+  int64_t batch_size = 64;  // global, over all ranks
+  int64_t train_limit = 0;
+  std::string checkpoint_dir;
+  double lr = 2e-3;
+  uint64_t seed = 1;
+  std::string data_dir = DLRUN_FASHION_MNIST_DIR;
+  std::string trace_dir;
+  int64_t checkpoint_every = 0;
+  int slow_ms = 0;
+};
+
+struct NetImpl : torch::nn::Module {
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  NetImpl() {
+    conv1 =
+        register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)));
+    conv2 =
+        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)));
+    fc1 = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
+    fc2 = register_module("fc2", torch::nn::Linear(128, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = F::max_pool2d(F::relu(conv1->forward(x)), F::MaxPool2dFuncOptions(2));
+    x = F::max_pool2d(F::relu(conv2->forward(x)), F::MaxPool2dFuncOptions(2));
+    x = F::relu(fc1->forward(x.flatten(1)));
+    return fc2->forward(x);
+  }
+};
+
+double test_accuracy(NetImpl& net, const fashion_mnist::Split& test, dlrun::Context& ctx) {
+  torch::NoGradGuard no_grad;
+  net.eval();
+  auto [begin, end] = dlrun::ElasticSampler::share(test.size(), ctx.rank(), ctx.world_size());
+  double correct = 0;
+  for (int64_t i = begin; i < end; i += 1000) {
+    int64_t j = std::min(end, i + 1000);
+    auto predicted = net.forward(test.images.slice(0, i, j)).argmax(1);
+    correct += predicted.eq(test.labels.slice(0, i, j)).sum().item<double>();
+  }
+  std::vector<double> totals{correct, static_cast<double>(end - begin)};
+  ctx.all_reduce_sum(totals);
+  net.train();
+  return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+}
+
+// All ranks must end with the same weights; a cheap check that gradients were reduced.
+void check_replicas_agree(NetImpl& net, dlrun::Context& ctx) {
+  double sum = 0;
+  for (const auto& p : net.parameters()) sum += p.detach().abs().sum().item<double>();
+  std::vector<double> sums{sum, sum * sum};
+  ctx.all_reduce_sum(sums);
+  const double mean = sums[0] / ctx.world_size();
+  if (std::abs(sum - mean) > 1e-6 * std::abs(mean)) {
+    throw std::runtime_error(
+        fmt::format("rank {}: weights differ from the other ranks' "
+                    "(|w| sum {} vs mean {})",
+                    ctx.rank(), sum, mean));
+  }
+}
+
+// One rank's training run: the loop is small steps, each a method.
+class Trainer {
+ public:
+  explicit Trainer(const Options& options)
+      : m_options(options),
+        m_ctx(dlrun::init()),
+        m_train(fashion_mnist::load(options.data_dir, "train", options.train_limit)),
+        m_test(fashion_mnist::load(options.data_dir, "t10k")),
+        m_net(make_net(options.seed)),
+        m_dp(m_net, m_ctx),
+        m_adam(m_net->parameters(), torch::optim::AdamOptions(options.lr)),
+        m_sampler(m_train.size(), m_ctx, options.seed),
+        m_trace(options.trace_dir, m_ctx.rank()),
+        m_progress(m_ctx.is_main()) {}
+
+  int run() {
+    restore();
+    m_epoch_start = std::chrono::steady_clock::now();
+    while (m_sampler.epoch() < m_options.epochs) {
+      auto batch = m_sampler.next(m_options.batch_size);
+      if (!batch) {
+        end_epoch();
+        continue;
+      }
+      train_step(*batch);
+      if (m_ctx.stop_requested()) return stop();
+      if (m_options.checkpoint_every > 0 && m_step % m_options.checkpoint_every == 0) save();
+      if (m_options.slow_ms > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(m_options.slow_ms));
+    }
+    check_replicas_agree(*m_net, m_ctx);
+    if (!m_accuracy) m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
+    if (m_ctx.is_main()) fmt::print("test_accuracy={:.4f}\n", *m_accuracy);
+    return dlrun::exit_code::k_success;
+  }
+
+ private:
+  static std::shared_ptr<NetImpl> make_net(uint64_t seed) {
+    torch::manual_seed(seed);  // rank 0's weights win anyway (DataParallel broadcasts them)
+    return std::make_shared<NetImpl>();
+  }
+
+  void restore() {
+    std::string dir = m_options.checkpoint_dir;
+    if (dir.empty() && !m_ctx.run_dir().empty()) dir = m_ctx.run_dir() + "/checkpoints";
+    if (dir.empty()) return;  // run without dlrun and without --checkpoint-dir
+    m_ckpt.emplace(m_ctx, dir);
+    m_ckpt->track("model", m_net);
+    m_ckpt->track("adam", m_adam);
+    m_ckpt->track(m_sampler);
+    auto info = m_ckpt->restore();
+    if (!info) return;
+    m_step = info->step;
+    m_loss_avg = info->values.count("loss") ? info->values.at("loss") : 0.0;
+    if (m_ctx.is_main()) {
+      fmt::print(
+          "resumed from step {} (epoch {}, sample {} of {}, loss {:.4f}) saved by {} "
+          "rank(s); now {} rank(s)\n",
+          m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(), m_loss_avg,
+          info->saved_world_size, m_ctx.world_size());
+    }
+  }
+
+  void save() {
+    if (m_ckpt) m_ckpt->save(m_step, {{"loss", m_loss_avg}});
+  }
+
+  void train_step(const dlrun::SampleBatch& batch) {
+    auto index = torch::tensor(batch.indices, torch::kLong);
+    auto images = m_train.images.index_select(0, index);
+    auto labels = m_train.labels.index_select(0, index);
+    auto loss = F::cross_entropy(m_net->forward(images), labels,
+                                 F::CrossEntropyFuncOptions().reduction(torch::kSum)) *
+                batch.loss_scale(m_ctx.world_size());
+    m_accuracy.reset();
+    m_dp.backward(loss);
+    m_dp.step(m_adam);
+    m_adam.zero_grad();
+    ++m_step;
+    m_epoch_samples += batch.global_size;
+    // Scaled by world_size / global batch, this rank's summed loss is its share's mean: a
+    // noisy estimate of the global batch's mean loss (no extra allreduce for a log line).
+    double step_loss = loss.item<double>();
+    m_loss_avg = m_step == 1 ? step_loss : 0.95 * m_loss_avg + 0.05 * step_loss;
+    m_trace.samples(m_step, batch.epoch, batch.indices);
+    m_trace.loss(m_step, m_loss_avg, step_loss);
+    m_progress.update(m_sampler.epoch(), m_options.epochs, m_sampler.position(),
+                      m_sampler.dataset_size(), m_loss_avg);
+  }
+
+  void end_epoch() {
+    m_progress.finish_epoch();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch_start).count();
+    m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
+    if (m_ctx.is_main()) {
+      fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.4f}, {:.1f} s, {:.0f} samples/s\n",
+                 m_sampler.epoch() + 1, m_options.epochs, m_loss_avg, *m_accuracy, seconds,
+                 m_epoch_samples / std::max(seconds, 1e-9));
+      std::fflush(stdout);
+    }
+    m_sampler.next_epoch();
+    save();
+    m_epoch_start = std::chrono::steady_clock::now();
+    m_epoch_samples = 0;
+  }
+
+  int stop() {
+    m_progress.finish_epoch();
+    save();
+    if (m_ctx.is_main()) {
+      fmt::print("stopped after step {} (epoch {}, sample {} of {}): checkpoint saved, exit {}\n",
+                 m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(),
+                 m_ctx.exit_code());
+    }
+    return m_ctx.exit_code();
+  }
+
+  Options m_options;
+  dlrun::Context m_ctx;
+  fashion_mnist::Split m_train, m_test;
+  std::shared_ptr<NetImpl> m_net;
+  dlrun::DataParallel m_dp;
+  torch::optim::Adam m_adam;
+  dlrun::ElasticSampler m_sampler;
+  std::optional<dlrun::Checkpoint> m_ckpt;
+  fashion_mnist::Trace m_trace;
+  fashion_mnist::Progress m_progress;
+  int64_t m_step = 0;
+  double m_loss_avg = 0;
+  std::optional<double> m_accuracy;  // of the weights as they are now
+  std::chrono::steady_clock::time_point m_epoch_start;
+  int64_t m_epoch_samples = 0;
+};
+
+void use_launcher_threads() {
+  // dlrun sets OMP_NUM_THREADS to cores / ranks; LibTorch's intra-op pool follows it.
+  if (const char* threads = std::getenv(dlrun::env::k_omp_num_threads)) {
+    at::set_num_threads(std::max(1, std::atoi(threads)));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  CLI::App app{"Fashion-MNIST on dlrun's runtime (run it with `dlrun local --nproc N`)"};
+  app.add_option("--epochs", options.epochs, "Epochs to train")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", options.batch_size, "Global batch size (over all ranks)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--train-limit", options.train_limit, "Train on the first N images only (0: all)");
+  app.add_option("--checkpoint-dir", options.checkpoint_dir,
+                 "Checkpoint directory (default: $DLRUN_RUN_DIR/checkpoints; none without dlrun)");
+  app.add_option("--checkpoint-every", options.checkpoint_every, "Also checkpoint every N steps");
+  app.add_option("--lr", options.lr, "Adam learning rate");
+  app.add_option("--seed", options.seed, "Seed of the weights and of the sample order");
+  app.add_option("--data-dir", options.data_dir, "Directory of the Fashion-MNIST .gz files");
+  app.add_option("--trace-dir", options.trace_dir,
+                 "Append the samples each rank trains on and the loss here (for tests)");
+  app.add_option("--slow-ms", options.slow_ms, "Sleep this long after each step (for tests)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : dlrun::exit_code::k_usage;
+  }
+  try {
+    use_launcher_threads();
+    return Trainer(options).run();
+  } catch (const dlrun::Error& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 1;
+  }
+}

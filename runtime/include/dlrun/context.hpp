@@ -1,0 +1,86 @@
+#pragma once
+// Context: this process's place in the training world (rank, world size, run directory) and
+// the process group the ranks talk through. dlrun::init() builds it from the environment
+// `dlrun local` sets (docs/channels.md); without that environment it is a world of one and
+// needs no store. Context is a cheap handle: copies share one state, which lives as long as
+// the last copy. DataParallel, ElasticSampler and Checkpoint keep a copy.
+//
+// Stop requests: SIGTERM, SIGINT or SIGUSR1 to any rank (or request_stop()) set a local flag.
+// DataParallel::step() reduces it together with the step's gradients, so every rank sees
+// stop_requested() turn true after the same step; checkpoint then and return exit_code()
+// (75, exit_code::k_restart_me: "resume me from the checkpoint"). See docs/runtime.md.
+//
+// Thread-safety: a Context is used by the training thread. request_stop() may be called from
+// any thread.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dlrun {
+
+namespace runtime {
+struct ContextState;
+}
+
+enum class Backend { automatic, gloo, nccl };
+
+struct InitOptions {
+  // How long rank 0 waits for all ranks to join the store, and the others wait for rank 0.
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(60)};
+  // How long a collective may take before it fails (a rank died or hangs).
+  std::chrono::milliseconds collective_timeout{std::chrono::minutes(10)};
+  // automatic: NCCL when this build has it and CUDA is available, otherwise Gloo.
+  Backend backend = Backend::automatic;
+  // Install the SIGTERM/SIGINT/SIGUSR1 stop handlers.
+  bool handle_signals = true;
+};
+
+class Context {
+ public:
+  explicit Context(std::shared_ptr<runtime::ContextState> state);
+
+  int rank() const;
+  int world_size() const;
+  int local_rank() const;
+  bool is_main() const { return rank() == 0; }
+  // DLRUN_RESTART_COUNT: 0 on the first start, +1 on every restart by the launcher.
+  int restart_count() const;
+  // DLRUN_RUN_DIR, empty when not started by dlrun.
+  const std::string& run_dir() const;
+  // "gloo", "nccl", or "none" for a world of one.
+  std::string backend_name() const;
+
+  // True once all ranks agreed to stop (after the DataParallel::step() or poll_stop() that
+  // carried the request). The same on every rank after the same step.
+  bool stop_requested() const;
+  // What main() should return after a stop: k_restart_me (75), or 0 if no stop was agreed.
+  int exit_code() const;
+  // Asks for a stop as a signal would; reduced at the next step like one.
+  void request_stop();
+  // For loops without DataParallel: a tiny allreduce of the stop flags; returns stop_requested().
+  bool poll_stop();
+
+  // Blocking collectives over all ranks, for small bookkeeping (metrics, agreement).
+  void barrier();
+  // Sums each element over all ranks, in place.
+  void all_reduce_sum(std::vector<double>& values);
+  // Rank 0's value, on every rank.
+  int64_t broadcast(int64_t value);
+
+  // Internal: the shared state DataParallel and Checkpoint work with (runtime/src).
+  runtime::ContextState& state() const { return *m_state; }
+
+ private:
+  std::shared_ptr<runtime::ContextState> m_state;
+};
+
+// Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (all or none), LOCAL_RANK,
+// DLRUN_RUN_DIR and DLRUN_RESTART_COUNT; rank 0 hosts the c10d TCPStore, and all ranks
+// create the process group. Throws EnvironmentError for a half-set environment and
+// RendezvousTimeout when the ranks do not meet within options.rendezvous_timeout.
+Context init(const InitOptions& options = {});
+
+}  // namespace dlrun

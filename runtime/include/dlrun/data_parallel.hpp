@@ -1,0 +1,82 @@
+#pragma once
+// DataParallel: makes one model replica per rank train as one model. At construction every
+// rank checks that its parameters match rank 0's in number and shape, then takes rank 0's
+// parameters and buffers (so all ranks start from the same weights). backward() runs
+// loss.backward() while LibTorch's DDP engine (c10d::Reducer) copies gradients into buckets
+// (~25 MB, in reverse registration order, re-ordered after the first step to the order
+// gradients actually become ready) and starts each bucket's allreduce from the autograd
+// hooks as soon as it is full, so communication overlaps the rest of backward. After
+// backward() every rank holds the gradient averaged over all ranks. The stop flags of all
+// ranks travel with the last bucket (docs/runtime.md), so step() lets every rank see
+// Context::stop_requested() after the same step.
+//
+// Ownership: shares the module (and keeps the Context); the optimizer stays the caller's.
+// Thread-safety: one training thread. The module must not change its parameters' shapes.
+//
+//   dlrun::DataParallel dp(model.ptr(), ctx);
+//   auto loss = ...;  dp.backward(loss);  dp.step(optimizer);  optimizer.zero_grad();
+//   { auto guard = dp.no_sync(); dp.backward(loss1); }  dp.backward(loss2);  // accumulate
+
+#include <cstdint>
+#include <memory>
+
+#include "dlrun/context.hpp"
+
+namespace at {
+class Tensor;
+}
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace dlrun {
+
+struct DataParallelOptions {
+  // Bucket size for gradients, as PyTorch DDP's bucket_cap_mb (25 MiB).
+  int64_t bucket_cap_bytes = 25 * 1024 * 1024;
+  // The first bucket (the last layers' gradients) is smaller, so communication starts early.
+  int64_t first_bucket_cap_bytes = 1024 * 1024;
+};
+
+class DataParallel {
+ public:
+  DataParallel(std::shared_ptr<torch::nn::Module> module, Context context,
+               DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // loss.backward(); unless inside no_sync(), gradients are averaged over all ranks by the
+  // time it returns. Every rank must call it the same number of times with sync on.
+  void backward(const at::Tensor& loss);
+  // optimizer.step(), then records whether all ranks agreed to stop (Context::stop_requested).
+  void step(torch::optim::Optimizer& optimizer);
+
+  // While the guard lives, backward() only accumulates local gradients (gradient
+  // accumulation); the next backward() outside it reduces the accumulated sum.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DataParallel& owner);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DataParallel& m_owner;
+    bool m_previous;
+  };
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Number of gradient buckets (0 for a world of one: nothing to reduce).
+  size_t bucket_count() const;
+  const Context& context() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace dlrun

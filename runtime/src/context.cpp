@@ -1,0 +1,148 @@
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "context_state.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/protocol.hpp"
+#include "dlrun/runtime_errors.hpp"
+#include "process_group_factory.hpp"
+#include "stop_signal.hpp"
+#include "world_env.hpp"
+
+namespace dlrun {
+namespace runtime {
+
+bool ContextState::local_stop_pending() const {
+  return local_stop.load(std::memory_order_relaxed) || (uses_signals && stop_signal::pending());
+}
+
+Context make_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                     const InitOptions& options) {
+  auto state = std::make_shared<ContextState>();
+  state->rank = rank;
+  state->world_size = world_size;
+  state->local_rank = rank;
+  state->uses_signals = false;
+  state->store = store;
+  Group group = create_process_group(store, rank, world_size, "127.0.0.1", options);
+  state->group = group.group;
+  state->backend = group.backend;
+  return Context(state);
+}
+
+}  // namespace runtime
+
+namespace {
+
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int rank) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    throw CommunicationError(
+        fmt::format("rank {}: {} failed: {} (another rank probably exited; see its log)", rank,
+                    what, e.what()));
+  }
+}
+
+// NCCL reduces device tensors only; Gloo, host tensors.
+at::Device collective_device(const runtime::ContextState& state) {
+  if (state.backend == "nccl")
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(state.local_rank));
+  return at::Device(at::kCPU);
+}
+
+}  // namespace
+
+Context::Context(std::shared_ptr<runtime::ContextState> state) : m_state(std::move(state)) {}
+
+int Context::rank() const {
+  return m_state->rank;
+}
+int Context::world_size() const {
+  return m_state->world_size;
+}
+int Context::local_rank() const {
+  return m_state->local_rank;
+}
+int Context::restart_count() const {
+  return m_state->restart_count;
+}
+const std::string& Context::run_dir() const {
+  return m_state->run_dir;
+}
+std::string Context::backend_name() const {
+  return m_state->backend;
+}
+bool Context::stop_requested() const {
+  return m_state->agreed_stop;
+}
+int Context::exit_code() const {
+  return m_state->agreed_stop ? exit_code::k_restart_me : exit_code::k_success;
+}
+void Context::request_stop() {
+  m_state->local_stop.store(true, std::memory_order_relaxed);
+}
+
+bool Context::poll_stop() {
+  if (!m_state->group) {
+    if (m_state->local_stop_pending()) m_state->agreed_stop = true;
+    return m_state->agreed_stop;
+  }
+  std::vector<double> flag{m_state->local_stop_pending() ? 1.0 : 0.0};
+  all_reduce_sum(flag);
+  if (flag[0] > 0) m_state->agreed_stop = true;
+  return m_state->agreed_stop;
+}
+
+void Context::barrier() {
+  if (!m_state->group) return;
+  wait_for(m_state->group->barrier(), "barrier", rank());
+}
+
+void Context::all_reduce_sum(std::vector<double>& values) {
+  if (!m_state->group || values.empty()) return;
+  std::vector<at::Tensor> tensors{
+      at::from_blob(values.data(), {static_cast<int64_t>(values.size())}, at::kDouble)
+          .to(collective_device(*m_state), /*non_blocking=*/false, /*copy=*/true)};
+  wait_for(m_state->group->allreduce(tensors), "allreduce", rank());
+  at::Tensor result = tensors[0].cpu();
+  std::copy_n(result.data_ptr<double>(), values.size(), values.begin());
+}
+
+int64_t Context::broadcast(int64_t value) {
+  if (!m_state->group) return value;
+  std::vector<at::Tensor> tensors{at::full(
+      {1}, value, at::TensorOptions().dtype(at::kLong).device(collective_device(*m_state)))};
+  wait_for(m_state->group->broadcast(tensors), "broadcast", rank());
+  return tensors[0].item<int64_t>();
+}
+
+Context init(const InitOptions& options) {
+  log::init_from_env();
+  runtime::WorldEnv world =
+      runtime::read_world_env([](const char* name) { return std::getenv(name); });
+  auto state = std::make_shared<runtime::ContextState>();
+  state->rank = world.rank;
+  state->world_size = world.world_size;
+  state->local_rank = world.local_rank;
+  state->restart_count = world.restart_count;
+  state->run_dir = world.run_dir;
+  state->uses_signals = options.handle_signals;
+  if (options.handle_signals) runtime::stop_signal::install();
+  if (world.distributed() && world.world_size > 1) {
+    state->store = runtime::connect_store(world, options);
+    auto group = runtime::create_process_group(state->store, world.rank, world.world_size,
+                                               world.master_addr, options);
+    state->group = group.group;
+    state->backend = group.backend;
+  }
+  log::debug("rank {} of {} ready (backend {}, restart {})", state->rank, state->world_size,
+             state->backend, state->restart_count);
+  return Context(state);
+}
+
+}  // namespace dlrun

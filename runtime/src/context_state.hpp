@@ -1,0 +1,39 @@
+#pragma once
+// The state a Context handle shares: the world, the process group, the agreed stop.
+// Internal: DataParallel and Checkpoint reach the process group through it; tests build
+// ranks-as-threads worlds with make_context() over a shared in-memory store.
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <atomic>
+#include <string>
+
+#include "dlrun/context.hpp"
+
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
+namespace dlrun::runtime {
+
+struct ContextState {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int restart_count = 0;
+  std::string run_dir;
+  std::string backend = "none";
+  c10::intrusive_ptr<c10d::Store> store;         // null for a world of one
+  c10::intrusive_ptr<c10d::ProcessGroup> group;  // null for a world of one
+  std::atomic<bool> local_stop{false};           // request_stop() on this rank
+  bool agreed_stop = false;                      // all ranks know; set by a stop vote
+  bool uses_signals = true;                      // false in ranks-as-threads tests
+  bool local_stop_pending() const;
+};
+
+// A Context over an existing store (Gloo, 127.0.0.1): ranks-as-threads tests, embedding.
+Context make_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                     const InitOptions& options = {});
+
+}  // namespace dlrun::runtime

@@ -1,0 +1,141 @@
+#include "dlrun/data_parallel.hpp"
+
+#include <fmt/format.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include "bucket_hook.hpp"
+#include "context_state.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/runtime_errors.hpp"
+
+namespace dlrun {
+namespace {
+
+// As PyTorch DDP: parameters and buffers go from rank 0 in messages of at most this size.
+constexpr size_t k_broadcast_bytes = 250 * 1024 * 1024;
+
+std::vector<at::Tensor> trainable_parameters(torch::nn::Module& module) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : module.parameters(/*recurse=*/true)) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
+}
+
+void broadcast_from_rank0(runtime::ContextState& state, torch::nn::Module& module) {
+  std::vector<at::Tensor> tensors;
+  // detach(): the same storage, written without autograd complaining about leaves.
+  for (const auto& p : module.parameters(true)) tensors.push_back(p.detach());
+  for (const auto& b : module.buffers(true)) tensors.push_back(b.detach());
+  if (tensors.empty()) return;
+  try {
+    c10d::verify_params_across_processes(state.group, trainable_parameters(module), c10::nullopt);
+    c10d::broadcast_coalesced(state.group, tensors, k_broadcast_bytes, 0);
+  } catch (const std::exception& e) {
+    throw CommunicationError(fmt::format(
+        "rank {}: could not take the initial weights from rank 0: {} (every rank must build the "
+        "same model)",
+        state.rank, e.what()));
+  }
+}
+
+}  // namespace
+
+struct DataParallel::Impl {
+  Context context{nullptr};
+  std::shared_ptr<torch::nn::Module> module;
+  std::shared_ptr<runtime::StopVote> vote = std::make_shared<runtime::StopVote>();
+  std::unique_ptr<c10d::Reducer> reducer;
+  size_t bucket_count = 0;
+  bool sync = true;
+};
+
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context context,
+                           DataParallelOptions options)
+    : m_impl(std::make_unique<Impl>()) {
+  m_impl->context = std::move(context);
+  m_impl->module = std::move(module);
+  auto& state = m_impl->context.state();
+  if (!state.group) return;  // a world of one: gradients are already final
+  broadcast_from_rank0(state, *m_impl->module);
+  std::vector<at::Tensor> params = trainable_parameters(*m_impl->module);
+  if (params.empty()) {
+    throw ConfigError("DataParallel: the module has no parameters that require gradients");
+  }
+  std::vector<size_t> caps{static_cast<size_t>(options.first_bucket_cap_bytes),
+                           static_cast<size_t>(options.bucket_cap_bytes)};
+  std::vector<bool> sparse(params.size(), false);
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(params, caps, sparse);
+  // Parameters registered last get their gradients first: their bucket goes first.
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(limits.begin(), limits.end());
+  m_impl->bucket_count = buckets.size();
+  m_impl->reducer = std::make_unique<c10d::Reducer>(
+      params, std::move(buckets), std::move(limits), state.group, sparse, options.bucket_cap_bytes,
+      /*find_unused_parameters=*/false,
+      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{},
+      options.first_bucket_cap_bytes);
+  m_impl->reducer->register_comm_hook(
+      std::make_unique<runtime::BucketHook>(state.group, state, m_impl->vote));
+  log::debug("rank {}: {} parameters in {} gradient buckets", state.rank, params.size(),
+             m_impl->bucket_count);
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::backward(const at::Tensor& loss) {
+  if (m_impl->reducer && m_impl->sync) {
+    // Collective on the first synced step after the first one: all ranks get here together.
+    m_impl->reducer->rebuild_buckets();
+    m_impl->reducer->prepare_for_backward({});
+  }
+  loss.backward();
+}
+
+void DataParallel::step(torch::optim::Optimizer& optimizer) {
+  auto& state = m_impl->context.state();
+  bool stop = false;
+  if (!state.group) {
+    stop = state.local_stop_pending();
+  } else if (auto work = std::move(m_impl->vote->work)) {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      throw CommunicationError(
+          fmt::format("rank {}: the stop vote failed: {}", state.rank, e.what()));
+    }
+    stop = m_impl->vote->flag.item<float>() > 0;
+  }
+  optimizer.step();
+  if (stop && !state.agreed_stop) {
+    state.agreed_stop = true;
+    if (state.rank == 0) {
+      log::info("all {} ranks agreed to stop after this step", state.world_size);
+    } else {
+      log::debug("rank {}: all ranks agreed to stop after this step", state.rank);
+    }
+  }
+}
+
+DataParallel::NoSyncGuard::NoSyncGuard(DataParallel& owner)
+    : m_owner(owner), m_previous(owner.m_impl->sync) {
+  owner.m_impl->sync = false;
+}
+DataParallel::NoSyncGuard::~NoSyncGuard() {
+  m_owner.m_impl->sync = m_previous;
+}
+
+size_t DataParallel::bucket_count() const {
+  return m_impl->bucket_count;
+}
+const Context& DataParallel::context() const {
+  return m_impl->context;
+}
+
+}  // namespace dlrun

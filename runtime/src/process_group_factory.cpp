@@ -1,0 +1,149 @@
+#include "process_group_factory.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DLRUN_WITH_NCCL
+#include <torch/cuda.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/runtime_errors.hpp"
+
+namespace dlrun::runtime {
+namespace {
+
+// Gloo's own variable for the interface to bind to (as in torch.distributed).
+constexpr const char* k_gloo_socket_ifname = "GLOO_SOCKET_IFNAME";
+constexpr const char* k_joined_prefix = "dlrun/joined/";
+constexpr const char* k_all_joined = "dlrun/all_joined";
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string missing_ranks(c10d::Store& store, int world_size) {
+  std::string out;
+  int shown = 0, missing = 0;
+  for (int r = 0; r < world_size; ++r) {
+    if (store.check({k_joined_prefix + std::to_string(r)})) continue;
+    ++missing;
+    if (shown < 16) {
+      out += (shown++ ? ", " : "") + std::to_string(r);
+    }
+  }
+  if (missing > shown) out += fmt::format(" and {} more", missing - shown);
+  return out;
+}
+
+void wait_for_all_ranks(c10d::Store& store, const WorldEnv& world, const InitOptions& options) {
+  store.set(k_joined_prefix + std::to_string(world.rank), std::vector<uint8_t>{1});
+  const auto seconds = std::chrono::duration<double>(options.rendezvous_timeout).count();
+  if (world.rank == 0) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < world.world_size; ++r) keys.push_back(k_joined_prefix + std::to_string(r));
+    try {
+      store.wait(keys, options.rendezvous_timeout);
+    } catch (const std::exception&) {
+      throw RendezvousTimeout(fmt::format(
+          "rank(s) {} of {} did not join the store at {}:{} within {:g} s: check that they "
+          "started (their logs in the run directory) and can reach this host",
+          missing_ranks(store, world.world_size), world.world_size, world.master_addr,
+          world.master_port, seconds));
+    }
+    store.set(k_all_joined, std::vector<uint8_t>{1});
+    return;
+  }
+  try {
+    store.wait({k_all_joined}, options.rendezvous_timeout);
+  } catch (const std::exception&) {
+    throw RendezvousTimeout(fmt::format(
+        "rank {}: not all {} ranks joined the store at {}:{} within {:g} s (rank 0 names the "
+        "missing ones in its log)",
+        world.rank, world.world_size, world.master_addr, world.master_port, seconds));
+  }
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& bind_host) {
+  if (const char* ifname = std::getenv(k_gloo_socket_ifname); ifname && *ifname) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (is_loopback(bind_host)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitOptions& options) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = world.master_port;
+  store_options.isServer = world.rank == 0;
+  store_options.numWorkers = world.world_size;
+  store_options.waitWorkers = false;  // we wait ourselves, to name the missing ranks
+  store_options.timeout = options.rendezvous_timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, store_options);
+  } catch (const std::exception& e) {
+    const auto seconds = std::chrono::duration<double>(options.rendezvous_timeout).count();
+    if (world.rank == 0) {
+      throw RendezvousTimeout(fmt::format(
+          "rank 0 could not host the store at {}:{} ({}): is the port in use? dlrun local picks a "
+          "free one; set MASTER_PORT to another port otherwise",
+          world.master_addr, world.master_port, e.what()));
+    }
+    throw RendezvousTimeout(fmt::format(
+        "rank {} could not reach the store at {}:{} within {:g} s: check that rank 0 is running "
+        "and MASTER_ADDR/MASTER_PORT are right ({})",
+        world.rank, world.master_addr, world.master_port, seconds, e.what()));
+  }
+  wait_for_all_ranks(*store, world, options);
+  return store;
+}
+
+bool nccl_compiled_in() {
+#ifdef DLRUN_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Group create_process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                           const std::string& bind_host, const InitOptions& options) {
+  bool want_nccl = options.backend == Backend::nccl;
+#ifdef DLRUN_WITH_NCCL
+  if (options.backend == Backend::automatic) want_nccl = torch::cuda::is_available();
+  if (want_nccl) {
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = options.collective_timeout;
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", store);
+    return {c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, world_size, nccl_options),
+            "nccl"};
+  }
+#else
+  if (want_nccl) {
+    throw ConfigError(
+        "the NCCL backend was asked for, but this dlrun runtime was built without CUDA/NCCL: "
+        "rebuild against a CUDA LibTorch with NCCL installed, or use Backend::gloo");
+  }
+#endif
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.collective_timeout);
+  gloo_options->devices.push_back(gloo_device(bind_host));
+  gloo_options->threads = 2;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", store);
+  try {
+    return {c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world_size, gloo_options),
+            "gloo"};
+  } catch (const std::exception& e) {
+    throw RendezvousTimeout(fmt::format("rank {}: could not connect Gloo to the other {} ranks: {}",
+                                        rank, world_size - 1, e.what()));
+  }
+}
+
+}  // namespace dlrun::runtime

@@ -1,0 +1,50 @@
+#include "stop_signal.hpp"
+
+#include <signal.h>
+
+#include <csignal>
+#include <mutex>
+
+namespace dlrun::runtime::stop_signal {
+namespace {
+
+volatile std::sig_atomic_t g_pending = 0;
+volatile std::sig_atomic_t g_count = 0;
+
+extern "C" void on_stop_signal(int signal) {
+  g_pending = 1;
+  g_count = g_count + 1;
+  // Asking twice means "now": let the next SIGTERM/SIGINT take its default action.
+  if (g_count >= 2 && signal != SIGUSR1) {
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(signal, &action, nullptr);  // async-signal-safe per POSIX
+  }
+}
+
+}  // namespace
+
+void install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
+  });
+}
+
+bool pending() {
+  return g_pending != 0;
+}
+void request() {
+  g_pending = 1;
+}
+void clear() {
+  g_pending = 0;
+  g_count = 0;
+}
+
+}  // namespace dlrun::runtime::stop_signal

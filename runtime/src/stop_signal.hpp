@@ -1,0 +1,19 @@
+#pragma once
+// Turns SIGTERM, SIGINT and SIGUSR1 into a stop request that the training loop polls. The
+// handler only stores to a volatile sig_atomic_t (async-signal-safe) and, on the second
+// SIGTERM/SIGINT, restores the default action so a third one kills the process at once.
+// The flag is process-wide; install() is idempotent. Ranks agree on it through
+// StopVote (data_parallel.cpp / context.cpp), never by reading each other's flags.
+
+namespace dlrun::runtime::stop_signal {
+
+// Installs the handlers (once per process).
+void install();
+// True once any of the signals arrived (or request() was called).
+bool pending();
+// For tests and for programs that want to stop on their own condition.
+void request();
+// Clears the flag (tests; a program that handled a stop and goes on).
+void clear();
+
+}  // namespace dlrun::runtime::stop_signal

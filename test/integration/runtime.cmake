@@ -1,0 +1,12 @@
+# Integration tests of the runtime (test_runtime.py): examples/fashion_mnist in real
+# processes under `dlrun local`. Included from test/integration/CMakeLists.txt.
+if(TARGET fashion_mnist)
+  dlrun_integration_test(test_runtime ElasticResume TIMEOUT 240 LABELS runtime)
+  dlrun_integration_test(test_runtime RankSignals TIMEOUT 120 LABELS runtime)
+  dlrun_integration_test(test_runtime CheckpointFallback TIMEOUT 120 LABELS runtime)
+  dlrun_integration_test(test_runtime InitErrors TIMEOUT 60 LABELS runtime)
+endif()
+if(TARGET fashion_mnist)
+  # About 80 s on two cores: the full training set, twice.
+  dlrun_integration_test(test_runtime Accuracy TIMEOUT 400 LABELS runtime)
+endif()

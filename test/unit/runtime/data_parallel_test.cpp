@@ -1,0 +1,177 @@
+#include "dlrun/data_parallel.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <mutex>
+
+#include "dlrun/elastic_sampler.hpp"
+#include "rank_threads.hpp"
+
+// Last, in a block of its own: after every LibTorch header (glog's CHECK).
+#include "doctest_after_torch.hpp"
+
+namespace {
+
+struct NetImpl : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+  NetImpl() {
+    a = register_module("a", torch::nn::Linear(6, 16));
+    b = register_module("b", torch::nn::Linear(16, 8));
+    c = register_module("c", torch::nn::Linear(8, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return c->forward(torch::tanh(b->forward(torch::tanh(a->forward(x)))));
+  }
+};
+
+std::shared_ptr<NetImpl> make_net(uint64_t seed) {
+  // The default generator is process-wide: ranks-as-threads must not interleave here.
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  torch::manual_seed(seed);
+  return std::make_shared<NetImpl>();
+}
+
+// The data of step `step`: a global batch of `size` samples, the same for every rank.
+std::pair<torch::Tensor, torch::Tensor> global_batch(int step, int64_t size) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+  auto x = at::randn({size, 6}, gen);
+  auto y = at::randint(0, 3, {size}, gen);
+  return {x, y};
+}
+
+torch::Tensor summed_loss(NetImpl& net, const torch::Tensor& x, const torch::Tensor& y) {
+  return torch::nn::functional::cross_entropy(
+      net.forward(x), y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+std::vector<torch::Tensor> flat_params(NetImpl& net) {
+  std::vector<torch::Tensor> out;
+  for (auto& p : net.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// One process, whole batches, mean loss: the reference.
+std::vector<torch::Tensor> train_single(int steps, int64_t batch) {
+  auto net = make_net(1);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = global_batch(s, batch);
+    sgd.zero_grad();
+    (summed_loss(*net, x, y) / batch).backward();
+    sgd.step();
+  }
+  return flat_params(*net);
+}
+
+void check_close(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    double diff = (got[i] - want[i]).abs().max().item<double>();
+    double scale = want[i].abs().max().item<double>();
+    CAPTURE(i);
+    CHECK(diff <= 1e-5 * std::max(scale, 1.0));
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("runtime::DataParallel") {
+  TEST_CASE("2 and 3 ranks train the same weights as one process on the whole batch") {
+    at::set_num_threads(1);
+    const int steps = 6;
+    for (int world : {2, 3}) {
+      for (int64_t batch : {12, 10}) {  // 10 over 3 ranks: shares of 4, 3 and 3
+        CAPTURE(world);
+        CAPTURE(batch);
+        auto want = train_single(steps, batch);
+        std::vector<std::vector<torch::Tensor>> got(world);
+        std::vector<size_t> buckets(world);
+        dlrun::test::run_ranks(world, [&](dlrun::Context& ctx) {
+          auto net = make_net(1 + ctx.rank() * 17);  // rank 0's weights must win
+          dlrun::DataParallelOptions options;
+          options.first_bucket_cap_bytes = 100;  // several buckets for a tiny model
+          options.bucket_cap_bytes = 300;
+          dlrun::DataParallel dp(net, ctx, options);
+          torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+          for (int s = 0; s < steps; ++s) {
+            auto [x, y] = global_batch(s, batch);
+            auto [begin, end] = dlrun::ElasticSampler::share(batch, ctx.rank(), world);
+            dlrun::SampleBatch share;
+            share.global_size = batch;
+            sgd.zero_grad();
+            dp.backward(summed_loss(*net, x.slice(0, begin, end), y.slice(0, begin, end)) *
+                        share.loss_scale(world));
+            dp.step(sgd);
+          }
+          got[ctx.rank()] = flat_params(*net);
+          buckets[ctx.rank()] = dp.bucket_count();
+        });
+        for (int r = 0; r < world; ++r) check_close(got[r], want);
+        CHECK(buckets[0] >= 3);
+      }
+    }
+  }
+
+  TEST_CASE("no_sync accumulates locally and the next backward reduces the sum") {
+    at::set_num_threads(1);
+    // Reference: one process, two micro-batches of 8 accumulated, mean over 16.
+    auto ref = make_net(1);
+    torch::optim::SGD ref_sgd(ref->parameters(), torch::optim::SGDOptions(0.05));
+    auto [x0, y0] = global_batch(0, 8);
+    auto [x1, y1] = global_batch(1, 8);
+    (summed_loss(*ref, x0, y0) / 16).backward();
+    (summed_loss(*ref, x1, y1) / 16).backward();
+    ref_sgd.step();
+    auto want = flat_params(*ref);
+    std::vector<std::vector<torch::Tensor>> got(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      auto net = make_net(1);
+      dlrun::DataParallel dp(net, ctx);
+      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+      const int64_t b = ctx.rank() * 4;
+      {
+        auto guard = dp.no_sync();
+        dp.backward(summed_loss(*net, x0.slice(0, b, b + 4), y0.slice(0, b, b + 4)) * 2 / 16);
+      }
+      // Between the two backward passes the ranks' gradients differ (nothing was reduced).
+      dp.backward(summed_loss(*net, x1.slice(0, b, b + 4), y1.slice(0, b, b + 4)) * 2 / 16);
+      dp.step(sgd);
+      got[ctx.rank()] = flat_params(*net);
+    });
+    check_close(got[0], want);
+    check_close(got[1], want);
+  }
+
+  TEST_CASE("a stop asked on one rank is seen by all ranks after the same step") {
+    at::set_num_threads(1);
+    std::vector<int> stopped_at(3, -1);
+    std::vector<int> codes(3, -1);
+    dlrun::test::run_ranks(3, [&](dlrun::Context& ctx) {
+      auto net = make_net(1);
+      dlrun::DataParallel dp(net, ctx);
+      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+      for (int s = 0; s < 10; ++s) {
+        if (ctx.rank() == 2 && s == 3) ctx.request_stop();
+        auto [x, y] = global_batch(s, 6);
+        sgd.zero_grad();
+        dp.backward(summed_loss(*net, x.slice(0, 2 * ctx.rank(), 2 * ctx.rank() + 2),
+                                y.slice(0, 2 * ctx.rank(), 2 * ctx.rank() + 2)));
+        dp.step(sgd);
+        if (ctx.stop_requested()) {
+          stopped_at[ctx.rank()] = s;
+          codes[ctx.rank()] = ctx.exit_code();
+          return;
+        }
+      }
+    });
+    CHECK(stopped_at == std::vector<int>{3, 3, 3});
+    CHECK(codes == std::vector<int>{75, 75, 75});
+  }
+}
