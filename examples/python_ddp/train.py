@@ -52,6 +52,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=128, help="global batch size")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--train-limit", type=int, default=None, help="use the first N training images")
+    parser.add_argument("--log-steps", action="store_true", help="print a line after every step (rank 0)")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -73,6 +74,8 @@ def main():
             loss.backward()
             optimizer.step()
             total, count = total + loss.item(), count + 1
+            if args.log_steps and rank == 0:
+                print(f"step {count} loss {loss.item():.4f} t={time.time():.3f}", flush=True)
         if rank == 0:
             print(f"epoch {epoch + 1}/{args.epochs}: loss {total / count:.4f}, "
                   f"{len(train) / (time.time() - start):.0f} samples/s", flush=True)
