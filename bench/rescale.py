@@ -63,7 +63,7 @@ def one_resize(build, tmp, size_from, size_to):
     env = dict(os.environ, DLRUN_HOME=home, NO_COLOR="1")
     example = os.path.join(build, "examples", "fashion_mnist", "fashion_mnist")
     p = subprocess.Popen([os.path.join(build, "cli", "dlrun"), "local", "--nproc", f"1:{max(size_from, size_to)}",
-                          "--", example, "--epochs", "1", "--train-limit", "20000", "--batch-size", "64",
+                          "--", example, "--epochs", "1", "--batch-size", "64",
                           "--trace-dir", trace, "--checkpoint-dir", os.path.join(tmp, "ckpt")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     out, err = Lines(p.stdout), Lines(p.stderr)

@@ -157,6 +157,7 @@ class Trainer {
           "rank(s); now {} rank(s)\n",
           m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(), m_loss_avg,
           info->saved_world_size, m_ctx.world_size());
+      std::fflush(stdout);  // a pipe is block-buffered: let a watcher see the resume now
     }
   }
 

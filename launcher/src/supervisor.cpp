@@ -246,6 +246,13 @@ void Supervisor::finish_attempt() {
     finish(exit_code::k_signal_base + m_stop_signal);
     return;
   }
+  if (m_pending_resize && !m_restart_requested && !m_failure && all_succeeded()) {
+    // The ranks finished their work before the stop request reached a step: done.
+    m_pending_resize.reset();
+    write_resize_result(m_job.run_dir, "error: the job finished before it could be resized");
+    finish(exit_code::k_success);
+    return;
+  }
   if (m_pending_resize) {
     apply_resize();
     return;
@@ -276,6 +283,14 @@ void Supervisor::finish_attempt() {
     return;
   }
   finish(exit_code::k_success);
+}
+
+bool Supervisor::all_succeeded() const {
+  for (size_t i = 0; i < m_group->size(); ++i) {
+    const auto& exit = m_group->rank(i).exit;
+    if (!exit || !exit->success()) return false;
+  }
+  return true;
 }
 
 void Supervisor::report_failure(const Failure& failure) const {

@@ -88,6 +88,7 @@ void Context::request_stop() {
 }
 
 bool Context::poll_stop() {
+  m_state->report_progress();
   if (!m_state->group) {
     if (m_state->local_stop_pending()) m_state->agreed_stop = true;
     return m_state->agreed_stop;
@@ -131,6 +132,7 @@ Context init(const InitOptions& options) {
   state->local_rank = world.local_rank;
   state->restart_count = world.restart_count;
   state->run_dir = world.run_dir;
+  state->progress_file = world.progress_file;
   state->uses_signals = options.handle_signals;
   if (options.handle_signals) runtime::stop_signal::install();
   if (world.distributed() && world.world_size > 1) {

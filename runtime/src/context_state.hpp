@@ -29,7 +29,10 @@ struct ContextState {
   std::atomic<bool> local_stop{false};           // request_stop() on this rank
   bool agreed_stop = false;                      // all ranks know; set by a stop vote
   bool uses_signals = true;                      // false in ranks-as-threads tests
+  std::string progress_file;                     // DLRUN_PROGRESS_FILE (the launcher's watchdog)
   bool local_stop_pending() const;
+  // Tells the launcher's watchdog this rank finished a step: touches progress_file.
+  void report_progress();
 };
 
 // A Context over an existing store (Gloo, 127.0.0.1): ranks-as-threads tests, embedding.

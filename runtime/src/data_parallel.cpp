@@ -113,6 +113,7 @@ void DataParallel::step(torch::optim::Optimizer& optimizer) {
     stop = m_impl->vote->flag.item<float>() > 0;
   }
   optimizer.step();
+  state.report_progress();
   if (stop && !state.agreed_stop) {
     state.agreed_stop = true;
     if (state.rank == 0) {

@@ -17,6 +17,7 @@ struct WorldEnv {
   uint16_t master_port = 0;
   int restart_count = 0;
   std::string run_dir;  // empty when not run by dlrun
+  std::string progress_file;  // DLRUN_PROGRESS_FILE: set when dlrun runs a watchdog
   bool distributed() const { return !master_addr.empty(); }
 };
 

@@ -62,6 +62,7 @@ class Supervisor {
   void begin_drain();
   void finish_attempt();
   void report_failure(const Failure& failure) const;
+  bool all_succeeded() const;
   void record(const std::string& state, std::optional<int> exit_code);
   void finish(int exit_code);
 
