@@ -12,7 +12,7 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S "$src/bench/runtime" -B "$work/bench" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/bench" >/dev/null
-torchrun=${TORCHRUN:-/work/shared/bench/torchrun-debian}
+torchrun=${TORCHRUN:-$src/../shared/bench/torchrun-debian}
 steps=${STEPS:-30}
 export OMP_NUM_THREADS=1 DLRUN_LOG_LEVEL=warn
 for model in cnn mlp; do
