@@ -1,0 +1,36 @@
+"""Users build against dlrun the usual way: install it into a prefix, `dlrun init` a project,
+build it with find_package(dlrun), run it with `dlrun local --nproc 2`."""
+import os
+import subprocess
+import unittest
+
+from harness import BUILD_DIR, DlrunTestCase
+
+
+class InstallAndInit(DlrunTestCase):
+    def test_installed_dlrun_builds_and_runs_a_new_project(self):
+        prefix = os.path.join(self.tmp, "prefix")
+        r = subprocess.run(["cmake", "--install", BUILD_DIR, "--prefix", prefix], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        dlrun = os.path.join(prefix, "bin", "dlrun")
+        project = os.path.join(self.tmp, "myproject")
+        r = subprocess.run([dlrun, "init", project], capture_output=True, text=True, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"-DCMAKE_PREFIX_PATH={prefix}", r.stdout)
+        self.assertEqual(sorted(os.listdir(project)), ["CMakeLists.txt", "README.md", "job.toml", "train.cpp"])
+        again = subprocess.run([dlrun, "init", project], capture_output=True, text=True, env=self.env)
+        self.assertEqual(again.returncode, 2)
+        self.assertIn("already exists; nothing was written (--force overwrites)", again.stderr)
+        build = os.path.join(project, "build")
+        for cmd in (["cmake", "-S", project, "-B", build, f"-DCMAKE_PREFIX_PATH={prefix}"], ["cmake", "--build", build]):
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        r = subprocess.run([dlrun, "local", "--nproc", "2", os.path.join(build, "train")], capture_output=True,
+                           text=True, env=self.env, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertRegex(r.stdout.splitlines()[-1], r"^\[0\] final_loss=\d+\.\d{4}$")
+        self.assertIn("[0] epoch 5: loss", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
