@@ -2,7 +2,6 @@
 (dlrun resize) and with ranks killed at random moments. Asserts that every sample of an
 epoch is trained exactly once across resizes, that the step count is exact, and that the
 final checkpoint loads."""
-import collections
 import os
 import random
 import re
@@ -20,18 +19,6 @@ def job_id(stderr_text):
 
 
 class ResizeDuringTraining(ExampleCase):
-    def samples_per_epoch(self):
-        """{epoch: Counter(sample index)} over all ranks' traces."""
-        seen = collections.defaultdict(collections.Counter)
-        for name in os.listdir(self.trace):
-            if not name.startswith("samples-rank"):
-                continue
-            with open(os.path.join(self.trace, name)) as f:
-                for line in f:
-                    step, epoch, *indices = line.split()
-                    seen[int(epoch)].update(int(i) for i in indices)
-        return seen
-
     def test_resize_2_to_3_to_1_trains_every_sample_once(self):
         p = self.start("local", "--nproc", "1:3", "--run-dir", os.path.join(self.tmp, "run"), "--",
                        *self.example_args("--slow-ms", "30"))
