@@ -13,11 +13,6 @@ from harness import wait_for
 from test_runtime import BATCH, EPOCHS, STEPS, TRAIN_LIMIT, ExampleCase
 
 
-def job_id(stderr_text):
-    m = re.search(r"^dlrun: job (\S+):", stderr_text, re.M)
-    return m.group(1) if m else None
-
-
 class ResizeDuringTraining(ExampleCase):
     def test_resize_2_to_3_to_1_trains_every_sample_once(self):
         p = self.start("local", "--nproc", "1:3", "--run-dir", os.path.join(self.tmp, "run"), "--",
