@@ -94,11 +94,19 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise RuntimeError(f"{argv[0]} failed: {r.stderr.strip()}")
+        # The daemon writes its pid file after forking, not atomically: wait for a pid in it.
         deadline = time.monotonic() + 10
-        while not os.path.exists(pid_file) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            try:
+                with open(pid_file) as f:
+                    words = f.read().split()
+                if words:
+                    self.pids.append(int(words[0]))
+                    return
+            except FileNotFoundError:
+                pass
             time.sleep(0.05)
-        with open(pid_file) as f:
-            self.pids.append(int(f.read().split()[0]))
+        raise RuntimeError(f"{argv[0]} wrote no pid to {pid_file} within 10 s")
 
     def _wait_idle(self, env):
         deadline = time.monotonic() + 30
@@ -110,6 +118,15 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         raise RuntimeError(f"the Slurm node did not become idle: {r.stdout} {r.stderr}")
 
     def stop(self):
+        # Also the daemons whose pid was not read yet (a start that failed half-way).
+        for pid_file in ("munge/pid", "slurmctld.pid", "slurmd.pid"):
+            try:
+                with open(os.path.join(self.dir, pid_file)) as f:
+                    words = f.read().split()
+                if words and int(words[0]) not in self.pids:
+                    self.pids.append(int(words[0]))
+            except (FileNotFoundError, ValueError):
+                pass
         for pid in reversed(self.pids):
             try:
                 os.kill(pid, signal.SIGTERM)
