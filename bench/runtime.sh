@@ -15,13 +15,15 @@ cmake --build "$work/bench" >/dev/null
 torchrun=${TORCHRUN:-$src/../shared/bench/torchrun-debian}
 steps=${STEPS:-30}
 export OMP_NUM_THREADS=1 DLRUN_LOG_LEVEL=warn
-for model in cnn mlp; do
+for model in ${MODELS:-small cnn mlp}; do
   # One process, no launcher: the compute alone, for both builds of LibTorch.
   "$work/bench/runtime_step" "$model" "$steps"
   "$torchrun" --nproc_per_node 1 --monitor_interval 0.1 "$src/bench/runtime/ddp_step.py" \
     "$model" "$steps" 2>/dev/null
   for n in 2; do
     "$build/cli/dlrun" local --quiet --nproc "$n" "$work/bench/runtime_step" "$model" "$steps" 2>/dev/null \
+      | sed 's/^\[0\] //'
+    "$build/cli/dlrun" local --quiet --nproc "$n" "$work/bench/runtime_step" "$model" "$steps" nosync 2>/dev/null \
       | sed 's/^\[0\] //'
     "$torchrun" --nproc_per_node "$n" --monitor_interval 0.1 "$src/bench/runtime/ddp_step.py" \
       "$model" "$steps" 2>/dev/null

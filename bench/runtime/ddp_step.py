@@ -29,17 +29,22 @@ def mlp():
                          nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
 
 
+def small():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
 def main():
     name = sys.argv[1] if len(sys.argv) > 1 else "mlp"
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
     dist.init_process_group("gloo")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(0)
-    model = Cnn() if name == "cnn" else mlp()
+    model = Cnn() if name == "cnn" else small() if name == "small" else mlp()
+    batch = 32 if name == "small" else 64
     ddp = nn.parallel.DistributedDataParallel(model)
     sgd = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x = torch.randn(64, 1, 28, 28)
-    y = torch.randint(0, 10, (64,))
+    x = torch.randn(batch, 1, 28, 28)
+    y = torch.randint(0, 10, (batch,))
     times = []
     for i in range(5 + steps):
         start = time.perf_counter()
