@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "dlrun/protocol.hpp"
+#include "cnn.hpp"
 #include "dlrun/runtime.hpp"
 #include "fashion_mnist_data.hpp"
 #include "progress.hpp"
@@ -47,24 +48,7 @@ struct Options {
   int slow_ms = 0;
 };
 
-struct NetImpl : torch::nn::Module {
-  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  NetImpl() {
-    conv1 =
-        register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)));
-    conv2 =
-        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)));
-    fc1 = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
-    fc2 = register_module("fc2", torch::nn::Linear(128, 10));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = F::max_pool2d(F::relu(conv1->forward(x)), F::MaxPool2dFuncOptions(2));
-    x = F::max_pool2d(F::relu(conv2->forward(x)), F::MaxPool2dFuncOptions(2));
-    x = F::relu(fc1->forward(x.flatten(1)));
-    return fc2->forward(x);
-  }
-};
+using NetImpl = fashion_mnist::Cnn;
 
 double test_accuracy(NetImpl& net, const fashion_mnist::Split& test, dlrun::Context& ctx) {
   torch::NoGradGuard no_grad;
