@@ -9,7 +9,7 @@ packages=(
   libcli11-dev libfmt-dev libtomlplusplus-dev
   libboost-dev libboost-filesystem-dev
   libsqlite3-dev doctest-dev
-  libtorch-dev libgloo-dev zlib1g-dev
+  libtorch-dev libgloo-dev zlib1g-dev libnlopt-dev
   python3-torch dataset-fashion-mnist
   procps iproute2 openssh-server openssh-client slurm-wlm munge
 )

@@ -5,6 +5,12 @@
 // Stop it with Ctrl-C (or SIGTERM/SIGUSR1 to any rank): all ranks finish the same step, rank 0
 // checkpoints, and they exit with 75. Start it again, with any --nproc, to continue exactly
 // where it stopped. The last line rank 0 prints is `test_accuracy=0.XXXX`.
+//
+//   dlrun local --nproc 2 ./fashion_mnist --adaptive --max-batch-size 4096
+//
+// lets dlrun::AdaptiveBatch choose the batch size (goodput) and scale the learning rate.
+// --target-accuracy A stops as soon as the test accuracy, measured every --eval-every samples,
+// reaches A, and prints the training time it took (bench/adaptive.py uses it).
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -46,6 +52,12 @@ struct Options {
   std::string trace_dir;
   int64_t checkpoint_every = 0;
   int slow_ms = 0;
+  bool adaptive = false;
+  int64_t max_batch_size = 4096;
+  int64_t max_micro_batch = 0;
+  std::string scaling_rule = "auto";
+  double target_accuracy = 0;
+  int64_t eval_every = 10000;
 };
 
 using NetImpl = fashion_mnist::Cnn;
@@ -94,13 +106,16 @@ class Trainer {
         m_adam(m_net->parameters(), torch::optim::AdamOptions(options.lr)),
         m_sampler(m_train.size(), m_ctx, options.seed),
         m_trace(options.trace_dir, m_ctx.rank()),
-        m_progress(m_ctx.is_main()) {}
+        m_progress(m_ctx.is_main()) {
+    if (options.adaptive) m_adaptive.emplace(m_ctx, m_dp, m_adam, adaptive_options(options));
+    m_next_eval = options.eval_every;
+  }
 
   int run() {
     restore();
     m_epoch_start = std::chrono::steady_clock::now();
     while (m_sampler.epoch() < m_options.epochs) {
-      auto batch = m_sampler.next(m_options.batch_size);
+      auto batch = m_sampler.next(m_adaptive ? m_adaptive->global_batch() : m_options.batch_size);
       if (!batch) {
         end_epoch();
         continue;
@@ -110,6 +125,7 @@ class Trainer {
       if (m_options.checkpoint_every > 0 && m_step % m_options.checkpoint_every == 0) save();
       if (m_options.slow_ms > 0)
         std::this_thread::sleep_for(std::chrono::milliseconds(m_options.slow_ms));
+      if (target_reached()) break;
     }
     check_replicas_agree(*m_net, m_ctx);
     if (!m_accuracy) m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
@@ -118,6 +134,15 @@ class Trainer {
   }
 
  private:
+  static dlrun::AdaptiveBatchOptions adaptive_options(const Options& o) {
+    dlrun::AdaptiveBatchOptions a;
+    a.initial_batch = o.batch_size;
+    a.max_batch = std::max(o.max_batch_size, o.batch_size);
+    a.max_micro_batch = o.max_micro_batch;
+    a.rule = *dlrun::parse_scaling_rule(o.scaling_rule);  // checked by the command line
+    return a;
+  }
+
   static std::shared_ptr<NetImpl> make_net(uint64_t seed) {
     torch::manual_seed(seed);  // rank 0's weights win anyway (DataParallel broadcasts them)
     return std::make_shared<NetImpl>();
@@ -131,6 +156,7 @@ class Trainer {
     m_ckpt->track("model", m_net);
     m_ckpt->track("adam", m_adam);
     m_ckpt->track(m_sampler);
+    if (m_adaptive) m_ckpt->track("adaptive", *m_adaptive);
     auto info = m_ckpt->restore();
     if (!info) return;
     m_step = info->step;
@@ -149,27 +175,66 @@ class Trainer {
     if (m_ckpt) m_ckpt->save(m_step, {{"loss", m_loss_avg}});
   }
 
-  void train_step(const dlrun::SampleBatch& batch) {
-    auto index = torch::tensor(batch.indices, torch::kLong);
+  // Summed over the samples, scaled so that DataParallel's average over the ranks is the mean
+  // over the global batch.
+  at::Tensor loss_of(const std::vector<int64_t>& indices, const dlrun::SampleBatch& batch) {
+    auto index = torch::tensor(indices, torch::kLong);
     auto images = m_train.images.index_select(0, index);
     auto labels = m_train.labels.index_select(0, index);
-    auto loss = F::cross_entropy(m_net->forward(images), labels,
-                                 F::CrossEntropyFuncOptions().reduction(torch::kSum)) *
-                batch.loss_scale(m_ctx.world_size());
+    return F::cross_entropy(m_net->forward(images), labels,
+                            F::CrossEntropyFuncOptions().reduction(torch::kSum)) *
+           batch.loss_scale(m_ctx.world_size());
+  }
+
+  // One optimizer step; returns this rank's loss (see train_step).
+  double optimize(const dlrun::SampleBatch& batch) {
+    if (!m_adaptive) {
+      auto loss = loss_of(batch.indices, batch);
+      m_dp.backward(loss);
+      m_dp.step(m_adam);
+      return loss.item<double>();
+    }
+    double total = 0;
+    auto parts = m_adaptive->split(batch.indices);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      auto loss = loss_of(parts[i], batch);
+      m_adaptive->backward(loss, i + 1 == parts.size());
+      total += loss.item<double>();
+    }
+    m_adaptive->step(batch.global_size);
+    return total;
+  }
+
+  void train_step(const dlrun::SampleBatch& batch) {
     m_accuracy.reset();
-    m_dp.backward(loss);
-    m_dp.step(m_adam);
-    m_adam.zero_grad();
-    ++m_step;
-    m_epoch_samples += batch.global_size;
+    const auto start = std::chrono::steady_clock::now();
     // Scaled by world_size / global batch, this rank's summed loss is its share's mean: a
     // noisy estimate of the global batch's mean loss (no extra allreduce for a log line).
-    double step_loss = loss.item<double>();
+    double step_loss = optimize(batch);
+    m_adam.zero_grad();
+    m_train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++m_step;
+    m_epoch_samples += batch.global_size;
+    m_samples += batch.global_size;
     m_loss_avg = m_step == 1 ? step_loss : 0.95 * m_loss_avg + 0.05 * step_loss;
     m_trace.samples(m_step, batch.epoch, batch.indices);
     m_trace.loss(m_step, m_loss_avg, step_loss);
     m_progress.update(m_sampler.epoch(), m_options.epochs, m_sampler.position(),
                       m_sampler.dataset_size(), m_loss_avg);
+  }
+
+  // With --target-accuracy: every --eval-every samples, is the test accuracy there yet?
+  bool target_reached() {
+    if (m_options.target_accuracy <= 0 || m_samples < m_next_eval) return false;
+    m_next_eval = m_samples + m_options.eval_every;
+    m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
+    if (*m_accuracy < m_options.target_accuracy) return false;
+    if (m_ctx.is_main()) {
+      fmt::print("target reached: test_accuracy={:.4f} after {} samples, {} steps, {:.2f} s of training\n",
+                 *m_accuracy, m_samples, m_step, m_train_seconds);
+      std::fflush(stdout);
+    }
+    return true;
   }
 
   void end_epoch() {
@@ -178,15 +243,24 @@ class Trainer {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch_start).count();
     m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
     if (m_ctx.is_main()) {
-      fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.4f}, {:.1f} s, {:.0f} samples/s\n",
+      fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.4f}, {:.1f} s, {:.0f} samples/s{}\n",
                  m_sampler.epoch() + 1, m_options.epochs, m_loss_avg, *m_accuracy, seconds,
-                 m_epoch_samples / std::max(seconds, 1e-9));
+                 m_epoch_samples / std::max(seconds, 1e-9), adaptive_summary());
       std::fflush(stdout);
     }
     m_sampler.next_epoch();
     save();
     m_epoch_start = std::chrono::steady_clock::now();
     m_epoch_samples = 0;
+  }
+
+  std::string adaptive_summary() const {
+    if (!m_adaptive) return "";
+    const auto shape = m_adaptive->shape();
+    const auto& stats = m_adaptive->stats();
+    return fmt::format(", batch {} ({} x {} per rank), noise scale {:.0f}, lr x{:.2f}",
+                       shape.global_batch, shape.micro_batch, shape.accum_steps,
+                       stats.noise_scale, stats.lr_factor);
   }
 
   int stop() {
@@ -207,6 +281,7 @@ class Trainer {
   dlrun::DataParallel m_dp;
   torch::optim::Adam m_adam;
   dlrun::ElasticSampler m_sampler;
+  std::optional<dlrun::AdaptiveBatch> m_adaptive;
   std::optional<dlrun::Checkpoint> m_ckpt;
   fashion_mnist::Trace m_trace;
   fashion_mnist::Progress m_progress;
@@ -215,6 +290,9 @@ class Trainer {
   std::optional<double> m_accuracy;  // of the weights as they are now
   std::chrono::steady_clock::time_point m_epoch_start;
   int64_t m_epoch_samples = 0;
+  int64_t m_samples = 0;  // trained on in this run (not restored)
+  int64_t m_next_eval = 0;
+  double m_train_seconds = 0;  // in optimizer steps, without evaluation and checkpoints
 };
 
 void use_launcher_threads() {
@@ -242,6 +320,22 @@ int main(int argc, char** argv) {
   app.add_option("--trace-dir", options.trace_dir,
                  "Append the samples each rank trains on and the loss here (for tests)");
   app.add_option("--slow-ms", options.slow_ms, "Sleep this long after each step (for tests)");
+  app.add_flag("--adaptive", options.adaptive,
+               "Choose the batch size by goodput and scale the learning rate (dlrun::AdaptiveBatch); "
+               "--batch-size is the initial batch and --lr its learning rate");
+  app.add_option("--max-batch-size", options.max_batch_size, "Largest global batch --adaptive may choose")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-micro-batch", options.max_micro_batch,
+                 "Largest per-rank micro-batch (--adaptive accumulates gradients beyond it; 0: no limit)");
+  app.add_option("--scaling-rule", options.scaling_rule,
+                 "Learning-rate rule of --adaptive: auto, adascale, adam, linear, sqrt, none")
+      ->check([](const std::string& v) {
+        return dlrun::parse_scaling_rule(v) ? std::string() : "unknown scaling rule '" + v + "'";
+      });
+  app.add_option("--target-accuracy", options.target_accuracy,
+                 "Stop once the test accuracy reaches this (checked every --eval-every samples)");
+  app.add_option("--eval-every", options.eval_every, "Samples between accuracy checks of --target-accuracy")
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,24 +5,56 @@
 namespace dlrun::runtime {
 
 BucketHook::BucketHook(c10::intrusive_ptr<c10d::ProcessGroup> group, ContextState& state,
-                       std::shared_ptr<StopVote> vote)
+                       std::shared_ptr<StepVote> vote)
     : m_group(std::move(group)), m_state(state), m_vote(std::move(vote)) {}
 
 c10::intrusive_ptr<c10::ivalue::Future> BucketHook::runHook(c10d::GradBucket& bucket) {
+  // The local norms must be taken before the allreduce overwrites the buffer.
+  if (m_vote->groups > 0) add_local_norms(bucket);
   // Divide before summing (as DDP's allreduce hook does) to keep fp16 buckets in range.
   std::vector<at::Tensor> tensors{bucket.getBufferRef().div_(m_state.world_size)};
   auto future = m_group->allreduce(tensors)->getFuture();
-  if (bucket.isLast()) {
-    // NCCL reduces device tensors only: keep the flag where the gradients are.
-    const auto& buffer = bucket.getBuffer();
-    if (m_vote->flag.device() != buffer.device()) {
-      m_vote->flag = at::zeros({1}, buffer.options().dtype(at::kFloat));
-    }
-    m_vote->flag.fill_(m_state.local_stop_pending() ? 1.0 : 0.0);
-    std::vector<at::Tensor> flag{m_vote->flag};
-    m_vote->work = m_group->allreduce(flag);
-  }
+  if (bucket.isLast()) start_vote(bucket.getBuffer());
   return future;
+}
+
+void BucketHook::add_local_norms(c10d::GradBucket& bucket) {
+  auto& sums = m_vote->local_sqr;
+  if (bucket.getIndex() == 0 || sums.size() != m_vote->groups) {
+    // Buckets run in index order: the first one of a step starts the sums afresh.
+    sums.assign(m_vote->groups, at::zeros({}, bucket.getBuffer().options().dtype(at::kFloat)));
+  }
+  if (m_vote->groups == 1) {
+    const at::Tensor flat = bucket.getBuffer().to(at::kFloat);
+    sums[0] = sums[0] + at::dot(flat, flat);
+    return;
+  }
+  const std::vector<at::Tensor> grads = bucket.getGradients();
+  const std::vector<at::Tensor> params = bucket.getParameters();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    auto found = m_vote->group_of.find(params[i].unsafeGetTensorImpl());
+    if (found == m_vote->group_of.end()) continue;  // not in any optimizer group
+    const at::Tensor flat = grads[i].reshape({-1}).to(at::kFloat);
+    sums[found->second] = sums[found->second] + at::dot(flat, flat);
+  }
+}
+
+void BucketHook::start_vote(const at::Tensor& buffer) {
+  // NCCL reduces device tensors only: keep the values where the gradients are.
+  const auto options = buffer.options().dtype(at::kFloat);
+  const float flag = m_state.local_stop_pending() ? 1.0f : 0.0f;
+  if (m_vote->groups == 0) {
+    if (m_vote->values.device() != buffer.device() || m_vote->values.numel() != 1) {
+      m_vote->values = at::zeros({1}, options);
+    }
+    m_vote->values.fill_(flag);
+  } else {
+    std::vector<at::Tensor> parts{at::full({1}, flag, options)};
+    for (const auto& sum : m_vote->local_sqr) parts.push_back(sum.reshape({1}));
+    m_vote->values = at::cat(parts);
+  }
+  std::vector<at::Tensor> values{m_vote->values};
+  m_vote->work = m_group->allreduce(values);
 }
 
 at::Tensor BucketHook::parseHookResult(const c10::IValue& result) {

@@ -1,33 +1,47 @@
 #pragma once
 // The communication hook DataParallel installs in c10d::Reducer: averages each gradient
 // bucket over the ranks, and with the last bucket of a step also sends this rank's stop
-// flag (a one-element allreduce issued right behind the bucket's), so the stop vote costs no
-// extra round trip at the end of the step. Internal. Used from the autograd thread.
+// flag (a small allreduce issued right behind the bucket's), so the stop vote costs no extra
+// round trip at the end of the step. When gradient statistics are on (AdaptiveBatch's noise
+// scale), the hook also takes the squared norm of this rank's local gradient in each bucket,
+// per parameter group, before the bucket is averaged, and those norms ride in the same
+// small allreduce as the stop flag. Internal. Used from the autograd thread.
 
 #include <memory>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#include <unordered_map>
+#include <vector>
 
 namespace dlrun::runtime {
 
 struct ContextState;
 
-// The vote of the step in flight: started by the hook, finished by DataParallel::step().
-struct StopVote {
-  at::Tensor flag = at::zeros({1}, at::kFloat);
+// The vote of the step in flight: started by the hook, finished by DataParallel::synchronize().
+// values = [stop flag, |local gradient|² of group 0, group 1, …], summed over the ranks.
+struct StepVote {
+  at::Tensor values = at::zeros({1}, at::kFloat);
   c10::intrusive_ptr<c10d::Work> work;  // null when no vote is in flight
+
+  // Gradient statistics: off while groups == 0.
+  size_t groups = 0;
+  std::unordered_map<const c10::TensorImpl*, size_t> group_of;  // parameter → group
+  std::vector<at::Tensor> local_sqr;  // this step's partial sums, one 0-d tensor per group
 };
 
 class BucketHook : public c10d::CommHookInterface {
  public:
   BucketHook(c10::intrusive_ptr<c10d::ProcessGroup> group, ContextState& state,
-             std::shared_ptr<StopVote> vote);
+             std::shared_ptr<StepVote> vote);
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override;
   at::Tensor parseHookResult(const c10::IValue& result) override;
 
  private:
+  void add_local_norms(c10d::GradBucket& bucket);
+  void start_vote(const at::Tensor& buffer);
+
   c10::intrusive_ptr<c10d::ProcessGroup> m_group;
   ContextState& m_state;
-  std::shared_ptr<StopVote> m_vote;
+  std::shared_ptr<StepVote> m_vote;
 };
 
 }  // namespace dlrun::runtime

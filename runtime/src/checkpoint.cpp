@@ -95,6 +95,7 @@ struct Checkpoint::Impl {
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
   std::vector<std::pair<std::string, torch::optim::Optimizer*>> optimizers;
   ElasticSampler* sampler = nullptr;
+  std::vector<std::pair<std::string, Checkpointable*>> objects;
 
   void write_files(const fs::path& tmp, int64_t step, const std::map<std::string, double>& values,
                    std::vector<std::string>& names) const;
@@ -123,6 +124,10 @@ void Checkpoint::track(const std::string& name, torch::optim::Optimizer& optimiz
 }
 void Checkpoint::track(ElasticSampler& sampler) {
   m_impl->sampler = &sampler;
+}
+void Checkpoint::track(const std::string& name, Checkpointable& object) {
+  check_name(name);
+  m_impl->objects.emplace_back(name, &object);
 }
 const fs::path& Checkpoint::directory() const {
   return m_impl->dir;
@@ -156,6 +161,13 @@ void Checkpoint::Impl::write_files(const fs::path& tmp, int64_t step,
     optimizer->save(archive);
     names.push_back("optimizer-" + name + ".pt");
     archive.save_to((tmp / names.back()).string());
+  }
+  for (const auto& [name, object] : objects) {
+    names.push_back("state-" + name + ".txt");
+    std::ofstream out(tmp / names.back(), std::ios::binary);
+    out << object->checkpoint_state();
+    if (!out.flush())
+      throw CheckpointError(fmt::format("cannot write {}", (tmp / names.back()).string()));
   }
   std::ostringstream state;
   state << "step " << step << "\n"
@@ -278,6 +290,13 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
       torch::serialize::InputArchive archive;
       archive.load_from((path / ("optimizer-" + name + ".pt")).string());
       optimizer->load(archive);
+    }
+    for (const auto& [name, object] : objects) {
+      std::ifstream in(path / ("state-" + name + ".txt"), std::ios::binary);
+      if (!in) throw CheckpointError(fmt::format("{} has no state-{}.txt", path.string(), name));
+      std::ostringstream text;
+      text << in.rdbuf();
+      object->restore_checkpoint_state(text.str());
     }
     if (sampler) {
       SamplerState s;

@@ -1,6 +1,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -26,6 +27,7 @@ Context make_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, int
   state->rank = rank;
   state->world_size = world_size;
   state->local_rank = rank;
+  state->local_world_size = world_size;
   state->uses_signals = false;
   state->store = store;
   Group group = create_process_group(store, rank, world_size, "127.0.0.1", options);
@@ -67,6 +69,10 @@ int Context::world_size() const {
 }
 int Context::local_rank() const {
   return m_state->local_rank;
+}
+int Context::nodes() const {
+  const int per_node = std::max(1, m_state->local_world_size);
+  return std::max(1, (m_state->world_size + per_node - 1) / per_node);
 }
 int Context::restart_count() const {
   return m_state->restart_count;
@@ -130,6 +136,7 @@ Context init(const InitOptions& options) {
   state->rank = world.rank;
   state->world_size = world.world_size;
   state->local_rank = world.local_rank;
+  state->local_world_size = world.local_world_size;
   state->restart_count = world.restart_count;
   state->run_dir = world.run_dir;
   state->progress_file = world.progress_file;

@@ -21,6 +21,7 @@ struct ContextState {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;
   int restart_count = 0;
   std::string run_dir;
   std::string backend = "none";

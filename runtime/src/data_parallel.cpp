@@ -50,10 +50,12 @@ void broadcast_from_rank0(runtime::ContextState& state, torch::nn::Module& modul
 struct DataParallel::Impl {
   Context context{nullptr};
   std::shared_ptr<torch::nn::Module> module;
-  std::shared_ptr<runtime::StopVote> vote = std::make_shared<runtime::StopVote>();
+  std::shared_ptr<runtime::StepVote> vote = std::make_shared<runtime::StepVote>();
+  std::vector<double> local_sqr;  // of the last synchronize()
   std::unique_ptr<c10d::Reducer> reducer;
   size_t bucket_count = 0;
   bool sync = true;
+  bool stop_voted = false;  // of the last synchronize()
 };
 
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context context,
@@ -98,19 +100,33 @@ void DataParallel::backward(const at::Tensor& loss) {
   loss.backward();
 }
 
+void DataParallel::synchronize() {
+  auto& state = m_impl->context.state();
+  auto work = std::move(m_impl->vote->work);
+  if (!work) return;
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    throw CommunicationError(
+        fmt::format("rank {}: the gradient allreduce or stop vote failed: {}", state.rank, e.what()));
+  }
+  // One copy to the host per step, which the stop flag needs anyway.
+  const at::Tensor values = m_impl->vote->values.to(at::kCPU, at::kDouble);
+  const double* v = values.data_ptr<double>();
+  m_impl->stop_voted = v[0] > 0;
+  m_impl->local_sqr.assign(v + 1, v + values.numel());
+  for (double& x : m_impl->local_sqr) x /= state.world_size;
+}
+
 void DataParallel::step(torch::optim::Optimizer& optimizer) {
   auto& state = m_impl->context.state();
+  synchronize();
   bool stop = false;
   if (!state.group) {
     stop = state.local_stop_pending();
-  } else if (auto work = std::move(m_impl->vote->work)) {
-    try {
-      work->wait();
-    } catch (const std::exception& e) {
-      throw CommunicationError(
-          fmt::format("rank {}: the stop vote failed: {}", state.rank, e.what()));
-    }
-    stop = m_impl->vote->flag.item<float>() > 0;
+  } else {
+    stop = m_impl->stop_voted;
+    m_impl->stop_voted = false;
   }
   optimizer.step();
   state.report_progress();
@@ -130,6 +146,20 @@ DataParallel::NoSyncGuard::NoSyncGuard(DataParallel& owner)
 }
 DataParallel::NoSyncGuard::~NoSyncGuard() {
   m_owner.m_impl->sync = m_previous;
+}
+
+void DataParallel::track_gradient_norms(const std::vector<std::vector<at::Tensor>>& groups) {
+  auto& vote = *m_impl->vote;
+  vote.group_of.clear();
+  vote.local_sqr.clear();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& p : groups[g]) vote.group_of[p.unsafeGetTensorImpl()] = g;
+  }
+  vote.groups = groups.size();
+}
+
+std::vector<double> DataParallel::local_gradient_sqr_norms() const {
+  return m_impl->local_sqr;
 }
 
 size_t DataParallel::bucket_count() const {

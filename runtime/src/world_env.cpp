@@ -66,6 +66,11 @@ WorldEnv read_world_env(const EnvLookup& lookup) {
   } else {
     world.local_rank = world.rank;
   }
+  world.local_world_size = world.world_size;
+  if (const char* v = lookup(env::k_local_world_size); v && *v) {
+    world.local_world_size =
+        static_cast<int>(parse_int(env::k_local_world_size, v, 1, world.world_size));
+  }
   return world;
 }
 

@@ -13,6 +13,7 @@ struct WorldEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;  // ranks on this host (LOCAL_WORLD_SIZE; world_size when unset)
   std::string master_addr;  // empty for a world of one started without dlrun
   uint16_t master_port = 0;
   int restart_count = 0;

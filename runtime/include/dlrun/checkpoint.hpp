@@ -33,6 +33,16 @@ namespace dlrun {
 
 class ElasticSampler;
 
+// Anything else a checkpoint should carry (AdaptiveBatch is one): its state as text, written
+// to `state-NAME.txt` in the checkpoint and handed back on restore.
+class Checkpointable {
+ public:
+  virtual ~Checkpointable() = default;
+  virtual std::string checkpoint_state() const = 0;
+  // Throws (any std::exception) when the text is not what checkpoint_state() writes.
+  virtual void restore_checkpoint_state(const std::string& text) = 0;
+};
+
 struct CheckpointOptions {
   int keep_last = 3;
 };
@@ -54,6 +64,7 @@ class Checkpoint {
   void track(const std::string& name, std::shared_ptr<torch::nn::Module> module);
   void track(const std::string& name, torch::optim::Optimizer& optimizer);
   void track(ElasticSampler& sampler);
+  void track(const std::string& name, Checkpointable& object);
 
   // Collective. Returns the checkpoint's directory. Throws CheckpointError.
   std::filesystem::path save(int64_t step, const std::map<std::string, double>& values = {});

@@ -45,6 +45,9 @@ class Context {
   int rank() const;
   int world_size() const;
   int local_rank() const;
+  // Hosts the world spans (WORLD_SIZE / LOCAL_WORLD_SIZE, at least 1): the throughput model
+  // of AdaptiveBatch prices cross-host gradient sync apart from on-host sync.
+  int nodes() const;
   bool is_main() const { return rank() == 0; }
   // DLRUN_RESTART_COUNT: 0 on the first start, +1 on every restart by the launcher.
   int restart_count() const;

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "dlrun/context.hpp"
 
@@ -52,8 +53,23 @@ class DataParallel {
   // loss.backward(); unless inside no_sync(), gradients are averaged over all ranks by the
   // time it returns. Every rank must call it the same number of times with sync on.
   void backward(const at::Tensor& loss);
-  // optimizer.step(), then records whether all ranks agreed to stop (Context::stop_requested).
+  // Waits until the last backward()'s gradient allreduce and stop vote are done. step() calls
+  // it; call it earlier to look at the averaged gradients before the optimizer does.
+  // Idempotent: a second call before the next backward() returns at once.
+  void synchronize();
+  // synchronize(), optimizer.step(), then records whether all ranks agreed to stop
+  // (Context::stop_requested).
   void step(torch::optim::Optimizer& optimizer);
+
+  // Gradient statistics for the gradient noise scale (AdaptiveBatch turns them on). With
+  // groups given (each a list of parameters of this module, e.g. an optimizer's param groups),
+  // every synced backward also takes the squared norm of this rank's own gradient of each
+  // group before it is averaged; the norms travel in the stop vote's allreduce (no extra
+  // round trip). Costs one pass over the gradients per step; off by default.
+  void track_gradient_norms(const std::vector<std::vector<at::Tensor>>& groups);
+  // After synchronize(): per group, the mean over the ranks of |local gradient|² of the last
+  // synced step. Empty in a world of one or when not tracked.
+  std::vector<double> local_gradient_sqr_norms() const;
 
   // While the guard lives, backward() only accumulates local gradients (gradient
   // accumulation); the next backward() outside it reduces the accumulated sum.

@@ -8,11 +8,13 @@
 //   dlrun::ElasticSampler sampler(dataset_size, ctx, seed);
 //   dlrun::Checkpoint ckpt(ctx, dir);  ckpt.track("model", model.ptr()); ...  ckpt.restore();
 
+#include "dlrun/adaptive_batch.hpp"
 #include "dlrun/checkpoint.hpp"
 #include "dlrun/context.hpp"
 #include "dlrun/data_parallel.hpp"
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/runtime_errors.hpp"
+#include "dlrun/scaling_rule.hpp"
 
 namespace dlrun::runtime {
 

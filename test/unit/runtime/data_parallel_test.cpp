@@ -174,4 +174,45 @@ TEST_SUITE("runtime::DataParallel") {
     CHECK(stopped_at == std::vector<int>{3, 3, 3});
     CHECK(codes == std::vector<int>{75, 75, 75});
   }
+
+  TEST_CASE("tracked groups: the mean of each rank's local gradient norm travels with the vote") {
+    at::set_num_threads(1);
+    const int world = 3;
+    auto [x, y] = global_batch(0, 12);
+    // What each rank's own gradient is, computed here in one process.
+    std::vector<double> want_a(1, 0.0), want_rest(1, 0.0);
+    for (int r = 0; r < world; ++r) {
+      auto net = make_net(1);
+      auto [begin, end] = dlrun::ElasticSampler::share(12, r, world);
+      (summed_loss(*net, x.slice(0, begin, end), y.slice(0, begin, end)) * world / 12).backward();
+      for (const auto& item : net->named_parameters()) {
+        double sqr = item.value().grad().pow(2).sum().item<double>();
+        (item.key().rfind("a.", 0) == 0 ? want_a : want_rest)[0] += sqr / world;
+      }
+    }
+    std::vector<std::vector<double>> got(world);
+    dlrun::test::run_ranks(world, [&](dlrun::Context& ctx) {
+      auto net = make_net(1);
+      dlrun::DataParallelOptions options;
+      options.first_bucket_cap_bytes = 100;  // groups spread over several buckets
+      options.bucket_cap_bytes = 300;
+      dlrun::DataParallel dp(net, ctx, options);
+      std::vector<torch::Tensor> group_a, rest;
+      for (const auto& item : net->named_parameters())
+        (item.key().rfind("a.", 0) == 0 ? group_a : rest).push_back(item.value());
+      dp.track_gradient_norms({group_a, rest});
+      auto [begin, end] = dlrun::ElasticSampler::share(12, ctx.rank(), world);
+      dp.backward(summed_loss(*net, x.slice(0, begin, end), y.slice(0, begin, end)) * world / 12);
+      dp.synchronize();
+      dp.synchronize();  // idempotent
+      got[ctx.rank()] = dp.local_gradient_sqr_norms();
+    });
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(r);
+      REQUIRE(got[r].size() == 2);
+      CHECK(got[r][0] == doctest::Approx(want_a[0]).epsilon(1e-5));
+      CHECK(got[r][1] == doctest::Approx(want_rest[0]).epsilon(1e-5));
+    }
+    CHECK(want_a[0] > 0);
+  }
 }

@@ -1,0 +1,136 @@
+#pragma once
+// AdaptiveBatch: chooses the global batch size, the per-rank micro-batch and the number of
+// gradient-accumulation steps that train fastest, while training (goodput, as AdaptDL/Pollux),
+// and scales the learning rate to match (AdaScale by default). docs/adaptive.md explains the
+// method and every option.
+//
+// Each optimizer step it measures the gradient noise scale (from the squared norms of each
+// rank's local gradient and of the averaged gradient; DataParallel carries the local norms in
+// the step's stop vote) and the time of the step's micro-steps. Every `replan_every` steps rank
+// 0 fits the throughput model to the measured times, picks the shape with the highest
+// predicted goodput = throughput × statistical efficiency within the limits, and all ranks
+// switch to it at the same step (only when the predicted gain is worth it). Rank 0 appends a
+// JSON line to $DLRUN_RUN_DIR/metrics.jsonl every `log_every` steps (docs/metrics.md).
+// Track it in the Checkpoint (it is a Checkpointable): the noise scale, the measured profile,
+// the current batch and the progress survive a restart, also with another number of ranks
+// (the plan is then re-made for the new count).
+//
+//   dlrun::AdaptiveBatchOptions options;  options.initial_batch = 64;  options.max_batch = 4096;
+//   dlrun::AdaptiveBatch adaptive(ctx, dp, optimizer, options);
+//   ckpt.track("adaptive", adaptive);
+//   while (auto batch = sampler.next(adaptive.global_batch())) {
+//     auto parts = adaptive.split(batch->indices);           // this rank's micro-batches
+//     for (size_t i = 0; i < parts.size(); ++i) {
+//       auto loss = loss_sum(parts[i]) * batch->loss_scale(ctx.world_size());
+//       adaptive.backward(loss, i + 1 == parts.size());      // sync on the last one only
+//     }
+//     adaptive.step(batch->global_size);   // noise scale, lr factor, optimizer.step(), re-plan, metrics
+//     optimizer.zero_grad();
+//   }
+//
+// Ownership: keeps the Context; the DataParallel and the optimizer are the caller's and must
+// outlive it. Thread-safety: one training thread; step() is collective.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dlrun/checkpoint.hpp"
+#include "dlrun/context.hpp"
+#include "dlrun/scaling_rule.hpp"
+
+namespace at {
+class Tensor;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace dlrun {
+
+class DataParallel;
+
+struct AdaptiveBatchOptions {
+  // Global batch at the start; the optimizer's learning rates are the ones for this batch.
+  int64_t initial_batch = 64;
+  // Largest global batch to choose.
+  int64_t max_batch = 4096;
+  // Per-rank micro-batch limits (memory): max 0 means max_batch / ranks.
+  int64_t min_micro_batch = 1;
+  int64_t max_micro_batch = 0;
+  // May run several micro-steps per optimizer step (when max_micro_batch is the limit).
+  bool accumulation = true;
+  ScalingRule rule = ScalingRule::automatic;
+  // Re-decide every this many optimizer steps (the first time after this many, too).
+  int64_t replan_every = 50;
+  // Switch only when the predicted goodput gain is at least this fraction.
+  double min_improvement = 0.05;
+  // The noise scale's moving average keeps this weight per initial batch of samples.
+  double smoothing = 0.999;
+  // Append to metrics.jsonl every this many steps (0: never). The file is
+  // $DLRUN_RUN_DIR/metrics.jsonl unless metrics_path is given.
+  int64_t log_every = 10;
+  std::string metrics_path;
+};
+
+// The shape of the next optimizer step; the same on every rank.
+struct BatchShape {
+  int64_t global_batch = 0;
+  int64_t micro_batch = 0;  // per rank, per micro-step
+  int accum_steps = 1;      // micro-steps per optimizer step
+};
+
+// What the last step measured and decided (rank 0's view; every rank has the noise scale).
+struct AdaptiveStats {
+  int64_t step = 0;
+  double progress = 0;     // scale-invariant steps: Σ gain
+  double gain = 1;         // AdaScale gain of the last step
+  double lr_factor = 1;    // multiplier applied to the learning rates
+  double noise_scale = 0;  // B_noise = tr(Σ)/|G|², samples
+  double grad_sqr = 0, grad_var = 0;
+  double efficiency = 1;       // statistical efficiency of the current batch
+  double samples_per_sec = 0;  // measured over the last logging interval
+  double goodput = 0;          // samples_per_sec × efficiency
+};
+
+class AdaptiveBatch : public Checkpointable {
+ public:
+  AdaptiveBatch(Context context, DataParallel& data_parallel, torch::optim::Optimizer& optimizer,
+                AdaptiveBatchOptions options = {});
+  ~AdaptiveBatch() override;
+  AdaptiveBatch(const AdaptiveBatch&) = delete;
+  AdaptiveBatch& operator=(const AdaptiveBatch&) = delete;
+
+  BatchShape shape() const;
+  int64_t global_batch() const { return shape().global_batch; }
+  // Splits this rank's share of the step into accum_steps micro-batches (in order; the last
+  // ones may be short or empty at the end of an epoch, and the count never changes).
+  std::vector<std::vector<int64_t>> split(const std::vector<int64_t>& indices) const;
+
+  // loss.backward() of one micro-batch; last = true for the step's last micro-batch (the one
+  // whose gradients are reduced over the ranks), false for the accumulated ones before it.
+  void backward(const at::Tensor& loss, bool last);
+  // After the last backward(): measures, scales the learning rates, optimizer.step() (through
+  // DataParallel, so stop requests work as usual), and every replan_every steps agrees on the
+  // next shape. Collective. `samples`: the step's global sample count when it is not
+  // global_batch() (an epoch's short last batch: SampleBatch::global_size).
+  void step(int64_t samples = -1);
+
+  // Scale-invariant progress (Σ gain): use it for learning-rate schedules and "epochs".
+  double progress() const;
+  const AdaptiveStats& stats() const;
+  // The learning rates the user sets for the initial batch (e.g. from a schedule on
+  // progress()); each step applies them × lr_factor. Default: the optimizer's at construction.
+  void set_base_lr(double lr);
+
+  std::string checkpoint_state() const override;
+  void restore_checkpoint_state(const std::string& text) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace dlrun

@@ -1,0 +1,374 @@
+#include "dlrun/adaptive_batch.hpp"
+
+#include <fmt/format.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "adaptive_state.hpp"
+#include "dlrun/data_parallel.hpp"
+#include "dlrun/elastic_sampler.hpp"
+#include "dlrun/launcher/log.hpp"
+#include "dlrun/runtime_errors.hpp"
+#include "goodput/goodput.hpp"
+#include "goodput/gradient_noise_scale.hpp"
+#include "goodput/throughput_model.hpp"
+#include "gradient_norms.hpp"
+#include "metrics_log.hpp"
+
+namespace dlrun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+ScalingRule resolve_rule(ScalingRule rule, torch::optim::Optimizer& optimizer) {
+  if (rule != ScalingRule::automatic) return rule;
+  const bool adaptive = dynamic_cast<torch::optim::Adam*>(&optimizer) ||
+                        dynamic_cast<torch::optim::AdamW*>(&optimizer) ||
+                        dynamic_cast<torch::optim::RMSprop*>(&optimizer);
+  return adaptive ? ScalingRule::adam : ScalingRule::adascale;
+}
+
+void check_options(const AdaptiveBatchOptions& o, int world_size) {
+  auto fail = [](const std::string& what) {
+    throw ConfigError("AdaptiveBatch: " + what);
+  };
+  if (o.initial_batch < 1) fail("initial_batch must be at least 1");
+  if (o.max_batch < o.initial_batch)
+    fail(fmt::format("max_batch ({}) is below initial_batch ({})", o.max_batch, o.initial_batch));
+  if (o.min_micro_batch < 1) fail("min_micro_batch must be at least 1");
+  if (o.max_micro_batch != 0 && o.max_micro_batch < o.min_micro_batch)
+    fail("max_micro_batch is below min_micro_batch");
+  if (o.replan_every < 1) fail("replan_every must be at least 1");
+  if (!(o.smoothing > 0 && o.smoothing < 1)) fail("smoothing must be in (0, 1)");
+  if (o.log_every < 0) fail("log_every must not be negative");
+  if (o.max_batch < int64_t{world_size} * o.min_micro_batch) {
+    fail(fmt::format("max_batch ({}) leaves less than min_micro_batch ({}) for each of {} ranks",
+                     o.max_batch, o.min_micro_batch, world_size));
+  }
+}
+
+}  // namespace
+
+struct AdaptiveBatch::Impl {
+  Impl(Context ctx, DataParallel& dp, torch::optim::Optimizer& optimizer, AdaptiveBatchOptions o)
+      : context(std::move(ctx)),
+        dp(dp),
+        optimizer(optimizer),
+        options(std::move(o)),
+        noise(1, static_cast<double>(options.initial_batch), options.smoothing) {}
+
+  Context context;
+  DataParallel& dp;
+  torch::optim::Optimizer& optimizer;
+  AdaptiveBatchOptions options;
+  ScalingRule rule = ScalingRule::adascale;
+  runtime::ParamGroups groups;
+  std::vector<double> base_lr;
+  runtime::GradientNoiseScale noise;
+  runtime::ThroughputProfile profile;
+  runtime::PreviousGradients previous;
+  BatchShape shape;
+  AdaptiveStats stats;
+  bool replan_due = false;  // restored with another world size: re-plan at the next step
+  std::optional<runtime::MetricsLog> metrics;
+
+  // Timing of the step in flight.
+  Clock::time_point mark = Clock::now();
+  bool time_this_step = false;  // the first step (and the first after a switch) warms up
+  Clock::time_point interval_start = Clock::now();
+  int64_t interval_samples = 0;
+
+  runtime::BatchLimits limits() const;
+  BatchShape shape_for(int64_t global_batch) const;
+  runtime::StepShape step_shape() const;
+  void observe_noise(int64_t samples);
+  void apply_lr(double factor);
+  void record_time(double seconds);
+  void replan();
+  void switch_to(const BatchShape& next, const char* why);
+  void log_metrics();
+};
+
+runtime::BatchLimits AdaptiveBatch::Impl::limits() const {
+  runtime::BatchLimits l;
+  l.initial_batch = options.initial_batch;
+  l.max_batch = options.max_batch;
+  l.min_micro_batch = options.min_micro_batch;
+  l.max_micro_batch = options.max_micro_batch;
+  l.allow_accumulation = options.accumulation;
+  return l;
+}
+
+// The shape that runs `global_batch` on this world: the fewest micro-steps whose micro-batch
+// fits max_micro_batch.
+BatchShape AdaptiveBatch::Impl::shape_for(int64_t global_batch) const {
+  const int64_t ranks = context.world_size();
+  BatchShape s;
+  s.global_batch = std::max<int64_t>(global_batch, ranks * options.min_micro_batch);
+  const int64_t per_rank = (s.global_batch + ranks - 1) / ranks;
+  const int64_t cap = options.max_micro_batch > 0 ? options.max_micro_batch : per_rank;
+  s.accum_steps = options.accumulation ? static_cast<int>((per_rank + cap - 1) / cap) : 1;
+  s.micro_batch = (per_rank + s.accum_steps - 1) / s.accum_steps;
+  return s;
+}
+
+runtime::StepShape AdaptiveBatch::Impl::step_shape() const {
+  runtime::StepShape s;
+  s.nodes = context.nodes();
+  s.replicas = context.world_size();
+  s.micro_batch = shape.micro_batch;
+  s.accum_steps = shape.accum_steps;
+  return s;
+}
+
+void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
+  // An epoch's short last batch is split unevenly: its norms would not fit the formulas.
+  if (samples != shape.global_batch) {
+    previous.reset();
+    return;
+  }
+  std::vector<double> local_sqr, total_sqr;
+  int count = context.world_size();
+  if (count > 1) {
+    dp.synchronize();
+    local_sqr = dp.local_gradient_sqr_norms();
+    total_sqr = runtime::grad_sqr_norms(groups);
+  } else if (previous.measure(groups, local_sqr, total_sqr)) {
+    count = 2;
+  } else {
+    return;
+  }
+  if (local_sqr.size() != total_sqr.size()) return;
+  const double local_batch = static_cast<double>(shape.global_batch) / context.world_size();
+  noise.observe(local_sqr, total_sqr, local_batch, count);
+}
+
+void AdaptiveBatch::Impl::apply_lr(double factor) {
+  auto& param_groups = optimizer.param_groups();
+  for (size_t g = 0; g < param_groups.size() && g < base_lr.size(); ++g) {
+    param_groups[g].options().set_lr(base_lr[g] * factor);
+  }
+}
+
+void AdaptiveBatch::Impl::record_time(double seconds) {
+  if (!time_this_step) {
+    time_this_step = true;
+    return;
+  }
+  // A step that also evaluated or checkpointed (user code between steps) is not a step time.
+  const auto& entries = profile.entries();
+  auto found = entries.find({context.nodes(), context.world_size(), shape.micro_batch});
+  if (found != entries.end() && found->second.optim_count >= 3 &&
+      seconds > 4 * found->second.optim_time_sum / found->second.optim_count) {
+    return;
+  }
+  profile.add_optim(context.nodes(), context.world_size(), shape.micro_batch, seconds);
+}
+
+void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
+  if (context.is_main()) {
+    log::info("adaptive batch: global {} -> {} (micro-batch {} x {} step(s) on {} rank(s)), {}",
+              shape.global_batch, next.global_batch, next.micro_batch, next.accum_steps,
+              context.world_size(), why);
+  }
+  shape = next;
+  previous.reset();
+  time_this_step = false;
+}
+
+void AdaptiveBatch::Impl::replan() {
+  // Rank 0 decides (its timings are the profile); everyone applies the same numbers.
+  std::vector<double> decision(4, 0.0);
+  if (context.is_main() && !profile.empty()) {
+    try {
+      const runtime::ThroughputParams params = runtime::fit_throughput(profile);
+      const double phi = noise.ready() ? noise.noise_scale() : 0.0;
+      const auto current =
+          runtime::evaluate(params, phi, static_cast<double>(options.initial_batch), step_shape());
+      const auto best = runtime::choose_batch(params, phi, context.nodes(), context.world_size(),
+                                              limits());
+      const bool forced = replan_due;
+      if (forced || runtime::should_switch(current, best, options.min_improvement)) {
+        decision = {static_cast<double>(best.shape.global_batch()),
+                    static_cast<double>(best.shape.micro_batch),
+                    static_cast<double>(best.shape.accum_steps), best.goodput};
+      }
+    } catch (const std::exception& e) {
+      log::warn("adaptive batch: keeping global batch {}: {}", shape.global_batch, e.what());
+    }
+  }
+  context.all_reduce_sum(decision);
+  replan_due = false;
+  if (decision[0] <= 0) return;
+  BatchShape next;
+  next.global_batch = static_cast<int64_t>(std::llround(decision[0]));
+  next.micro_batch = static_cast<int64_t>(std::llround(decision[1]));
+  next.accum_steps = static_cast<int>(std::llround(decision[2]));
+  if (next.global_batch == shape.global_batch && next.micro_batch == shape.micro_batch &&
+      next.accum_steps == shape.accum_steps) {
+    return;
+  }
+  switch_to(next, fmt::format("predicted goodput {:.0f}/s", decision[3]).c_str());
+}
+
+void AdaptiveBatch::Impl::log_metrics() {
+  const double seconds = seconds_since(interval_start);
+  stats.samples_per_sec = seconds > 0 ? static_cast<double>(interval_samples) / seconds : 0.0;
+  stats.efficiency =
+      runtime::efficiency(stats.noise_scale, static_cast<double>(options.initial_batch),
+                          static_cast<double>(shape.global_batch));
+  stats.goodput = stats.samples_per_sec * stats.efficiency;
+  interval_start = Clock::now();
+  interval_samples = 0;
+  if (!metrics) return;
+  metrics->append({{"step", static_cast<double>(stats.step)},
+                   {"progress", stats.progress},
+                   {"replicas", static_cast<double>(context.world_size())},
+                   {"global_batch", static_cast<double>(shape.global_batch)},
+                   {"micro_batch", static_cast<double>(shape.micro_batch)},
+                   {"accum_steps", static_cast<double>(shape.accum_steps)},
+                   {"lr_factor", stats.lr_factor},
+                   {"gain", stats.gain},
+                   {"samples_per_sec", stats.samples_per_sec},
+                   {"noise_scale", stats.noise_scale},
+                   {"grad_sqr", stats.grad_sqr},
+                   {"grad_var", stats.grad_var},
+                   {"efficiency", stats.efficiency},
+                   {"goodput", stats.goodput}});
+}
+
+AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
+                             torch::optim::Optimizer& optimizer, AdaptiveBatchOptions options)
+    : m_impl(nullptr) {
+  check_options(options, context.world_size());
+  m_impl = std::make_unique<Impl>(std::move(context), data_parallel, optimizer, options);
+  Impl& d = *m_impl;
+  d.rule = resolve_rule(d.options.rule, optimizer);
+  for (auto& group : optimizer.param_groups()) {
+    d.groups.push_back(group.params());
+    d.base_lr.push_back(group.options().get_lr());
+  }
+  if (d.groups.empty()) throw ConfigError("AdaptiveBatch: the optimizer has no parameter groups");
+  d.noise = runtime::GradientNoiseScale(d.groups.size(),
+                                        static_cast<double>(d.options.initial_batch),
+                                        d.options.smoothing);
+  d.dp.track_gradient_norms(d.groups);
+  d.shape = d.shape_for(d.options.initial_batch);
+  if (d.context.is_main() && d.options.log_every > 0) {
+    std::string path = d.options.metrics_path;
+    if (path.empty() && !d.context.run_dir().empty()) path = d.context.run_dir() + "/metrics.jsonl";
+    if (!path.empty()) d.metrics.emplace(path);
+  }
+}
+
+AdaptiveBatch::~AdaptiveBatch() = default;
+
+BatchShape AdaptiveBatch::shape() const {
+  return m_impl->shape;
+}
+
+std::vector<std::vector<int64_t>> AdaptiveBatch::split(const std::vector<int64_t>& indices) const {
+  const int parts = m_impl->shape.accum_steps;
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(parts));
+  const auto n = static_cast<int64_t>(indices.size());
+  for (int i = 0; i < parts; ++i) {
+    auto [begin, end] = ElasticSampler::share(n, i, parts);
+    out[static_cast<size_t>(i)].assign(indices.begin() + begin, indices.begin() + end);
+  }
+  return out;
+}
+
+void AdaptiveBatch::backward(const at::Tensor& loss, bool last) {
+  if (last) {
+    m_impl->dp.backward(loss);
+    return;
+  }
+  {
+    auto guard = m_impl->dp.no_sync();
+    m_impl->dp.backward(loss);
+  }
+  // Forward + backward of an accumulated micro-batch (the forward ran before this call).
+  const double seconds = std::chrono::duration<double>(Clock::now() - m_impl->mark).count();
+  if (m_impl->time_this_step) {
+    m_impl->profile.add_accum(m_impl->context.nodes(), m_impl->context.world_size(),
+                              m_impl->shape.micro_batch, seconds);
+  }
+  m_impl->mark = Clock::now();
+}
+
+void AdaptiveBatch::step(int64_t samples) {
+  Impl& d = *m_impl;
+  if (samples < 0) samples = d.shape.global_batch;
+  d.observe_noise(samples);
+  const double scale =
+      static_cast<double>(d.shape.global_batch) / static_cast<double>(d.options.initial_batch);
+  d.stats.gain = d.noise.gain(scale);
+  d.stats.lr_factor = lr_factor(d.rule, d.stats.gain, scale);
+  d.stats.noise_scale = d.noise.noise_scale();
+  d.stats.grad_sqr = d.noise.sqr();
+  d.stats.grad_var = d.noise.var();
+  d.apply_lr(d.stats.lr_factor);
+  d.dp.step(d.optimizer);
+  d.record_time(seconds_since(d.mark));
+  d.stats.progress += progress_increment(d.stats.gain);
+  ++d.stats.step;
+  d.interval_samples += samples;
+  if (d.replan_due || d.stats.step % d.options.replan_every == 0) d.replan();
+  if (d.options.log_every > 0 && d.stats.step % d.options.log_every == 0) d.log_metrics();
+  d.mark = Clock::now();
+}
+
+double AdaptiveBatch::progress() const {
+  return m_impl->stats.progress;
+}
+const AdaptiveStats& AdaptiveBatch::stats() const {
+  return m_impl->stats;
+}
+void AdaptiveBatch::set_base_lr(double lr) {
+  for (double& base : m_impl->base_lr) base = lr;
+}
+
+std::string AdaptiveBatch::checkpoint_state() const {
+  const Impl& d = *m_impl;
+  runtime::AdaptiveState s;
+  s.global_batch = d.shape.global_batch;
+  s.world_size = d.context.world_size();
+  s.step = d.stats.step;
+  s.progress = d.stats.progress;
+  s.base_lr = d.base_lr;
+  s.noise = d.noise.serialize();
+  s.profile = d.profile.serialize();
+  return runtime::format_adaptive_state(s);
+}
+
+void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
+  Impl& d = *m_impl;
+  const runtime::AdaptiveState s = runtime::parse_adaptive_state(text);
+  if (s.base_lr.size() != d.base_lr.size()) {
+    throw ConfigError(fmt::format(
+        "AdaptiveBatch: the checkpoint has {} parameter groups, this optimizer {}",
+        s.base_lr.size(), d.base_lr.size()));
+  }
+  d.noise.deserialize(s.noise);
+  d.profile.deserialize(s.profile);
+  d.base_lr = s.base_lr;
+  d.stats.step = s.step;
+  d.stats.progress = s.progress;
+  d.shape = d.shape_for(s.global_batch);
+  d.previous.reset();
+  d.time_this_step = false;
+  // Another world: the best shape for the new rank count may differ; decide at the next step.
+  d.replan_due = s.world_size != d.context.world_size();
+}
+
+}  // namespace dlrun

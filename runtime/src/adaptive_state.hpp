@@ -1,0 +1,25 @@
+#pragma once
+// The text AdaptiveBatch keeps in a checkpoint (state-NAME.txt, docs/checkpoint-format.md):
+// a few "key value" lines, then the noise scale's and the throughput profile's own lines, each
+// section under a "[name]" header. Pure; throws std::invalid_argument on malformed text.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dlrun::runtime {
+
+struct AdaptiveState {
+  int64_t global_batch = 0;
+  int world_size = 1;  // when saved: a restore into another world re-plans
+  int64_t step = 0;
+  double progress = 0;
+  std::vector<double> base_lr;  // per optimizer parameter group
+  std::string noise;            // GradientNoiseScale::serialize()
+  std::string profile;          // ThroughputProfile::serialize()
+};
+
+std::string format_adaptive_state(const AdaptiveState& state);
+AdaptiveState parse_adaptive_state(const std::string& text);
+
+}  // namespace dlrun::runtime

@@ -1,0 +1,49 @@
+#pragma once
+// Goodput = throughput × statistical efficiency, and the batch-size choice that maximises it
+// (Pollux, OSDI'21). Efficiency of a global batch M relative to the initial batch M0, from the
+// gradient noise scale φ = tr(Σ)/|G|²: E(M) = (φ + M0) / (φ + M), so that
+// goodput(M) = throughput(M) × E(M) counts samples per second "as useful as at M0".
+// choose_batch() searches global batch sizes between the limits (geometrically spaced, plus the
+// bounds) and, for each, the smallest number of accumulation steps whose micro-batch fits the
+// micro-batch limit; it returns the best shape. should_switch() says whether moving from the
+// current shape to the best is worth it. Pure logic, no I/O. Thread-safe.
+
+#include <cstdint>
+
+#include "goodput/throughput_model.hpp"
+
+namespace dlrun::runtime {
+
+struct BatchLimits {
+  int64_t initial_batch = 64;      // global batch at the start (M0, the learning rate's batch)
+  int64_t max_batch = 4096;        // largest global batch to consider
+  int64_t min_micro_batch = 1;     // smallest per-rank micro-batch
+  int64_t max_micro_batch = 0;     // largest per-rank micro-batch (memory); 0: max_batch
+  bool allow_accumulation = true;  // may use several micro-steps per optimizer step
+};
+
+struct GoodputPoint {
+  StepShape shape;
+  double throughput = 0;  // samples/s predicted
+  double efficiency = 0;  // statistical efficiency relative to the initial batch (1 there)
+  double goodput = 0;     // throughput × efficiency
+};
+
+// Statistical efficiency of a global batch `batch`, relative to `initial_batch`, for noise
+// scale `noise_scale` (samples). 1 at the initial batch; ≤ 1 above it.
+double efficiency(double noise_scale, double initial_batch, double batch);
+
+GoodputPoint evaluate(const ThroughputParams& params, double noise_scale, double initial_batch,
+                      const StepShape& shape);
+
+// The shape with the highest predicted goodput for this many nodes and replicas. Never
+// returns a global batch below min(initial_batch, replicas · min_micro_batch) or above
+// max_batch (nor a micro-batch outside the limits). Throws std::invalid_argument on limits
+// that allow no shape (e.g. max_batch < replicas · min_micro_batch).
+GoodputPoint choose_batch(const ThroughputParams& params, double noise_scale, int nodes,
+                          int replicas, const BatchLimits& limits);
+
+// True when `best` predicts at least (1 + min_improvement) × the goodput of `current`.
+bool should_switch(const GoodputPoint& current, const GoodputPoint& best, double min_improvement);
+
+}  // namespace dlrun::runtime

@@ -1,0 +1,66 @@
+#include "gradient_norms.hpp"
+
+#include <ATen/ATen.h>
+
+namespace dlrun::runtime {
+namespace {
+
+at::Tensor sqr_norm(const at::Tensor& t) {
+  const at::Tensor flat = t.reshape({-1}).to(at::kFloat);
+  return at::dot(flat, flat);
+}
+
+// Stacks 0-d tensors and brings them to the host at once (one device sync, not one per group).
+std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
+  if (scalars.empty()) return {};
+  const at::Tensor all = at::stack(scalars).to(at::kCPU, at::kDouble);
+  const double* v = all.data_ptr<double>();
+  return std::vector<double>(v, v + all.numel());
+}
+
+}  // namespace
+
+std::vector<double> grad_sqr_norms(const ParamGroups& groups) {
+  std::vector<at::Tensor> sums;
+  for (const auto& group : groups) {
+    at::Tensor sum = at::zeros({}, at::kFloat);
+    for (const auto& p : group) {
+      const at::Tensor& g = p.grad();
+      if (g.defined()) sum = sum.to(g.device()) + sqr_norm(g);
+    }
+    sums.push_back(sum);
+  }
+  return to_host(sums);
+}
+
+bool PreviousGradients::measure(const ParamGroups& groups, std::vector<double>& local_sqr,
+                                std::vector<double>& total_sqr) {
+  const bool comparable = m_kept.size() == groups.size();
+  std::vector<at::Tensor> scalars;  // per group: |prev|², |g|², |prev + g|²
+  std::vector<std::vector<at::Tensor>> kept(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    at::Tensor prev_sqr = at::zeros({}, at::kFloat), g_sqr = prev_sqr, sum_sqr = prev_sqr;
+    for (size_t j = 0; j < groups[i].size(); ++j) {
+      const at::Tensor& g = groups[i][j].grad();
+      kept[i].push_back(g.defined() ? g.detach().clone() : at::Tensor());
+      if (!comparable || !g.defined() || j >= m_kept[i].size() || !m_kept[i][j].defined()) continue;
+      const at::Tensor& prev = m_kept[i][j];
+      prev_sqr = prev_sqr.to(g.device()) + sqr_norm(prev);
+      g_sqr = g_sqr.to(g.device()) + sqr_norm(g);
+      sum_sqr = sum_sqr.to(g.device()) + sqr_norm(prev + g);
+    }
+    scalars.insert(scalars.end(), {prev_sqr, g_sqr, sum_sqr});
+  }
+  m_kept = std::move(kept);
+  if (!comparable) return false;
+  const std::vector<double> v = to_host(scalars);
+  local_sqr.assign(groups.size(), 0.0);
+  total_sqr.assign(groups.size(), 0.0);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    local_sqr[i] = (v[3 * i] + v[3 * i + 1]) / 2;
+    total_sqr[i] = v[3 * i + 2] / 4;
+  }
+  return true;
+}
+
+}  // namespace dlrun::runtime

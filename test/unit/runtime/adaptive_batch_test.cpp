@@ -1,0 +1,211 @@
+#include "dlrun/adaptive_batch.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <filesystem>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <fstream>
+#include <mutex>
+
+#include "dlrun/data_parallel.hpp"
+#include "dlrun/elastic_sampler.hpp"
+#include "dlrun/runtime_errors.hpp"
+#include "rank_threads.hpp"
+
+// Last, in a block of its own: after every LibTorch header (glog's CHECK).
+#include "doctest_after_torch.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// y = x·w* + noise, and the model starts at w*: the true gradient is ~0 and every gradient is
+// noise, so the noise scale is huge and larger batches are statistically free.
+constexpr int64_t k_features = 8;
+
+std::shared_ptr<torch::nn::Linear> make_model() {
+  static std::mutex mutex;  // the default generator is process-wide
+  std::lock_guard<std::mutex> lock(mutex);
+  torch::manual_seed(3);
+  auto model = std::make_shared<torch::nn::Linear>(torch::nn::LinearOptions(k_features, 1));
+  torch::NoGradGuard no_grad;
+  (*model)->weight.fill_(0.5);
+  (*model)->bias.fill_(0);
+  return model;
+}
+
+at::Tensor loss_of(torch::nn::LinearImpl& model, const std::vector<int64_t>& indices, int64_t step,
+                   double scale) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7000 + step * 131 +
+                                                      (indices.empty() ? 0 : indices[0]));
+  const auto n = static_cast<int64_t>(indices.size());
+  auto x = at::randn({n, k_features}, gen);
+  auto y = x.sum(1, true) * 0.5 + 3.0 * at::randn({n, 1}, gen);
+  return (model.forward(x) - y).pow(2).sum() * scale;
+}
+
+dlrun::Context world_of_one() {
+  auto state = std::make_shared<dlrun::runtime::ContextState>();
+  state->uses_signals = false;
+  return dlrun::Context(state);
+}
+
+struct Run {
+  std::vector<int64_t> batches;  // global batch of every step
+  double noise_scale = 0, lr = 0, lr_factor = 0, progress = 0;
+  std::string state;
+};
+
+// Trains `steps` optimizer steps with AdaptiveBatch, the way docs/adaptive.md shows.
+Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
+          const std::string& restore_from = "") {
+  auto model = make_model();
+  dlrun::DataParallel dp(model->ptr(), ctx);
+  torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+  dlrun::AdaptiveBatch adaptive(ctx, dp, sgd, options);
+  if (!restore_from.empty()) adaptive.restore_checkpoint_state(restore_from);
+  dlrun::ElasticSampler sampler(1 << 20, ctx, 1);
+  Run run;
+  for (int s = 0; s < steps; ++s) {
+    auto batch = sampler.next(adaptive.global_batch());
+    auto parts = adaptive.split(batch->indices);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      adaptive.backward(loss_of(**model, parts[i], s, batch->loss_scale(ctx.world_size())),
+                        i + 1 == parts.size());
+    }
+    adaptive.step(batch->global_size);
+    sgd.zero_grad();
+    run.batches.push_back(batch->global_size);
+  }
+  run.noise_scale = adaptive.stats().noise_scale;
+  run.lr_factor = adaptive.stats().lr_factor;
+  run.lr = sgd.param_groups()[0].options().get_lr();
+  run.progress = adaptive.progress();
+  run.state = adaptive.checkpoint_state();
+  return run;
+}
+
+}  // namespace
+
+TEST_SUITE("runtime::AdaptiveBatch") {
+  TEST_CASE("split gives accum_steps micro-batches in order, short ones at an epoch's end") {
+    dlrun::Context ctx = world_of_one();
+    auto model = make_model();
+    dlrun::DataParallel dp(model->ptr(), ctx);
+    torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 16;
+    options.max_micro_batch = 5;
+    dlrun::AdaptiveBatch adaptive(ctx, dp, sgd, options);
+    CHECK(adaptive.shape().global_batch == 16);
+    CHECK(adaptive.shape().accum_steps == 4);
+    CHECK(adaptive.shape().micro_batch == 4);
+    std::vector<int64_t> share(10);
+    for (int i = 0; i < 10; ++i) share[i] = 100 + i;
+    auto parts = adaptive.split(share);
+    REQUIRE(parts.size() == 4);
+    CHECK(parts[0] == std::vector<int64_t>{100, 101, 102});
+    CHECK(parts[3] == std::vector<int64_t>{108, 109});
+    CHECK(adaptive.split({}).size() == 4);
+  }
+
+  TEST_CASE("options that allow no batch are refused, saying which") {
+    dlrun::Context ctx = world_of_one();
+    auto model = make_model();
+    dlrun::DataParallel dp(model->ptr(), ctx);
+    torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 512;
+    options.max_batch = 256;
+    CHECK_THROWS_WITH_AS(dlrun::AdaptiveBatch(ctx, dp, sgd, options),
+                         "AdaptiveBatch: max_batch (256) is below initial_batch (512)",
+                         dlrun::ConfigError);
+  }
+
+  TEST_CASE("2 ranks measure the same noise scale and switch to a larger batch at the same step") {
+    at::set_num_threads(1);
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 8;
+    options.max_batch = 256;
+    options.replan_every = 5;
+    options.rule = dlrun::ScalingRule::adascale;
+    options.log_every = 0;
+    std::vector<Run> runs(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) { runs[ctx.rank()] = train(ctx, 30, options); });
+    CHECK(runs[0].batches == runs[1].batches);
+    CHECK(runs[0].noise_scale == doctest::Approx(runs[1].noise_scale));
+    CHECK(runs[0].noise_scale > 100);  // the gradient is all noise
+    CHECK(runs[0].batches.front() == 8);
+    CHECK(runs[0].batches.back() > 8);
+    // AdaScale: the learning rate follows the gain, which is close to the scale here.
+    const double scale = runs[0].batches.back() / 8.0;
+    CHECK(runs[0].lr_factor > 0.5 * scale);
+    CHECK(runs[0].lr_factor <= scale + 1e-9);
+    CHECK(runs[0].lr == doctest::Approx(0.01 * runs[0].lr_factor));
+    CHECK(runs[0].progress > 30);  // larger batches count for more than one step
+  }
+
+  TEST_CASE("a world of one measures the noise scale from consecutive steps") {
+    at::set_num_threads(1);
+    dlrun::Context ctx = world_of_one();
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 8;
+    options.replan_every = 1000;  // keep the batch: only the measurement is under test
+    Run run = train(ctx, 10, options);
+    CHECK(run.noise_scale > 100);
+    CHECK(run.progress == doctest::Approx(10));  // at the initial batch every gain is 1
+  }
+
+  TEST_CASE("the checkpointed state restores batch, progress and noise scale, in another world") {
+    at::set_num_threads(1);
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 8;
+    options.max_batch = 256;
+    options.replan_every = 5;
+    options.log_every = 0;
+    dlrun::Context one = world_of_one();
+    Run first = train(one, 12, options);
+    REQUIRE(first.batches.back() > 8);
+    // Same world: the next step runs at the saved batch, with the saved progress.
+    Run again = train(one, 1, options, first.state);
+    CHECK(again.batches.front() == first.batches.back());
+    CHECK(again.progress > first.progress);
+    // Two ranks: the saved batch is re-planned for the new count at the first step, by both.
+    std::vector<Run> two(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) { two[ctx.rank()] = train(ctx, 3, options, first.state); });
+    CHECK(two[0].batches == two[1].batches);
+    CHECK(two[0].batches.front() == first.batches.back());
+    CHECK_THROWS_AS(train(one, 1, options, "not a state"), std::invalid_argument);
+  }
+
+  TEST_CASE("rank 0 appends a metrics.jsonl line every log_every steps") {
+    at::set_num_threads(1);
+    const fs::path dir = fs::temp_directory_path() / ("dlrun-adaptive-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 8;
+    options.log_every = 2;
+    options.metrics_path = (dir / "metrics.jsonl").string();
+    dlrun::Context ctx = world_of_one();
+    train(ctx, 6, options);
+    std::ifstream in(dir / "metrics.jsonl");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    fs::remove_all(dir);
+    REQUIRE(lines.size() == 3);
+    for (const char* key : {"\"time\": ", "\"step\": 6", "\"global_batch\": 8", "\"micro_batch\": 8",
+                            "\"accum_steps\": 1", "\"lr_factor\": ", "\"samples_per_sec\": ",
+                            "\"noise_scale\": ", "\"efficiency\": 1", "\"goodput\": ", "\"progress\": "}) {
+      CAPTURE(key);
+      CHECK(lines[2].find(key) != std::string::npos);
+    }
+    CHECK(lines[2].front() == '{');
+    CHECK(lines[2].back() == '}');
+  }
+}

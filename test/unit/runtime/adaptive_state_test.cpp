@@ -1,0 +1,37 @@
+#include "adaptive_state.hpp"
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+using dlrun::runtime::AdaptiveState;
+
+TEST_SUITE("runtime::AdaptiveState") {
+  TEST_CASE("the text round-trips, sections included") {
+    AdaptiveState s;
+    s.global_batch = 384;
+    s.world_size = 3;
+    s.step = 1234;
+    s.progress = 2345.6789012345;
+    s.base_lr = {0.002, 0.0001};
+    s.noise = "a 1\nb 2\n";
+    s.profile = "p 1 2 3\n";
+    const AdaptiveState back = dlrun::runtime::parse_adaptive_state(dlrun::runtime::format_adaptive_state(s));
+    CHECK(back.global_batch == 384);
+    CHECK(back.world_size == 3);
+    CHECK(back.step == 1234);
+    CHECK(back.progress == s.progress);
+    CHECK(back.base_lr == s.base_lr);
+    CHECK(back.noise == s.noise);
+    CHECK(back.profile == s.profile);
+  }
+
+  TEST_CASE("malformed text is refused with what is wrong") {
+    CHECK_THROWS_WITH_AS(dlrun::runtime::parse_adaptive_state("hello\n"),
+                         "not an AdaptiveBatch state (first line: 'hello')", std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dlrun::runtime::parse_adaptive_state("dlrun-adaptive 1\nstep 3\n"),
+                         "no positive global_batch", std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dlrun::runtime::parse_adaptive_state("dlrun-adaptive 1\nglobal_batch 8\nbatch 9\n"),
+                         "unknown key 'batch'", std::invalid_argument);
+  }
+}
