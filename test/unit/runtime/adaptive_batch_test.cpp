@@ -147,10 +147,11 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(runs[0].noise_scale > 20);  // the gradient is mostly noise
     CHECK(runs[0].batches.front() == 8);
     CHECK(runs[0].batches.back() > 8);
-    // AdaScale: the learning rate follows the gain, which is close to the scale here.
-    const double scale = runs[0].batches.back() / 8.0;
-    CHECK(runs[0].lr_factor > 0.5 * scale);
-    CHECK(runs[0].lr_factor <= scale + 1e-9);
+    // AdaScale: the learning rate follows the gain (φ/M0 + 1) / (φ/M + 1), in (1, M/M0].
+    const double phi = runs[0].noise_scale, batch = static_cast<double>(runs[0].batches.back());
+    CHECK(runs[0].lr_factor == doctest::Approx((phi / 8 + 1) / (phi / batch + 1)));
+    CHECK(runs[0].lr_factor > 1);
+    CHECK(runs[0].lr_factor <= batch / 8 + 1e-9);
     CHECK(runs[0].lr == doctest::Approx(0.01 * runs[0].lr_factor));
     CHECK(runs[0].progress > 30);  // larger batches count for more than one step
   }
