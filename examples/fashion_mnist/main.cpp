@@ -55,6 +55,7 @@ struct Options {
   bool adaptive = false;
   int64_t max_batch_size = 4096;
   int64_t max_micro_batch = 0;
+  int64_t replan_every = 50;
   std::string scaling_rule = "auto";
   double target_accuracy = 0;
   int64_t eval_every = 10000;
@@ -139,6 +140,7 @@ class Trainer {
     a.initial_batch = o.batch_size;
     a.max_batch = std::max(o.max_batch_size, o.batch_size);
     a.max_micro_batch = o.max_micro_batch;
+    a.replan_every = o.replan_every;
     a.rule = *dlrun::parse_scaling_rule(o.scaling_rule);  // checked by the command line
     return a;
   }
@@ -327,6 +329,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--max-micro-batch", options.max_micro_batch,
                  "Largest per-rank micro-batch (--adaptive accumulates gradients beyond it; 0: no limit)");
+  app.add_option("--replan-every", options.replan_every, "Optimizer steps between --adaptive's decisions")
+      ->check(CLI::PositiveNumber);
   app.add_option("--scaling-rule", options.scaling_rule,
                  "Learning-rate rule of --adaptive: auto, adascale, adam, linear, sqrt, none")
       ->check([](const std::string& v) {

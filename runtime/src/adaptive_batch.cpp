@@ -77,6 +77,8 @@ struct AdaptiveBatch::Impl {
   runtime::GradientNoiseScale noise;
   runtime::ThroughputProfile profile;
   runtime::PreviousGradients previous;
+  // Adam's denominators, refreshed after every optimizer step; null for SGD-like optimizers.
+  std::shared_ptr<runtime::Preconditioner> preconditioner;
   BatchShape shape;
   AdaptiveStats stats;
   bool replan_due = false;  // restored with another world size: re-plan at the next step
@@ -137,13 +139,16 @@ void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
     previous.reset();
     return;
   }
+  // Adam's first step has no denominators yet: its raw norms would not mix with the others.
+  const runtime::Preconditioner* scale = preconditioner.get();
+  if (scale && scale->inverse.empty()) return;
   std::vector<double> local_sqr, total_sqr;
   int count = context.world_size();
   if (count > 1) {
     dp.synchronize();
     local_sqr = dp.local_gradient_sqr_norms();
-    total_sqr = runtime::grad_sqr_norms(groups);
-  } else if (previous.measure(groups, local_sqr, total_sqr)) {
+    total_sqr = runtime::grad_sqr_norms(groups, scale);
+  } else if (previous.measure(groups, scale, local_sqr, total_sqr)) {
     count = 2;
   } else {
     return;
@@ -262,7 +267,11 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   d.noise = runtime::GradientNoiseScale(d.groups.size(),
                                         static_cast<double>(d.options.initial_batch),
                                         d.options.smoothing);
-  d.dp.track_gradient_norms(d.groups);
+  if (d.rule == ScalingRule::adam) {
+    d.preconditioner = std::make_shared<runtime::Preconditioner>();
+    d.preconditioner->update_from_adam(optimizer);  // empty until its first step
+  }
+  d.dp.track_gradient_norms(d.groups, d.preconditioner);
   d.shape = d.shape_for(d.options.initial_batch);
   if (d.context.is_main() && d.options.log_every > 0) {
     std::string path = d.options.metrics_path;
@@ -319,6 +328,7 @@ void AdaptiveBatch::step(int64_t samples) {
   d.stats.grad_var = d.noise.var();
   d.apply_lr(d.stats.lr_factor);
   d.dp.step(d.optimizer);
+  if (d.preconditioner) d.preconditioner->update_from_adam(d.optimizer);
   d.record_time(seconds_since(d.mark));
   d.stats.progress += progress_increment(d.stats.gain);
   ++d.stats.step;

@@ -1,6 +1,7 @@
 #include "bucket_hook.hpp"
 
 #include "context_state.hpp"
+#include "gradient_norms.hpp"
 
 namespace dlrun::runtime {
 
@@ -24,7 +25,9 @@ void BucketHook::add_local_norms(c10d::GradBucket& bucket) {
     // Buckets run in index order: the first one of a step starts the sums afresh.
     sums.assign(m_vote->groups, at::zeros({}, bucket.getBuffer().options().dtype(at::kFloat)));
   }
-  if (m_vote->groups == 1) {
+  const Preconditioner* preconditioner = m_vote->preconditioner.get();
+  if (preconditioner && preconditioner->inverse.empty()) preconditioner = nullptr;
+  if (m_vote->groups == 1 && !preconditioner) {
     const at::Tensor flat = bucket.getBuffer().to(at::kFloat);
     sums[0] = sums[0] + at::dot(flat, flat);
     return;
@@ -34,7 +37,8 @@ void BucketHook::add_local_norms(c10d::GradBucket& bucket) {
   for (size_t i = 0; i < grads.size(); ++i) {
     auto found = m_vote->group_of.find(params[i].unsafeGetTensorImpl());
     if (found == m_vote->group_of.end()) continue;  // not in any optimizer group
-    const at::Tensor flat = grads[i].reshape({-1}).to(at::kFloat);
+    const at::Tensor g = preconditioner ? preconditioner->apply(params[i], grads[i]) : grads[i];
+    const at::Tensor flat = g.reshape({-1}).to(at::kFloat);
     sums[found->second] = sums[found->second] + at::dot(flat, flat);
   }
 }

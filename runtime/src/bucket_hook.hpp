@@ -15,6 +15,7 @@
 namespace dlrun::runtime {
 
 struct ContextState;
+struct Preconditioner;
 
 // The vote of the step in flight: started by the hook, finished by DataParallel::synchronize().
 // values = [stop flag, |local gradient|² of group 0, group 1, …], summed over the ranks.
@@ -26,6 +27,7 @@ struct StepVote {
   size_t groups = 0;
   std::unordered_map<const c10::TensorImpl*, size_t> group_of;  // parameter → group
   std::vector<at::Tensor> local_sqr;  // this step's partial sums, one 0-d tensor per group
+  std::shared_ptr<const Preconditioner> preconditioner;  // Adam's: norms of g / (√v̂ + ε)
 };
 
 class BucketHook : public c10d::CommHookInterface {

@@ -148,8 +148,10 @@ DataParallel::NoSyncGuard::~NoSyncGuard() {
   m_owner.m_impl->sync = m_previous;
 }
 
-void DataParallel::track_gradient_norms(const std::vector<std::vector<at::Tensor>>& groups) {
+void DataParallel::track_gradient_norms(const std::vector<std::vector<at::Tensor>>& groups,
+                                        std::shared_ptr<const runtime::Preconditioner> preconditioner) {
   auto& vote = *m_impl->vote;
+  vote.preconditioner = std::move(preconditioner);
   vote.group_of.clear();
   vote.local_sqr.clear();
   for (size_t g = 0; g < groups.size(); ++g) {

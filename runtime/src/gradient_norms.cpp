@@ -1,6 +1,10 @@
 #include "gradient_norms.hpp"
 
 #include <ATen/ATen.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
+#include <cmath>
 
 namespace dlrun::runtime {
 namespace {
@@ -18,30 +22,70 @@ std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
   return std::vector<double>(v, v + all.numel());
 }
 
+template <typename State, typename Options>
+bool adam_inverse(torch::optim::Optimizer& optimizer, Preconditioner& out) {
+  for (auto& group : optimizer.param_groups()) {
+    const auto* options = dynamic_cast<const Options*>(&group.options());
+    if (!options) return false;
+    const double beta2 = std::get<1>(options->betas());
+    for (const auto& p : group.params()) {
+      auto found = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (found == optimizer.state().end()) continue;
+      const auto* state = dynamic_cast<const State*>(found->second.get());
+      if (!state || state->step() < 1) continue;
+      const double correction = 1 - std::pow(beta2, static_cast<double>(state->step()));
+      out.inverse[p.unsafeGetTensorImpl()] =
+          at::reciprocal((state->exp_avg_sq() / correction).sqrt_().add_(options->eps()));
+    }
+  }
+  return !out.inverse.empty();
+}
+
 }  // namespace
 
-std::vector<double> grad_sqr_norms(const ParamGroups& groups) {
+at::Tensor Preconditioner::apply(const at::Tensor& param, const at::Tensor& grad) const {
+  auto found = inverse.find(param.unsafeGetTensorImpl());
+  return found == inverse.end() ? grad : grad * found->second.view_as(grad);
+}
+
+bool Preconditioner::update_from_adam(torch::optim::Optimizer& optimizer) {
+  inverse.clear();
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer)) {
+    return adam_inverse<torch::optim::AdamParamState, torch::optim::AdamOptions>(optimizer, *this);
+  }
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
+    return adam_inverse<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(optimizer,
+                                                                                   *this);
+  }
+  return false;
+}
+
+std::vector<double> grad_sqr_norms(const ParamGroups& groups, const Preconditioner* preconditioner) {
   std::vector<at::Tensor> sums;
   for (const auto& group : groups) {
     at::Tensor sum = at::zeros({}, at::kFloat);
     for (const auto& p : group) {
-      const at::Tensor& g = p.grad();
-      if (g.defined()) sum = sum.to(g.device()) + sqr_norm(g);
+      const at::Tensor& raw = p.grad();
+      if (!raw.defined()) continue;
+      const at::Tensor g = preconditioner ? preconditioner->apply(p, raw) : raw;
+      sum = sum.to(g.device()) + sqr_norm(g);
     }
     sums.push_back(sum);
   }
   return to_host(sums);
 }
 
-bool PreviousGradients::measure(const ParamGroups& groups, std::vector<double>& local_sqr,
-                                std::vector<double>& total_sqr) {
+bool PreviousGradients::measure(const ParamGroups& groups, const Preconditioner* preconditioner,
+                                std::vector<double>& local_sqr, std::vector<double>& total_sqr) {
   const bool comparable = m_kept.size() == groups.size();
   std::vector<at::Tensor> scalars;  // per group: |prev|², |g|², |prev + g|²
   std::vector<std::vector<at::Tensor>> kept(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) {
     at::Tensor prev_sqr = at::zeros({}, at::kFloat), g_sqr = prev_sqr, sum_sqr = prev_sqr;
     for (size_t j = 0; j < groups[i].size(); ++j) {
-      const at::Tensor& g = groups[i][j].grad();
+      const at::Tensor& raw = groups[i][j].grad();
+      const at::Tensor g =
+          raw.defined() && preconditioner ? preconditioner->apply(groups[i][j], raw) : raw;
       kept[i].push_back(g.defined() ? g.detach().clone() : at::Tensor());
       if (!comparable || !g.defined() || j >= m_kept[i].size() || !m_kept[i][j].defined()) continue;
       const at::Tensor& prev = m_kept[i][j];

@@ -5,14 +5,32 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
+#include <unordered_map>
 #include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace dlrun::runtime {
 
 using ParamGroups = std::vector<std::vector<at::Tensor>>;
 
+// For adaptive optimizers the noise scale is measured on the gradient as the optimizer will
+// use it: each element divided by Adam's denominator √(v̂) + ε (as AdaptDL does). inverse maps
+// a parameter to 1 / denominator; a parameter without an entry is taken as is.
+struct Preconditioner {
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> inverse;
+  at::Tensor apply(const at::Tensor& param, const at::Tensor& grad) const;
+  // Recomputes inverse from an Adam or AdamW optimizer's state (after its step). False, and
+  // inverse left empty, for other optimizers or before the first step.
+  bool update_from_adam(torch::optim::Optimizer& optimizer);
+};
+
 // |∇|² of each group's gradients (parameters without a gradient count 0); one host copy.
-std::vector<double> grad_sqr_norms(const ParamGroups& groups);
+std::vector<double> grad_sqr_norms(const ParamGroups& groups,
+                                   const Preconditioner* preconditioner = nullptr);
 
 // A world of one has no second replica to compare its gradient with: the previous step's
 // gradient stands in (count = 2 local gradients over the same batch size).
@@ -20,8 +38,8 @@ class PreviousGradients {
  public:
   // False on the first call after reset() (nothing to compare yet). Otherwise, per group:
   // local_sqr = (|g_prev|² + |g|²) / 2 and total_sqr = |(g_prev + g) / 2|². Keeps g either way.
-  bool measure(const ParamGroups& groups, std::vector<double>& local_sqr,
-               std::vector<double>& total_sqr);
+  bool measure(const ParamGroups& groups, const Preconditioner* preconditioner,
+               std::vector<double>& local_sqr, std::vector<double>& total_sqr);
   // Forget the kept gradient (the batch size changed: the two would not be comparable).
   void reset() { m_kept.clear(); }
 

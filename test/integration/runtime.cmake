@@ -10,3 +10,6 @@ if(TARGET fashion_mnist)
   # About 80 s on two cores: the full training set, twice.
   dlrun_integration_test(test_runtime Accuracy TIMEOUT 400 LABELS runtime)
 endif()
+if(TARGET fashion_mnist)
+  dlrun_integration_test(test_adaptive AdaptiveTraining TIMEOUT 300 LABELS runtime)
+endif()

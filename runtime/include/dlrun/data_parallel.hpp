@@ -32,6 +32,9 @@ class Module;
 namespace torch::optim {
 class Optimizer;
 }
+namespace dlrun::runtime {
+struct Preconditioner;
+}
 
 namespace dlrun {
 
@@ -65,8 +68,11 @@ class DataParallel {
   // groups given (each a list of parameters of this module, e.g. an optimizer's param groups),
   // every synced backward also takes the squared norm of this rank's own gradient of each
   // group before it is averaged; the norms travel in the stop vote's allreduce (no extra
-  // round trip). Costs one pass over the gradients per step; off by default.
-  void track_gradient_norms(const std::vector<std::vector<at::Tensor>>& groups);
+  // round trip). Costs one pass over the gradients per step; off by default. The
+  // preconditioner (internal, runtime/src/gradient_norms.hpp) makes them norms of the gradient
+  // as an adaptive optimizer scales it.
+  void track_gradient_norms(const std::vector<std::vector<at::Tensor>>& groups,
+                            std::shared_ptr<const runtime::Preconditioner> preconditioner = nullptr);
   // After synchronize(): per group, the mean over the ranks of |local gradient|² of the last
   // synced step. Empty in a world of one or when not tracked.
   std::vector<double> local_gradient_sqr_norms() const;

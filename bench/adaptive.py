@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Time to a target test accuracy on Fashion-MNIST with 2 ranks (dlrun local --nproc 2):
+dlrun::AdaptiveBatch (--adaptive, starting at batch 64) against fixed global batch sizes,
+each fixed size with its linearly scaled learning rate (lr 2e-3 at 64), same model and seed.
+
+Each run stops as soon as the test accuracy, checked every --eval-every samples, reaches the
+target; the time reported is training time (optimizer steps, without the accuracy checks),
+and the samples are those trained on until then. A run that does not reach the target within
+--max-epochs is reported as such. The adaptive run's metrics.jsonl is drawn as an SVG (global
+batch size and goodput over time) next to the table.
+
+Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
+                                   [--max-epochs 8] [--svg docs/adaptive-fashion-mnist.svg]"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+BASE_LR, BASE_BATCH = 2e-3, 64
+
+
+def run(build, run_dir, extra, args):
+    cmd = [os.path.join(build, "cli", "dlrun"), "local", "--nproc", "2", "--run-dir", run_dir, "--",
+           os.path.join(build, "examples", "fashion_mnist", "fashion_mnist"),
+           "--epochs", str(args.max_epochs), "--target-accuracy", str(args.target),
+           "--eval-every", str(args.eval_every), "--seed", "1"] + extra
+    start = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, DLRUN_HOME=run_dir + "-home"))
+    wall = time.monotonic() - start
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    m = re.search(r"target reached: test_accuracy=([\d.]+) after (\d+) samples, (\d+) steps, ([\d.]+) s", out.stdout)
+    final = re.search(r"test_accuracy=([\d.]+)\s*$", out.stdout)
+    if not m:
+        return {"reached": False, "wall": wall, "accuracy": float(final.group(1)) if final else None}
+    return {"reached": True, "accuracy": float(m.group(1)), "samples": int(m.group(2)),
+            "steps": int(m.group(3)), "seconds": float(m.group(4)), "wall": wall}
+
+
+def svg(points, path, target):
+    """Global batch (left axis, log scale) and goodput (right axis) against time."""
+    import math
+    w, h, pad = 720, 320, 60
+    t0 = points[0]["time"]
+    xs = [p["time"] - t0 for p in points]
+    xmax = max(xs) or 1
+    batches = [p["global_batch"] for p in points]
+    goodputs = [p["goodput"] or 0 for p in points]
+    bmin, bmax = math.log2(min(batches)) - 0.5, math.log2(max(batches)) + 0.5
+    gmax = max(goodputs) * 1.1 or 1
+
+    def x(v): return pad + (w - 2 * pad) * v / xmax
+    def yb(b): return h - pad - (h - 2 * pad) * (math.log2(b) - bmin) / (bmax - bmin)
+    def yg(g): return h - pad - (h - 2 * pad) * g / gmax
+
+    batch_line = " ".join(f"{x(t):.1f},{yb(b):.1f}" for t, b in zip(xs, batches))
+    good_line = " ".join(f"{x(t):.1f},{yg(g):.1f}" for t, g in zip(xs, goodputs))
+    ticks = "".join(f'<text x="{pad - 8}" y="{yb(2 ** k) + 4:.1f}" text-anchor="end">{2 ** k}</text>'
+                    for k in range(math.ceil(bmin), math.floor(bmax) + 1))
+    gticks = "".join(f'<text x="{w - pad + 8}" y="{yg(gmax * f / 1.1) + 4:.1f}">{gmax * f / 1.1:.0f}</text>'
+                     for f in (0, 0.25, 0.5, 0.75, 1.0))
+    with open(path, "w") as f:
+        f.write(f'''<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">
+<rect width="{w}" height="{h}" fill="white"/>
+<text x="{w / 2}" y="18" text-anchor="middle" font-size="13">dlrun --adaptive on Fashion-MNIST, 2 ranks: what it chose (until test accuracy {target})</text>
+<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>
+<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>
+<line x1="{w - pad}" y1="{pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>
+{ticks}{gticks}
+<text x="{w / 2}" y="{h - 20}" text-anchor="middle">seconds since the start ({xmax:.0f} s)</text>
+<text x="14" y="{h / 2}" transform="rotate(-90 14 {h / 2})" text-anchor="middle" fill="#1f5fbf">global batch size</text>
+<text x="{w - 10}" y="{h / 2}" transform="rotate(90 {w - 10} {h / 2})" text-anchor="middle" fill="#c0392b">goodput (samples/s)</text>
+<polyline points="{batch_line}" fill="none" stroke="#1f5fbf" stroke-width="2"/>
+<polyline points="{good_line}" fill="none" stroke="#c0392b" stroke-width="1"/>
+</svg>
+''')
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build")
+    ap.add_argument("--target", type=float, default=0.88)
+    ap.add_argument("--sizes", default="64,256,1024,4096")
+    ap.add_argument("--max-epochs", type=int, default=8)
+    ap.add_argument("--eval-every", type=int, default=10000)
+    ap.add_argument("--max-batch", type=int, default=4096)
+    ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="dlrun-bench-adaptive-")
+    rows = []
+    for size in [int(s) for s in args.sizes.split(",")]:
+        lr = BASE_LR * size / BASE_BATCH
+        r = run(args.build, f"{tmp}/fixed-{size}", ["--batch-size", str(size), "--lr", f"{lr:g}"], args)
+        rows.append((f"fixed {size} (lr {lr:g})", r))
+        print(rows[-1], file=sys.stderr)
+    adaptive_dir = f"{tmp}/adaptive"
+    r = run(args.build, adaptive_dir, ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{BASE_LR:g}",
+                                       "--max-batch-size", str(args.max_batch)], args)
+    rows.append((f"adaptive (64 → ≤{args.max_batch}, lr 2e-3 × √gain)", r))
+    print(rows[-1], file=sys.stderr)
+    points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
+    svg(points, args.svg, args.target)
+    batches = sorted({p["global_batch"] for p in points})
+
+    print(f"| run | time to {args.target:.0%} (training s) | samples | steps | wall s (with checks) |")
+    print("|---|---|---|---|---|")
+    for name, r in rows:
+        if r["reached"]:
+            print(f"| {name} | {r['seconds']:.1f} | {r['samples']} | {r['steps']} | {r['wall']:.1f} |")
+        else:
+            print(f"| {name} | not reached in {args.max_epochs} epochs (final accuracy {r['accuracy']}) | | | {r['wall']:.1f} |")
+    fixed = [r["seconds"] for n, r in rows[:-1] if r["reached"]]
+    ad = rows[-1][1]
+    if fixed and ad["reached"]:
+        best = min(fixed)
+        worst = max(r["seconds"] if r["reached"] else float("inf") for n, r in rows[:-1])
+        print(f"\nadaptive / best fixed = {ad['seconds'] / best:.2f}; worst fixed / adaptive = "
+              f"{worst / ad['seconds']:.2f}" + (" (worst never reached the target)" if worst == float("inf") else ""))
+    print(f"batch sizes adaptive used: {batches}; plot: {args.svg}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Adaptive batch size in real processes: examples/fashion_mnist --adaptive under `dlrun local`.
+The batch size changes while training, a rank is stopped mid-epoch and the job resumes with
+another number of ranks; every sample of every epoch is still trained exactly once, and
+metrics.jsonl tells what was decided."""
+
+import json
+import os
+import re
+import signal
+
+from test_runtime import ExampleCase
+
+
+class AdaptiveTraining(ExampleCase):
+    def adaptive_args(self, *extra):
+        # --slow-ms: a fixed cost per step, as data loading is, so that larger batches are
+        # clearly faster per sample and the goodput model moves the batch up.
+        # 4 epochs of 1200 samples, batches of 16 to 96 (micro-batches of at most 24 per rank:
+        # 2 ranks accumulate 2 micro-steps at 96): 50 to 300 steps.
+        args = self.example_args("--adaptive", "--max-batch-size", "96", "--max-micro-batch", "24",
+                                 "--replan-every", "8", "--slow-ms", "20", *extra)
+        args[args.index("--batch-size") + 1] = "16"
+        args[args.index("--epochs") + 1] = "4"
+        return args
+
+    def metrics(self, run_dir):
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            return [json.loads(line) for line in f]
+
+    def test_batch_changes_and_resume_with_3_ranks_trains_every_sample_once(self):
+        run_dir1 = os.path.join(self.tmp, "run1")
+        run1 = self.start("local", "--nproc", "2", "--run-dir", run_dir1, *self.adaptive_args())
+        self.wait_steps(run1, 32)
+        os.kill(run1.pid, signal.SIGTERM)
+        code, out1, err1 = self.finish(run1)
+        self.assertEqual(code, 143, out1 + err1)
+        stop = int(re.search(r"\[0\] stopped after step (\d+) .*exit 75", out1).group(1))
+        lines1 = self.metrics(run_dir1)
+        self.assertGreaterEqual(len(lines1), 3)
+        for key in ("time", "step", "progress", "replicas", "global_batch", "micro_batch", "accum_steps",
+                    "lr_factor", "samples_per_sec", "noise_scale", "efficiency", "goodput"):
+            self.assertIn(key, lines1[-1])
+        self.assertEqual({line["replicas"] for line in lines1}, {2})
+        self.assertGreater(max(line["global_batch"] for line in lines1), 16,
+                           f"the batch never grew: {lines1}\n{out1}{err1}")
+        self.assertIn("adaptive batch: global 16 -> ", err1 + out1)
+        self.assertTrue(os.path.exists(os.path.join(
+            self.checkpoints, f"step-{stop:012d}", "state-adaptive.txt")))
+
+        run_dir2 = os.path.join(self.tmp, "run2")
+        code, out2, err2 = self.run_dlrun("local", "--nproc", "3", "--run-dir", run_dir2,
+                                          *self.adaptive_args(), timeout=240)
+        self.assertEqual(code, 0, out2 + err2)
+        self.assertRegex(out2, rf"\[0\] resumed from step {stop} .*saved by 2 rank\(s\); now 3 rank\(s\)")
+        lines2 = self.metrics(run_dir2)
+        self.assertEqual({line["replicas"] for line in lines2}, {3})
+        self.assertGreater(lines2[0]["step"], stop)  # steps and progress go on from the checkpoint
+        self.assertGreater(lines2[0]["progress"], lines1[-1]["progress"])
+
+        seen = self.samples_per_epoch()
+        self.assertEqual(sorted(seen), [0, 1, 2, 3])
+        for epoch, counts in seen.items():
+            self.assertEqual(set(counts), set(range(1200)), f"epoch {epoch}: samples missing")
+            self.assertEqual({c for c in counts.values()}, {1}, f"epoch {epoch}: samples twice")
+        steps = sorted(self.losses())
+        self.assertEqual(steps, list(range(1, len(steps) + 1)))
+        self.assertRegex(out2.strip().splitlines()[-1], r"^\[0\] test_accuracy=0\.\d{4}$")
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
