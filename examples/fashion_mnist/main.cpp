@@ -30,8 +30,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "dlrun/protocol.hpp"
 #include "cnn.hpp"
+#include "dlrun/protocol.hpp"
 #include "dlrun/runtime.hpp"
 #include "fashion_mnist_data.hpp"
 #include "progress.hpp"
@@ -214,7 +214,8 @@ class Trainer {
     // noisy estimate of the global batch's mean loss (no extra allreduce for a log line).
     double step_loss = optimize(batch);
     m_adam.zero_grad();
-    m_train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    m_train_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++m_step;
     m_epoch_samples += batch.global_size;
     m_samples += batch.global_size;
@@ -232,8 +233,9 @@ class Trainer {
     m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
     if (*m_accuracy < m_options.target_accuracy) return false;
     if (m_ctx.is_main()) {
-      fmt::print("target reached: test_accuracy={:.4f} after {} samples, {} steps, {:.2f} s of training\n",
-                 *m_accuracy, m_samples, m_step, m_train_seconds);
+      fmt::print(
+          "target reached: test_accuracy={:.4f} after {} samples, {} steps, {:.2f} s of training\n",
+          *m_accuracy, m_samples, m_step, m_train_seconds);
       std::fflush(stdout);
     }
     return true;
@@ -261,8 +263,8 @@ class Trainer {
     const auto shape = m_adaptive->shape();
     const auto& stats = m_adaptive->stats();
     return fmt::format(", batch {} ({} x {} per rank), noise scale {:.0f}, lr x{:.2f}",
-                       shape.global_batch, shape.micro_batch, shape.accum_steps,
-                       stats.noise_scale, stats.lr_factor);
+                       shape.global_batch, shape.micro_batch, shape.accum_steps, stats.noise_scale,
+                       stats.lr_factor);
   }
 
   int stop() {
@@ -322,14 +324,18 @@ int main(int argc, char** argv) {
   app.add_option("--trace-dir", options.trace_dir,
                  "Append the samples each rank trains on and the loss here (for tests)");
   app.add_option("--slow-ms", options.slow_ms, "Sleep this long after each step (for tests)");
-  app.add_flag("--adaptive", options.adaptive,
-               "Choose the batch size by goodput and scale the learning rate (dlrun::AdaptiveBatch); "
-               "--batch-size is the initial batch and --lr its learning rate");
-  app.add_option("--max-batch-size", options.max_batch_size, "Largest global batch --adaptive may choose")
+  app.add_flag(
+      "--adaptive", options.adaptive,
+      "Choose the batch size by goodput and scale the learning rate (dlrun::AdaptiveBatch); "
+      "--batch-size is the initial batch and --lr its learning rate");
+  app.add_option("--max-batch-size", options.max_batch_size,
+                 "Largest global batch --adaptive may choose")
       ->check(CLI::PositiveNumber);
-  app.add_option("--max-micro-batch", options.max_micro_batch,
-                 "Largest per-rank micro-batch (--adaptive accumulates gradients beyond it; 0: no limit)");
-  app.add_option("--replan-every", options.replan_every, "Optimizer steps between --adaptive's decisions")
+  app.add_option(
+      "--max-micro-batch", options.max_micro_batch,
+      "Largest per-rank micro-batch (--adaptive accumulates gradients beyond it; 0: no limit)");
+  app.add_option("--replan-every", options.replan_every,
+                 "Optimizer steps between --adaptive's decisions")
       ->check(CLI::PositiveNumber);
   app.add_option("--scaling-rule", options.scaling_rule,
                  "Learning-rate rule of --adaptive: auto, adascale, adam, linear, sqrt, none")
@@ -338,7 +344,8 @@ int main(int argc, char** argv) {
       });
   app.add_option("--target-accuracy", options.target_accuracy,
                  "Stop once the test accuracy reaches this (checked every --eval-every samples)");
-  app.add_option("--eval-every", options.eval_every, "Samples between accuracy checks of --target-accuracy")
+  app.add_option("--eval-every", options.eval_every,
+                 "Samples between accuracy checks of --target-accuracy")
       ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);

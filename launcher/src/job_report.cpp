@@ -94,7 +94,8 @@ std::optional<double> number_field(std::string_view line, std::string_view key) 
 }
 
 MetricsSnapshot parse_metrics_line(std::string_view line) {
-  return {number_field(line, "global_batch"), number_field(line, "samples_per_sec"), number_field(line, "step")};
+  return {number_field(line, "global_batch"), number_field(line, "samples_per_sec"),
+          number_field(line, "step"), number_field(line, "goodput"), number_field(line, "noise_scale")};
 }
 
 MetricsSnapshot read_latest_metrics(const std::string& run_dir) {
@@ -142,6 +143,8 @@ std::string status_details(const JobRecord& job, double now) {
       {"elapsed:", job.started_at > 0 ? format_duration(elapsed(job, now)) : "-"},
       {"batch size:", number_text(metrics.global_batch)},
       {"samples/s:", number_text(metrics.samples_per_sec)},
+      {"goodput:", number_text(metrics.goodput)},
+      {"noise scale:", number_text(metrics.noise_scale)},
       {"job file:", job.submitted.spec_path},
       {"slurm job:", job.slurm_id > 0 ? std::to_string(job.slurm_id) : "-"},
       {"run dir:", job.run_dir.empty() ? "-" : job.run_dir},
@@ -157,14 +160,16 @@ std::string job_json(const JobRecord& job, double now) {
   return fmt::format(
       "{{\"id\": {}, \"name\": {}, \"state\": {}, \"exit_code\": {}, \"reason\": {}, \"ranks\": {}, "
       "\"gpus\": [{}], \"restarts\": {}, \"submitted_at\": {}, \"started_at\": {}, \"ended_at\": {}, "
-      "\"elapsed_seconds\": {:.3f}, \"global_batch\": {}, \"samples_per_sec\": {}, \"run_dir\": {}, "
+      "\"elapsed_seconds\": {:.3f}, \"global_batch\": {}, \"samples_per_sec\": {}, \"goodput\": {}, "
+      "\"noise_scale\": {}, \"run_dir\": {}, "
       "\"job_file\": {}, \"slurm_id\": {}}}",
       job.id, json_string(job.name), json_string(to_string(job.state)),
       job.exit_code ? std::to_string(*job.exit_code) : "null", json_string(job.reason), job.allocation.ranks,
       gpus, job.restarts, json_string(iso_time(job.submitted_at)),
       job.started_at > 0 ? json_string(iso_time(job.started_at)) : "null",
       job.ended_at > 0 ? json_string(iso_time(job.ended_at)) : "null", elapsed(job, now),
-      opt(metrics.global_batch), opt(metrics.samples_per_sec), json_string(job.run_dir),
+      opt(metrics.global_batch), opt(metrics.samples_per_sec), opt(metrics.goodput),
+      opt(metrics.noise_scale), json_string(job.run_dir),
       json_string(job.submitted.spec_path), job.slurm_id > 0 ? std::to_string(job.slurm_id) : "null");
 }
 

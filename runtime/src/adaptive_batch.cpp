@@ -39,9 +39,7 @@ ScalingRule resolve_rule(ScalingRule rule, torch::optim::Optimizer& optimizer) {
 }
 
 void check_options(const AdaptiveBatchOptions& o, int world_size) {
-  auto fail = [](const std::string& what) {
-    throw ConfigError("AdaptiveBatch: " + what);
-  };
+  auto fail = [](const std::string& what) { throw ConfigError("AdaptiveBatch: " + what); };
   if (o.initial_batch < 1) fail("initial_batch must be at least 1");
   if (o.max_batch < o.initial_batch)
     fail(fmt::format("max_batch ({}) is below initial_batch ({})", o.max_batch, o.initial_batch));
@@ -200,8 +198,8 @@ void AdaptiveBatch::Impl::replan() {
       const double phi = noise.ready() ? noise.noise_scale() : 0.0;
       const auto current =
           runtime::evaluate(params, phi, static_cast<double>(options.initial_batch), step_shape());
-      const auto best = runtime::choose_batch(params, phi, context.nodes(), context.world_size(),
-                                              limits());
+      const auto best =
+          runtime::choose_batch(params, phi, context.nodes(), context.world_size(), limits());
       const bool forced = replan_due;
       if (forced || runtime::should_switch(current, best, options.min_improvement)) {
         decision = {static_cast<double>(best.shape.global_batch()),
@@ -264,9 +262,8 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
     d.base_lr.push_back(group.options().get_lr());
   }
   if (d.groups.empty()) throw ConfigError("AdaptiveBatch: the optimizer has no parameter groups");
-  d.noise = runtime::GradientNoiseScale(d.groups.size(),
-                                        static_cast<double>(d.options.initial_batch),
-                                        d.options.smoothing);
+  d.noise = runtime::GradientNoiseScale(
+      d.groups.size(), static_cast<double>(d.options.initial_batch), d.options.smoothing);
   if (d.rule == ScalingRule::adam) {
     d.preconditioner = std::make_shared<runtime::Preconditioner>();
     d.preconditioner->update_from_adam(optimizer);  // empty until its first step
@@ -365,9 +362,9 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   Impl& d = *m_impl;
   const runtime::AdaptiveState s = runtime::parse_adaptive_state(text);
   if (s.base_lr.size() != d.base_lr.size()) {
-    throw ConfigError(fmt::format(
-        "AdaptiveBatch: the checkpoint has {} parameter groups, this optimizer {}",
-        s.base_lr.size(), d.base_lr.size()));
+    throw ConfigError(
+        fmt::format("AdaptiveBatch: the checkpoint has {} parameter groups, this optimizer {}",
+                    s.base_lr.size(), d.base_lr.size()));
   }
   d.noise.deserialize(s.noise);
   d.profile.deserialize(s.profile);

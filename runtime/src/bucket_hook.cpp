@@ -2,6 +2,7 @@
 
 #include "context_state.hpp"
 #include "gradient_norms.hpp"
+#include "shm_allreduce.hpp"
 
 namespace dlrun::runtime {
 
@@ -12,6 +13,15 @@ BucketHook::BucketHook(c10::intrusive_ptr<c10d::ProcessGroup> group, ContextStat
 c10::intrusive_ptr<c10::ivalue::Future> BucketHook::runHook(c10d::GradBucket& bucket) {
   // The local norms must be taken before the allreduce overwrites the buffer.
   if (m_vote->groups > 0) add_local_norms(bucket);
+  at::Tensor& buffer = bucket.getBufferRef();
+  if (use_shm(buffer)) {
+    m_state.shm->allreduce(buffer.data_ptr<float>(), static_cast<size_t>(buffer.numel()),
+                           1.0f / static_cast<float>(m_state.world_size));
+    if (bucket.isLast()) start_vote(buffer);
+    auto done = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+    done->markCompleted(c10::IValue(buffer));
+    return done;
+  }
   // Divide before summing (as DDP's allreduce hook does) to keep fp16 buckets in range.
   std::vector<at::Tensor> tensors{bucket.getBufferRef().div_(m_state.world_size)};
   auto future = m_group->allreduce(tensors)->getFuture();
@@ -57,8 +67,19 @@ void BucketHook::start_vote(const at::Tensor& buffer) {
     for (const auto& sum : m_vote->local_sqr) parts.push_back(sum.reshape({1}));
     m_vote->values = at::cat(parts);
   }
+  m_vote->pending = true;
+  if (use_shm(m_vote->values)) {
+    m_state.shm->allreduce(m_vote->values.data_ptr<float>(),
+                           static_cast<size_t>(m_vote->values.numel()));
+    return;
+  }
   std::vector<at::Tensor> values{m_vote->values};
   m_vote->work = m_group->allreduce(values);
+}
+
+bool BucketHook::use_shm(const at::Tensor& buffer) const {
+  return m_state.shm && buffer.device().is_cpu() && buffer.scalar_type() == at::kFloat &&
+         buffer.is_contiguous();
 }
 
 at::Tensor BucketHook::parseHookResult(const c10::IValue& result) {

@@ -5,7 +5,10 @@
 // round trip at the end of the step. When gradient statistics are on (AdaptiveBatch's noise
 // scale), the hook also takes the squared norm of this rank's local gradient in each bucket,
 // per parameter group, before the bucket is averaged, and those norms ride in the same
-// small allreduce as the stop flag. Internal. Used from the autograd thread.
+// small allreduce as the stop flag. When every rank is on this host and the bucket is a CPU
+// float tensor, the bucket and the vote are summed through shared memory (shm_allreduce.hpp)
+// on this thread, and the returned future is already complete. Internal. Used from the autograd
+// thread.
 
 #include <memory>
 #include <torch/csrc/distributed/c10d/comm.hpp>
@@ -21,7 +24,8 @@ struct Preconditioner;
 // values = [stop flag, |local gradient|² of group 0, group 1, …], summed over the ranks.
 struct StepVote {
   at::Tensor values = at::zeros({1}, at::kFloat);
-  c10::intrusive_ptr<c10d::Work> work;  // null when no vote is in flight
+  c10::intrusive_ptr<c10d::Work> work;  // the vote's allreduce, when Gloo carries it
+  bool pending = false;                 // a vote was cast this step and is not read yet
 
   // Gradient statistics: off while groups == 0.
   size_t groups = 0;
@@ -40,6 +44,7 @@ class BucketHook : public c10d::CommHookInterface {
  private:
   void add_local_norms(c10d::GradBucket& bucket);
   void start_vote(const at::Tensor& buffer);
+  bool use_shm(const at::Tensor& buffer) const;
 
   c10::intrusive_ptr<c10d::ProcessGroup> m_group;
   ContextState& m_state;

@@ -11,6 +11,8 @@
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "process_group_factory.hpp"
+#include "shm_allreduce.hpp"
+#include "shm_setup.hpp"
 #include "stop_signal.hpp"
 #include "world_env.hpp"
 
@@ -33,6 +35,11 @@ Context make_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, int
   Group group = create_process_group(store, rank, world_size, "127.0.0.1", options);
   state->group = group.group;
   state->backend = group.backend;
+  if (group.backend == "gloo" && world_size > 1 &&
+      shm_allreduce_wanted(options.shared_memory_allreduce)) {
+    state->shm = setup_shm_allreduce(store, rank, world_size, options.rendezvous_timeout);
+    if (state->shm) state->shm->set_timeout(options.collective_timeout);
+  }
   return Context(state);
 }
 
@@ -148,9 +155,17 @@ Context init(const InitOptions& options) {
                                                world.master_addr, options);
     state->group = group.group;
     state->backend = group.backend;
+    // Every rank on this host (dlrun local): gradients can meet in shared memory.
+    if (group.backend == "gloo" && world.local_world_size == world.world_size &&
+        runtime::shm_allreduce_wanted(options.shared_memory_allreduce)) {
+      state->shm = runtime::setup_shm_allreduce(state->store, world.rank, world.world_size,
+                                                options.rendezvous_timeout);
+      if (state->shm) state->shm->set_timeout(options.collective_timeout);
+    }
   }
-  log::debug("rank {} of {} ready (backend {}, restart {})", state->rank, state->world_size,
-             state->backend, state->restart_count);
+  log::debug("rank {} of {} ready (backend {}{}, restart {})", state->rank, state->world_size,
+             state->backend, state->shm ? ", gradients through shared memory" : "",
+             state->restart_count);
   return Context(state);
 }
 

@@ -6,6 +6,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "dlrun/context.hpp"
@@ -16,6 +17,8 @@ class Store;
 }  // namespace c10d
 
 namespace dlrun::runtime {
+
+class ShmAllreduce;
 
 struct ContextState {
   int rank = 0;
@@ -31,6 +34,7 @@ struct ContextState {
   bool agreed_stop = false;                      // all ranks know; set by a stop vote
   bool uses_signals = true;                      // false in ranks-as-threads tests
   std::string progress_file;                     // DLRUN_PROGRESS_FILE (the launcher's watchdog)
+  std::shared_ptr<ShmAllreduce> shm;             // all ranks on this host, CPU: gradient allreduce
   bool local_stop_pending() const;
   // Tells the launcher's watchdog this rank finished a step: touches progress_file.
   void report_progress();

@@ -102,13 +102,16 @@ void DataParallel::backward(const at::Tensor& loss) {
 
 void DataParallel::synchronize() {
   auto& state = m_impl->context.state();
-  auto work = std::move(m_impl->vote->work);
-  if (!work) return;
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    throw CommunicationError(
-        fmt::format("rank {}: the gradient allreduce or stop vote failed: {}", state.rank, e.what()));
+  auto& vote = *m_impl->vote;
+  if (!vote.pending) return;
+  vote.pending = false;
+  if (auto work = std::move(vote.work)) {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      throw CommunicationError(fmt::format(
+          "rank {}: the gradient allreduce or stop vote failed: {}", state.rank, e.what()));
+    }
   }
   // One copy to the host per step, which the stop flag needs anyway.
   const at::Tensor values = m_impl->vote->values.to(at::kCPU, at::kDouble);
@@ -148,8 +151,9 @@ DataParallel::NoSyncGuard::~NoSyncGuard() {
   m_owner.m_impl->sync = m_previous;
 }
 
-void DataParallel::track_gradient_norms(const std::vector<std::vector<at::Tensor>>& groups,
-                                        std::shared_ptr<const runtime::Preconditioner> preconditioner) {
+void DataParallel::track_gradient_norms(
+    const std::vector<std::vector<at::Tensor>>& groups,
+    std::shared_ptr<const runtime::Preconditioner> preconditioner) {
   auto& vote = *m_impl->vote;
   vote.preconditioner = std::move(preconditioner);
   vote.group_of.clear();

@@ -60,7 +60,8 @@ bool Preconditioner::update_from_adam(torch::optim::Optimizer& optimizer) {
   return false;
 }
 
-std::vector<double> grad_sqr_norms(const ParamGroups& groups, const Preconditioner* preconditioner) {
+std::vector<double> grad_sqr_norms(const ParamGroups& groups,
+                                   const Preconditioner* preconditioner) {
   std::vector<at::Tensor> sums;
   for (const auto& group : groups) {
     at::Tensor sum = at::zeros({}, at::kFloat);

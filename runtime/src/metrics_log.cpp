@@ -30,13 +30,12 @@ std::string metrics_line(double unix_time,
 MetricsLog::MetricsLog(std::filesystem::path path) : m_path(std::move(path)) {}
 
 void MetricsLog::append(const std::vector<std::pair<std::string, double>>& fields) {
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string line = metrics_line(now, fields);
   const int fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  const bool ok = fd >= 0 && ::write(fd, line.data(), line.size()) ==
-                                 static_cast<ssize_t>(line.size());
+  const bool ok =
+      fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   const int error = errno;
   if (fd >= 0) ::close(fd);
   if (!ok && !m_warned) {

@@ -26,6 +26,7 @@ class MetricsLog {
 };
 
 // The line append() writes, without the time (pure; for tests).
-std::string metrics_line(double unix_time, const std::vector<std::pair<std::string, double>>& fields);
+std::string metrics_line(double unix_time,
+                         const std::vector<std::pair<std::string, double>>& fields);
 
 }  // namespace dlrun::runtime

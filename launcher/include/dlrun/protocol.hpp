@@ -31,6 +31,10 @@ inline constexpr const char* k_progress_file = "DLRUN_PROGRESS_FILE";
 inline constexpr const char* k_min_world_size = "DLRUN_MIN_WORLD_SIZE";
 inline constexpr const char* k_max_world_size = "DLRUN_MAX_WORLD_SIZE";
 
+// Read by the runtime: "0" turns off the shared-memory gradient allreduce of ranks that
+// share a host (CPU tensors), leaving it to Gloo.
+inline constexpr const char* k_shm_allreduce = "DLRUN_SHM_ALLREDUCE";
+
 // Set by dlrun unless the user already set them.
 inline constexpr const char* k_omp_num_threads = "OMP_NUM_THREADS";
 inline constexpr const char* k_cuda_visible_devices = "CUDA_VISIBLE_DEVICES";

@@ -36,6 +36,10 @@ struct InitOptions {
   Backend backend = Backend::automatic;
   // Install the SIGTERM/SIGINT/SIGUSR1 stop handlers.
   bool handle_signals = true;
+  // When every rank is on this host and gradients are on the CPU, average them through
+  // shared memory instead of Gloo's sockets (docs/runtime.md). DLRUN_SHM_ALLREDUCE=0 turns it
+  // off as well. Falls back to Gloo, on every rank, when the segment cannot be set up.
+  bool shared_memory_allreduce = true;
 };
 
 class Context {

@@ -71,8 +71,9 @@ class DataParallel {
   // round trip). Costs one pass over the gradients per step; off by default. The
   // preconditioner (internal, runtime/src/gradient_norms.hpp) makes them norms of the gradient
   // as an adaptive optimizer scales it.
-  void track_gradient_norms(const std::vector<std::vector<at::Tensor>>& groups,
-                            std::shared_ptr<const runtime::Preconditioner> preconditioner = nullptr);
+  void track_gradient_norms(
+      const std::vector<std::vector<at::Tensor>>& groups,
+      std::shared_ptr<const runtime::Preconditioner> preconditioner = nullptr);
   // After synchronize(): per group, the mean over the ranks of |local gradient|² of the last
   // synced step. Empty in a world of one or when not tracked.
   std::vector<double> local_gradient_sqr_norms() const;

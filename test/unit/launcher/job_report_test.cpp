@@ -20,6 +20,8 @@ TEST_SUITE("launcher::JobReport") {
     CHECK(m.step == 120);
     CHECK(m.global_batch == 512);
     CHECK(m.samples_per_sec == 1834.5);
+    CHECK(m.goodput == 1.2);
+    CHECK_FALSE(m.noise_scale);
     CHECK_FALSE(parse_metrics_line("{}").global_batch);
     CHECK_FALSE(number_field(R"({"global_batch": "x"})", "global_batch"));
   }

@@ -9,10 +9,10 @@
 #include <torch/utils.h>
 
 #include <filesystem>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "dlrun/data_parallel.hpp"
 #include "dlrun/elastic_sampler.hpp"
@@ -141,7 +141,8 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     options.rule = dlrun::ScalingRule::adascale;
     options.log_every = 0;
     std::vector<Run> runs(2);
-    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) { runs[ctx.rank()] = train(ctx, 30, options); });
+    dlrun::test::run_ranks(
+        2, [&](dlrun::Context& ctx) { runs[ctx.rank()] = train(ctx, 30, options); });
     CHECK(runs[0].batches == runs[1].batches);
     CHECK(runs[0].noise_scale == doctest::Approx(runs[1].noise_scale));
     CHECK(runs[0].noise_scale > 20);  // the gradient is mostly noise
@@ -183,7 +184,8 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(again.progress > first.progress);
     // Two ranks: the saved batch is re-planned for the new count at the first step, by both.
     std::vector<Run> two(2);
-    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) { two[ctx.rank()] = train(ctx, 3, options, first.state); });
+    dlrun::test::run_ranks(
+        2, [&](dlrun::Context& ctx) { two[ctx.rank()] = train(ctx, 3, options, first.state); });
     CHECK(two[0].batches == two[1].batches);
     CHECK(two[0].batches.front() == first.batches.back());
     CHECK_THROWS_AS(train(one, 1, options, "not a state"), std::invalid_argument);
@@ -191,7 +193,8 @@ TEST_SUITE("runtime::AdaptiveBatch") {
 
   TEST_CASE("rank 0 appends a metrics.jsonl line every log_every steps") {
     at::set_num_threads(1);
-    const fs::path dir = fs::temp_directory_path() / ("dlrun-adaptive-" + std::to_string(::getpid()));
+    const fs::path dir =
+        fs::temp_directory_path() / ("dlrun-adaptive-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     dlrun::AdaptiveBatchOptions options;
     options.initial_batch = 8;
@@ -204,9 +207,10 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     for (std::string line; std::getline(in, line);) lines.push_back(line);
     fs::remove_all(dir);
     REQUIRE(lines.size() == 3);
-    for (const char* key : {"\"time\": ", "\"step\": 6", "\"global_batch\": 8", "\"micro_batch\": 8",
-                            "\"accum_steps\": 1", "\"lr_factor\": ", "\"samples_per_sec\": ",
-                            "\"noise_scale\": ", "\"efficiency\": 1", "\"goodput\": ", "\"progress\": "}) {
+    for (const char* key :
+         {"\"time\": ", "\"step\": 6", "\"global_batch\": 8", "\"micro_batch\": 8",
+          "\"accum_steps\": 1", "\"lr_factor\": ", "\"samples_per_sec\": ", "\"noise_scale\": ",
+          "\"efficiency\": 1", "\"goodput\": ", "\"progress\": "}) {
       CAPTURE(key);
       CHECK(lines[2].find(key) != std::string::npos);
     }

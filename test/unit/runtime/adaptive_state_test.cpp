@@ -16,7 +16,8 @@ TEST_SUITE("runtime::AdaptiveState") {
     s.base_lr = {0.002, 0.0001};
     s.noise = "a 1\nb 2\n";
     s.profile = "p 1 2 3\n";
-    const AdaptiveState back = dlrun::runtime::parse_adaptive_state(dlrun::runtime::format_adaptive_state(s));
+    const AdaptiveState back =
+        dlrun::runtime::parse_adaptive_state(dlrun::runtime::format_adaptive_state(s));
     CHECK(back.global_batch == 384);
     CHECK(back.world_size == 3);
     CHECK(back.step == 1234);
@@ -31,7 +32,8 @@ TEST_SUITE("runtime::AdaptiveState") {
                          "not an AdaptiveBatch state (first line: 'hello')", std::invalid_argument);
     CHECK_THROWS_WITH_AS(dlrun::runtime::parse_adaptive_state("dlrun-adaptive 1\nstep 3\n"),
                          "no positive global_batch", std::invalid_argument);
-    CHECK_THROWS_WITH_AS(dlrun::runtime::parse_adaptive_state("dlrun-adaptive 1\nglobal_batch 8\nbatch 9\n"),
-                         "unknown key 'batch'", std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+        dlrun::runtime::parse_adaptive_state("dlrun-adaptive 1\nglobal_batch 8\nbatch 9\n"),
+        "unknown key 'batch'", std::invalid_argument);
   }
 }

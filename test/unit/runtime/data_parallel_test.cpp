@@ -86,35 +86,44 @@ TEST_SUITE("runtime::DataParallel") {
   TEST_CASE("2 and 3 ranks train the same weights as one process on the whole batch") {
     at::set_num_threads(1);
     const int steps = 6;
-    for (int world : {2, 3}) {
-      for (int64_t batch : {12, 10}) {  // 10 over 3 ranks: shares of 4, 3 and 3
-        CAPTURE(world);
-        CAPTURE(batch);
-        auto want = train_single(steps, batch);
-        std::vector<std::vector<torch::Tensor>> got(world);
-        std::vector<size_t> buckets(world);
-        dlrun::test::run_ranks(world, [&](dlrun::Context& ctx) {
-          auto net = make_net(1 + ctx.rank() * 17);  // rank 0's weights must win
-          dlrun::DataParallelOptions options;
-          options.first_bucket_cap_bytes = 100;  // several buckets for a tiny model
-          options.bucket_cap_bytes = 300;
-          dlrun::DataParallel dp(net, ctx, options);
-          torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-          for (int s = 0; s < steps; ++s) {
-            auto [x, y] = global_batch(s, batch);
-            auto [begin, end] = dlrun::ElasticSampler::share(batch, ctx.rank(), world);
-            dlrun::SampleBatch share;
-            share.global_size = batch;
-            sgd.zero_grad();
-            dp.backward(summed_loss(*net, x.slice(0, begin, end), y.slice(0, begin, end)) *
-                        share.loss_scale(world));
-            dp.step(sgd);
-          }
-          got[ctx.rank()] = flat_params(*net);
-          buckets[ctx.rank()] = dp.bucket_count();
-        });
-        for (int r = 0; r < world; ++r) check_close(got[r], want);
-        CHECK(buckets[0] >= 3);
+    for (bool shm : {true, false}) {  // gradients through shared memory, or through Gloo
+      for (int world : {2, 3}) {
+        for (int64_t batch : {12, 10}) {  // 10 over 3 ranks: shares of 4, 3 and 3
+          CAPTURE(shm);
+          CAPTURE(world);
+          CAPTURE(batch);
+          dlrun::InitOptions init;
+          init.shared_memory_allreduce = shm;
+          auto want = train_single(steps, batch);
+          std::vector<std::vector<torch::Tensor>> got(world);
+          std::vector<size_t> buckets(world);
+          dlrun::test::run_ranks(
+              world,
+              [&](dlrun::Context& ctx) {
+                auto net = make_net(1 + ctx.rank() * 17);  // rank 0's weights must win
+                dlrun::DataParallelOptions options;
+                options.first_bucket_cap_bytes = 100;  // several buckets for a tiny model
+                options.bucket_cap_bytes = 300;
+                dlrun::DataParallel dp(net, ctx, options);
+                torch::optim::SGD sgd(net->parameters(),
+                                      torch::optim::SGDOptions(0.1).momentum(0.9));
+                for (int s = 0; s < steps; ++s) {
+                  auto [x, y] = global_batch(s, batch);
+                  auto [begin, end] = dlrun::ElasticSampler::share(batch, ctx.rank(), world);
+                  dlrun::SampleBatch share;
+                  share.global_size = batch;
+                  sgd.zero_grad();
+                  dp.backward(summed_loss(*net, x.slice(0, begin, end), y.slice(0, begin, end)) *
+                              share.loss_scale(world));
+                  dp.step(sgd);
+                }
+                got[ctx.rank()] = flat_params(*net);
+                buckets[ctx.rank()] = dp.bucket_count();
+              },
+              init);
+          for (int r = 0; r < world; ++r) check_close(got[r], want);
+          CHECK(buckets[0] >= 3);
+        }
       }
     }
   }
@@ -190,28 +199,37 @@ TEST_SUITE("runtime::DataParallel") {
         (item.key().rfind("a.", 0) == 0 ? want_a : want_rest)[0] += sqr / world;
       }
     }
-    std::vector<std::vector<double>> got(world);
-    dlrun::test::run_ranks(world, [&](dlrun::Context& ctx) {
-      auto net = make_net(1);
-      dlrun::DataParallelOptions options;
-      options.first_bucket_cap_bytes = 100;  // groups spread over several buckets
-      options.bucket_cap_bytes = 300;
-      dlrun::DataParallel dp(net, ctx, options);
-      std::vector<torch::Tensor> group_a, rest;
-      for (const auto& item : net->named_parameters())
-        (item.key().rfind("a.", 0) == 0 ? group_a : rest).push_back(item.value());
-      dp.track_gradient_norms({group_a, rest});
-      auto [begin, end] = dlrun::ElasticSampler::share(12, ctx.rank(), world);
-      dp.backward(summed_loss(*net, x.slice(0, begin, end), y.slice(0, begin, end)) * world / 12);
-      dp.synchronize();
-      dp.synchronize();  // idempotent
-      got[ctx.rank()] = dp.local_gradient_sqr_norms();
-    });
-    for (int r = 0; r < world; ++r) {
-      CAPTURE(r);
-      REQUIRE(got[r].size() == 2);
-      CHECK(got[r][0] == doctest::Approx(want_a[0]).epsilon(1e-5));
-      CHECK(got[r][1] == doctest::Approx(want_rest[0]).epsilon(1e-5));
+    for (bool shm : {true, false}) {
+      CAPTURE(shm);
+      dlrun::InitOptions init;
+      init.shared_memory_allreduce = shm;
+      std::vector<std::vector<double>> got(world);
+      dlrun::test::run_ranks(
+          world,
+          [&](dlrun::Context& ctx) {
+            auto net = make_net(1);
+            dlrun::DataParallelOptions options;
+            options.first_bucket_cap_bytes = 100;  // groups spread over several buckets
+            options.bucket_cap_bytes = 300;
+            dlrun::DataParallel dp(net, ctx, options);
+            std::vector<torch::Tensor> group_a, rest;
+            for (const auto& item : net->named_parameters())
+              (item.key().rfind("a.", 0) == 0 ? group_a : rest).push_back(item.value());
+            dp.track_gradient_norms({group_a, rest});
+            auto [begin, end] = dlrun::ElasticSampler::share(12, ctx.rank(), world);
+            dp.backward(summed_loss(*net, x.slice(0, begin, end), y.slice(0, begin, end)) * world /
+                        12);
+            dp.synchronize();
+            dp.synchronize();  // idempotent
+            got[ctx.rank()] = dp.local_gradient_sqr_norms();
+          },
+          init);
+      for (int r = 0; r < world; ++r) {
+        CAPTURE(r);
+        REQUIRE(got[r].size() == 2);
+        CHECK(got[r][0] == doctest::Approx(want_a[0]).epsilon(1e-5));
+        CHECK(got[r][1] == doctest::Approx(want_rest[0]).epsilon(1e-5));
+      }
     }
     CHECK(want_a[0] > 0);
   }

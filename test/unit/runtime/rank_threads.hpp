@@ -13,7 +13,8 @@
 
 namespace dlrun::test {
 
-inline void run_ranks(int world_size, const std::function<void(Context&)>& body) {
+inline void run_ranks(int world_size, const std::function<void(Context&)>& body,
+                      const InitOptions& options = {}) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::exception_ptr failure;
   std::mutex mutex;
@@ -21,7 +22,7 @@ inline void run_ranks(int world_size, const std::function<void(Context&)>& body)
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        Context context = runtime::make_context(store, r, world_size);
+        Context context = runtime::make_context(store, r, world_size, options);
         body(context);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);

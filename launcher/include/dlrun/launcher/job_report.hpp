@@ -16,6 +16,8 @@ struct MetricsSnapshot {
   std::optional<double> global_batch;
   std::optional<double> samples_per_sec;
   std::optional<double> step;
+  std::optional<double> goodput;      // dlrun::AdaptiveBatch's (docs/adaptive.md)
+  std::optional<double> noise_scale;
 };
 
 // "0:05", "12:34", "1:02:03", "2-03:04:05" (days-hours:minutes:seconds, as squeue).
