@@ -28,8 +28,6 @@ for model in ${MODELS:-small cnn mlp}; do
     "$torchrun" --nproc_per_node "$n" --monitor_interval 0.1 "$src/bench/runtime/ddp_step.py" \
       "$model" "$steps" 2>/dev/null
   done
-# Allreduce of 4/16/64 MB through the runtime against raw c10d Gloo, 2 ranks.
-"$build/cli/dlrun" local --quiet --nproc 2 "$work/bench/allreduce" 15 2>/dev/null | sed 's/^\[0\] //'
 done
 # Allreduce of 4/16/64 MB through the runtime against raw c10d Gloo, 2 ranks.
-"$build/cli/dlrun" local --quiet --nproc 2 "$work/bench/allreduce" 15 2>/dev/null | sed 's/^\[0\] //'
+"$build/cli/dlrun" local --quiet --nproc 2 "$work/bench/allreduce" ${RUNS:-31} 2>/dev/null | sed 's/^\[0\] //'

@@ -25,16 +25,10 @@ struct Flat : torch::nn::Module {
 };
 
 template <typename F>
-double median_ms(int runs, F&& f) {
-  std::vector<double> times;
-  for (int i = 0; i < runs + 3; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    f();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (i >= 3) times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+double time_ms(F&& f) {
+  auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
@@ -69,14 +63,28 @@ int main(int argc, char** argv) {
       }
       dp.step(sgd);
     };
-    double with_sync = median_ms(runs, [&] { step(true); });
-    double without = median_ms(runs, [&] { step(false); });
+    // Sync and no-sync steps alternate, and the allreduce's cost is the median of their
+    // differences: slow drifts of a shared machine cancel out.
     std::vector<at::Tensor> tensors = {torch::ones({n})};
-    double raw_ms = median_ms(runs, [&] { raw->allreduce(tensors)->wait(); });
+    std::vector<double> synced, unsynced, diffs, raws;
+    for (int i = 0; i < runs + 3; ++i) {
+      const double a = time_ms([&] { step(true); }), b = time_ms([&] { step(false); });
+      const double r = time_ms([&] { raw->allreduce(tensors)->wait(); });
+      if (i < 3) continue;
+      synced.push_back(a);
+      unsynced.push_back(b);
+      diffs.push_back(a - b);
+      raws.push_back(r);
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double with_sync = median(synced), without = median(unsynced), raw_ms = median(raws);
     if (ctx.is_main()) {
       std::printf("allreduce %3lld MB ranks=%d runtime_ms=%.1f (step %.1f - no-sync step %.1f) raw_gloo_ms=%.1f ratio=%.2f\n",
-                  static_cast<long long>(mb), ctx.world_size(), with_sync - without, with_sync, without, raw_ms,
-                  (with_sync - without) / raw_ms);
+                  static_cast<long long>(mb), ctx.world_size(), median(diffs), with_sync, without, raw_ms,
+                  median(diffs) / raw_ms);
       std::fflush(stdout);
     }
   }

@@ -2,9 +2,29 @@
 
 #include "context_state.hpp"
 #include "gradient_norms.hpp"
+#include "serial_worker.hpp"
 #include "shm_allreduce.hpp"
 
 namespace dlrun::runtime {
+namespace {
+
+// Sums `tensor` (float, CPU, contiguous) over the ranks through shared memory on the worker
+// thread, scaled; the future completes with the tensor, or with the error.
+c10::intrusive_ptr<c10::ivalue::Future> shm_allreduce(ContextState& state, at::Tensor tensor,
+                                                      float scale) {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+  state.shm_worker->submit([shm = state.shm, tensor, scale, future]() {
+    try {
+      shm->allreduce(tensor.data_ptr<float>(), static_cast<size_t>(tensor.numel()), scale);
+      future->markCompleted(c10::IValue(tensor));
+    } catch (...) {
+      future->setError(std::current_exception());
+    }
+  });
+  return future;
+}
+
+}  // namespace
 
 BucketHook::BucketHook(c10::intrusive_ptr<c10d::ProcessGroup> group, ContextState& state,
                        std::shared_ptr<StepVote> vote)
@@ -15,12 +35,9 @@ c10::intrusive_ptr<c10::ivalue::Future> BucketHook::runHook(c10d::GradBucket& bu
   if (m_vote->groups > 0) add_local_norms(bucket);
   at::Tensor& buffer = bucket.getBufferRef();
   if (use_shm(buffer)) {
-    m_state.shm->allreduce(buffer.data_ptr<float>(), static_cast<size_t>(buffer.numel()),
-                           1.0f / static_cast<float>(m_state.world_size));
+    auto future = shm_allreduce(m_state, buffer, 1.0f / static_cast<float>(m_state.world_size));
     if (bucket.isLast()) start_vote(buffer);
-    auto done = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
-    done->markCompleted(c10::IValue(buffer));
-    return done;
+    return future;
   }
   // Divide before summing (as DDP's allreduce hook does) to keep fp16 buckets in range.
   std::vector<at::Tensor> tensors{bucket.getBufferRef().div_(m_state.world_size)};
@@ -69,8 +86,7 @@ void BucketHook::start_vote(const at::Tensor& buffer) {
   }
   m_vote->pending = true;
   if (use_shm(m_vote->values)) {
-    m_state.shm->allreduce(m_vote->values.data_ptr<float>(),
-                           static_cast<size_t>(m_vote->values.numel()));
+    m_vote->shm_done = shm_allreduce(m_state, m_vote->values, 1.0f);
     return;
   }
   std::vector<at::Tensor> values{m_vote->values};
@@ -78,7 +94,7 @@ void BucketHook::start_vote(const at::Tensor& buffer) {
 }
 
 bool BucketHook::use_shm(const at::Tensor& buffer) const {
-  return m_state.shm && buffer.device().is_cpu() && buffer.scalar_type() == at::kFloat &&
+  return m_state.shm && m_state.shm_worker && buffer.device().is_cpu() && buffer.scalar_type() == at::kFloat &&
          buffer.is_contiguous();
 }
 

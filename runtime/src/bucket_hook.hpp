@@ -26,6 +26,7 @@ struct StepVote {
   at::Tensor values = at::zeros({1}, at::kFloat);
   c10::intrusive_ptr<c10d::Work> work;  // the vote's allreduce, when Gloo carries it
   bool pending = false;                 // a vote was cast this step and is not read yet
+  c10::intrusive_ptr<c10::ivalue::Future> shm_done;  // the vote's, when shared memory carries it
 
   // Gradient statistics: off while groups == 0.
   size_t groups = 0;

@@ -11,6 +11,7 @@
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "process_group_factory.hpp"
+#include "serial_worker.hpp"
 #include "shm_allreduce.hpp"
 #include "shm_setup.hpp"
 #include "stop_signal.hpp"
@@ -38,7 +39,10 @@ Context make_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, int
   if (group.backend == "gloo" && world_size > 1 &&
       shm_allreduce_wanted(options.shared_memory_allreduce)) {
     state->shm = setup_shm_allreduce(store, rank, world_size, options.rendezvous_timeout);
-    if (state->shm) state->shm->set_timeout(options.collective_timeout);
+    if (state->shm) {
+      state->shm->set_timeout(options.collective_timeout);
+      state->shm_worker = std::make_shared<runtime::SerialWorker>();
+    }
   }
   return Context(state);
 }
@@ -160,7 +164,10 @@ Context init(const InitOptions& options) {
         runtime::shm_allreduce_wanted(options.shared_memory_allreduce)) {
       state->shm = runtime::setup_shm_allreduce(state->store, world.rank, world.world_size,
                                                 options.rendezvous_timeout);
-      if (state->shm) state->shm->set_timeout(options.collective_timeout);
+      if (state->shm) {
+      state->shm->set_timeout(options.collective_timeout);
+      state->shm_worker = std::make_shared<runtime::SerialWorker>();
+    }
     }
   }
   log::debug("rank {} of {} ready (backend {}{}, restart {})", state->rank, state->world_size,

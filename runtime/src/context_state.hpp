@@ -19,6 +19,7 @@ class Store;
 namespace dlrun::runtime {
 
 class ShmAllreduce;
+class SerialWorker;
 
 struct ContextState {
   int rank = 0;
@@ -35,6 +36,7 @@ struct ContextState {
   bool uses_signals = true;                      // false in ranks-as-threads tests
   std::string progress_file;                     // DLRUN_PROGRESS_FILE (the launcher's watchdog)
   std::shared_ptr<ShmAllreduce> shm;             // all ranks on this host, CPU: gradient allreduce
+  std::shared_ptr<SerialWorker> shm_worker;      // runs shm's allreduces off the autograd thread
   bool local_stop_pending() const;
   // Tells the launcher's watchdog this rank finished a step: touches progress_file.
   void report_progress();

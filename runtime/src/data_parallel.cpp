@@ -105,13 +105,15 @@ void DataParallel::synchronize() {
   auto& vote = *m_impl->vote;
   if (!vote.pending) return;
   vote.pending = false;
-  if (auto work = std::move(vote.work)) {
-    try {
-      work->wait();
-    } catch (const std::exception& e) {
-      throw CommunicationError(fmt::format(
-          "rank {}: the gradient allreduce or stop vote failed: {}", state.rank, e.what()));
+  try {
+    if (auto work = std::move(vote.work)) work->wait();
+    if (auto done = std::move(vote.shm_done)) {
+      done->wait();
+      if (done->hasError()) throw CommunicationError(done->tryRetrieveErrorMessage());
     }
+  } catch (const std::exception& e) {
+    throw CommunicationError(fmt::format("rank {}: the gradient allreduce or stop vote failed: {}",
+                                         state.rank, e.what()));
   }
   // One copy to the host per step, which the stop flag needs anyway.
   const at::Tensor values = m_impl->vote->values.to(at::kCPU, at::kDouble);
