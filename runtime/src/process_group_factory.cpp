@@ -14,6 +14,7 @@
 
 #include "dlrun/launcher/log.hpp"
 #include "dlrun/runtime_errors.hpp"
+#include "port_probe.hpp"
 
 namespace dlrun::runtime {
 namespace {
@@ -87,6 +88,10 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitO
   store_options.waitWorkers = false;  // we wait ourselves, to name the missing ranks
   store_options.timeout = options.rendezvous_timeout;
   c10::intrusive_ptr<c10d::Store> store;
+  // Not a check: TCPStore reports what is wrong if the store is still not there.
+  if (world.rank != 0) {
+    wait_until_listening(world.master_addr, world.master_port, options.rendezvous_timeout);
+  }
   try {
     store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, store_options);
   } catch (const std::exception& e) {
