@@ -14,6 +14,13 @@ if [[ -x "$build/examples/fashion_mnist/fashion_mnist" ]]; then
   echo
   echo "== dlrun local --nproc 2: the C++ runtime (examples/fashion_mnist) on Fashion-MNIST"
   "$dlrun" local --nproc 2 -- "$build/examples/fashion_mnist/fashion_mnist" --epochs 1 --train-limit 20000
+  echo
+  echo "== the same with --adaptive: dlrun::AdaptiveBatch picks the batch size by goodput"
+  run_dir=$(mktemp -d)
+  "$dlrun" local --nproc 2 --run-dir "$run_dir" -- "$build/examples/fashion_mnist/fashion_mnist" \
+    --epochs 1 --train-limit 20000 --adaptive --max-batch-size 1024 --replan-every 30
+  echo "last line of its metrics.jsonl (docs/adaptive.md):"
+  tail -n 1 "$run_dir/metrics.jsonl"
 fi
 echo
 echo "Each rank's full output is in $DLRUN_HOME/runs/latest/rank-N.log"

@@ -22,6 +22,8 @@ std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
   return std::vector<double>(v, v + all.numel());
 }
 
+constexpr double k_denominator_floor = 0.1;
+
 template <typename State, typename Options>
 bool adam_inverse(torch::optim::Optimizer& optimizer, Preconditioner& out) {
   for (auto& group : optimizer.param_groups()) {
@@ -34,8 +36,12 @@ bool adam_inverse(torch::optim::Optimizer& optimizer, Preconditioner& out) {
       const auto* state = dynamic_cast<const State*>(found->second.get());
       if (!state || state->step() < 1) continue;
       const double correction = 1 - std::pow(beta2, static_cast<double>(state->step()));
-      out.inverse[p.unsafeGetTensorImpl()] =
-          at::reciprocal((state->exp_avg_sq() / correction).sqrt_().add_(options->eps()));
+      // Elements whose gradient was ~0 so far (dead units) have √v̂ ≈ 0: g / ε would swamp the
+      // norms. Adam itself bounds their step (v takes in g first); here their denominator is
+      // floored at a tenth of the tensor's mean one.
+      at::Tensor denom = (state->exp_avg_sq() / correction).sqrt_();
+      denom = at::maximum(denom, denom.mean().mul_(k_denominator_floor));
+      out.inverse[p.unsafeGetTensorImpl()] = at::reciprocal(denom.add_(options->eps()));
     }
   }
   return !out.inverse.empty();

@@ -18,8 +18,9 @@ namespace dlrun::runtime {
 using ParamGroups = std::vector<std::vector<at::Tensor>>;
 
 // For adaptive optimizers the noise scale is measured on the gradient as the optimizer will
-// use it: each element divided by Adam's denominator √(v̂) + ε (as AdaptDL does). inverse maps
-// a parameter to 1 / denominator; a parameter without an entry is taken as is.
+// use it: each element divided by Adam's denominator √(v̂) + ε (as AdaptDL does), floored at a
+// tenth of its tensor's mean denominator. inverse maps a parameter to 1 / denominator; a
+// parameter without an entry is taken as is.
 struct Preconditioner {
   std::unordered_map<const c10::TensorImpl*, at::Tensor> inverse;
   at::Tensor apply(const at::Tensor& param, const at::Tensor& grad) const;

@@ -1,0 +1,76 @@
+#include "gradient_norms.hpp"
+
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+// Last, in a block of its own: after every LibTorch header (glog's CHECK).
+#include "doctest_after_torch.hpp"
+
+using dlrun::runtime::ParamGroups;
+using dlrun::runtime::Preconditioner;
+
+namespace {
+
+double sqr(const at::Tensor& t) {
+  return t.pow(2).sum().item<double>();
+}
+
+}  // namespace
+
+TEST_SUITE("runtime::GradientNorms") {
+  TEST_CASE("squared norms per group, with and without a preconditioner") {
+    torch::manual_seed(5);
+    torch::nn::Linear a(4, 3), b(3, 2);
+    for (auto& p : a->parameters()) p.mutable_grad() = torch::randn_like(p);
+    for (auto& p : b->parameters()) p.mutable_grad() = torch::randn_like(p);
+    const ParamGroups groups{a->parameters(), b->parameters()};
+    const auto norms = dlrun::runtime::grad_sqr_norms(groups);
+    REQUIRE(norms.size() == 2);
+    CHECK(norms[0] == doctest::Approx(sqr(a->weight.grad()) + sqr(a->bias.grad())));
+    CHECK(norms[1] == doctest::Approx(sqr(b->weight.grad()) + sqr(b->bias.grad())));
+    Preconditioner halve;
+    halve.inverse[a->weight.unsafeGetTensorImpl()] = torch::full_like(a->weight, 0.5);
+    const auto scaled = dlrun::runtime::grad_sqr_norms(groups, &halve);
+    CHECK(scaled[0] == doctest::Approx(sqr(a->weight.grad()) / 4 + sqr(a->bias.grad())));
+    CHECK(scaled[1] == doctest::Approx(norms[1]));
+  }
+
+  TEST_CASE("Adam's denominators, floored at a tenth of their tensor's mean") {
+    torch::manual_seed(6);
+    torch::nn::Linear model(5, 1);
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.1).eps(1e-8));
+    Preconditioner pre;
+    CHECK_FALSE(pre.update_from_adam(adam));  // no step yet: no state
+    auto grad = torch::tensor({{1.0f, 1.0f, 1.0f, 1.0f, 1e-9f}});
+    model->weight.mutable_grad() = grad.clone();
+    model->bias.mutable_grad() = torch::ones({1});
+    adam.step();
+    REQUIRE(pre.update_from_adam(adam));
+    // After one step v̂ = g² (bias-corrected), so √v̂ = |g|: 1 for four elements, 1e-9 for the
+    // last, which the floor lifts to a tenth of the mean (0.8 / 10 = 0.08).
+    const auto got = pre.apply(model->weight, torch::ones({1, 5}));
+    CHECK(got[0][0].item<double>() == doctest::Approx(1.0).epsilon(1e-5));
+    CHECK(got[0][4].item<double>() == doctest::Approx(1 / 0.08).epsilon(1e-4));
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+    CHECK_FALSE(pre.update_from_adam(sgd));
+    CHECK(pre.inverse.empty());
+  }
+
+  TEST_CASE("a world of one compares each step's gradient with the previous one") {
+    torch::nn::Linear model(2, 1);
+    const ParamGroups groups{model->parameters()};
+    dlrun::runtime::PreviousGradients previous;
+    std::vector<double> local, total;
+    model->weight.mutable_grad() = torch::tensor({{1.0f, 2.0f}});
+    model->bias.mutable_grad() = torch::tensor({0.0f});
+    CHECK_FALSE(previous.measure(groups, nullptr, local, total));  // nothing to compare yet
+    model->weight.mutable_grad() = torch::tensor({{3.0f, 0.0f}});
+    REQUIRE(previous.measure(groups, nullptr, local, total));
+    CHECK(local[0] == doctest::Approx((5.0 + 9.0) / 2));
+    CHECK(total[0] == doctest::Approx(4.0 + 1.0));  // |(1,2)+(3,0)|² / 4 = (16 + 4) / 4
+    previous.reset();
+    CHECK_FALSE(previous.measure(groups, nullptr, local, total));
+  }
+}
