@@ -67,6 +67,7 @@ def svg(points, path, target):
         f.write(f'''<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">
 <rect width="{w}" height="{h}" fill="white"/>
 <text x="{w / 2}" y="18" text-anchor="middle" font-size="13">dlrun --adaptive on Fashion-MNIST, 2 ranks: what it chose (until test accuracy {target})</text>
+<text x="{w / 2}" y="36" text-anchor="middle" fill="#555">goodput over each 10-step interval; its dips are the test-accuracy checks between steps</text>
 <line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>
 <line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>
 <line x1="{w - pad}" y1="{pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>
