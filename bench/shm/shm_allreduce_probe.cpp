@@ -18,7 +18,7 @@ using dlrun::runtime::ShmAllreduce;
 int main(int argc, char** argv) {
   const size_t n = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 203530;
   const std::string name = "/dlrun-bench-" + std::to_string(::getpid());
-  auto created = ShmAllreduce::create(name, 2, size_t{8} << 20);
+  auto created = ShmAllreduce::create(name, 2, size_t{2} << 20);
   const pid_t child = ::fork();
   const int rank = child == 0 ? 1 : 0;
   std::unique_ptr<ShmAllreduce> opened;

@@ -81,7 +81,12 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(const std::string& name, int 
   if (fd < 0) {
     throw CommunicationError(fmt::format("cannot create shared memory {}: {}", name, errno_text()));
   }
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  // posix_fallocate, not just ftruncate: a /dev/shm too small for the segment (64 MiB in a
+  // default Docker container) must fail here, where Gloo can take over, not with SIGBUS on
+  // the first write past its end.
+  int error = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (error != 0) {
+    errno = error;
     const std::string why = errno_text();
     ::close(fd);
     ::shm_unlink(name.c_str());

@@ -16,8 +16,9 @@
 namespace dlrun::runtime {
 namespace {
 
-// 8 Mi floats (32 MiB) per rank: a default 25 MiB gradient bucket in one chunk.
-constexpr size_t k_chunk_floats = size_t{8} << 20;
+// 2 Mi floats (8 MiB) per slot, world + 2 slots: 32 MiB for 2 ranks, 80 MiB for 8. A 25 MiB
+// bucket takes 4 chunks (two barriers each, microseconds when the ranks keep pace).
+constexpr size_t k_chunk_floats = size_t{2} << 20;
 const std::string k_name_key = "dlrun/shm/name";
 const std::string k_status_prefix = "dlrun/shm/status/";
 

@@ -117,4 +117,17 @@ TEST_SUITE("runtime::ShmAllreduce") {
         "rank 0: the gradient allreduce timed out after 0.2 s waiting for the other ranks",
         dlrun::CommunicationError);
   }
+
+  TEST_CASE("a segment larger than /dev/shm can hold is refused up front, and leaves nothing") {
+    const std::string name = unique_name("huge");
+    // 2^40 floats per slot: 4 TiB × 4 slots. posix_fallocate fails; ftruncate alone would not.
+    CHECK_THROWS_AS(ShmAllreduce::create(name, 2, size_t{1} << 40), dlrun::CommunicationError);
+    try {
+      ShmAllreduce::create(name, 2, size_t{1} << 40);
+    } catch (const dlrun::CommunicationError& e) {
+      CHECK(std::string(e.what()).find("cannot size shared memory " + name) == 0);
+      CHECK(std::string(e.what()).find("(is /dev/shm full?)") != std::string::npos);
+    }
+    CHECK_THROWS_AS(ShmAllreduce::open(name, 2), dlrun::CommunicationError);  // unlinked
+  }
 }
