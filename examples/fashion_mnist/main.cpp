@@ -11,6 +11,10 @@
 // lets dlrun::AdaptiveBatch choose the batch size (goodput) and scale the learning rate.
 // --target-accuracy A stops as soon as the test accuracy, measured every --eval-every samples,
 // reaches A, and prints the training time it took (bench/adaptive.py uses it).
+//
+//   dlrun local --gpus 2 ./fashion_mnist
+//
+// trains on the GPUs (NCCL): each rank puts the model and the data set on ctx.device().
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -59,7 +63,20 @@ struct Options {
   std::string scaling_rule = "auto";
   double target_accuracy = 0;
   int64_t eval_every = 10000;
+  std::string device = "auto";
 };
+
+dlrun::InitOptions init_options(const Options& options) {
+  dlrun::InitOptions init;
+  if (options.device == "cpu") init.device = dlrun::DeviceKind::cpu;
+  if (options.device == "cuda") init.device = dlrun::DeviceKind::cuda;
+  return init;
+}
+
+fashion_mnist::Split on_device(fashion_mnist::Split split, const c10::Device& device) {
+  if (device.is_cpu()) return split;
+  return {split.images.to(device), split.labels.to(device)};
+}
 
 using NetImpl = fashion_mnist::Cnn;
 
@@ -99,10 +116,11 @@ class Trainer {
  public:
   explicit Trainer(const Options& options)
       : m_options(options),
-        m_ctx(dlrun::init()),
-        m_train(fashion_mnist::load(options.data_dir, "train", options.train_limit)),
-        m_test(fashion_mnist::load(options.data_dir, "t10k")),
-        m_net(make_net(options.seed)),
+        m_ctx(dlrun::init(init_options(options))),
+        m_train(on_device(fashion_mnist::load(options.data_dir, "train", options.train_limit),
+                          m_ctx.device())),
+        m_test(on_device(fashion_mnist::load(options.data_dir, "t10k"), m_ctx.device())),
+        m_net(make_net(options.seed, m_ctx.device())),
         m_dp(m_net, m_ctx),
         m_adam(m_net->parameters(), torch::optim::AdamOptions(options.lr)),
         m_sampler(m_train.size(), m_ctx, options.seed),
@@ -145,9 +163,11 @@ class Trainer {
     return a;
   }
 
-  static std::shared_ptr<NetImpl> make_net(uint64_t seed) {
+  static std::shared_ptr<NetImpl> make_net(uint64_t seed, const c10::Device& device) {
     torch::manual_seed(seed);  // rank 0's weights win anyway (DataParallel broadcasts them)
-    return std::make_shared<NetImpl>();
+    auto net = std::make_shared<NetImpl>();
+    net->to(device);
+    return net;
   }
 
   void restore() {
@@ -180,7 +200,7 @@ class Trainer {
   // Summed over the samples, scaled so that DataParallel's average over the ranks is the mean
   // over the global batch.
   at::Tensor loss_of(const std::vector<int64_t>& indices, const dlrun::SampleBatch& batch) {
-    auto index = torch::tensor(indices, torch::kLong);
+    auto index = torch::tensor(indices, torch::kLong).to(m_ctx.device());
     auto images = m_train.images.index_select(0, index);
     auto labels = m_train.labels.index_select(0, index);
     return F::cross_entropy(m_net->forward(images), labels,
@@ -347,6 +367,9 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", options.eval_every,
                  "Samples between accuracy checks of --target-accuracy")
       ->check(CLI::PositiveNumber);
+  app.add_option("--device", options.device,
+                 "Train on: auto (what dlrun started the rank as: a GPU with --gpus), cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

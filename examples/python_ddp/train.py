@@ -2,9 +2,10 @@
 (env://) script, unmodified for dlrun. Run it with
 
     dlrun local --nproc 2 python3 examples/python_ddp/train.py --epochs 2
+    dlrun local --gpus 2 python3 examples/python_ddp/train.py --epochs 2    (NCCL)
 
-It reads Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist) and prints
-test accuracy on its last line as `test_accuracy=0.XXXX`."""
+It reads Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist, or
+$FASHION_MNIST_DIR) and prints test accuracy on its last line as `test_accuracy=0.XXXX`."""
 import argparse
 import gzip
 import os
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-DATA = "/usr/share/datasets/fashion-mnist"
+DATA = os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 
 
 def load(kind, limit=None):
@@ -53,15 +54,23 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--train-limit", type=int, default=None, help="use the first N training images")
     parser.add_argument("--log-steps", action="store_true", help="print a line after every step (rank 0)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="auto: a GPU when dlrun started GPU ranks (--gpus) or CUDA is there")
     args = parser.parse_args()
 
-    dist.init_process_group("gloo")
+    # DLRUN_DEVICE says what dlrun started this rank as; torchrun sets nothing.
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()
+                                         and os.environ.get("DLRUN_DEVICE", "cuda") == "cuda")
+    if use_cuda:  # dlrun shows each GPU rank its own GPU; with all visible, take LOCAL_RANK's
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     train, test = load("train", args.train_limit), load("t10k")
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(train, batch_size=args.batch_size // world, sampler=sampler)
-    model = DistributedDataParallel(Net())
+    model = DistributedDataParallel(Net().to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     for epoch in range(args.epochs):
@@ -69,6 +78,7 @@ def main():
         start, total, count = time.time(), 0.0, 0
         model.train()
         for x, y in loader:
+            x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()
@@ -84,7 +94,7 @@ def main():
     correct = 0
     with torch.no_grad():
         for x, y in DataLoader(test, batch_size=1000):
-            correct += (model(x).argmax(1) == y).sum().item()
+            correct += (model(x.to(device)).argmax(1) == y.to(device)).sum().item()
     if rank == 0:
         print(f"test_accuracy={correct / len(test):.4f}", flush=True)
     dist.destroy_process_group()

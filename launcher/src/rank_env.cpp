@@ -38,6 +38,7 @@ std::vector<RankSpec> plan_node_ranks(const NodePlanInput& in) {
     if (in.base.count(env::k_omp_num_threads) == 0) {
       env[env::k_omp_num_threads] = std::to_string(threads_per_rank(in.cores, in.local_world_size));
     }
+    env[env::k_device] = in.gpu_ids.empty() ? "cpu" : "cuda";
     if (!in.gpu_ids.empty()) {
       env[env::k_cuda_visible_devices] =
           in.gpu_binding == GpuBinding::rank ? in.gpu_ids.at(static_cast<size_t>(local)) : all_gpus;

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "checkpoint_manifest.hpp"
+#include "remove_tree.hpp"
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/launcher/log.hpp"
 #include "dlrun/launcher/version.hpp"
@@ -74,6 +75,14 @@ void load_in_place(torch::nn::Module& module, torch::serialize::InputArchive& ar
     archive.read(child.key(), child_archive);
     load_in_place(*child.value(), child_archive);
   }
+}
+
+// Where the optimizer's parameters live (its state must be there too); none if it has none.
+c10::optional<c10::Device> parameter_device(const torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
+    if (!group.params().empty()) return group.params().front().device();
+  }
+  return c10::nullopt;
 }
 
 using Values = std::map<std::string, std::string>;
@@ -199,13 +208,13 @@ fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& val
     const fs::path tmp = m_impl->dir / fmt::format("{}{:012d}.{}", k_temp_prefix, step, ::getpid());
     try {
       fs::create_directories(m_impl->dir);
-      fs::remove_all(tmp);
+      runtime::remove_tree(tmp);
       fs::create_directory(tmp);
       std::vector<std::string> names;
       m_impl->write_files(tmp, step, values, names);
       runtime::manifest::write(tmp, names);
       runtime::manifest::sync_path(tmp);
-      if (fs::exists(final_dir)) fs::remove_all(final_dir);  // the same step saved again
+      if (fs::exists(final_dir)) runtime::remove_tree(final_dir);  // the same step saved again
       fs::rename(tmp, final_dir);
       runtime::manifest::sync_path(m_impl->dir);
       m_impl->prune();
@@ -213,7 +222,7 @@ fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& val
     } catch (const std::exception& e) {
       failure = e.what();
       std::error_code ignored;
-      fs::remove_all(tmp, ignored);
+      runtime::remove_tree(tmp, ignored);
     }
   }
   // Everyone learns whether rank 0 succeeded, so no rank exits believing in a checkpoint.
@@ -235,13 +244,13 @@ void Checkpoint::Impl::prune() const {
   auto complete = Checkpoint::list(dir);
   for (size_t i = static_cast<size_t>(options.keep_last); i < complete.size(); ++i) {
     std::error_code ec;
-    fs::remove_all(complete[i], ec);
+    runtime::remove_tree(complete[i], ec);
   }
   // Leftovers of saves that were killed half-way.
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(k_temp_prefix, 0) == 0) fs::remove_all(entry.path(), ec);
+    if (name.rfind(k_temp_prefix, 0) == 0) runtime::remove_tree(entry.path(), ec);
   }
 }
 
@@ -288,7 +297,8 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
     }
     for (const auto& [name, optimizer] : optimizers) {
       torch::serialize::InputArchive archive;
-      archive.load_from((path / ("optimizer-" + name + ".pt")).string());
+      // Optimizer state belongs with the parameters: a checkpoint of CPU ranks resumes on GPUs.
+      archive.load_from((path / ("optimizer-" + name + ".pt")).string(), parameter_device(*optimizer));
       optimizer->load(archive);
     }
     for (const auto& [name, object] : objects) {

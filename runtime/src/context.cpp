@@ -11,6 +11,7 @@
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "process_group_factory.hpp"
+#include "rank_device.hpp"
 #include "serial_worker.hpp"
 #include "shm_allreduce.hpp"
 #include "shm_setup.hpp"
@@ -33,7 +34,14 @@ Context make_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, int
   state->local_world_size = world_size;
   state->uses_signals = false;
   state->store = store;
-  Group group = create_process_group(store, rank, world_size, "127.0.0.1", options);
+  // Threads of one test process: the CPU, unless the test asks for a GPU or NCCL.
+  DeviceKind device = options.device;
+  if (device == DeviceKind::automatic)
+    device = options.backend == Backend::nccl && nccl_compiled_in() ? DeviceKind::cuda
+                                                                     : DeviceKind::cpu;
+  state->cuda_index = select_rank_device(device, rank);
+  Group group =
+      create_process_group(store, rank, world_size, "127.0.0.1", state->cuda_index, options);
   state->group = group.group;
   state->backend = group.backend;
   if (group.backend == "gloo" && world_size > 1 &&
@@ -64,7 +72,7 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int 
 // NCCL reduces device tensors only; Gloo, host tensors.
 at::Device collective_device(const runtime::ContextState& state) {
   if (state.backend == "nccl")
-    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(state.local_rank));
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(state.cuda_index));
   return at::Device(at::kCPU);
 }
 
@@ -93,6 +101,10 @@ const std::string& Context::run_dir() const {
 }
 std::string Context::backend_name() const {
   return m_state->backend;
+}
+c10::Device Context::device() const {
+  if (m_state->cuda_index < 0) return c10::Device(c10::DeviceType::CPU);
+  return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(m_state->cuda_index));
 }
 bool Context::stop_requested() const {
   return m_state->agreed_stop;
@@ -153,10 +165,12 @@ Context init(const InitOptions& options) {
   state->progress_file = world.progress_file;
   state->uses_signals = options.handle_signals;
   if (options.handle_signals) runtime::stop_signal::install();
+  state->cuda_index = runtime::select_rank_device(
+      runtime::requested_device(options.device, world.device), world.local_rank);
   if (world.distributed() && world.world_size > 1) {
     state->store = runtime::connect_store(world, options);
     auto group = runtime::create_process_group(state->store, world.rank, world.world_size,
-                                               world.master_addr, options);
+                                               world.master_addr, state->cuda_index, options);
     state->group = group.group;
     state->backend = group.backend;
     // Every rank on this host (dlrun local): gradients can meet in shared memory.
@@ -165,13 +179,15 @@ Context init(const InitOptions& options) {
       state->shm = runtime::setup_shm_allreduce(state->store, world.rank, world.world_size,
                                                 options.rendezvous_timeout);
       if (state->shm) {
-      state->shm->set_timeout(options.collective_timeout);
-      state->shm_worker = std::make_shared<runtime::SerialWorker>();
-    }
+        state->shm->set_timeout(options.collective_timeout);
+        state->shm_worker = std::make_shared<runtime::SerialWorker>();
+      }
     }
   }
-  log::debug("rank {} of {} ready (backend {}{}, restart {})", state->rank, state->world_size,
-             state->backend, state->shm ? ", gradients through shared memory" : "",
+  log::debug("rank {} of {} ready (backend {}{}, device {}, restart {})", state->rank,
+             state->world_size, state->backend,
+             state->shm ? ", gradients through shared memory" : "",
+             state->cuda_index < 0 ? std::string("cpu") : fmt::format("cuda:{}", state->cuda_index),
              state->restart_count);
   return Context(state);
 }

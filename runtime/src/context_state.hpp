@@ -29,6 +29,7 @@ struct ContextState {
   int restart_count = 0;
   std::string run_dir;
   std::string backend = "none";
+  int cuda_index = -1;                           // the rank's GPU; -1: it trains on the CPU
   c10::intrusive_ptr<c10d::Store> store;         // null for a world of one
   c10::intrusive_ptr<c10d::ProcessGroup> group;  // null for a world of one
   std::atomic<bool> local_stop{false};           // request_stop() on this rank

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/version.h>
 
 #include <algorithm>
+#include <string_view>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
@@ -38,10 +40,13 @@ void broadcast_from_rank0(runtime::ContextState& state, torch::nn::Module& modul
     c10d::verify_params_across_processes(state.group, trainable_parameters(module), c10::nullopt);
     c10d::broadcast_coalesced(state.group, tensors, k_broadcast_bytes, 0);
   } catch (const std::exception& e) {
+    // NCCL refuses two ranks of one communicator on one GPU.
+    const bool shared_gpu = std::string_view(e.what()).find("Duplicate GPU") != std::string_view::npos;
     throw CommunicationError(fmt::format(
-        "rank {}: could not take the initial weights from rank 0: {} (every rank must build the "
-        "same model)",
-        state.rank, e.what()));
+        "rank {}: could not take the initial weights from rank 0: {} ({})", state.rank, e.what(),
+        shared_gpu ? "NCCL needs a GPU of its own for every rank: start them with dlrun local "
+                     "--gpus N, at most one rank per GPU"
+                   : "every rank must build the same model"));
   }
 }
 
@@ -78,11 +83,22 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context co
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(limits.begin(), limits.end());
   m_impl->bucket_count = buckets.size();
+  // The Reducer's constructor changed with LibTorch 2: the per-bucket limits went, flags came.
+#if TORCH_VERSION_MAJOR < 2
   m_impl->reducer = std::make_unique<c10d::Reducer>(
       params, std::move(buckets), std::move(limits), state.group, sparse, options.bucket_cap_bytes,
       /*find_unused_parameters=*/false,
       /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{},
       options.first_bucket_cap_bytes);
+#else
+  (void)limits;
+  m_impl->reducer = std::make_unique<c10d::Reducer>(
+      params, std::move(buckets), state.group, sparse, options.bucket_cap_bytes,
+      /*find_unused_parameters=*/false,
+      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{},
+      options.first_bucket_cap_bytes, /*skip_all_reduce_unused_params=*/false,
+      /*use_python_reducer=*/false, /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+#endif
   m_impl->reducer->register_comm_hook(
       std::make_unique<runtime::BucketHook>(state.group, state, m_impl->vote));
   log::debug("rank {}: {} parameters in {} gradient buckets", state.rank, params.size(),

@@ -5,6 +5,8 @@
 #include <torch/optim/adamw.h>
 
 #include <cmath>
+#include <sstream>
+#include <type_traits>
 
 namespace dlrun::runtime {
 namespace {
@@ -24,6 +26,20 @@ std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
 
 constexpr double k_denominator_floor = 0.1;
 
+// The optimizer's state key of a parameter: LibTorch 1.x keys by the printed TensorImpl
+// address, 2.x by the address itself.
+template <typename StateMap>
+typename StateMap::key_type state_key(const at::Tensor& p) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << p.unsafeGetTensorImpl();
+    return out.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
 template <typename State, typename Options>
 bool adam_inverse(torch::optim::Optimizer& optimizer, Preconditioner& out) {
   for (auto& group : optimizer.param_groups()) {
@@ -31,7 +47,8 @@ bool adam_inverse(torch::optim::Optimizer& optimizer, Preconditioner& out) {
     if (!options) return false;
     const double beta2 = std::get<1>(options->betas());
     for (const auto& p : group.params()) {
-      auto found = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      auto found = optimizer.state().find(
+          state_key<std::decay_t<decltype(optimizer.state())>>(p));
       if (found == optimizer.state().end()) continue;
       const auto* state = dynamic_cast<const State*>(found->second.get());
       if (!state || state->step() < 1) continue;

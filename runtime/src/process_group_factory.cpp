@@ -6,9 +6,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
 #ifdef DLRUN_WITH_NCCL
-#include <torch/cuda.h>
-
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -78,6 +77,36 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& bind_h
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// LibTorch 1.x: ProcessGroupGloo/NCCL are process groups. 2.x: they are backends, which a
+// ProcessGroup dispatches to by the tensors' device: NCCL takes CUDA tensors; Gloo takes CPU
+// tensors, and CUDA ones too when a GPU rank has no NCCL.
+template <typename Backend>
+c10::intrusive_ptr<c10d::ProcessGroup> as_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int world_size,
+                                                c10::intrusive_ptr<Backend> backend, bool nccl,
+                                                [[maybe_unused]] int cuda_index) {
+#if TORCH_VERSION_MAJOR < 2
+  (void)store;
+  (void)rank;
+  (void)world_size;
+  (void)nccl;
+  return backend;
+#else
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world_size);
+  using Type = c10d::ProcessGroup::BackendType;
+  const Type type = nccl ? Type::NCCL : Type::GLOO;
+  if (nccl) {
+    group->setBoundDeviceId(
+        c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(cuda_index)));
+  } else {
+    group->setBackend(c10::DeviceType::CPU, type, backend);
+  }
+  if (cuda_index >= 0) group->setBackend(c10::DeviceType::CUDA, type, backend);
+  group->setDefaultBackend(type);
+  return group;
+#endif
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitOptions& options) {
@@ -120,16 +149,23 @@ bool nccl_compiled_in() {
 }
 
 Group create_process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-                           const std::string& bind_host, const InitOptions& options) {
+                           const std::string& bind_host, int cuda_index,
+                           const InitOptions& options) {
   bool want_nccl = options.backend == Backend::nccl;
 #ifdef DLRUN_WITH_NCCL
-  if (options.backend == Backend::automatic) want_nccl = torch::cuda::is_available();
+  if (options.backend == Backend::automatic) want_nccl = cuda_index >= 0;
   if (want_nccl) {
+    if (cuda_index < 0) {
+      throw ConfigError(fmt::format(
+          "rank {}: the NCCL backend was asked for, but this rank trains on the CPU: start GPU "
+          "ranks (dlrun local --gpus N) or use Backend::gloo",
+          rank));
+    }
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = options.collective_timeout;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", store);
-    return {c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, world_size, nccl_options),
-            "nccl"};
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, world_size, nccl_options);
+    return {as_group(prefixed, rank, world_size, nccl, /*nccl=*/true, cuda_index), "nccl"};
   }
 #else
   if (want_nccl) {
@@ -143,8 +179,8 @@ Group create_process_group(const c10::intrusive_ptr<c10d::Store>& store, int ran
   gloo_options->threads = 2;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", store);
   try {
-    return {c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world_size, gloo_options),
-            "gloo"};
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world_size, gloo_options);
+    return {as_group(prefixed, rank, world_size, gloo, /*nccl=*/false, cuda_index), "gloo"};
   } catch (const std::exception& e) {
     throw RendezvousTimeout(fmt::format("rank {}: could not connect Gloo to the other {} ranks: {}",
                                         rank, world_size - 1, e.what()));

@@ -22,9 +22,10 @@ struct Group {
   std::string backend;
 };
 
-// NCCL when asked for (or automatic and available), Gloo otherwise.
+// NCCL when asked for (or automatic and the rank has a GPU, cuda_index >= 0), Gloo otherwise.
 Group create_process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-                           const std::string& bind_host, const InitOptions& options);
+                           const std::string& bind_host, int cuda_index,
+                           const InitOptions& options);
 
 // Whether this build of the runtime can create NCCL groups.
 bool nccl_compiled_in();

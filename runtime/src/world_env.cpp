@@ -46,6 +46,13 @@ WorldEnv read_world_env(const EnvLookup& lookup) {
   }
   if (const char* v = lookup(env::k_run_dir); v) world.run_dir = v;
   if (const char* v = lookup(env::k_progress_file); v) world.progress_file = v;
+  if (const char* v = lookup(env::k_device); v && *v) {
+    world.device = v;
+    if (world.device != "cpu" && world.device != "cuda") {
+      throw EnvironmentError(
+          fmt::format("{}='{}': expected cpu or cuda (or unset)", env::k_device, world.device));
+    }
+  }
   if (set.empty()) return world;
   if (!missing.empty()) {
     throw EnvironmentError(fmt::format(

@@ -19,6 +19,7 @@ struct WorldEnv {
   int restart_count = 0;
   std::string run_dir;  // empty when not run by dlrun
   std::string progress_file;  // DLRUN_PROGRESS_FILE: set when dlrun runs a watchdog
+  std::string device;         // DLRUN_DEVICE: "cpu", "cuda", or empty (not said)
   bool distributed() const { return !master_addr.empty(); }
 };
 

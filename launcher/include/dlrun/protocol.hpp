@@ -31,6 +31,11 @@ inline constexpr const char* k_progress_file = "DLRUN_PROGRESS_FILE";
 inline constexpr const char* k_min_world_size = "DLRUN_MIN_WORLD_SIZE";
 inline constexpr const char* k_max_world_size = "DLRUN_MAX_WORLD_SIZE";
 
+// What the launcher started the ranks as: "cuda" with --gpus (one GPU per rank), "cpu" with
+// --nproc. The runtime trains on that device and picks NCCL or Gloo by it; unset (torchrun,
+// no launcher), it takes CUDA when CUDA is available.
+inline constexpr const char* k_device = "DLRUN_DEVICE";
+
 // Read by the runtime: "0" turns off the shared-memory gradient allreduce of ranks that
 // share a host (CPU tensors), leaving it to Gloo.
 inline constexpr const char* k_shm_allreduce = "DLRUN_SHM_ALLREDUCE";

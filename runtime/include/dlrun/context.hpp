@@ -13,6 +13,8 @@
 // Thread-safety: a Context is used by the training thread. request_stop() may be called from
 // any thread.
 
+#include <c10/core/Device.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -27,13 +29,19 @@ struct ContextState;
 
 enum class Backend { automatic, gloo, nccl };
 
+// What a rank trains on. automatic: what the launcher started it as (DLRUN_DEVICE: cuda with
+// `dlrun local --gpus`, cpu with --nproc), or CUDA when that is unset and a GPU is visible.
+enum class DeviceKind { automatic, cpu, cuda };
+
 struct InitOptions {
   // How long rank 0 waits for all ranks to join the store, and the others wait for rank 0.
   std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(60)};
   // How long a collective may take before it fails (a rank died or hangs).
   std::chrono::milliseconds collective_timeout{std::chrono::minutes(10)};
-  // automatic: NCCL when this build has it and CUDA is available, otherwise Gloo.
+  // automatic: NCCL when the rank's device is a GPU and this build has NCCL, otherwise Gloo.
   Backend backend = Backend::automatic;
+  // The rank's device (Context::device()); cpu or cuda here overrides DLRUN_DEVICE.
+  DeviceKind device = DeviceKind::automatic;
   // Install the SIGTERM/SIGINT/SIGUSR1 stop handlers.
   bool handle_signals = true;
   // When every rank is on this host and gradients are on the CPU, average them through
@@ -59,6 +67,9 @@ class Context {
   const std::string& run_dir() const;
   // "gloo", "nccl", or "none" for a world of one.
   std::string backend_name() const;
+  // Where this rank's model and batches belong: cuda:N (its GPU, made the current CUDA
+  // device by init()) or cpu. See InitOptions::device.
+  c10::Device device() const;
 
   // True once all ranks agreed to stop (after the DataParallel::step() or poll_stop() that
   // carried the request). The same on every rank after the same step.

@@ -64,6 +64,7 @@ TEST_SUITE("launcher::RankEnv") {
     auto ranks = plan_node_ranks(in);
     CHECK(ranks[0].env.at("CUDA_VISIBLE_DEVICES") == "2");
     CHECK(ranks[1].env.at("CUDA_VISIBLE_DEVICES") == "5");
+    CHECK(ranks[1].env.at("DLRUN_DEVICE") == "cuda");
     in.gpu_binding = GpuBinding::all;
     CHECK(plan_node_ranks(in)[1].env.at("CUDA_VISIBLE_DEVICES") == "2,5");
   }
@@ -71,5 +72,6 @@ TEST_SUITE("launcher::RankEnv") {
     auto in = two_ranks();
     in.base["CUDA_VISIBLE_DEVICES"] = "";
     CHECK(plan_node_ranks(in)[0].env.at("CUDA_VISIBLE_DEVICES") == "");
+    CHECK(plan_node_ranks(in)[0].env.at("DLRUN_DEVICE") == "cpu");
   }
 }

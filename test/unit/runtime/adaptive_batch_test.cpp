@@ -18,6 +18,7 @@
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "rank_threads.hpp"
+#include "remove_tree.hpp"
 
 // Last, in a block of its own: after every LibTorch header (glog's CHECK).
 #include "doctest_after_torch.hpp"
@@ -205,7 +206,7 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     std::ifstream in(dir / "metrics.jsonl");
     std::vector<std::string> lines;
     for (std::string line; std::getline(in, line);) lines.push_back(line);
-    fs::remove_all(dir);
+    dlrun::runtime::remove_tree(dir);
     REQUIRE(lines.size() == 3);
     for (const char* key :
          {"\"time\": ", "\"step\": 6", "\"global_batch\": 8", "\"micro_batch\": 8",

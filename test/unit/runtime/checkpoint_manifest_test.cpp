@@ -1,4 +1,5 @@
 #include "checkpoint_manifest.hpp"
+#include "remove_tree.hpp"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -18,7 +19,10 @@ struct TempDir {
            ("dlrun-manifest-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
     fs::create_directories(path);
   }
-  ~TempDir() { fs::remove_all(path); }
+  ~TempDir() {
+    std::error_code ignored;
+    dlrun::runtime::remove_tree(path, ignored);
+  }
 };
 
 void write_file(const fs::path& path, const std::string& text) {

@@ -14,6 +14,7 @@
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "rank_threads.hpp"
+#include "remove_tree.hpp"
 
 // Last, in a block of its own: after every LibTorch header (glog's CHECK).
 #include "doctest_after_torch.hpp"
@@ -28,7 +29,10 @@ struct TempDir {
     path = fs::temp_directory_path() /
            ("dlrun-ckpt-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
   }
-  ~TempDir() { fs::remove_all(path); }
+  ~TempDir() {
+    std::error_code ignored;
+    dlrun::runtime::remove_tree(path, ignored);
+  }
 };
 
 dlrun::Context solo() {

@@ -47,13 +47,15 @@ TEST_SUITE("runtime::WorldEnv") {
                                         {"MASTER_ADDR", "127.0.0.1"},
                                         {"MASTER_PORT", "29511"},
                                         {"DLRUN_RESTART_COUNT", "4"},
-                                        {"DLRUN_RUN_DIR", "/r"}}));
+                                        {"DLRUN_RUN_DIR", "/r"},
+                                        {"DLRUN_DEVICE", "cuda"}}));
     CHECK(world.rank == 2);
     CHECK(world.world_size == 3);
     CHECK(world.local_rank == 1);
     CHECK(world.master_port == 29511);
     CHECK(world.restart_count == 4);
     CHECK(world.run_dir == "/r");
+    CHECK(world.device == "cuda");
     CHECK(world.distributed());
   }
 
@@ -73,5 +75,8 @@ TEST_SUITE("runtime::WorldEnv") {
     base["RANK"] = "0";
     base["MASTER_PORT"] = "http";
     CHECK(error_of(base) == "MASTER_PORT='http' is not a whole number from 1 to 65535");
+    base["MASTER_PORT"] = "1";
+    base["DLRUN_DEVICE"] = "gpu";
+    CHECK(error_of(base) == "DLRUN_DEVICE='gpu': expected cpu or cuda (or unset)");
   }
 }
