@@ -10,6 +10,10 @@ packages=(
   libboost-dev libboost-filesystem-dev
   libsqlite3-dev doctest-dev
   libtorch-dev libgloo-dev zlib1g-dev libnlopt-dev
+  # An optimized BLAS for LibTorch's matrix products: without it Debian's libtorch falls back
+  # to the reference BLAS, 10-20x slower (docs/benchmarks.md). The OpenMP build follows
+  # OMP_NUM_THREADS, which dlrun sets per rank.
+  libopenblas0-openmp
   python3-torch dataset-fashion-mnist
   procps iproute2 openssh-server openssh-client slurm-wlm munge
 )
