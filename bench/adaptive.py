@@ -10,7 +10,11 @@ and the samples are those trained on until then. A run that does not reach the t
 batch size and goodput over time) next to the table.
 
 Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
-                                   [--max-epochs 8] [--svg docs/adaptive-fashion-mnist.svg]"""
+                                   [--max-epochs 8] [--eval-every 10000] [--base-lr 2e-3]
+                                   [--svg docs/adaptive-fashion-mnist.svg]
+
+--base-lr is Adam's learning rate at batch 64; fixed sizes scale it linearly, --adaptive
+starts from it (AdaptDL assumes it is tuned for the initial batch)."""
 import argparse
 import json
 import os
@@ -89,19 +93,20 @@ def main():
     ap.add_argument("--max-epochs", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=10000)
     ap.add_argument("--max-batch", type=int, default=4096)
+    ap.add_argument("--base-lr", type=float, default=BASE_LR)
     ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dlrun-bench-adaptive-")
     rows = []
     for size in [int(s) for s in args.sizes.split(",")]:
-        lr = BASE_LR * size / BASE_BATCH
+        lr = args.base_lr * size / BASE_BATCH
         r = run(args.build, f"{tmp}/fixed-{size}", ["--batch-size", str(size), "--lr", f"{lr:g}"], args)
         rows.append((f"fixed {size} (lr {lr:g})", r))
         print(rows[-1], file=sys.stderr)
     adaptive_dir = f"{tmp}/adaptive"
-    r = run(args.build, adaptive_dir, ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{BASE_LR:g}",
+    r = run(args.build, adaptive_dir, ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{args.base_lr:g}",
                                        "--max-batch-size", str(args.max_batch)], args)
-    rows.append((f"adaptive (64 → ≤{args.max_batch}, lr 2e-3 × √gain)", r))
+    rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {args.base_lr:g} × √gain)", r))
     print(rows[-1], file=sys.stderr)
     points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
     svg(points, args.svg, args.target)

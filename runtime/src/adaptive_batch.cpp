@@ -24,6 +24,12 @@
 namespace dlrun {
 namespace {
 
+// The Adam preconditioner of the gradient norms is refreshed after every step during the first
+// k_preconditioner_warmup steps (Adam's moments still move fast), then every
+// k_preconditioner_every steps (β2 ≈ 0.999: they move slowly).
+constexpr int64_t k_preconditioner_warmup = 200;
+constexpr int64_t k_preconditioner_every = 10;
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
@@ -325,7 +331,14 @@ void AdaptiveBatch::step(int64_t samples) {
   d.stats.grad_var = d.noise.var();
   d.apply_lr(d.stats.lr_factor);
   d.dp.step(d.optimizer);
-  if (d.preconditioner) d.preconditioner->update_from_adam(d.optimizer);
+  // Refreshing the preconditioner costs several passes over every parameter: after the first
+  // steps, every few steps measure the same norms (a 10% step-time overhead instead of 24% on
+  // the example's CNN with OpenBLAS).
+  if (d.preconditioner && (d.preconditioner->inverse.empty() ||
+                           d.stats.step < k_preconditioner_warmup ||
+                           d.stats.step % k_preconditioner_every == 0)) {
+    d.preconditioner->update_from_adam(d.optimizer);
+  }
   d.record_time(seconds_since(d.mark));
   d.stats.progress += progress_increment(d.stats.gain);
   ++d.stats.step;
