@@ -7,8 +7,8 @@
 // per parameter group, before the bucket is averaged, and those norms ride in the same
 // small allreduce as the stop flag. When every rank is on this host and the bucket is a CPU
 // float tensor, the bucket and the vote are summed through shared memory (shm_allreduce.hpp)
-// on this thread, and the returned future is already complete. Internal. Used from the autograd
-// thread.
+// on the context's SerialWorker thread, whose future the hook returns. Internal. Used from the
+// autograd thread.
 
 #include <memory>
 #include <torch/csrc/distributed/c10d/comm.hpp>

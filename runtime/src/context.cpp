@@ -21,6 +21,24 @@
 namespace dlrun {
 namespace runtime {
 
+namespace {
+
+// For a world whose ranks all run on this host: CPU gradients meet in shared memory, on a
+// worker thread, instead of going through Gloo's sockets (when wanted and set up on every rank).
+void use_shared_memory_if_wanted(ContextState& state, const InitOptions& options) {
+  if (state.backend != "gloo" || state.world_size < 2 ||
+      !shm_allreduce_wanted(options.shared_memory_allreduce)) {
+    return;
+  }
+  state.shm =
+      setup_shm_allreduce(state.store, state.rank, state.world_size, options.rendezvous_timeout);
+  if (!state.shm) return;
+  state.shm->set_timeout(options.collective_timeout);
+  state.shm_worker = std::make_shared<SerialWorker>();
+}
+
+}  // namespace
+
 bool ContextState::local_stop_pending() const {
   return local_stop.load(std::memory_order_relaxed) || (uses_signals && stop_signal::pending());
 }
@@ -44,14 +62,7 @@ Context make_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, int
       create_process_group(store, rank, world_size, "127.0.0.1", state->cuda_index, options);
   state->group = group.group;
   state->backend = group.backend;
-  if (group.backend == "gloo" && world_size > 1 &&
-      shm_allreduce_wanted(options.shared_memory_allreduce)) {
-    state->shm = setup_shm_allreduce(store, rank, world_size, options.rendezvous_timeout);
-    if (state->shm) {
-      state->shm->set_timeout(options.collective_timeout);
-      state->shm_worker = std::make_shared<runtime::SerialWorker>();
-    }
-  }
+  use_shared_memory_if_wanted(*state, options);
   return Context(state);
 }
 
@@ -173,15 +184,8 @@ Context init(const InitOptions& options) {
                                                world.master_addr, state->cuda_index, options);
     state->group = group.group;
     state->backend = group.backend;
-    // Every rank on this host (dlrun local): gradients can meet in shared memory.
-    if (group.backend == "gloo" && world.local_world_size == world.world_size &&
-        runtime::shm_allreduce_wanted(options.shared_memory_allreduce)) {
-      state->shm = runtime::setup_shm_allreduce(state->store, world.rank, world.world_size,
-                                                options.rendezvous_timeout);
-      if (state->shm) {
-        state->shm->set_timeout(options.collective_timeout);
-        state->shm_worker = std::make_shared<runtime::SerialWorker>();
-      }
+    if (world.local_world_size == world.world_size) {  // every rank on this host (dlrun local)
+      runtime::use_shared_memory_if_wanted(*state, options);
     }
   }
   log::debug("rank {} of {} ready (backend {}{}, device {}, restart {})", state->rank,

@@ -12,8 +12,9 @@
 // rank waiting for another one notices when that rank's process is gone (its pid is in the
 // segment) or when the timeout passes, and throws CommunicationError naming it.
 //
-// Thread-safety: one caller at a time per rank (DataParallel's hook runs on the autograd
-// thread); collective: every rank calls allreduce with the same count, in the same order.
+// Thread-safety: one caller at a time per rank (DataParallel's hook hands the calls to one
+// SerialWorker thread); collective: every rank calls allreduce with the same count, in the
+// same order. set_timeout() bounds each barrier (default 10 min).
 
 #include <chrono>
 #include <cstddef>

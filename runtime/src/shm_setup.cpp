@@ -51,7 +51,6 @@ std::shared_ptr<ShmAllreduce> setup_shm_allreduce(const c10::intrusive_ptr<c10d:
       shm = ShmAllreduce::open(to_string(store->get(k_name_key)), world_size);
     }
     shm->join(rank);
-    shm->set_timeout(timeout);
   } catch (const std::exception& e) {
     failure = e.what();
     shm.reset();

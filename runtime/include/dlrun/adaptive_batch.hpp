@@ -24,8 +24,8 @@
 //       auto loss = loss_sum(parts[i]) * batch->loss_scale(ctx.world_size());
 //       adaptive.backward(loss, i + 1 == parts.size());      // sync on the last one only
 //     }
-//     adaptive.step(batch->global_size);   // noise scale, lr factor, optimizer.step(), re-plan,
-//     metrics optimizer.zero_grad();
+//     adaptive.step(batch->global_size);  // noise scale, lr, optimizer.step(), re-plan, metrics
+//     optimizer.zero_grad();
 //   }
 //
 // Ownership: keeps the Context; the DataParallel and the optimizer are the caller's and must
