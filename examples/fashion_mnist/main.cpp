@@ -39,6 +39,7 @@
 #include "dlrun/runtime.hpp"
 #include "fashion_mnist_data.hpp"
 #include "progress.hpp"
+#include "step_gate.hpp"
 #include "trace.hpp"
 
 namespace F = torch::nn::functional;
@@ -56,6 +57,7 @@ struct Options {
   std::string trace_dir;
   int64_t checkpoint_every = 0;
   int slow_ms = 0;
+  std::string step_gate;
   bool adaptive = false;
   int64_t max_batch_size = 4096;
   int64_t max_micro_batch = 0;
@@ -125,6 +127,7 @@ class Trainer {
         m_adam(m_net->parameters(), torch::optim::AdamOptions(options.lr)),
         m_sampler(m_train.size(), m_ctx, options.seed),
         m_trace(options.trace_dir, m_ctx.rank()),
+        m_gate(options.step_gate),
         m_progress(m_ctx.is_main()) {
     if (options.adaptive) m_adaptive.emplace(m_ctx, m_dp, m_adam, adaptive_options(options));
     m_next_eval = options.eval_every;
@@ -132,6 +135,7 @@ class Trainer {
 
   int run() {
     restore();
+    m_trace.start(m_ctx.world_size(), m_step);
     m_epoch_start = std::chrono::steady_clock::now();
     while (m_sampler.epoch() < m_options.epochs) {
       auto batch = m_sampler.next(m_adaptive ? m_adaptive->global_batch() : m_options.batch_size);
@@ -139,6 +143,7 @@ class Trainer {
         end_epoch();
         continue;
       }
+      m_gate.wait_for(m_step + 1, [this] { return m_ctx.stop_pending(); });
       train_step(*batch);
       if (m_ctx.stop_requested()) return stop();
       if (m_options.checkpoint_every > 0 && m_step % m_options.checkpoint_every == 0) save();
@@ -308,6 +313,7 @@ class Trainer {
   std::optional<dlrun::AdaptiveBatch> m_adaptive;
   std::optional<dlrun::Checkpoint> m_ckpt;
   fashion_mnist::Trace m_trace;
+  fashion_mnist::StepGate m_gate;
   fashion_mnist::Progress m_progress;
   int64_t m_step = 0;
   double m_loss_avg = 0;
@@ -343,7 +349,9 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", options.data_dir, "Directory of the Fashion-MNIST .gz files");
   app.add_option("--trace-dir", options.trace_dir,
                  "Append the samples each rank trains on and the loss here (for tests)");
-  app.add_option("--slow-ms", options.slow_ms, "Sleep this long after each step (for tests)");
+  app.add_option("--slow-ms", options.slow_ms, "Sleep this long after each step (for benchmarks)");
+  app.add_option("--step-gate", options.step_gate,
+                 "Take step S only once this file holds a number >= S (tests pace training with it)");
   app.add_flag(
       "--adaptive", options.adaptive,
       "Choose the batch size by goodput and scale the learning rate (dlrun::AdaptiveBatch); "

@@ -30,10 +30,8 @@ namespace {
 constexpr int64_t k_preconditioner_warmup = 200;
 constexpr int64_t k_preconditioner_every = 10;
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 ScalingRule resolve_rule(ScalingRule rule, torch::optim::Optimizer& optimizer) {
@@ -89,9 +87,10 @@ struct AdaptiveBatch::Impl {
   std::optional<runtime::MetricsLog> metrics;
 
   // Timing of the step in flight.
-  Clock::time_point mark = Clock::now();
+  double now() const { return options.clock ? options.clock() : steady_seconds(); }
+  double mark = now();
   bool time_this_step = false;  // the first step (and the first after a switch) warms up
-  Clock::time_point interval_start = Clock::now();
+  double interval_start = now();
   int64_t interval_samples = 0;
 
   runtime::BatchLimits limits() const;
@@ -231,13 +230,13 @@ void AdaptiveBatch::Impl::replan() {
 }
 
 void AdaptiveBatch::Impl::log_metrics() {
-  const double seconds = seconds_since(interval_start);
+  const double seconds = now() - interval_start;
   stats.samples_per_sec = seconds > 0 ? static_cast<double>(interval_samples) / seconds : 0.0;
   stats.efficiency =
       runtime::efficiency(stats.noise_scale, static_cast<double>(options.initial_batch),
                           static_cast<double>(shape.global_batch));
   stats.goodput = stats.samples_per_sec * stats.efficiency;
-  interval_start = Clock::now();
+  interval_start = now();
   interval_samples = 0;
   if (!metrics) return;
   metrics->append({{"step", static_cast<double>(stats.step)},
@@ -310,12 +309,12 @@ void AdaptiveBatch::backward(const at::Tensor& loss, bool last) {
     m_impl->dp.backward(loss);
   }
   // Forward + backward of an accumulated micro-batch (the forward ran before this call).
-  const double seconds = std::chrono::duration<double>(Clock::now() - m_impl->mark).count();
+  const double seconds = m_impl->now() - m_impl->mark;
   if (m_impl->time_this_step) {
     m_impl->profile.add_accum(m_impl->context.nodes(), m_impl->context.world_size(),
                               m_impl->shape.micro_batch, seconds);
   }
-  m_impl->mark = Clock::now();
+  m_impl->mark = m_impl->now();
 }
 
 void AdaptiveBatch::step(int64_t samples) {
@@ -339,13 +338,13 @@ void AdaptiveBatch::step(int64_t samples) {
                            d.stats.step % k_preconditioner_every == 0)) {
     d.preconditioner->update_from_adam(d.optimizer);
   }
-  d.record_time(seconds_since(d.mark));
+  d.record_time(d.now() - d.mark);
   d.stats.progress += progress_increment(d.stats.gain);
   ++d.stats.step;
   d.interval_samples += samples;
   if (d.replan_due || d.stats.step % d.options.replan_every == 0) d.replan();
   if (d.options.log_every > 0 && d.stats.step % d.options.log_every == 0) d.log_metrics();
-  d.mark = Clock::now();
+  d.mark = d.now();
 }
 
 double AdaptiveBatch::progress() const {

@@ -126,7 +126,9 @@ int Context::exit_code() const {
 void Context::request_stop() {
   m_state->local_stop.store(true, std::memory_order_relaxed);
 }
-
+bool Context::stop_pending() const {
+  return m_state->local_stop_pending();
+}
 bool Context::poll_stop() {
   m_state->report_progress();
   if (!m_state->group) {

@@ -14,10 +14,11 @@ from test_runtime import ExampleCase
 class AdaptiveTraining(ExampleCase):
     def adaptive_args(self, *extra):
         # --slow-ms: a fixed cost per step, as data loading is, so that larger batches are
-        # clearly faster per sample and the goodput model moves the batch up.
+        # clearly faster per sample and the goodput model moves the batch up (it is the
+        # model's input, not the test's pacing: the step gate paces the test).
         # 4 epochs of 1200 samples, batches of 16 to 96 (micro-batches of at most 24 per rank:
         # 2 ranks accumulate 2 micro-steps at 96): 50 to 300 steps.
-        args = self.example_args("--adaptive", "--max-batch-size", "96", "--max-micro-batch", "24",
+        args = self.gated_args("--adaptive", "--max-batch-size", "96", "--max-micro-batch", "24",
                                  "--replan-every", "8", "--slow-ms", "20", *extra)
         args[args.index("--batch-size") + 1] = "16"
         args[args.index("--epochs") + 1] = "4"
@@ -30,11 +31,12 @@ class AdaptiveTraining(ExampleCase):
     def test_batch_changes_and_resume_with_3_ranks_trains_every_sample_once(self):
         run_dir1 = os.path.join(self.tmp, "run1")
         run1 = self.start("local", "--nproc", "2", "--run-dir", run_dir1, *self.adaptive_args())
-        self.wait_steps(run1, 32)
+        self.hold_at(run1, 32)
         os.kill(run1.pid, signal.SIGTERM)
         code, out1, err1 = self.finish(run1)
         self.assertEqual(code, 143, out1 + err1)
         stop = int(re.search(r"\[0\] stopped after step (\d+) .*exit 75", out1).group(1))
+        self.assertEqual(stop, 33)
         lines1 = self.metrics(run_dir1)
         self.assertGreaterEqual(len(lines1), 3)
         for key in ("time", "step", "progress", "replicas", "global_batch", "micro_batch", "accum_steps",
@@ -48,6 +50,7 @@ class AdaptiveTraining(ExampleCase):
             self.checkpoints, f"step-{stop:012d}", "state-adaptive.txt")))
 
         run_dir2 = os.path.join(self.tmp, "run2")
+        self.allow(10**9)  # run 2 trains to the end
         code, out2, err2 = self.run_dlrun("local", "--nproc", "3", "--run-dir", run_dir2,
                                           *self.adaptive_args(), timeout=240)
         self.assertEqual(code, 0, out2 + err2)

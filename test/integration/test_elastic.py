@@ -67,7 +67,7 @@ class Resize(DlrunTestCase):
         p.communicate(timeout=60)
 
     def test_a_fixed_size_job_is_not_resized(self):
-        p = self.start("local", "--nproc", "2", "sleep", "30")
+        p = self.start("local", "--nproc", "2", "sleep", "1000")
         job = self.job_id(p)
         self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.home, "runs", job, "job.json")), 30))
         r = self.dlrun("resize", job, "1")
@@ -126,15 +126,17 @@ class Watchdog(DlrunTestCase):
         script = self.script("hang.sh", 'if [ "$RANK" = 1 ]; then exec sleep 300; fi\n'
                                         'while true; do touch "$DLRUN_PROGRESS_FILE"; sleep 0.1; done\n')
         start = time.monotonic()
-        r = self.dlrun("local", "--nproc", "2", "--watchdog", "1.5", "--grace", "1", script)
+        r = self.dlrun("local", "--nproc", "2", "--watchdog", "4", "--grace", "1", script)
         self.assertLess(time.monotonic() - start, 60)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("dlrun: error: rank 1 made no progress for 1.5 s (--watchdog): treating it as failed", r.stderr)
+        self.assertIn("dlrun: error: rank 1 made no progress for 4 s (--watchdog): treating it as failed", r.stderr)
 
     def test_ranks_that_report_progress_run_on(self):
-        script = self.script("busy.sh", 'i=0; while [ $i -lt 25 ]; do touch "$DLRUN_PROGRESS_FILE"; sleep 0.1; '
-                                        'i=$((i+1)); done\n')
-        r = self.dlrun("local", "--nproc", "2", "--watchdog", "1", script)
+        # Runs for three watchdog periods, by the clock (a count of touches would end sooner
+        # on a slower machine), touching ten times a period.
+        script = self.script("busy.sh", 'end=$(( $(date +%s) + 9 )); while [ $(date +%s) -lt $end ]; do '
+                                        'touch "$DLRUN_PROGRESS_FILE"; sleep 0.3; done\n')
+        r = self.dlrun("local", "--nproc", "2", "--watchdog", "3", script)
         self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_bad_watchdog(self):

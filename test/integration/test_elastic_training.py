@@ -15,17 +15,22 @@ from test_runtime import BATCH, EPOCHS, STEPS, TRAIN_LIMIT, ExampleCase
 
 class ResizeDuringTraining(ExampleCase):
     def test_resize_2_to_3_to_1_trains_every_sample_once(self):
-        p = self.start("local", "--nproc", "1:3", "--run-dir", os.path.join(self.tmp, "run"), "--",
-                       *self.example_args("--slow-ms", "30"))
         run_dir = os.path.join(self.tmp, "run")
+        p = self.start("local", "--nproc", "1:3", "--run-dir", run_dir, "--", *self.gated_args())
         self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "job.json")), 30))
         with open(os.path.join(run_dir, "job.json")) as f:
             job = re.search(r'"id": "([^"]+)"', f.read()).group(1)
-        self.wait_steps(p, 10)
-        for size, after in ((2, 30), (3, 55), (1, 80)):
+        held = 10
+        self.hold_at(p, held)
+        for start, (size, next_hold) in enumerate(((2, 30), (3, 55), (1, 80)), start=2):
             r = self.dlrun("resize", job, str(size), timeout=120)
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.wait_steps(p, after)
+            # Every rank was asked to stop: each leaves the gate, they take one more step
+            # together, checkpoint, and the group starts again at the new size.
+            self.assertEqual(self.wait_starts(p, start), (size, held + 1))
+            held = next_hold
+            self.hold_at(p, held)
+        self.allow(STEPS)
         code, out, err = self.finish(p, timeout=240)
         self.assertEqual(code, 0, err[-3000:])
         self.assertRegex(out.splitlines()[-1], r"^\[0\] test_accuracy=0\.\d{4}$")
@@ -41,26 +46,40 @@ class ResizeDuringTraining(ExampleCase):
 
 
 class RandomKills(ExampleCase):
+    KILLS = 20
+
     def test_twenty_kill_9_of_random_ranks(self):
+        # The gate holds the run short of its last step until the test has killed 20 times,
+        # so the run lasts as long as the kills take, on a machine of any speed. Each kill
+        # lands after a random number (0 to 6) of the run's own steps since the group came
+        # back, or while the group waits at the gate.
         random.seed(7)
+        gate = STEPS - 1
         p = self.start("local", "--nproc", "2", "--max-restarts", "25", "--grace", "2", "--",
-                       *self.example_args("--checkpoint-every", "5", "--slow-ms", "20"))
+                       *self.gated_args("--checkpoint-every", "5"))
+        self.allow(gate)
         kills = 0
-        while kills < 20 and p.poll() is None:
-            time.sleep(random.uniform(0.2, 1.5))
+        while kills < self.KILLS:
+            if p.poll() is not None:
+                self.fail(f"dlrun ended after {kills} kills: {p.communicate()}")
+            trained = self.steps_done() + random.randrange(7)
+            self.wait_until(p, lambda: self.steps_done() >= trained or self.last_step() == gate,
+                            f"{trained} steps")
             rank = random.randrange(2)
             try:
                 pid = self.rank_pid(rank)
                 os.kill(pid, signal.SIGKILL)
-                kills += 1
-                # Wait for the group to be back (a new pid for that rank) before the next kill.
-                wait_for(lambda: p.poll() is not None or self._pid_changed(rank, pid), 60)
             except (FileNotFoundError, ValueError, ProcessLookupError):
-                continue
-        self.assertEqual(kills, 20, "training ended before 20 kills: make the run longer")
+                time.sleep(0.01)
+                continue  # that rank is being restarted: another moment
+            kills += 1
+            # Wait for the group to be back (a new pid for that rank) before the next kill.
+            self.wait_until(p, lambda: self._pid_changed(rank, pid), f"rank {rank} restarted")
+        self.allow(STEPS)
         code, out, err = self.finish(p, timeout=300)
         self.assertEqual(code, 0, err[-3000:])
-        self.assertEqual(len(re.findall(r"rank \d was killed by signal 9 \(SIGKILL\); stopping", err)), 20)
+        self.assertEqual(len(re.findall(r"rank \d was killed by signal 9 \(SIGKILL\); stopping", err)),
+                         self.KILLS, err[-3000:])
         # The last attempt trained to the end: its steps reach exactly STEPS.
         with open(os.path.join(self.trace, "loss.txt")) as f:
             last_step = max(int(line.split()[0]) for line in f)

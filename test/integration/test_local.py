@@ -96,6 +96,8 @@ class ExitCodes(DlrunTestCase):
         pids = os.path.join(self.tmp, "pids")
         script = self.script("train.sh", f"""
 if [ "$RANK" = 1 ]; then
+  # Fail once the others are up, so that "every rank was stopped" is checked on their pids.
+  while [ "$(cat {pids} 2>/dev/null | wc -l)" -lt 2 ]; do sleep 0.02; done
   echo "loading data" >&2; echo "Traceback: out of memory" >&2; exit 7
 fi
 echo $$ >> {pids}
@@ -109,6 +111,7 @@ exec sleep 300
         self.assertIn("rank 1 exited with code 7; last 2 lines of its stderr", r.stderr)
         self.assertIn("  | Traceback: out of memory", r.stderr)
         self.assertIn(os.path.join(self.run_dir(), "rank-1.log"), r.stderr)
+        self.assertEqual(len(read_pids(pids)), 2)
         for pid in read_pids(pids):
             self.assertFalse(pid_alive(pid), f"rank process {pid} survived")
         with open(os.path.join(self.run_dir(), "job.json")) as f:
@@ -121,9 +124,14 @@ exec sleep 300
         self.assertIn("rank 0 was killed by signal 11 (SIGSEGV)", r.stderr)
 
     def test_rank_ignoring_sigterm_is_killed_after_grace(self):
-        script = self.script("stubborn.sh", """
-if [ "$RANK" = 0 ]; then sleep 0.3; exit 4; fi
+        trapped = os.path.join(self.tmp, "trapped")
+        script = self.script("stubborn.sh", f"""
+if [ "$RANK" = 0 ]; then
+  until [ -e {trapped} ]; do sleep 0.02; done  # rank 1 ignores SIGTERM by now
+  exit 4
+fi
 trap '' TERM
+touch {trapped}
 while true; do sleep 0.1; done
 """)
         start = time.monotonic()
@@ -284,8 +292,11 @@ class Restarts(DlrunTestCase):
         attempts = os.path.join(self.tmp, "attempts")
         script = self.script("flaky.sh", f"""
 echo "$RANK $DLRUN_RESTART_COUNT $MASTER_PORT" >> {attempts}
-if [ "$RANK" = 1 ] && [ "$DLRUN_RESTART_COUNT" = 0 ]; then exit 3; fi
-sleep 0.2
+if [ "$RANK" = 1 ] && [ "$DLRUN_RESTART_COUNT" = 0 ]; then
+  # Fail only once rank 0 has recorded its first attempt (the stop would cut it short).
+  until grep -q '^0 0 ' {attempts}; do sleep 0.02; done
+  exit 3
+fi
 """)
         r = self.dlrun("local", "--nproc", "2", "--max-restarts", "2", script)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -379,7 +390,10 @@ while true; do sleep 0.05; done
         p = self.start("local", "--nproc", "2", "--grace", "120", script)
         self.assertTrue(wait_for(lambda: len(read_words(ready)) == 4, 30))
         p.send_signal(signal.SIGINT)
-        time.sleep(0.5)
+        # dlrun passed the first one on (the ranks' children took it), and the ranks, which
+        # ignore it, still run.
+        self.assertTrue(wait_for(lambda: len(read_words(marks)) == 2, 30), read_words(marks))
+        self.assertEqual(sorted(read_words(marks)), ["child-0-INT", "child-1-INT"])
         self.assertIsNone(p.poll(), "dlrun ended although its ranks ignore SIGINT")
         start = time.monotonic()
         p.send_signal(signal.SIGINT)

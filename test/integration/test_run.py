@@ -120,7 +120,10 @@ class Failures(ClusterTestCase):
     def test_failing_rank_stops_every_host(self):
         pids = os.path.join(self.tmp, "pids")
         script = self.script("fail.sh", f"""
-if [ "$RANK" = 1 ]; then sleep 0.5; echo "bad batch" >&2; exit 7; fi
+if [ "$RANK" = 1 ]; then
+  until [ -s {pids} ]; do sleep 0.02; done  # rank 0 is up: "every host stopped" checks its pid
+  echo "bad batch" >&2; exit 7
+fi
 echo $$ >> {pids}
 exec sleep 300
 """)
@@ -130,7 +133,8 @@ exec sleep 300
         self.assertEqual(r.returncode, 7, r.stderr)
         self.assertIn(f"dlrun[{self.cluster.addresses[1]}]: error: rank 1 exited with code 7", r.stderr)
         self.assertIn("bad batch", r.stderr)
-        self.assertTrue(wait_for(lambda: not any(pid_alive(p) for p in read_pids(pids)), 10), "a rank survived")
+        self.assertEqual(len(read_pids(pids)), 1)
+        self.assertTrue(wait_for(lambda: not any(pid_alive(p) for p in read_pids(pids)), 30), "a rank survived")
 
     def test_host_killed_mid_run_stops_the_others(self):
         pids = os.path.join(self.tmp, "pids")

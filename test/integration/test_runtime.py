@@ -73,11 +73,68 @@ class ExampleCase(DlrunTestCase):
             self.fail(f"dlrun did not finish in {timeout} s:\n{out}\n{err}")
         return proc.returncode, out, err
 
-    def wait_steps(self, proc, count):
-        reached = wait_for(lambda: self.steps_done() >= count or proc.poll() is not None, timeout=90)
-        self.assertTrue(reached)
+    # Pacing (docs/development.md): a gated run takes step S only once the test has allowed
+    # it, so a signal, kill or resize lands at a step the test chose, on a machine of any speed.
+    def gated_args(self, *extra):
+        """example_args with --step-gate: nothing is trained until allow()."""
+        self.gate = os.path.join(self.tmp, "gate")
+        return self.example_args("--step-gate", self.gate, *extra)
+
+    def allow(self, step):
+        """Lets a gated run train up to and including `step` (atomically: never half a number)."""
+        with open(self.gate + ".new", "w") as f:
+            f.write(f"{step}\n")
+        os.rename(self.gate + ".new", self.gate)
+
+    def last_step(self):
+        """The step rank 0 trained last (0 before the first)."""
+        try:
+            with open(os.path.join(self.trace, "loss.txt")) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return 0
+        return int(lines[-1].split()[0]) if lines else 0
+
+    def hold_at(self, proc, step):
+        """Allows training up to `step` and waits until it is there, held by the gate."""
+        self.allow(step)
+        self.wait_until(proc, lambda: self.last_step() == step, f"step {step}")
+
+    def starts(self):
+        """[(world size, step resumed from)], one per start of the group, from rank 0's trace."""
+        try:
+            with open(os.path.join(self.trace, "starts.txt")) as f:
+                return [tuple(int(x) for x in line.split()) for line in f]
+        except FileNotFoundError:
+            return []
+
+    def wait_starts(self, proc, count):
+        """Waits until the group has started `count` times; returns the last start."""
+        self.wait_until(proc, lambda: len(self.starts()) >= count, f"start {count} of the group")
+        return self.starts()[-1]
+
+    def wait_until(self, proc, predicate, what, timeout=180):
+        reached = wait_for(lambda: predicate() or proc.poll() is not None, timeout=timeout)
         if proc.poll() is not None:
-            self.fail(f"training ended before step {count}: {proc.communicate()}")
+            self.fail(f"dlrun ended before {what}: {proc.communicate()}")
+        self.assertTrue(reached, f"no {what} in {timeout} s")
+
+    def signal_rank(self, rank, signum):
+        """Sends signum to one rank and waits until the rank has taken it (its handler ran), so
+        that the next step the gate allows carries the stop request."""
+        pid = self.rank_pid(rank)
+        os.kill(pid, signum)
+        bit = 1 << (signum - 1)
+
+        def delivered():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+            except FileNotFoundError:
+                return True
+            return not (int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)) & bit
+
+        self.assertTrue(wait_for(delivered, timeout=60), f"rank {rank} never took signal {signum}")
 
     def samples_per_epoch(self):
         """{epoch: Counter(index -> times trained)} over every rank's trace of every run."""
@@ -96,10 +153,12 @@ class ElasticResume(ExampleCase):
     def test_stop_and_resume_with_2_then_1_then_3_ranks_trains_every_sample_once(self):
         # Run 1: 2 ranks. SIGUSR1 to rank 1 mid-epoch: all ranks stop after the same step,
         # checkpoint and exit 75; dlrun restarts them (restart 1), they resume.
-        run1 = self.start("local", "--nproc", "2", *self.example_args("--slow-ms", "15"))
-        self.wait_steps(run1, 15)
-        os.kill(self.rank_pid(1), signal.SIGUSR1)
-        self.wait_steps(run1, 35)
+        run1 = self.start("local", "--nproc", "2", *self.gated_args())
+        self.hold_at(run1, 15)
+        self.signal_rank(1, signal.SIGUSR1)
+        self.allow(35)  # rank 0 has no request of its own: let it take the step that carries rank 1's
+        self.assertEqual(self.wait_starts(run1, 2), (2, 16))
+        self.hold_at(run1, 35)
         # Then SIGTERM to dlrun itself (as Ctrl-C would): ranks checkpoint, dlrun exits 143.
         os.kill(run1.pid, signal.SIGTERM)
         code, out1, err1 = self.finish(run1)
@@ -107,21 +166,20 @@ class ElasticResume(ExampleCase):
         self.assertIn("dlrun: ranks asked to be restarted: restarting all 2 ranks", err1)
         stops = re.findall(r"\[0\] stopped after step (\d+) \(epoch \d, sample \d+ of 1200\): "
                            r"checkpoint saved, exit 75", out1)
-        self.assertEqual(len(stops), 2, out1)
+        self.assertEqual(stops, ["16", "36"], out1)
         resumed = re.findall(r"\[0\] resumed from step (\d+) .*saved by 2 rank\(s\); now 2 rank\(s\)", out1)
         self.assertEqual(resumed, stops[:1], out1)
         first_stop, second_stop = int(stops[0]), int(stops[1])
-        self.assertLess(first_stop, STEPS)
 
         # Run 2: 1 rank, from run 1's checkpoint; stopped again mid-way.
-        run2 = self.start("local", "--nproc", "1", *self.example_args("--slow-ms", "15"))
-        self.wait_steps(run2, second_stop + 15)
+        run2 = self.start("local", "--nproc", "1", *self.gated_args())
+        self.hold_at(run2, second_stop + 15)
         os.kill(run2.pid, signal.SIGTERM)
         code, out2, err2 = self.finish(run2)
         self.assertEqual(code, 143, out2 + err2)
         self.assertRegex(out2, rf"\[0\] resumed from step {second_stop} .*saved by 2 rank\(s\); now 1 rank\(s\)")
         third_stop = int(re.search(r"\[0\] stopped after step (\d+)", out2).group(1))
-        self.assertLess(third_stop, STEPS)
+        self.assertEqual(third_stop, second_stop + 16)
 
         # Run 3: 3 ranks, to the end.
         code, out3, err3 = self.run_dlrun("local", "--nproc", "3", *self.example_args(), timeout=180)
@@ -155,16 +213,17 @@ class RankSignals(ExampleCase):
     def test_sigterm_to_one_rank_checkpoints_and_the_group_restarts(self):
         # A preempted rank: SIGTERM to it alone. All ranks stop after the same step and exit
         # 75; dlrun restarts them and they finish from the checkpoint.
-        args = self.example_args("--slow-ms", "15")
+        args = self.gated_args()
         args[args.index("--epochs") + 1] = "1"
         run = self.start("local", "--nproc", "2", *args)
-        self.wait_steps(run, 10)
-        os.kill(self.rank_pid(0), signal.SIGTERM)
+        self.hold_at(run, 10)
+        self.signal_rank(0, signal.SIGTERM)
+        self.allow(STEPS)
         code, out, err = self.finish(run)
         self.assertEqual(code, 0, out + err)
         self.assertIn("dlrun: ranks asked to be restarted: restarting all 2 ranks", err)
-        stop = int(re.search(r"\[0\] stopped after step (\d+) .* exit 75", out).group(1))
-        self.assertRegex(out, rf"\[0\] resumed from step {stop} ")
+        self.assertRegex(out, r"\[0\] stopped after step 11 .* exit 75")
+        self.assertRegex(out, r"\[0\] resumed from step 11 ")
         counts = self.samples_per_epoch()[0]
         self.assertEqual(sorted(counts), list(range(TRAIN_LIMIT)))
         self.assertEqual(set(counts.values()), {1})

@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from harness import PYTHON, DlrunTestCase, wait_for
+from harness import PYTHON, DlrunTestCase, read_words, wait_for
 import slurm_cluster
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -75,15 +75,15 @@ class OnSlurm(DlrunTestCase):
 
     def test_cancel_a_running_job(self):
         marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
         r = self.dlrun("submit", "--parsable",
                        self.job(["sh", "-c", f"trap 'echo $RANK >> {marks}; exit 0' TERM; "
-                                             "while true; do sleep 0.1; done"]))
+                                             f"echo $RANK >> {ready}; while true; do sleep 0.1; done"]))
         self.assertEqual(r.returncode, 0, r.stderr)
         job_id = r.stdout.strip()
         self.assertTrue(wait_for(lambda: self.status(job_id)["state"] == "RUNNING", 60))
-        self.assertTrue(wait_for(lambda: "[" in self.dlrun("logs", job_id).stdout or os.path.exists(marks) or
-                                 len(os.listdir(os.path.join(self.home, "jobs", job_id))) > 3, 30))
-        time.sleep(1)
+        # Both ranks have set their trap: the cancel reaches running ranks, not starting ones.
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 120), read_words(ready))
         c = self.dlrun("cancel", job_id, timeout=180)
         self.assertEqual(c.stdout, f"Job {job_id} CANCELLED\n", c.stderr)
         job = self.status(job_id)

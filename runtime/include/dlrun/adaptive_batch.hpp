@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,10 @@ struct AdaptiveBatchOptions {
   // $DLRUN_RUN_DIR/metrics.jsonl unless metrics_path is given.
   int64_t log_every = 10;
   std::string metrics_path;
+  // Seconds on a monotonic clock, read to time steps and micro-steps. Empty: steady_clock.
+  // Tests give step times of their choosing here, so that what is decided does not depend
+  // on how fast or busy the machine is.
+  std::function<double()> clock;
 };
 
 // The shape of the next optimizer step; the same on every rank.

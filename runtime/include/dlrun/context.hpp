@@ -78,6 +78,10 @@ class Context {
   int exit_code() const;
   // Asks for a stop as a signal would; reduced at the next step like one.
   void request_stop();
+  // True once this rank was asked to stop (a signal or request_stop()), before the ranks have
+  // agreed on it: a loop that waits for something outside training can end its wait and take
+  // the step that carries the request.
+  bool stop_pending() const;
   // For loops without DataParallel: a tiny allreduce of the stop flags; returns stop_requested().
   bool poll_stop();
 
