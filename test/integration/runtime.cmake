@@ -7,8 +7,8 @@ if(TARGET fashion_mnist)
   dlrun_integration_test(test_runtime InitErrors TIMEOUT 60 LABELS runtime)
 endif()
 if(TARGET fashion_mnist)
-  # About 80 s on two cores: the full training set, twice.
-  dlrun_integration_test(test_runtime Accuracy TIMEOUT 400 LABELS runtime)
+  # The full training set, twice: 15-80 s on two cores; the limit is for a hang, not a pace.
+  dlrun_integration_test(test_runtime Accuracy TIMEOUT 900 LABELS runtime)
 endif()
 if(TARGET fashion_mnist)
   dlrun_integration_test(test_adaptive AdaptiveTraining TIMEOUT 300 LABELS runtime)

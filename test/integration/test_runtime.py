@@ -255,7 +255,7 @@ class CheckpointFallback(ExampleCase):
 class Accuracy(ExampleCase):
     def test_two_ranks_reach_88_percent_on_the_full_data_in_two_epochs(self):
         code, out, err = self.run_dlrun("local", "--nproc", "2", EXAMPLE, "--epochs", "2",
-                                    "--checkpoint-dir", self.checkpoints, timeout=400)
+                                    "--checkpoint-dir", self.checkpoints, timeout=850)
         self.assertEqual(code, 0, out + err)
         self.assertEqual(len(re.findall(r"^\[0\] epoch \d/2: loss ", out, re.M)), 2, out)
         last = out.strip().splitlines()[-1]
