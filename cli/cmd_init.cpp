@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "project_templates.hpp"
 
 namespace fs = std::filesystem;

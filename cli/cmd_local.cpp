@@ -8,7 +8,7 @@
 
 #include "commands.hpp"
 #include "group_options.hpp"
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/local_job.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"

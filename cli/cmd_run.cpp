@@ -9,7 +9,7 @@
 
 #include "commands.hpp"
 #include "dlrun/launcher/cluster_job.hpp"
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"

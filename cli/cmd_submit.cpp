@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/process.hpp"
 

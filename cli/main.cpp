@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "dlrun/launcher/error.hpp"
-#include "dlrun/launcher/log.hpp"
-#include "dlrun/launcher/version.hpp"
+#include "dlrun/error.hpp"
+#include "dlrun/log.hpp"
+#include "dlrun/version.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace {

@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 
 #include "dlrun/launcher/cluster_job.hpp"
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/free_port.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/network.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/rendezvous.hpp"

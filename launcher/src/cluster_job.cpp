@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/error.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/network.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/rendezvous.hpp"

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 
 namespace dlrun::launcher {
 namespace {

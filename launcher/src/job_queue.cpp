@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/slurm.hpp"

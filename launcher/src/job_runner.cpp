@@ -12,12 +12,12 @@
 #include <fmt/format.h>
 
 #include "dlrun/launcher/cluster_job.hpp"
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/local_job.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/supervisor.hpp"
 #include "dlrun/protocol.hpp"
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/text.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/gpu_selection.hpp"

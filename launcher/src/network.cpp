@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/host_list.hpp"
 
 namespace dlrun::launcher {

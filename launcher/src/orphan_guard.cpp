@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/error.hpp"
+#include "dlrun/log.hpp"
 
 namespace dlrun::launcher {
 namespace {

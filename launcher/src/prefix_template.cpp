@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/text.hpp"
 
 namespace dlrun::launcher {

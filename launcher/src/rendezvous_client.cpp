@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/rendezvous.hpp"
 #include "dlrun/launcher/text.hpp"
 

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace fs = std::filesystem;

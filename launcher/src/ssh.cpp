@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"

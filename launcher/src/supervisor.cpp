@@ -14,9 +14,9 @@
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/free_port.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/protocol.hpp"
 

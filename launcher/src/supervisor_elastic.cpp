@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/supervisor.hpp"
 #include "dlrun/protocol.hpp"
 

@@ -6,8 +6,8 @@
 
 #include <cerrno>
 
-#include "dlrun/launcher/error.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/error.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
 
 namespace dlrun::launcher {

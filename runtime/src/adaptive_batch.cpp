@@ -13,7 +13,7 @@
 #include "adaptive_state.hpp"
 #include "dlrun/data_parallel.hpp"
 #include "dlrun/elastic_sampler.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "goodput/goodput.hpp"
 #include "goodput/gradient_noise_scale.hpp"

@@ -16,8 +16,8 @@
 #include "checkpoint_manifest.hpp"
 #include "remove_tree.hpp"
 #include "dlrun/elastic_sampler.hpp"
-#include "dlrun/launcher/log.hpp"
-#include "dlrun/launcher/version.hpp"
+#include "dlrun/log.hpp"
+#include "dlrun/version.hpp"
 #include "dlrun/runtime_errors.hpp"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "context_state.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "process_group_factory.hpp"

@@ -13,7 +13,7 @@
 
 #include "bucket_hook.hpp"
 #include "context_state.hpp"
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 
 namespace dlrun {

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 
 namespace dlrun::runtime {
 

@@ -11,7 +11,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "port_probe.hpp"
 

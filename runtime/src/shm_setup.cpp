@@ -9,7 +9,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/protocol.hpp"
 #include "shm_allreduce.hpp"
 

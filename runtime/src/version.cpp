@@ -1,4 +1,4 @@
-#include "dlrun/launcher/version.hpp"
+#include "dlrun/version.hpp"
 
 #include <torch/version.h>
 

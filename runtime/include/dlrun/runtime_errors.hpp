@@ -1,12 +1,12 @@
 #pragma once
 // The exceptions dlrun's runtime throws, all `dlrun::Error` subclasses (see
-// dlrun/launcher/error.hpp and docs/errors.md). Each message says what failed, on what
+// dlrun/error.hpp and docs/errors.md). Each message says what failed, on what
 // input and what to do. A training program that lets them escape main() exits with
 // std::terminate; catch `dlrun::Error` and return e.exit_code() to keep dlrun's codes.
 
 #include <string>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 
 namespace dlrun {
 

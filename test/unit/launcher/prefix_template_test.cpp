@@ -2,7 +2,7 @@
 
 #include <doctest/doctest.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 
 using namespace dlrun::launcher;
 

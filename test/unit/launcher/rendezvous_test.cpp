@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "dlrun/launcher/error.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/ssh.hpp"
 
 using namespace dlrun::launcher;

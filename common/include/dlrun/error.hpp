@@ -1,7 +1,9 @@
 #pragma once
-// The exceptions dlrun's launcher throws. Each message says what failed, on what input and
-// what to do; the CLI catches once at the top, prints `dlrun: error: <message>` and exits
-// with exit_code(). The taxonomy is written up in docs/errors.md.
+// The exceptions of dlrun's launcher and runtime (the runtime's own are in
+// runtime_errors.hpp). Each message says what failed, on what input and what to do; the CLI
+// catches once at the top, prints `dlrun: error: <message>` and exits with exit_code(). The
+// taxonomy is written up in docs/errors.md. Part of dlrun_common (common/): the launcher and
+// the runtime share it.
 
 #include <stdexcept>
 #include <string>

@@ -1,4 +1,4 @@
-#include "dlrun/launcher/log.hpp"
+#include "dlrun/log.hpp"
 
 #include <unistd.h>
 
