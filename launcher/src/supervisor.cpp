@@ -47,10 +47,10 @@ std::string now_iso8601() {
 
 }  // namespace
 
-Supervisor::Supervisor(const LocalJob& job)
+Supervisor::Supervisor(const LocalJob& job, const RunnerFactory& runner)
     : m_job(job),
+      m_runner(runner ? runner(m_io) : make_process_runner(m_io)),
       m_stop_signals(m_io, SIGINT, SIGTERM, SIGHUP),
-      m_child_signal(m_io, SIGCHLD),
       m_grace_timer(m_io),
       m_drain_timer(m_io),
       m_resize_signal(m_io, signals::k_resize_request),
@@ -59,14 +59,21 @@ Supervisor::Supervisor(const LocalJob& job)
 Supervisor::~Supervisor() = default;
 
 int Supervisor::run() {
-  m_guard.start();
+  begin();
+  while (poll_once()) {
+  }
+  end();
+  return m_exit_code;
+}
+
+void Supervisor::begin() {
+  m_runner->begin([this] { on_children_ended(); });
   listen_for_signals();
   // A job runner blocks these until the handlers above exist; let them through now.
   sigset_t stop;
   sigemptyset(&stop);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
-  listen_for_children();
   listen_for_resize();
   record("running", std::nullopt);
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
@@ -74,17 +81,21 @@ int Supervisor::run() {
               m_job.world_size == 1 ? "" : "s", m_job.program.argv[0], m_job.run_dir);
   }
   start_attempt();
-  while (poll_once()) {
-  }
-  m_group.reset();
-  m_guard.release();
-  return m_exit_code;
 }
 
-bool Supervisor::poll_once() {
+bool Supervisor::poll_once(std::optional<std::chrono::milliseconds> max_wait) {
   if (m_phase == Phase::done) return false;
-  m_io.run_one();
+  if (max_wait) {
+    m_io.run_one_for(*max_wait);
+  } else {
+    m_io.run_one();
+  }
   return m_phase != Phase::done;
+}
+
+void Supervisor::end() {
+  m_group.reset();
+  m_runner->end();
 }
 
 void Supervisor::start_attempt() {
@@ -115,11 +126,11 @@ void Supervisor::start_attempt() {
     return output;
   };
 
-  m_group = std::make_unique<WorkerGroup>(m_io, m_guard);
+  m_group.reset();
   m_phase = Phase::running;
   m_failure.reset();
   m_restart_requested = false;
-  m_group->start(members, make_output);
+  m_group = m_runner->start(members, make_output);
   m_attempt_started = std::chrono::steady_clock::now();
   arm_watchdog();
   // A child may have ended before the SIGCHLD listener saw it: look once now.
@@ -129,25 +140,17 @@ void Supervisor::start_attempt() {
 void Supervisor::listen_for_signals() {
   m_stop_signals.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (ec) return;
-    on_signal(signal);
+    handle_stop_signal(signal);
     listen_for_signals();
-  });
-}
-
-void Supervisor::listen_for_children() {
-  m_child_signal.async_wait([this](const boost::system::error_code& ec, int) {
-    if (ec) return;
-    on_children_ended();
-    listen_for_children();
   });
 }
 
 void Supervisor::on_children_ended() {
   if (!m_group || m_phase == Phase::draining || m_phase == Phase::done) return;
   for (size_t index : m_group->reap()) {
-    const auto& rank = m_group->rank(index);
-    const ExitStatus& status = *rank.exit;
-    log::debug("{} (pid {}) {}", rank.member.name, rank.pid, status.describe());
+    const Member& member = m_group->member(index);
+    const ExitStatus& status = *m_group->exit_status(index);
+    log::debug("{} (pid {}) {}", member.name, m_group->pid(index), status.describe());
     if (status.success()) continue;
     if (!status.signaled && status.code == exit_code::k_restart_me) {
       m_restart_requested = true;
@@ -156,7 +159,7 @@ void Supervisor::on_children_ended() {
     if (m_phase == Phase::running && !m_failure) {
       m_failure = Failure{index, status, {}};
       size_t others = m_group->running();
-      log::error("{} {}{}", rank.member.name, status.describe(),
+      log::error("{} {}{}", member.name, status.describe(),
                  others ? fmt::format("; stopping the other {} {}{}", others, m_job.member_noun, others == 1 ? "" : "s")
                         : "");
       stop_group(SIGTERM);
@@ -165,7 +168,7 @@ void Supervisor::on_children_ended() {
   if (m_group->all_exited()) begin_drain();
 }
 
-void Supervisor::on_signal(int signal) {
+void Supervisor::handle_stop_signal(int signal) {
   if (m_phase == Phase::draining || m_phase == Phase::done) {
     if (!m_stop_signal) m_stop_signal = signal;
     return;
@@ -242,25 +245,27 @@ void Supervisor::begin_drain() {
 
 void Supervisor::finish_attempt() {
   if (m_phase != Phase::draining) return;
-  if (m_stop_signal) {
-    finish(exit_code::k_signal_base + m_stop_signal);
-    return;
-  }
-  if (m_pending_resize && !m_restart_requested && !m_failure && all_succeeded()) {
-    // The ranks finished their work before the stop request reached a step: done.
-    m_pending_resize.reset();
-    write_resize_result(m_job.run_dir, "error: the job finished before it could be resized");
-    finish(exit_code::k_success);
-    return;
-  }
-  if (m_pending_resize) {
-    apply_resize();
-    return;
-  }
-  if (m_failure) {
-    report_failure(*m_failure);
-    leave_out_failing_gpu(*m_failure);
-    if (m_failures_restarted < m_job.options.max_restarts) {
+  AttemptEnd end;
+  end.stop_signal = m_stop_signal;
+  end.resize_pending = m_pending_resize.has_value();
+  end.restart_requested = m_restart_requested;
+  if (m_failure) end.failure_code = m_failure->status.shell_code();
+  end.all_succeeded = all_succeeded();
+  end.failures_restarted = m_failures_restarted;
+  end.max_restarts = m_job.options.max_restarts;
+  const Decision decision = decide_after_attempt(end);
+  switch (decision.step) {
+    case NextStep::finished_before_resize:
+      m_pending_resize.reset();
+      answer_resize("error: the job finished before it could be resized");
+      finish(decision.exit_code);
+      return;
+    case NextStep::resize:
+      apply_resize();
+      return;
+    case NextStep::restart_after_failure:
+      report_failure(*m_failure);
+      leave_out_failing_gpu(*m_failure);
       ++m_failures_restarted;
       ++m_restart_count;
       if (m_job.on_restart) m_job.on_restart(m_restart_count);
@@ -268,26 +273,26 @@ void Supervisor::finish_attempt() {
                 m_job.options.max_restarts);
       start_attempt();
       return;
-    }
-    if (m_job.options.max_restarts > 0) {
-      log::error("no restarts left ({} used)", m_failures_restarted);
-    }
-    finish(m_failure->status.shell_code());
-    return;
+    case NextStep::restart_on_request:
+      ++m_restart_count;
+      if (m_job.on_restart) m_job.on_restart(m_restart_count);
+      if (!m_job.options.quiet) log::info("ranks asked to be restarted: restarting all {} ranks", m_job.world_size);
+      start_attempt();
+      return;
+    case NextStep::finish:
+      if (m_failure && !m_stop_signal) {
+        report_failure(*m_failure);
+        leave_out_failing_gpu(*m_failure);
+        if (decision.budget_spent) log::error("no restarts left ({} used)", m_failures_restarted);
+      }
+      finish(decision.exit_code);
+      return;
   }
-  if (m_restart_requested) {
-    ++m_restart_count;
-    if (m_job.on_restart) m_job.on_restart(m_restart_count);
-    if (!m_job.options.quiet) log::info("ranks asked to be restarted: restarting all {} ranks", m_job.world_size);
-    start_attempt();
-    return;
-  }
-  finish(exit_code::k_success);
 }
 
 bool Supervisor::all_succeeded() const {
   for (size_t i = 0; i < m_group->size(); ++i) {
-    const auto& exit = m_group->rank(i).exit;
+    const auto& exit = m_group->exit_status(i);
     if (!exit || !exit->success()) return false;
   }
   return true;
@@ -295,16 +300,16 @@ bool Supervisor::all_succeeded() const {
 
 void Supervisor::report_failure(const Failure& failure) const {
   if (!failure.reason.empty()) return;  // said when it happened
-  const auto& rank = m_group->rank(failure.index);
-  const auto& tail = rank.output->stderr_tail();
-  const std::string& log_path = rank.member.log_path;
+  const Member& member = m_group->member(failure.index);
+  const auto& tail = m_group->stderr_tail(failure.index);
+  const std::string& log_path = member.log_path;
   if (tail.empty()) {
-    log::error("{} {}; it wrote nothing to stderr (its log: {})", rank.member.name,
+    log::error("{} {}; it wrote nothing to stderr (its log: {})", member.name,
                failure.status.describe(), log_path);
     return;
   }
   std::string text = fmt::format("{} {}; last {} line{} of its stderr (all in {}):",
-                                 rank.member.name, failure.status.describe(), tail.size(),
+                                 member.name, failure.status.describe(), tail.size(),
                                  tail.size() == 1 ? "" : "s", log_path);
   for (const auto& line : tail) text += "\n  | " + line;
   log::error("{}", text);
@@ -340,12 +345,11 @@ void Supervisor::finish(int code) {
   } else if (m_failure && !m_failure->reason.empty()) {
     m_summary = m_failure->reason;
   } else if (m_failure) {
-    m_summary = fmt::format("{} {}", m_group->rank(m_failure->index).member.name, m_failure->status.describe());
+    m_summary = fmt::format("{} {}", m_group->member(m_failure->index).name, m_failure->status.describe());
   }
   m_phase = Phase::done;
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
   m_stop_signals.cancel();
-  m_child_signal.cancel();
   m_resize_signal.cancel();
   m_watchdog_timer.cancel();
 }

@@ -15,12 +15,6 @@
 
 namespace dlrun::launcher {
 
-namespace {
-
-constexpr int k_failures_to_leave_out = 2;  // in a row, on the same GPU
-
-}  // namespace
-
 void Supervisor::listen_for_resize() {
   m_resize_signal.async_wait([this](const boost::system::error_code& ec, int) {
     if (ec) return;
@@ -32,34 +26,35 @@ void Supervisor::listen_for_resize() {
 void Supervisor::on_resize_request() {
   auto request = take_resize_request(m_job.run_dir);
   if (!request) {
-    write_resize_result(m_job.run_dir, "error: no valid resize request in " + m_job.run_dir + "/resize.request");
+    answer_resize("error: no valid resize request in " + m_job.run_dir + "/resize.request");
     return;
   }
-  if (m_job.planner) {
-    write_resize_result(m_job.run_dir, "error: only jobs of one machine can be resized in this version");
-    return;
+  if (auto answer = resize(*request)) answer_resize(*answer);
+}
+
+void Supervisor::answer_resize(const std::string& answer) {
+  write_resize_result(m_job.run_dir, answer);
+}
+
+std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
+  if (m_job.planner) return "error: only jobs of one machine can be resized in this version";
+  if (auto why = check_resize(request.world_size, m_job.min_world_size, m_job.max_world_size); !why.empty()) {
+    return "error: " + why;
   }
-  if (auto why = check_resize(request->world_size, m_job.min_world_size, m_job.max_world_size); !why.empty()) {
-    write_resize_result(m_job.run_dir, "error: " + why);
-    return;
-  }
-  if (!m_job.gpu_ids.empty() && request->gpu_ids.empty() &&
-      request->world_size > static_cast<int>(m_job.gpu_ids.size())) {
-    write_resize_result(m_job.run_dir, fmt::format("error: the job has {} GPUs; growing a GPU job needs the "
-                                                   "scheduler (dlrun submit) to hand out more",
-                                                   m_job.gpu_ids.size()));
-    return;
+  if (!m_job.gpu_ids.empty() && request.gpu_ids.empty() &&
+      request.world_size > static_cast<int>(m_job.gpu_ids.size())) {
+    return fmt::format("error: the job has {} GPUs; growing a GPU job needs the scheduler (dlrun submit) to "
+                       "hand out more",
+                       m_job.gpu_ids.size());
   }
   if (m_phase != Phase::running || m_pending_resize) {
-    write_resize_result(m_job.run_dir, "error: the job is stopping or restarting; try again in a moment");
-    return;
+    return "error: the job is stopping or restarting; try again in a moment";
   }
-  if (request->world_size == m_job.world_size && request->gpu_ids.empty()) {
-    write_resize_result(m_job.run_dir, fmt::format("ok {}", m_job.world_size));
-    return;
+  if (request.world_size == m_job.world_size && request.gpu_ids.empty()) {
+    return fmt::format("ok {}", m_job.world_size);
   }
   log::info("resizing from {} to {} ranks: asking the ranks to checkpoint and stop", m_job.world_size,
-            request->world_size);
+            request.world_size);
   m_pending_resize = request;
   // The runtime stops every rank at the same step, checkpoints and exits with
   // exit_code::k_restart_me; whatever does not stop in the grace period is killed.
@@ -72,6 +67,7 @@ void Supervisor::on_resize_request() {
   });
   record("rescaling", std::nullopt);
   if (m_job.on_rescale) m_job.on_rescale(true);
+  return std::nullopt;
 }
 
 void Supervisor::apply_resize() {
@@ -89,22 +85,18 @@ void Supervisor::apply_resize() {
   record("running", std::nullopt);
   if (m_job.on_rescale) m_job.on_rescale(false);
   log::info("now running {} rank{}", m_job.world_size, m_job.world_size == 1 ? "" : "s");
-  write_resize_result(m_job.run_dir, fmt::format("ok {}", m_job.world_size));
+  answer_resize(fmt::format("ok {}", m_job.world_size));
 }
 
 bool Supervisor::leave_out_failing_gpu(const Failure& failure) {
   if (m_job.gpu_ids.empty() || failure.index >= m_group->size()) return false;
-  const std::string gpu = m_job.gpu_ids.at(static_cast<size_t>(m_group->rank(failure.index).member.spec.local_rank));
-  m_same_gpu_failures = gpu == m_last_failed_gpu ? m_same_gpu_failures + 1 : 1;
-  m_last_failed_gpu = gpu;
-  if (m_same_gpu_failures < k_failures_to_leave_out || m_job.world_size - 1 < m_job.min_world_size) return false;
+  const std::string gpu = m_job.gpu_ids.at(static_cast<size_t>(m_group->member(failure.index).spec.local_rank));
+  if (!m_gpu_failures.count(gpu, m_job.world_size, m_job.min_world_size)) return false;
   m_job.gpu_ids.erase(std::find(m_job.gpu_ids.begin(), m_job.gpu_ids.end(), gpu));
   m_job.world_size = static_cast<int>(m_job.gpu_ids.size());
   m_job.max_world_size = std::min(m_job.max_world_size, m_job.world_size);
-  m_same_gpu_failures = 0;
-  m_last_failed_gpu.clear();
   log::warn("leaving GPU {} out: its rank failed {} times in a row; continuing with {} ranks", gpu,
-            k_failures_to_leave_out, m_job.world_size);
+            GpuFailures::k_failures_to_leave_out, m_job.world_size);
   return true;
 }
 
@@ -127,15 +119,15 @@ void Supervisor::check_watchdog() {
   const double since_start = std::chrono::duration<double>(now_steady - m_attempt_started).count();
   const auto now_wall = std::filesystem::file_time_type::clock::now();
   for (size_t i = 0; i < m_group->size(); ++i) {
-    const auto& rank = m_group->rank(i);
-    if (rank.exit) continue;
+    if (m_group->exit_status(i)) continue;
+    const Member& member = m_group->member(i);
     double idle = since_start;
     std::error_code ec;
-    auto mtime = std::filesystem::last_write_time(progress_file(m_job.run_dir, rank.member.spec.rank), ec);
+    auto mtime = std::filesystem::last_write_time(progress_file(m_job.run_dir, member.spec.rank), ec);
     if (!ec) idle = std::min(idle, std::chrono::duration<double>(now_wall - mtime).count());
     if (idle < m_job.options.watchdog_seconds) continue;
     std::string reason = fmt::format("{} made no progress for {:g} s (--watchdog): treating it as failed",
-                                     rank.member.name, m_job.options.watchdog_seconds);
+                                     member.name, m_job.options.watchdog_seconds);
     log::error("{}", reason);
     m_failure = Failure{i, ExitStatus::killed(SIGKILL), reason};
     stop_group(SIGTERM);

@@ -10,7 +10,7 @@
 
 #include "dlrun/launcher/prefix_template.hpp"
 #include "dlrun/launcher/rank_env.hpp"
-#include "dlrun/launcher/worker_group.hpp"
+#include "dlrun/launcher/member.hpp"
 
 namespace dlrun::launcher {
 

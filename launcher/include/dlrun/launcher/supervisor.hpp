@@ -7,9 +7,14 @@
 // change their rank count on request (dlrun resize) and leave out a GPU whose rank keeps
 // failing; a rank without progress for --watchdog seconds counts as failed
 // (supervisor_elastic.cpp). Written as small steps on an Asio io_context (poll_once()),
-// not one long loop.
-// Owns its io_context and signal handlers; one Supervisor per process; not thread-safe.
+// not one long loop. The decisions are pure functions (supervisor_policy.hpp); processes
+// are started and signalled through a ProcessRunner (member_group.hpp), real by default,
+// a fake in the unit tests.
+// Owns its io_context and signal handlers; one Supervisor per process; not thread-safe
+// (request_stop() excepted).
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,22 +24,36 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "dlrun/launcher/local_job.hpp"
-#include "dlrun/launcher/orphan_guard.hpp"
+#include "dlrun/launcher/member_group.hpp"
 #include "dlrun/launcher/rank_output.hpp"
 #include "dlrun/launcher/resize.hpp"
-#include "dlrun/launcher/worker_group.hpp"
+#include "dlrun/launcher/supervisor_policy.hpp"
 
 namespace dlrun::launcher {
 
 class Supervisor {
  public:
-  explicit Supervisor(const LocalJob& job);
+  using RunnerFactory = std::function<std::unique_ptr<ProcessRunner>(boost::asio::io_context&)>;
+  // runner empty: the real one (make_process_runner).
+  explicit Supervisor(const LocalJob& job, const RunnerFactory& runner = {});
   ~Supervisor();
 
-  // Runs until the job is over; returns dlrun's exit code.
+  // Runs until the job is over; returns dlrun's exit code. The same as begin(), poll_once()
+  // until it says false, end().
   int run();
-  // Handles one event; false once the job is over.
-  bool poll_once();
+  // Starts listening and the first attempt.
+  void begin();
+  // Handles one event; false once the job is over. With max_wait, returns after that long
+  // without an event too.
+  bool poll_once(std::optional<std::chrono::milliseconds> max_wait = std::nullopt);
+  // After the last event: the last group is gone, the runner released.
+  void end();
+  int exit_code() const { return m_exit_code; }
+  // What SIGINT, SIGTERM and SIGHUP to dlrun do: pass it on, and kill at the second one.
+  void handle_stop_signal(int signal);
+  // What `dlrun resize` asks for. Returns the answer at once ("ok N", "error: …"), or
+  // nothing while the resize is under way (the answer comes once the new group runs).
+  std::optional<std::string> resize(const ResizeRequest& request);
   // Thread-safe: fail the current attempt (stop the group) for a reason found elsewhere,
   // e.g. hosts that never joined the rendezvous. Counts like a failed rank.
   void request_stop(const std::string& reason, int exit_code);
@@ -53,9 +72,7 @@ class Supervisor {
 
   void start_attempt();
   void listen_for_signals();
-  void listen_for_children();
   void on_children_ended();
-  void on_signal(int signal);
   void stop_group(int signal);
   void signal_members(int signal);
   void on_grace_expired();
@@ -71,24 +88,23 @@ class Supervisor {
   void on_resize_request();
   void apply_resize();
   bool leave_out_failing_gpu(const Failure& failure);
+  void answer_resize(const std::string& answer);
   void arm_watchdog();
   void check_watchdog();
 
   LocalJob m_job;  // a copy: an elastic job's rank count and GPUs change
   boost::asio::io_context m_io;
+  std::unique_ptr<ProcessRunner> m_runner;
   boost::asio::signal_set m_stop_signals;
-  boost::asio::signal_set m_child_signal;
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_drain_timer;
   boost::asio::signal_set m_resize_signal;
   boost::asio::steady_timer m_watchdog_timer;
   std::optional<ResizeRequest> m_pending_resize;
-  std::string m_last_failed_gpu;
-  int m_same_gpu_failures = 0;
+  GpuFailures m_gpu_failures;
   std::chrono::steady_clock::time_point m_attempt_started;
   Terminal m_terminal;
-  OrphanGuard m_guard;
-  std::unique_ptr<WorkerGroup> m_group;
+  std::unique_ptr<MemberGroup> m_group;
   Phase m_phase = Phase::running;
   int m_restart_count = 0;     // DLRUN_RESTART_COUNT: every restart
   int m_failures_restarted = 0;  // restarts spent from --max-restarts

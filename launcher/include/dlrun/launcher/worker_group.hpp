@@ -1,9 +1,10 @@
 #pragma once
-// One attempt at running a node's ranks: starts every rank process, reads their output
-// into their RankOutputs as it arrives (through the supervisor's Asio io_context), reaps
-// them when they end and signals their process groups. Knows nothing of policy (restarts,
-// which failure matters): that is the Supervisor's. Not thread-safe: lives on the
-// supervisor's thread; the io_context must outlive it.
+// One attempt at running a node's members, for real: starts every member process, reads
+// their output into their RankOutputs as it arrives (through the supervisor's Asio
+// io_context), reaps them when they end and signals their process groups. The MemberGroup
+// that make_process_runner() gives the Supervisor. Knows nothing of policy (restarts, which
+// failure matters): that is the Supervisor's. Not thread-safe: lives on the supervisor's
+// thread; the io_context must outlive it.
 
 #include <sys/types.h>
 
@@ -18,33 +19,16 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "dlrun/launcher/exit_status.hpp"
+#include "dlrun/launcher/member.hpp"
+#include "dlrun/launcher/member_group.hpp"
 #include "dlrun/launcher/orphan_guard.hpp"
-#include "dlrun/launcher/prefix_template.hpp"
-#include "dlrun/launcher/rank_env.hpp"
 #include "dlrun/launcher/rank_output.hpp"
 
 namespace dlrun::launcher {
 
-struct ProgramSpec {
-  std::string path;               // resolved, see resolve_program()
-  std::vector<std::string> argv;  // argv[0] as the user wrote it
-  std::string working_dir;
-};
-
-// One process of a group: a rank (dlrun local, an agent) or a whole node (dlrun run,
-// where each member is the ssh session of one host's agent).
-struct Member {
-  RankSpec spec;         // spec.rank orders the members; spec.env is the process's environment
-  ProgramSpec program;
-  std::string name;      // in messages: "rank 3", "host b (node 1)"
-  std::string log_path;  // where its output is kept; empty: not kept
-  RankLabel label;       // for the --prefix template
-  std::optional<std::string> stdin_text;  // see SpawnRequest::stdin_text
-};
-
-class WorkerGroup {
+class WorkerGroup : public MemberGroup {
  public:
-  using OutputFactory = std::function<std::unique_ptr<RankOutput>(const Member&)>;
+  using OutputFactory = ProcessRunner::OutputFactory;
 
   struct Rank {
     Member member;
@@ -56,7 +40,7 @@ class WorkerGroup {
   };
 
   WorkerGroup(boost::asio::io_context& io, OrphanGuard& guard);
-  ~WorkerGroup();
+  ~WorkerGroup() override;
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
@@ -65,26 +49,24 @@ class WorkerGroup {
 
   // Reaps ranks that have ended (non-blocking); returns their indices in end order.
   // dlrun's other children (the orphan guard) are reaped too and ignored.
-  std::vector<size_t> reap();
+  std::vector<size_t> reap() override;
 
-  // Called once when the last output pipe of the group has closed.
-  void on_drained(std::function<void()> callback) { m_on_drained = std::move(callback); }
+  void on_drained(std::function<void()> callback) override { m_on_drained = std::move(callback); }
+  void signal_running(int signal) override;
+  void signal_leaders(int signal) override;
+  // Their children must not outlive the job either.
+  void kill_all_groups() override;
+  void close_pipes() override;
 
-  // Sends `signal` to the process group of every rank still running.
-  void signal_running(int signal);
-  // Sends `signal` to every running rank's own process only (a stop request must not
-  // reach, and kill, the rank's helper processes).
-  void signal_leaders(int signal);
-  // SIGKILL to every rank's process group, also of ranks that ended: their children
-  // must not outlive the job.
-  void kill_all_groups();
-  // Stops reading: output still in the pipes is dropped (used after a drain timeout).
-  void close_pipes();
-
-  size_t size() const { return m_ranks.size(); }
-  size_t running() const;
-  bool all_exited() const { return running() == 0; }
-  bool drained() const { return m_open_pipes == 0; }
+  size_t size() const override { return m_ranks.size(); }
+  size_t running() const override;
+  bool drained() const override { return m_open_pipes == 0; }
+  const Member& member(size_t index) const override { return m_ranks.at(index).member; }
+  pid_t pid(size_t index) const override { return m_ranks.at(index).pid; }
+  const std::optional<ExitStatus>& exit_status(size_t index) const override { return m_ranks.at(index).exit; }
+  const std::deque<std::string>& stderr_tail(size_t index) const override {
+    return m_ranks.at(index).output->stderr_tail();
+  }
   const Rank& rank(size_t index) const { return m_ranks.at(index); }
   Rank& rank(size_t index) { return m_ranks.at(index); }
 

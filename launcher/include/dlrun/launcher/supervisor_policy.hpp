@@ -1,0 +1,54 @@
+#pragma once
+// The Supervisor's decisions, as pure functions of what it knows: what to do when an
+// attempt is over, and when to leave a GPU out. No I/O, no processes, no clocks: unit tests
+// call them directly, and supervisor_test.cpp checks that the Supervisor acts on them.
+
+#include <optional>
+#include <string>
+
+namespace dlrun::launcher {
+
+// What is known once every member of an attempt has ended and its output is drained.
+struct AttemptEnd {
+  int stop_signal = 0;              // a stop signal (SIGINT, SIGTERM, SIGHUP) ended the job; 0: none
+  bool resize_pending = false;      // the attempt was stopped for a resize
+  bool restart_requested = false;   // a member exited with exit_code::k_restart_me
+  std::optional<int> failure_code;  // the shell code of the attempt's (first) failure
+  bool all_succeeded = false;       // every member exited 0
+  int failures_restarted = 0;       // restarts spent from the budget so far, over the whole job
+  int max_restarts = 0;             // the job's budget (--max-restarts)
+};
+
+enum class NextStep {
+  finish,                  // the job is over: exit with Decision::exit_code
+  finished_before_resize,  // the ranks finished their work before the resize could stop them
+  resize,                  // start the group again at the requested size
+  restart_after_failure,   // start again, spending one restart of the budget
+  restart_on_request,      // start again (the ranks asked for it): the budget is not spent
+};
+
+struct Decision {
+  NextStep step = NextStep::finish;
+  int exit_code = 0;  // with finish: dlrun's exit code (docs/exit-codes.md)
+  bool budget_spent = false;  // with finish after a failure: because no restart was left
+};
+
+// A stop signal ends the job (128 + signal) whatever else happened; a resize goes before a
+// failure; a failure restarts while the budget lasts, else ends the job with its code; a
+// restart request (exit 75) restarts without spending the budget.
+Decision decide_after_attempt(const AttemptEnd& end);
+
+// Consecutive failures of the rank on one GPU. A GPU is left out once its rank has failed
+// k_failures_to_leave_out times in a row, and only while the job stays at its minimum size
+// or above.
+struct GpuFailures {
+  static constexpr int k_failures_to_leave_out = 2;
+  std::string last_gpu;
+  int in_a_row = 0;
+
+  // Counts a failure of the rank on `gpu`; true when that GPU is to be left out now (the
+  // count starts again then).
+  bool count(const std::string& gpu, int world_size, int min_world_size);
+};
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,30 @@
+#include "dlrun/launcher/supervisor_policy.hpp"
+
+#include "dlrun/protocol.hpp"
+
+namespace dlrun::launcher {
+
+Decision decide_after_attempt(const AttemptEnd& end) {
+  if (end.stop_signal) return {NextStep::finish, exit_code::k_signal_base + end.stop_signal};
+  if (end.resize_pending && !end.restart_requested && !end.failure_code && end.all_succeeded) {
+    return {NextStep::finished_before_resize, exit_code::k_success};
+  }
+  if (end.resize_pending) return {NextStep::resize};
+  if (end.failure_code) {
+    if (end.failures_restarted < end.max_restarts) return {NextStep::restart_after_failure};
+    return {NextStep::finish, *end.failure_code, end.max_restarts > 0};
+  }
+  if (end.restart_requested) return {NextStep::restart_on_request};
+  return {NextStep::finish, exit_code::k_success};
+}
+
+bool GpuFailures::count(const std::string& gpu, int world_size, int min_world_size) {
+  in_a_row = gpu == last_gpu ? in_a_row + 1 : 1;
+  last_gpu = gpu;
+  if (in_a_row < k_failures_to_leave_out || world_size - 1 < min_world_size) return false;
+  in_a_row = 0;
+  last_gpu.clear();
+  return true;
+}
+
+}  // namespace dlrun::launcher

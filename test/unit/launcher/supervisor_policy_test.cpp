@@ -1,0 +1,68 @@
+#include "dlrun/launcher/supervisor_policy.hpp"
+
+#include <doctest/doctest.h>
+
+#include "dlrun/protocol.hpp"
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::SupervisorPolicy") {
+  TEST_CASE("a stop signal ends the job with 128 + signal, whatever else happened") {
+    AttemptEnd end;
+    end.stop_signal = 15;
+    end.failure_code = 7;
+    end.resize_pending = true;
+    end.max_restarts = 3;
+    const Decision d = decide_after_attempt(end);
+    CHECK(d.step == NextStep::finish);
+    CHECK(d.exit_code == 143);
+  }
+
+  TEST_CASE("a failure restarts while the budget lasts, then ends the job with its code") {
+    AttemptEnd end;
+    end.failure_code = 7;
+    end.max_restarts = 2;
+    end.failures_restarted = 1;
+    CHECK(decide_after_attempt(end).step == NextStep::restart_after_failure);
+    end.failures_restarted = 2;
+    const Decision d = decide_after_attempt(end);
+    CHECK(d.step == NextStep::finish);
+    CHECK(d.exit_code == 7);
+    CHECK(d.budget_spent);
+    end.max_restarts = end.failures_restarted = 0;
+    CHECK_FALSE(decide_after_attempt(end).budget_spent);  // there never was one
+  }
+
+  TEST_CASE("a restart request restarts without a budget; success ends the job with 0") {
+    AttemptEnd end;
+    end.restart_requested = true;
+    CHECK(decide_after_attempt(end).step == NextStep::restart_on_request);
+    end.restart_requested = false;
+    end.all_succeeded = true;
+    CHECK(decide_after_attempt(end).step == NextStep::finish);
+    CHECK(decide_after_attempt(end).exit_code == 0);
+  }
+
+  TEST_CASE("a resize goes before a failure, unless the ranks had finished their work") {
+    AttemptEnd end;
+    end.resize_pending = true;
+    end.restart_requested = true;
+    CHECK(decide_after_attempt(end).step == NextStep::resize);
+    end.restart_requested = false;
+    end.failure_code = 137;  // killed after the grace period
+    CHECK(decide_after_attempt(end).step == NextStep::resize);
+    end.failure_code.reset();
+    end.all_succeeded = true;
+    CHECK(decide_after_attempt(end).step == NextStep::finished_before_resize);
+  }
+
+  TEST_CASE("a GPU is left out after two failures in a row on it, never below the minimum") {
+    GpuFailures failures;
+    CHECK_FALSE(failures.count("1", 4, 1));
+    CHECK_FALSE(failures.count("2", 4, 1));  // another GPU: the count starts again
+    CHECK(failures.count("2", 4, 1));
+    CHECK_FALSE(failures.count("2", 3, 1));  // counted again from zero after leaving one out
+    CHECK_FALSE(failures.count("3", 2, 2));
+    CHECK_FALSE(failures.count("3", 2, 2));  // 2 ranks, minimum 2: nothing can be left out
+  }
+}

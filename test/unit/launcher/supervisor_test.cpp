@@ -1,0 +1,302 @@
+// The Supervisor's decisions, driven through a fake ProcessRunner: no process is started.
+// The fake's members end when the test says so, or as a cooperative program would when
+// signalled (SIGTERM ends them, SIGUSR1 makes them exit 75), unless told to ignore it.
+
+#include "dlrun/launcher/supervisor.hpp"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <boost/asio/post.hpp>
+#include <doctest/doctest.h>
+
+#include "dlrun/log.hpp"
+#include "dlrun/protocol.hpp"
+
+using namespace dlrun::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct FakeWorld;
+
+class FakeGroup : public MemberGroup {
+ public:
+  FakeGroup(FakeWorld& world, std::vector<Member> members)
+      : m_world(world), m_members(std::move(members)), m_exits(m_members.size()) {}
+
+  void end(size_t index, ExitStatus status);
+
+  std::vector<size_t> reap() override { return std::exchange(m_ended, {}); }
+  void signal_running(int signal) override;
+  void signal_leaders(int signal) override;
+  void kill_all_groups() override {}
+  void close_pipes() override {}
+  void on_drained(std::function<void()>) override {}
+  size_t size() const override { return m_members.size(); }
+  size_t running() const override {
+    size_t n = 0;
+    for (const auto& exit : m_exits) n += exit ? 0 : 1;
+    return n;
+  }
+  bool drained() const override { return true; }
+  const Member& member(size_t index) const override { return m_members.at(index); }
+  pid_t pid(size_t index) const override { return 1000 + static_cast<pid_t>(index); }
+  const std::optional<ExitStatus>& exit_status(size_t index) const override { return m_exits.at(index); }
+  const std::deque<std::string>& stderr_tail(size_t) const override { return m_tail; }
+
+  std::vector<int> signals;  // in the order sent; leaders-only ones as well
+
+ private:
+  FakeWorld& m_world;
+  std::vector<Member> m_members;
+  std::vector<std::optional<ExitStatus>> m_exits;
+  std::vector<size_t> m_ended;
+  std::deque<std::string> m_tail;
+};
+
+// What the test sees and steers: every attempt's group, and how members answer signals.
+struct FakeWorld {
+  boost::asio::io_context* io = nullptr;
+  std::function<void()> children_changed;
+  std::vector<FakeGroup*> attempts;      // owned by the Supervisor while current
+  std::vector<std::vector<int>> signals;  // per attempt
+  std::vector<std::vector<Member>> members;
+  std::set<size_t> ignore_sigterm;       // members (by index) that ignore stop signals
+  std::function<void(size_t attempt, FakeGroup& group)> on_start;
+
+  FakeGroup& current() { return *attempts.back(); }
+  void notify() {
+    boost::asio::post(*io, [this] { children_changed(); });
+  }
+};
+
+void FakeGroup::end(size_t index, ExitStatus status) {
+  if (m_exits.at(index)) return;
+  m_exits[index] = status;
+  m_ended.push_back(index);
+  m_world.notify();
+}
+
+void FakeGroup::signal_running(int signal) {
+  signals.push_back(signal);
+  m_world.signals.back().push_back(signal);
+  for (size_t i = 0; i < m_members.size(); ++i) {
+    if (signal == SIGKILL || !m_world.ignore_sigterm.count(i)) end(i, ExitStatus::killed(signal));
+  }
+}
+
+void FakeGroup::signal_leaders(int signal) {
+  signals.push_back(signal);
+  m_world.signals.back().push_back(signal);
+  if (signal != dlrun::signals::k_stop_request) return;
+  for (size_t i = 0; i < m_members.size(); ++i) end(i, ExitStatus::exited(dlrun::exit_code::k_restart_me));
+}
+
+class FakeRunner : public ProcessRunner {
+ public:
+  explicit FakeRunner(FakeWorld& world) : m_world(world) {}
+  void begin(std::function<void()> children_changed) override { m_world.children_changed = std::move(children_changed); }
+  void end() override {}
+  std::unique_ptr<MemberGroup> start(const std::vector<Member>& members, const OutputFactory&) override {
+    auto group = std::make_unique<FakeGroup>(m_world, members);
+    m_world.attempts.push_back(group.get());
+    m_world.signals.emplace_back();
+    m_world.members.push_back(members);
+    if (m_world.on_start) m_world.on_start(m_world.attempts.size() - 1, *group);
+    return group;
+  }
+
+ private:
+  FakeWorld& m_world;
+};
+
+struct Fixture {
+  Fixture() {
+    char pattern[] = "/tmp/dlrun-supervisor-test-XXXXXX";
+    run_dir = ::mkdtemp(pattern);
+    dlrun::log::set_level(dlrun::log::Level::off);
+  }
+  ~Fixture() {
+    std::error_code ec;
+    fs::remove_all(run_dir, ec);
+    dlrun::log::set_level(dlrun::log::Level::info);
+  }
+
+  LocalJob job(int ranks) const {
+    LocalJob job;
+    job.options.command = {"train"};
+    job.options.master_port = 29999;  // no port is probed
+    job.options.grace_seconds = 0.05;
+    job.options.quiet = true;
+    job.program = {"/nonexistent/train", {"train"}, "/"};
+    job.world_size = ranks;
+    job.job_id = "test-job";
+    job.run_dir = run_dir;
+    job.host = "host";
+    job.cores = 2;
+    return job;
+  }
+
+  // Runs the supervisor until `done` holds or it finishes (false: neither within 30 s).
+  bool run_until(Supervisor& supervisor, const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      if (!supervisor.poll_once(std::chrono::milliseconds(20))) return done();
+    }
+    return true;
+  }
+  // Runs it to its end; returns dlrun's exit code.
+  int finish(Supervisor& supervisor) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (supervisor.poll_once(std::chrono::milliseconds(20))) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+    }
+    supervisor.end();
+    return supervisor.exit_code();
+  }
+
+  Supervisor::RunnerFactory runner() {
+    return [this](boost::asio::io_context& io) {
+      world.io = &io;
+      return std::make_unique<FakeRunner>(world);
+    };
+  }
+
+  std::string read_file(const std::string& name) const {
+    std::ifstream in(run_dir + "/" + name);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text;
+  }
+
+  std::string run_dir;
+  FakeWorld world;
+};
+
+std::string env_of(const Member& member, const std::string& name) {
+  auto it = member.spec.env.find(name);
+  return it == member.spec.env.end() ? "" : it->second;
+}
+
+}  // namespace
+
+TEST_SUITE("launcher::Supervisor") {
+  TEST_CASE_FIXTURE(Fixture, "a failing rank stops the whole group, and dlrun exits with its code") {
+    world.on_start = [](size_t, FakeGroup& group) { group.end(1, ExitStatus::exited(7)); };
+    Supervisor supervisor(job(3), runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 7);
+    CHECK(supervisor.summary() == "rank 1 exited with code 7");
+    REQUIRE(world.attempts.size() == 1);
+    CHECK(world.signals[0] == std::vector<int>{SIGTERM});
+    CHECK(read_file("job.json").find("\"state\": \"failed\"") != std::string::npos);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "the restart budget is the job's, and a restart request does not spend it") {
+    // Attempts: failure, restart request (every rank exits 75), failure, failure: the budget
+    // of 2 is spent by the first and third; the fourth ends the job.
+    world.on_start = [](size_t attempt, FakeGroup& group) {
+      if (attempt == 1) {
+        for (size_t i = 0; i < group.size(); ++i) group.end(i, ExitStatus::exited(dlrun::exit_code::k_restart_me));
+      } else {
+        group.end(0, ExitStatus::exited(5));
+      }
+    };
+    LocalJob j = job(2);
+    j.options.max_restarts = 2;
+    std::vector<int> restarts;
+    j.on_restart = [&](int count) { restarts.push_back(count); };
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 5);
+    CHECK(world.attempts.size() == 4);
+    CHECK(restarts == std::vector<int>{1, 2, 3});
+    CHECK(env_of(world.members[3][0], dlrun::env::k_restart_count) == "3");
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "a rank that ignores SIGTERM is killed once the grace period is over") {
+    world.ignore_sigterm = {0};
+    world.on_start = [](size_t, FakeGroup& group) { group.end(1, ExitStatus::exited(4)); };
+    Supervisor supervisor(job(2), runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 4);
+    CHECK(world.signals[0] == std::vector<int>{SIGTERM, SIGKILL});
+    CHECK(world.attempts.size() == 1);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "a second stop signal kills every rank at once") {
+    world.ignore_sigterm = {0, 1};
+    Supervisor supervisor(job(2), runner());
+    supervisor.begin();
+    supervisor.handle_stop_signal(SIGINT);
+    CHECK(world.signals[0] == std::vector<int>{SIGINT});
+    supervisor.handle_stop_signal(SIGINT);
+    CHECK(finish(supervisor) == 130);
+    CHECK(world.signals[0] == std::vector<int>{SIGINT, SIGKILL});
+    CHECK(supervisor.summary() == "stopped by SIGINT");
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "resize up and down restarts the group at the new size") {
+    LocalJob j = job(2);
+    j.min_world_size = 1;
+    j.max_world_size = 4;
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    CHECK(supervisor.resize({5, {}}) == std::optional<std::string>("error: 5 ranks is outside the job's range 1:4"));
+    CHECK(supervisor.resize({2, {}}) == std::optional<std::string>("ok 2"));
+    CHECK_FALSE(supervisor.resize({3, {}}));  // under way: the ranks are asked to stop
+    CHECK(world.signals[0] == std::vector<int>{dlrun::signals::k_stop_request});
+    CHECK(supervisor.resize({1, {}}) ==
+          std::optional<std::string>("error: the job is stopping or restarting; try again in a moment"));
+    REQUIRE(run_until(supervisor, [&] { return world.attempts.size() == 2; }));
+    CHECK(world.members[1].size() == 3);
+    CHECK(env_of(world.members[1][2], dlrun::env::k_world_size) == "3");
+    CHECK(read_file("resize.result").find("ok 3") != std::string::npos);
+
+    CHECK_FALSE(supervisor.resize({1, {}}));
+    REQUIRE(run_until(supervisor, [&] { return world.attempts.size() == 3; }));
+    CHECK(world.members[2].size() == 1);
+    CHECK(env_of(world.members[2][0], dlrun::env::k_world_size) == "1");
+    world.current().end(0, ExitStatus::exited(0));
+    CHECK(finish(supervisor) == 0);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "a rank without progress for the watchdog period counts as failed") {
+    LocalJob j = job(2);
+    j.options.watchdog_seconds = 0.1;
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 128 + SIGKILL);
+    CHECK(supervisor.summary() == "rank 0 made no progress for 0.1 s (--watchdog): treating it as failed");
+    CHECK(world.signals[0] == std::vector<int>{SIGTERM});
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "a GPU whose rank fails twice in a row is left out") {
+    LocalJob j = job(3);
+    j.gpu_ids = {"0", "1", "2"};
+    j.min_world_size = 1;
+    j.max_world_size = 3;
+    j.options.max_restarts = 5;
+    world.on_start = [](size_t attempt, FakeGroup& group) {
+      if (attempt < 2) {
+        group.end(1, ExitStatus::exited(3));  // rank 1, on GPU 1
+      } else {
+        for (size_t i = 0; i < group.size(); ++i) group.end(i, ExitStatus::exited(0));
+      }
+    };
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 0);
+    REQUIRE(world.attempts.size() == 3);
+    CHECK(world.members[1].size() == 3);  // one failure is not enough
+    REQUIRE(world.members[2].size() == 2);
+    CHECK(env_of(world.members[2][0], dlrun::env::k_cuda_visible_devices) == "0");
+    CHECK(env_of(world.members[2][1], dlrun::env::k_cuda_visible_devices) == "2");
+  }
+}
