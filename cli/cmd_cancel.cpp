@@ -43,12 +43,4 @@ Command add_cancel_command(CLI::App& dlrun) {
   return {app, [args](const Trailing&) { return run_cancel(*args); }};
 }
 
-Command add_supervise_command(CLI::App& dlrun) {
-  auto id = std::make_shared<int64_t>(0);
-  CLI::App* app = dlrun.add_subcommand("_supervise", "Internal: run a submitted job (started by dlrun submit)");
-  app->group("");  // hidden from --help
-  app->add_option("JOB", *id)->required();
-  return {app, [id](const Trailing&) { return launcher::supervise_job(*id, launcher::current_environment()); }};
-}
-
 }  // namespace dlrun::cli
