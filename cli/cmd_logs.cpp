@@ -1,20 +1,11 @@
 // `dlrun logs JOB [--rank R] [-f]`: a job's output, all ranks prefixed or one rank's own.
 
-#include <unistd.h>
-
-#include <chrono>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <thread>
-
-#include <fmt/format.h>
 
 #include "commands.hpp"
-#include "dlrun/error.hpp"
-#include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_logs.hpp"
 #include "dlrun/launcher/process.hpp"
-#include "dlrun/launcher/run_dir.hpp"
 
 namespace dlrun::cli {
 namespace {
@@ -25,40 +16,11 @@ struct LogsArgs {
   bool follow = false;
 };
 
-// Copies what `file` has beyond `offset` to stdout; returns the new offset.
-std::streamoff copy_new(const std::string& path, std::streamoff offset) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return offset;
-  file.seekg(offset);
-  char buffer[65536];
-  while (file.read(buffer, sizeof buffer) || file.gcount() > 0) {
-    std::cout.write(buffer, file.gcount());
-    offset += file.gcount();
-  }
-  std::cout.flush();
-  return offset;
-}
-
 int run_logs(const LogsArgs& args) {
   launcher::JobQueue queue(launcher::current_environment());
-  auto job = queue.store().get(args.job);
-  if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", args.job));
-  std::string run_dir = queue.run_dir(args.job);
-  std::string path = args.rank >= 0 ? launcher::rank_log_path(run_dir, args.rank) : run_dir + "/output.log";
-  if (args.rank >= 0 && job->allocation.ranks > 0 && args.rank >= job->allocation.ranks) {
-    throw ConfigError(fmt::format("--rank {}: job {} has ranks 0 to {}", args.rank, args.job, job->allocation.ranks - 1));
-  }
-  std::streamoff offset = copy_new(path, 0);
-  if (!args.follow) return 0;
-  int polls = 0;
-  while (true) {
-    job = queue.store().get(args.job);
-    bool ended = launcher::is_terminal(job->state);
-    offset = copy_new(path, offset);
-    if (ended) return 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (++polls % 10 == 0) queue.sweep();
-  }
+  launcher::copy_job_log(queue, args.job, args.rank,
+                         args.follow ? launcher::Follow::until_the_job_ends : launcher::Follow::no, std::cout);
+  return 0;
 }
 
 }  // namespace

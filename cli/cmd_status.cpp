@@ -34,9 +34,7 @@ int run_status(const StatusArgs& args, const CLI::App& app) {
   }
   auto jobs = queue.store().list(args.all, args.recent);
   if (args.json) {
-    std::string out = "[";
-    for (size_t i = 0; i < jobs.size(); ++i) out += (i ? ",\n " : "") + launcher::job_json(jobs[i], now);
-    std::cout << out << "]\n";
+    std::cout << launcher::jobs_json(jobs, now) << "\n";
   } else {
     std::cout << launcher::render_table(launcher::status_rows(jobs, now));
   }

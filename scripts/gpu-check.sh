@@ -8,7 +8,8 @@
 #
 #   scripts/gpu-check.sh [BUILD_DIR]          (default build-gpu/)
 #
-# DEPS_PREFIX: a prefix holding dependencies that are not under /usr (e.g. unpacked .debs).
+# DEPS_PREFIX: a prefix holding dependencies that are not under /usr (e.g. unpacked .debs of
+# scripts/install-deps.sh's -dev packages, nlohmann-json3-dev among them).
 # FASHION_MNIST_DIR: the dataset's .gz files (default /usr/share/datasets/fashion-mnist).
 # EPOCHS: of the fashion_mnist runs (default 2).
 set -euo pipefail

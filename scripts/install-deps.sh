@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libcli11-dev libfmt-dev libtomlplusplus-dev
   libboost-dev libboost-filesystem-dev
-  libsqlite3-dev doctest-dev
+  libsqlite3-dev doctest-dev nlohmann-json3-dev
   libtorch-dev libgloo-dev zlib1g-dev libnlopt-dev
   # An optimized BLAS for LibTorch's matrix products: without it Debian's libtorch falls back
   # to the reference BLAS, 10-20x slower (docs/benchmarks.md). The OpenMP build follows

@@ -6,8 +6,11 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/text.hpp"
+
+#include "dlrun/launcher/time_stamp.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -38,12 +41,7 @@ std::string number_text(std::optional<double> v) {
 
 std::string iso_time(double seconds) {
   if (seconds <= 0) return "";
-  std::time_t t = static_cast<std::time_t>(seconds);
-  std::tm utc{};
-  ::gmtime_r(&t, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
+  return utc_iso8601(static_cast<std::time_t>(seconds));
 }
 
 MetricsSnapshot metrics_if_running(const JobRecord& job) {
@@ -79,23 +77,16 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::optional<double> number_field(std::string_view line, std::string_view key) {
-  std::string needle = fmt::format("\"{}\"", key);
-  size_t at = line.find(needle);
-  if (at == std::string_view::npos) return std::nullopt;
-  at = line.find_first_not_of(" \t", at + needle.size());
-  if (at == std::string_view::npos || line[at] != ':') return std::nullopt;
-  std::string rest(line.substr(at + 1));
-  const char* begin = rest.c_str();
-  char* end = nullptr;
-  double value = std::strtod(begin, &end);
-  if (end == begin) return std::nullopt;
-  return value;
-}
-
 MetricsSnapshot parse_metrics_line(std::string_view line) {
-  return {number_field(line, "global_batch"), number_field(line, "samples_per_sec"),
-          number_field(line, "step"), number_field(line, "goodput"), number_field(line, "noise_scale")};
+  const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return {};
+  auto number = [&](const char* key) -> std::optional<double> {
+    auto it = json.find(key);
+    if (it == json.end() || !it->is_number()) return std::nullopt;
+    return it->get<double>();
+  };
+  return {number("global_batch"), number("samples_per_sec"), number("step"), number("goodput"),
+          number("noise_scale")};
 }
 
 MetricsSnapshot read_latest_metrics(const std::string& run_dir) {
@@ -152,25 +143,51 @@ std::string status_details(const JobRecord& job, double now) {
   return render_table(rows);
 }
 
-std::string job_json(const JobRecord& job, double now) {
+namespace {
+
+nlohmann::ordered_json job_object(const JobRecord& job, double now) {
   auto metrics = metrics_if_running(job);
-  auto opt = [](std::optional<double> v) { return v ? fmt::format("{}", *v) : std::string("null"); };
-  std::string gpus;
-  for (const auto& id : job.allocation.gpu_ids) gpus += (gpus.empty() ? "" : ",") + id;
-  return fmt::format(
-      "{{\"id\": {}, \"name\": {}, \"state\": {}, \"exit_code\": {}, \"reason\": {}, \"ranks\": {}, "
-      "\"gpus\": [{}], \"restarts\": {}, \"submitted_at\": {}, \"started_at\": {}, \"ended_at\": {}, "
-      "\"elapsed_seconds\": {:.3f}, \"global_batch\": {}, \"samples_per_sec\": {}, \"goodput\": {}, "
-      "\"noise_scale\": {}, \"run_dir\": {}, "
-      "\"job_file\": {}, \"slurm_id\": {}}}",
-      job.id, json_string(job.name), json_string(to_string(job.state)),
-      job.exit_code ? std::to_string(*job.exit_code) : "null", json_string(job.reason), job.allocation.ranks,
-      gpus, job.restarts, json_string(iso_time(job.submitted_at)),
-      job.started_at > 0 ? json_string(iso_time(job.started_at)) : "null",
-      job.ended_at > 0 ? json_string(iso_time(job.ended_at)) : "null", elapsed(job, now),
-      opt(metrics.global_batch), opt(metrics.samples_per_sec), opt(metrics.goodput),
-      opt(metrics.noise_scale), json_string(job.run_dir),
-      json_string(job.submitted.spec_path), job.slurm_id > 0 ? std::to_string(job.slurm_id) : "null");
+  auto number_or_null = [](std::optional<double> v) { return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(); };
+  auto time_or_null = [](double t) { return t > 0 ? nlohmann::ordered_json(iso_time(t)) : nlohmann::ordered_json(); };
+  nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
+  for (const auto& id : job.allocation.gpu_ids) {
+    auto index = parse_int(id);  // GPU indices as numbers; a UUID stays a string
+    gpus.push_back(index ? nlohmann::ordered_json(*index) : nlohmann::ordered_json(id));
+  }
+  return nlohmann::ordered_json{
+      {"id", job.id},
+      {"name", job.name},
+      {"state", to_string(job.state)},
+      {"exit_code", job.exit_code ? nlohmann::ordered_json(*job.exit_code) : nlohmann::ordered_json()},
+      {"reason", job.reason},
+      {"ranks", job.allocation.ranks},
+      {"gpus", gpus},
+      {"restarts", job.restarts},
+      {"submitted_at", iso_time(job.submitted_at)},
+      {"started_at", time_or_null(job.started_at)},
+      {"ended_at", time_or_null(job.ended_at)},
+      {"elapsed_seconds", std::round(elapsed(job, now) * 1000) / 1000},
+      {"global_batch", number_or_null(metrics.global_batch)},
+      {"samples_per_sec", number_or_null(metrics.samples_per_sec)},
+      {"goodput", number_or_null(metrics.goodput)},
+      {"noise_scale", number_or_null(metrics.noise_scale)},
+      {"run_dir", job.run_dir},
+      {"job_file", job.submitted.spec_path},
+      {"slurm_id", job.slurm_id > 0 ? nlohmann::ordered_json(job.slurm_id) : nlohmann::ordered_json()},
+  };
+}
+
+}  // namespace
+
+std::string job_json(const JobRecord& job, double now) {
+  return job_object(job, now).dump();
+}
+
+std::string jobs_json(const std::vector<JobRecord>& jobs, double now) {
+  // One object per line, for people reading it too.
+  std::string out = "[";
+  for (size_t i = 0; i < jobs.size(); ++i) out += (i ? ",\n " : "") + job_object(jobs[i], now).dump();
+  return out + "]";
 }
 
 int status_exit_code(JobState state) {

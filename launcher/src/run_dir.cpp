@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace fs = std::filesystem;
@@ -20,13 +21,8 @@ namespace fs = std::filesystem;
 namespace dlrun::launcher {
 
 std::string make_job_id() {
-  std::time_t now = std::time(nullptr);
-  std::tm local{};
-  ::localtime_r(&now, &local);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
   std::random_device device;
-  return fmt::format("{}-{:04x}", stamp, device() & 0xffff);
+  return fmt::format("{}-{:04x}", local_compact_stamp(std::time(nullptr)), device() & 0xffff);
 }
 
 std::string dlrun_home(const Environment& env) {
@@ -68,45 +64,6 @@ std::string prepare_run_dir(const std::string& requested, const std::string& job
 
 std::string rank_log_path(const std::string& run_dir, int rank) {
   return fmt::format("{}/rank-{}.log", run_dir, rank);
-}
-
-std::string json_escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-std::string json_string(const std::string& text) { return "\"" + json_escape(text) + "\""; }
-
-void write_job_record(const std::string& run_dir, const std::map<std::string, std::string>& fields) {
-  std::string text = "{";
-  bool first = true;
-  for (const auto& [key, value] : fields) {
-    text += fmt::format("{}\n  \"{}\": {}", first ? "" : ",", json_escape(key), value);
-    first = false;
-  }
-  text += "\n}\n";
-  std::string path = run_dir + "/job.json";
-  std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw SystemError("cannot write " + temp, errno);
-  ssize_t n = ::write(fd, text.data(), text.size());
-  int e = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) throw SystemError("cannot write " + temp, e);
-  if (::rename(temp.c_str(), path.c_str()) != 0) throw SystemError("cannot write " + path, errno);
 }
 
 }  // namespace dlrun::launcher

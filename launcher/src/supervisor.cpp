@@ -18,6 +18,8 @@
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/run_record.hpp"
+#include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
@@ -34,15 +36,6 @@ bool use_color(ColorMode mode, int fd, const Environment& env) {
   if (auto it = env.find(env::k_no_color); it != env.end() && !it->second.empty()) return false;
   if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
   return ::isatty(fd) == 1;
-}
-
-std::string now_iso8601() {
-  std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  ::gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 }  // namespace
@@ -316,23 +309,18 @@ void Supervisor::report_failure(const Failure& failure) const {
 }
 
 void Supervisor::record(const std::string& state, std::optional<int> code) {
-  std::map<std::string, std::string> fields = {
-      {"id", json_string(m_job.job_id)},
-      {"state", json_string(state)},
-      {"world_size", std::to_string(m_job.world_size)},
-      {"restarts", std::to_string(m_restart_count)},
-      {"dlrun_pid", std::to_string(::getpid())},
-      {"run_dir", json_string(m_job.run_dir)},
-      {"updated_at", json_string(now_iso8601())},
-  };
-  std::string command = "[";
-  for (size_t i = 0; i < m_job.program.argv.size(); ++i) {
-    command += (i ? ", " : "") + json_string(m_job.program.argv[i]);
-  }
-  fields["command"] = command + "]";
-  if (code) fields["exit_code"] = std::to_string(*code);
+  RunRecord record;
+  record.id = m_job.job_id;
+  record.state = state;
+  record.world_size = m_job.world_size;
+  record.restarts = m_restart_count;
+  record.dlrun_pid = ::getpid();
+  record.run_dir = m_job.run_dir;
+  record.updated_at = utc_iso8601(std::time(nullptr));
+  record.command = m_job.program.argv;
+  record.exit_code = code;
   try {
-    write_job_record(m_job.run_dir, fields);
+    write_run_record(m_job.run_dir, record);
   } catch (const Error& e) {
     log::warn("{}", e.what());
   }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,16 +16,19 @@ namespace dlrun::runtime {
 
 std::string metrics_line(double unix_time,
                          const std::vector<std::pair<std::string, double>>& fields) {
-  std::string line = fmt::format("{{\"time\": {:.3f}", unix_time);
+  // In the order given, whole numbers as integers, what is not finite as null.
+  nlohmann::ordered_json line;
+  line["time"] = std::round(unix_time * 1000) / 1000;
   for (const auto& [key, value] : fields) {
-    if (std::isfinite(value)) {
-      line += fmt::format(", \"{}\": {}", key, value);
+    if (!std::isfinite(value)) {
+      line[key] = nullptr;
+    } else if (value == std::trunc(value) && std::fabs(value) < 9e15) {
+      line[key] = static_cast<int64_t>(value);
     } else {
-      line += fmt::format(", \"{}\": null", key);
+      line[key] = value;
     }
   }
-  line += "}\n";
-  return line;
+  return line.dump() + "\n";
 }
 
 MetricsLog::MetricsLog(std::filesystem::path path) : m_path(std::move(path)) {}

@@ -1,5 +1,6 @@
 """`dlrun run`: one job across several hosts. The hosts are network namespaces with real
 OpenSSH servers (netns.py); ranks do real gloo allreduces across them."""
+import json
 import os
 import re
 import signal
@@ -96,7 +97,7 @@ class Submitted(ClusterTestCase):
         logs = self.dlrun("logs", job_id, env=env).stdout
         self.assertIn(f"[{self.cluster.addresses[1]}:1] rank 1 of 2 local 0 sum 3 expected 3", logs)
         status = self.dlrun("status", "--json", job_id, env=env)
-        self.assertIn('"ranks": 2', status.stdout)
+        self.assertEqual(json.loads(status.stdout)["ranks"], 2)
 
 
 class Failures(ClusterTestCase):

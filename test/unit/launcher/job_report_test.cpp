@@ -23,7 +23,8 @@ TEST_SUITE("launcher::JobReport") {
     CHECK(m.goodput == 1.2);
     CHECK_FALSE(m.noise_scale);
     CHECK_FALSE(parse_metrics_line("{}").global_batch);
-    CHECK_FALSE(number_field(R"({"global_batch": "x"})", "global_batch"));
+    CHECK_FALSE(parse_metrics_line(R"({"global_batch": "x"})").global_batch);
+    CHECK_FALSE(parse_metrics_line(R"({"global_batch": 12)").global_batch);  // half a line
   }
   TEST_CASE("status exit codes") {
     CHECK(status_exit_code(JobState::succeeded) == 0);
@@ -39,9 +40,10 @@ TEST_SUITE("launcher::JobReport") {
     job.state = JobState::failed;
     job.exit_code = 3;
     std::string json = job_json(job, 0);
-    CHECK(json.find("\"id\": 7") != std::string::npos);
-    CHECK(json.find("\"name\": \"say \\\"hi\\\"\"") != std::string::npos);
-    CHECK(json.find("\"state\": \"FAILED\"") != std::string::npos);
-    CHECK(json.find("\"exit_code\": 3") != std::string::npos);
+    CHECK(json.find("\"id\":7") != std::string::npos);
+    CHECK(json.find("\"name\":\"say \\\"hi\\\"\"") != std::string::npos);
+    CHECK(json.find("\"state\":\"FAILED\"") != std::string::npos);
+    CHECK(json.find("\"exit_code\":3") != std::string::npos);
+    CHECK(json.find("\"started_at\":null") != std::string::npos);
   }
 }

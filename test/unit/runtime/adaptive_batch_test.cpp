@@ -212,9 +212,9 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     dlrun::runtime::remove_tree(dir);
     REQUIRE(lines.size() == 3);
     for (const char* key :
-         {"\"time\": ", "\"step\": 6", "\"global_batch\": 8", "\"micro_batch\": 8",
-          "\"accum_steps\": 1", "\"lr_factor\": ", "\"samples_per_sec\": ", "\"noise_scale\": ",
-          "\"efficiency\": 1", "\"goodput\": ", "\"progress\": "}) {
+         {"\"time\":", "\"step\":6", "\"global_batch\":8", "\"micro_batch\":8",
+          "\"accum_steps\":1", "\"lr_factor\":", "\"samples_per_sec\":", "\"noise_scale\":",
+          "\"efficiency\":1", "\"goodput\":", "\"progress\":"}) {
       CAPTURE(key);
       CHECK(lines[2].find(key) != std::string::npos);
     }

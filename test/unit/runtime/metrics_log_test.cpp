@@ -10,6 +10,6 @@ TEST_SUITE("runtime::MetricsLog") {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     CHECK(dlrun::runtime::metrics_line(1700000000.25,
                                        {{"step", 10}, {"goodput", 1234.5}, {"x", nan}}) ==
-          "{\"time\": 1700000000.250, \"step\": 10, \"goodput\": 1234.5, \"x\": null}\n");
+          "{\"time\":1700000000.25,\"step\":10,\"goodput\":1234.5,\"x\":null}\n");
   }
 }

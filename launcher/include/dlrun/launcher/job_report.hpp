@@ -26,8 +26,8 @@ std::string format_duration(double seconds);
 // Columns padded to their widest cell; the first row is the header.
 std::string render_table(const std::vector<std::vector<std::string>>& rows);
 
-// A number from one flat JSON object line, e.g. number_field(line, "global_batch").
-std::optional<double> number_field(std::string_view json_line, std::string_view key);
+// The numbers of one metrics.jsonl line (a JSON object); empty where a field is missing, is
+// not a number, or the line is not JSON.
 MetricsSnapshot parse_metrics_line(std::string_view json_line);
 // The last complete line of RUN_DIR/metrics.jsonl (reads only the file's tail).
 MetricsSnapshot read_latest_metrics(const std::string& run_dir);
@@ -37,6 +37,8 @@ std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& 
 // `dlrun status JOB`: key: value lines.
 std::string status_details(const JobRecord& job, double now);
 std::string job_json(const JobRecord& job, double now);
+// A JSON array of job_json objects, one per line (`dlrun status --json`).
+std::string jobs_json(const std::vector<JobRecord>& jobs, double now);
 
 // Exit code of `dlrun status JOB` for the job's state (docs/exit-codes.md).
 int status_exit_code(JobState state);

@@ -27,12 +27,4 @@ std::string prepare_run_dir(const std::string& requested, const std::string& job
 
 std::string rank_log_path(const std::string& run_dir, int rank);
 
-// Writes RUN_DIR/job.json atomically (temporary file, rename). Each value is JSON text:
-// numbers as they are, strings through json_string().
-void write_job_record(const std::string& run_dir, const std::map<std::string, std::string>& fields);
-
-std::string json_escape(const std::string& text);
-// `text` as a quoted, escaped JSON string.
-std::string json_string(const std::string& text);
-
 }  // namespace dlrun::launcher

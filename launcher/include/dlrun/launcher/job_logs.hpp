@@ -1,0 +1,19 @@
+#pragma once
+// `dlrun logs JOB [--rank R] [-f]`: a submitted job's output, all ranks prefixed
+// (RUN_DIR/output.log) or one rank's own (RUN_DIR/rank-R.log). Following polls the file
+// and the job's state until the job has ended, then copies what is left. Throws ConfigError
+// for an unknown job or rank.
+
+#include <cstdint>
+#include <ostream>
+
+#include "dlrun/launcher/job_queue.hpp"
+
+namespace dlrun::launcher {
+
+enum class Follow { no, until_the_job_ends };
+
+// rank < 0: the job's combined output.
+void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ostream& out);
+
+}  // namespace dlrun::launcher

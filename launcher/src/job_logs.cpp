@@ -1,0 +1,54 @@
+#include "dlrun/launcher/job_logs.hpp"
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dlrun/error.hpp"
+#include "dlrun/launcher/run_dir.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+constexpr auto k_poll = std::chrono::milliseconds(100);
+constexpr int k_polls_per_sweep = 10;  // a lost supervisor is noticed within a second
+
+// Copies what `path` has beyond `offset` to `out`; returns the new offset.
+std::streamoff copy_new(const std::string& path, std::streamoff offset, std::ostream& out) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return offset;
+  file.seekg(offset);
+  char buffer[65536];
+  while (file.read(buffer, sizeof buffer) || file.gcount() > 0) {
+    out.write(buffer, file.gcount());
+    offset += file.gcount();
+  }
+  out.flush();
+  return offset;
+}
+
+}  // namespace
+
+void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ostream& out) {
+  auto job = queue.store().get(id);
+  if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", id));
+  if (rank >= 0 && job->allocation.ranks > 0 && rank >= job->allocation.ranks) {
+    throw ConfigError(fmt::format("--rank {}: job {} has ranks 0 to {}", rank, id, job->allocation.ranks - 1));
+  }
+  const std::string run_dir = queue.run_dir(id);
+  const std::string path = rank >= 0 ? rank_log_path(run_dir, rank) : run_dir + "/output.log";
+  std::streamoff offset = copy_new(path, 0, out);
+  if (follow == Follow::no) return;
+  for (int polls = 1;; ++polls) {
+    job = queue.store().get(id);
+    const bool ended = is_terminal(job->state);
+    offset = copy_new(path, offset, out);
+    if (ended) return;
+    std::this_thread::sleep_for(k_poll);
+    if (polls % k_polls_per_sweep == 0) queue.sweep();
+  }
+}
+
+}  // namespace dlrun::launcher

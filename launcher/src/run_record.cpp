@@ -1,0 +1,64 @@
+#include "dlrun/launcher/run_record.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dlrun/error.hpp"
+
+namespace dlrun::launcher {
+
+void write_run_record(const std::string& run_dir, const RunRecord& record) {
+  nlohmann::json json = {
+      {"id", record.id},
+      {"state", record.state},
+      {"world_size", record.world_size},
+      {"restarts", record.restarts},
+      {"dlrun_pid", record.dlrun_pid},
+      {"run_dir", record.run_dir},
+      {"updated_at", record.updated_at},
+      {"command", record.command},
+  };
+  if (record.exit_code) json["exit_code"] = *record.exit_code;
+  const std::string text = json.dump(2) + "\n";
+  const std::string path = run_dir + "/job.json";
+  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw SystemError("cannot write " + temp, errno);
+  ssize_t n = ::write(fd, text.data(), text.size());
+  int e = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) throw SystemError("cannot write " + temp, e);
+  if (::rename(temp.c_str(), path.c_str()) != 0) throw SystemError("cannot write " + path, errno);
+}
+
+std::optional<RunRecord> read_run_record(const std::string& run_dir) {
+  std::ifstream file(run_dir + "/job.json");
+  if (!file) return std::nullopt;
+  const nlohmann::json json = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return std::nullopt;
+  try {
+    RunRecord record;
+    record.id = json.value("id", "");
+    record.state = json.value("state", "");
+    record.world_size = json.value("world_size", 0);
+    record.restarts = json.value("restarts", 0);
+    record.dlrun_pid = json.value("dlrun_pid", int64_t{0});
+    record.run_dir = json.value("run_dir", "");
+    record.updated_at = json.value("updated_at", "");
+    record.command = json.value("command", std::vector<std::string>{});
+    if (json.contains("exit_code") && json["exit_code"].is_number_integer()) {
+      record.exit_code = json["exit_code"].get<int>();
+    }
+    return record;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // a field of the wrong type: not a record dlrun wrote
+  }
+}
+
+}  // namespace dlrun::launcher
