@@ -145,36 +145,44 @@ std::string status_details(const JobRecord& job, double now) {
 
 namespace {
 
+// Keys in the documented order (docs/jobs.md), appended to the object's storage directly:
+// they are known to be distinct, and `dlrun status --all --json` writes 10,000 objects.
 nlohmann::ordered_json job_object(const JobRecord& job, double now) {
+  using Json = nlohmann::ordered_json;
   auto metrics = metrics_if_running(job);
-  auto number_or_null = [](std::optional<double> v) { return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(); };
-  auto time_or_null = [](double t) { return t > 0 ? nlohmann::ordered_json(iso_time(t)) : nlohmann::ordered_json(); };
-  nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
+  auto number_or_null = [](std::optional<double> v) { return v ? Json(*v) : Json(); };
+  auto time_or_null = [](double t) { return t > 0 ? Json(iso_time(t)) : Json(); };
+  Json gpus = Json::array();
   for (const auto& id : job.allocation.gpu_ids) {
     auto index = parse_int(id);  // GPU indices as numbers; a UUID stays a string
-    gpus.push_back(index ? nlohmann::ordered_json(*index) : nlohmann::ordered_json(id));
+    gpus.push_back(index ? Json(*index) : Json(id));
   }
-  return nlohmann::ordered_json{
-      {"id", job.id},
-      {"name", job.name},
-      {"state", to_string(job.state)},
-      {"exit_code", job.exit_code ? nlohmann::ordered_json(*job.exit_code) : nlohmann::ordered_json()},
-      {"reason", job.reason},
-      {"ranks", job.allocation.ranks},
-      {"gpus", gpus},
-      {"restarts", job.restarts},
-      {"submitted_at", iso_time(job.submitted_at)},
-      {"started_at", time_or_null(job.started_at)},
-      {"ended_at", time_or_null(job.ended_at)},
-      {"elapsed_seconds", std::round(elapsed(job, now) * 1000) / 1000},
-      {"global_batch", number_or_null(metrics.global_batch)},
-      {"samples_per_sec", number_or_null(metrics.samples_per_sec)},
-      {"goodput", number_or_null(metrics.goodput)},
-      {"noise_scale", number_or_null(metrics.noise_scale)},
-      {"run_dir", job.run_dir},
-      {"job_file", job.submitted.spec_path},
-      {"slurm_id", job.slurm_id > 0 ? nlohmann::ordered_json(job.slurm_id) : nlohmann::ordered_json()},
+  Json out = Json::object();
+  auto& fields = out.get_ref<Json::object_t&>();
+  fields.reserve(19);
+  auto add = [&fields](const char* key, Json value) {
+    fields.Json::object_t::Container::emplace_back(key, std::move(value));
   };
+  add("id", job.id);
+  add("name", job.name);
+  add("state", to_string(job.state));
+  add("exit_code", job.exit_code ? Json(*job.exit_code) : Json());
+  add("reason", job.reason);
+  add("ranks", job.allocation.ranks);
+  add("gpus", std::move(gpus));
+  add("restarts", job.restarts);
+  add("submitted_at", iso_time(job.submitted_at));
+  add("started_at", time_or_null(job.started_at));
+  add("ended_at", time_or_null(job.ended_at));
+  add("elapsed_seconds", std::round(elapsed(job, now) * 1000) / 1000);
+  add("global_batch", number_or_null(metrics.global_batch));
+  add("samples_per_sec", number_or_null(metrics.samples_per_sec));
+  add("goodput", number_or_null(metrics.goodput));
+  add("noise_scale", number_or_null(metrics.noise_scale));
+  add("run_dir", job.run_dir);
+  add("job_file", job.submitted.spec_path);
+  add("slurm_id", job.slurm_id > 0 ? Json(job.slurm_id) : Json());
+  return out;
 }
 
 }  // namespace
@@ -186,7 +194,11 @@ std::string job_json(const JobRecord& job, double now) {
 std::string jobs_json(const std::vector<JobRecord>& jobs, double now) {
   // One object per line, for people reading it too.
   std::string out = "[";
-  for (size_t i = 0; i < jobs.size(); ++i) out += (i ? ",\n " : "") + job_object(jobs[i], now).dump();
+  out.reserve(jobs.size() * 512);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (i) out += ",\n ";
+    out += job_object(jobs[i], now).dump();
+  }
   return out + "]";
 }
 
