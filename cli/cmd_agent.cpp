@@ -44,7 +44,7 @@ int run_agent_command(AgentArgs& args, CLI::App& app, const Trailing& trailing) 
     throw ConfigError("--node N or --node-from-slurm is required");
   }
   if (app.count("--nproc")) a.group.nproc = args.nproc;
-  if (app.count("--gpus")) a.group.gpus = std::to_string(args.gpus);
+  if (app.count("--gpus")) a.group.gpus = launcher::GpuRequest{args.gpus, {}};
   return launcher::run_agent(a, launcher::current_environment());
 }
 

@@ -34,11 +34,12 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
     if (min != max) options.min_ranks = min;
   }
   if (app.count("--gpus")) {
-    options.gpus = args.gpus;
     if (args.gpus.find(':') != std::string::npos) {
       auto [min, max] = launcher::parse_count_range(args.gpus, "--gpus");
-      options.gpus = std::to_string(max);
+      options.gpus = launcher::GpuRequest{max, {}};
       if (min != max) options.min_ranks = min;
+    } else {
+      options.gpus = launcher::parse_gpu_request(args.gpus);
     }
   }
   if (app.count("--master-port")) options.master_port = args.master_port;

@@ -34,6 +34,11 @@ GpuRequest parse_gpu_request(std::string_view spec) {
   return request;
 }
 
+std::string format_gpu_request(const GpuRequest& request) {
+  if (request.count) return std::to_string(*request.count);
+  return fmt::format("{}", fmt::join(request.ids, ","));
+}
+
 std::vector<std::string> parse_visible_devices(std::string_view value) {
   std::vector<std::string> ids;
   for (auto& id : split(value, ',')) {

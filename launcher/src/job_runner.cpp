@@ -63,15 +63,14 @@ void send_output_to(const std::string& path) {
 LocalJobOptions options_for(const JobSpec& spec, const Allocation& allocation, const std::string& run_dir) {
   LocalJobOptions options;
   if (spec.gpus) {
-    std::string ids;
-    for (const auto& id : allocation.gpu_ids) ids += (ids.empty() ? "" : ",") + id;
-    options.gpus = ids;
+    options.gpus = GpuRequest{std::nullopt, allocation.gpu_ids};  // the scheduler's choice
   } else {
     options.nproc = allocation.ranks;
   }
   // Elastic: the rank count may later move within the job file's MIN:MAX.
   const RankRange& range = spec.gpus ? *spec.gpus : *spec.nproc;
-  if (range.elastic()) options.min_ranks = range.min;
+  options.min_ranks = range.min;
+  options.max_ranks = range.max;
   options.grace_seconds = spec.grace;
   options.max_restarts = spec.max_restarts;
   options.run_dir = run_dir;
@@ -131,9 +130,6 @@ int supervise_job(int64_t id, const Environment& env) {
     }
     if (spec.remote()) return run_remote(queue, id, spec, base, run_dir);
     LocalJob job = prepare_local_job(options_for(spec, record->allocation, run_dir), base, std::to_string(id));
-    const RankRange& range = spec.gpus ? *spec.gpus : *spec.nproc;
-    job.max_world_size = range.max;
-    job.min_world_size = range.min;
     job.program.working_dir = spec.workdir;
     job.on_restart = [&store, id](int restarts) { store.set_restarts(id, restarts); };
     job.on_rescale = [&store, id](bool rescaling) { store.set_rescaling(id, rescaling); };

@@ -20,8 +20,8 @@
 namespace dlrun::launcher {
 namespace {
 
-std::vector<std::string> choose_gpus(const std::string& spec, const Environment& env, std::optional<int> min) {
-  GpuRequest request = parse_gpu_request(spec);
+std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env, std::optional<int> min) {
+  const std::string spec = format_gpu_request(request);
   GpuInventory inventory = discover_gpus();
   std::optional<std::string> visible;
   if (auto it = env.find(env::k_cuda_visible_devices); it != env.end()) visible = it->second;
@@ -85,8 +85,12 @@ LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& en
     job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks);
     job.world_size = static_cast<int>(job.gpu_ids.size());
   }
-  job.max_world_size = options.gpus ? std::max(job.world_size, parse_int(*options.gpus).value_or(job.world_size))
-                                    : job.world_size;
+  if (options.max_ranks) {
+    job.max_world_size = std::max(job.world_size, *options.max_ranks);
+  } else {
+    job.max_world_size = options.gpus && options.gpus->count ? std::max(job.world_size, *options.gpus->count)
+                                                              : job.world_size;
+  }
   job.min_world_size = options.min_ranks ? *options.min_ranks : job.world_size;
   if (job.min_world_size < 1 || job.min_world_size > job.max_world_size) {
     throw ConfigError(fmt::format("ranks {}:{}: MIN must be between 1 and MAX", job.min_world_size, job.max_world_size));

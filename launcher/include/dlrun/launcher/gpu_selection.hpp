@@ -19,6 +19,8 @@ struct GpuRequest {
 
 // Throws ConfigError naming the bad spec.
 GpuRequest parse_gpu_request(std::string_view spec);
+// As a user would write it: "4" or "0,2,3".
+std::string format_gpu_request(const GpuRequest& request);
 
 // Splits a CUDA_VISIBLE_DEVICES value; empty entries are dropped. An empty value means
 // "no device visible" and gives an empty list.

@@ -1,6 +1,7 @@
 #pragma once
-// `dlrun local`: the options a user gives, and their check and resolution into a
-// LocalJob that the Supervisor runs. prepare_local_job() reads the machine (PATH, GPUs,
+// `dlrun local`: what to run, as typed values (the CLI's flags, a job.toml's resources and
+// an agent's options are each turned into them once), and their check and resolution into
+// a LocalJob that the Supervisor runs. prepare_local_job() reads the machine (PATH, GPUs,
 // ports) but starts nothing: every input error is found here, before any rank exists.
 
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "dlrun/launcher/prefix_template.hpp"
 #include "dlrun/launcher/rank_env.hpp"
+#include "dlrun/launcher/gpu_selection.hpp"
 #include "dlrun/launcher/member.hpp"
 
 namespace dlrun::launcher {
@@ -17,9 +19,10 @@ namespace dlrun::launcher {
 enum class ColorMode { automatic, always, never };
 
 struct LocalJobOptions {
-  std::optional<int> nproc;         // --nproc N: CPU ranks (N = MAX with --nproc MIN:MAX)
-  std::optional<int> min_ranks;     // elastic: MIN of --nproc/--gpus MIN:MAX
-  std::optional<std::string> gpus;  // --gpus N | --gpus 0,2,3
+  std::optional<int> nproc;         // CPU ranks to start
+  std::optional<GpuRequest> gpus;   // one rank per GPU: a count of the visible ones, or these ids
+  std::optional<int> min_ranks;     // elastic: the fewest ranks the job may run with
+  std::optional<int> max_ranks;     // elastic: the most (default: as many as it starts with)
   GpuBinding gpu_binding = GpuBinding::rank;
   std::string master_addr = "127.0.0.1";
   std::optional<int> master_port;   // default: a free port, new for each restart
