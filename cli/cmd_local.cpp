@@ -1,4 +1,4 @@
-// `dlrun local`: parse the options into LocalJobOptions and hand over to the launcher.
+// `dlrun local`: parse the options into PlanOptions and hand over to the launcher.
 
 #include <memory>
 #include <string>
@@ -9,7 +9,7 @@
 #include "commands.hpp"
 #include "group_options.hpp"
 #include "dlrun/error.hpp"
-#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"
 
@@ -45,8 +45,8 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
   if (app.count("--master-port")) options.master_port = args.master_port;
   options.gpu_binding = args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
   launcher::raise_fd_limit();
-  auto job = launcher::prepare_local_job(options, launcher::current_environment());
-  return launcher::run_local_job(job);
+  auto job = launcher::make_plan(options, launcher::current_environment());
+  return launcher::run_plan(job);
 }
 
 }  // namespace

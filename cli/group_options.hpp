@@ -7,12 +7,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/plan.hpp"
 
 namespace dlrun::cli {
 
 struct GroupArgs {
-  launcher::LocalJobOptions options;
+  launcher::PlanOptions options;
   std::string ranks;
   std::string color = "auto";
   bool no_prefix = false;

@@ -82,7 +82,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   for (const char* key : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
     if (!iface.empty() && !base.count(key)) base[key] = iface;
   }
-  LocalJobOptions local = options.group;
+  PlanOptions local = options.group;
   local.master_addr = assignment.master_addr;
   local.master_port = assignment.master_port;
   local.check_master_port = false;
@@ -90,7 +90,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   // --ranks names global ranks, most of them on other hosts: apply it after the local checks.
   auto shown = local.shown_ranks;
   local.shown_ranks.reset();
-  LocalJob job = prepare_local_job(local, base, options.job_id);
+  Plan job = make_plan(local, base, options.job_id);
   job.options.shown_ranks = shown;
   job.node_rank = assignment.node_rank;
   job.num_nodes = assignment.num_nodes;

@@ -104,7 +104,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   RendezvousServer server(random_secret(), slots, names, options.join_timeout);
   server.start(options.iface.empty() ? "0.0.0.0" : outward, 0);
 
-  LocalJob job = launcher_job(options.group, world, make_job_id(), env);
+  Plan job = launcher_job(options.group, world, make_job_id(), env);
   std::string dlrun_here = self_path();
   std::string dlrun_there = options.remote_dlrun.empty() ? dlrun_here : options.remote_dlrun;
   std::string workdir = fs::current_path().string();
@@ -142,7 +142,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   return supervise_agents(job, server);
 }
 
-int supervise_agents(LocalJob& job, RendezvousServer& server) {
+int supervise_agents(Plan& job, RendezvousServer& server) {
   job.deliver_signal = [&server](int signal) { server.broadcast_signal(signal); };
   Supervisor supervisor(job);
   server.on_failure([&supervisor](const std::string& reason) {
@@ -154,8 +154,8 @@ int supervise_agents(LocalJob& job, RendezvousServer& server) {
   return code;
 }
 
-LocalJob launcher_job(const LocalJobOptions& group, int world, const std::string& job_id, const Environment& env) {
-  LocalJob job;
+Plan launcher_job(const PlanOptions& group, int world, const std::string& job_id, const Environment& env) {
+  Plan job;
   job.options = group;
   job.options.prefix_enabled = false;  // agents prefix their ranks' lines with host and rank
   job.options.shown_ranks.reset();

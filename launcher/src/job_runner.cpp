@@ -16,7 +16,7 @@
 #include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_spec.hpp"
-#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/plan.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/supervisor.hpp"
 #include "dlrun/protocol.hpp"
@@ -60,8 +60,8 @@ void send_output_to(const std::string& path) {
   ::close(fd);
 }
 
-LocalJobOptions options_for(const JobSpec& spec, const Allocation& allocation, const std::string& run_dir) {
-  LocalJobOptions options;
+PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const std::string& run_dir) {
+  PlanOptions options;
   if (spec.gpus) {
     options.gpus = GpuRequest{std::nullopt, allocation.gpu_ids};  // the scheduler's choice
   } else {
@@ -129,7 +129,7 @@ int supervise_job(int64_t id, const Environment& env) {
       throw ConfigError(fmt::format("cannot enter workdir {}: {}", spec.workdir, std::strerror(errno)));
     }
     if (spec.remote()) return run_remote(queue, id, spec, base, run_dir);
-    LocalJob job = prepare_local_job(options_for(spec, record->allocation, run_dir), base, std::to_string(id));
+    Plan job = make_plan(options_for(spec, record->allocation, run_dir), base, std::to_string(id));
     job.program.working_dir = spec.workdir;
     job.on_restart = [&store, id](int restarts) { store.set_restarts(id, restarts); };
     job.on_rescale = [&store, id](bool rescaling) { store.set_rescaling(id, rescaling); };

@@ -67,7 +67,7 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
   server.start("0.0.0.0", 0);
   std::string contact = fmt::format("{}:{}", node_address(), server.port());
 
-  LocalJob job = launcher_job(options.cluster.group, world, options.job_id, env);
+  Plan job = launcher_job(options.cluster.group, world, options.job_id, env);
   job.member_noun = "step";
   auto path_it = env.find("PATH");
   std::string srun = resolve_program("srun", path_it == env.end() ? "" : path_it->second);

@@ -40,7 +40,7 @@ bool use_color(ColorMode mode, int fd, const Environment& env) {
 
 }  // namespace
 
-Supervisor::Supervisor(const LocalJob& job, const RunnerFactory& runner)
+Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
     : m_job(job),
       m_runner(runner ? runner(m_io) : make_process_runner(m_io)),
       m_stop_signals(m_io, SIGINT, SIGTERM, SIGHUP),

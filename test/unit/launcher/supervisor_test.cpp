@@ -128,8 +128,8 @@ struct Fixture {
     dlrun::log::set_level(dlrun::log::Level::info);
   }
 
-  LocalJob job(int ranks) const {
-    LocalJob job;
+  Plan job(int ranks) const {
+    Plan job;
     job.options.command = {"train"};
     job.options.master_port = 29999;  // no port is probed
     job.options.grace_seconds = 0.05;
@@ -208,7 +208,7 @@ TEST_SUITE("launcher::Supervisor") {
         group.end(0, ExitStatus::exited(5));
       }
     };
-    LocalJob j = job(2);
+    Plan j = job(2);
     j.options.max_restarts = 2;
     std::vector<int> restarts;
     j.on_restart = [&](int count) { restarts.push_back(count); };
@@ -243,7 +243,7 @@ TEST_SUITE("launcher::Supervisor") {
   }
 
   TEST_CASE_FIXTURE(Fixture, "resize up and down restarts the group at the new size") {
-    LocalJob j = job(2);
+    Plan j = job(2);
     j.min_world_size = 1;
     j.max_world_size = 4;
     Supervisor supervisor(j, runner());
@@ -268,7 +268,7 @@ TEST_SUITE("launcher::Supervisor") {
   }
 
   TEST_CASE_FIXTURE(Fixture, "a rank without progress for the watchdog period counts as failed") {
-    LocalJob j = job(2);
+    Plan j = job(2);
     j.options.watchdog_seconds = 0.1;
     Supervisor supervisor(j, runner());
     supervisor.begin();
@@ -278,7 +278,7 @@ TEST_SUITE("launcher::Supervisor") {
   }
 
   TEST_CASE_FIXTURE(Fixture, "a GPU whose rank fails twice in a row is left out") {
-    LocalJob j = job(3);
+    Plan j = job(3);
     j.gpu_ids = {"0", "1", "2"};
     j.min_world_size = 1;
     j.max_world_size = 3;

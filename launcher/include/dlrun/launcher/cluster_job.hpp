@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "dlrun/launcher/host_list.hpp"
-#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/ssh.hpp"
 
 namespace dlrun::launcher {
 
 struct ClusterOptions {
-  LocalJobOptions group;  // command, prefix, grace, max_restarts, run_dir, quiet, colour
+  PlanOptions group;  // command, prefix, grace, max_restarts, run_dir, quiet, colour
   std::vector<Host> hosts;
   bool gpu_slots = false;       // slots are GPUs: one rank per GPU
   SshSettings ssh;
@@ -39,7 +39,7 @@ struct AgentOptions {
   std::string job_id;
   std::string workdir;
   std::string master_addr;  // override for MASTER_ADDR (node 0 reports it)
-  LocalJobOptions group;    // nproc or gpus (slots), command, prefix, grace, run_dir …
+  PlanOptions group;    // nproc or gpus (slots), command, prefix, grace, run_dir …
 };
 
 // The body of `dlrun agent`: reads the secret from stdin, joins, runs this host's ranks.
@@ -48,15 +48,15 @@ int run_agent(const AgentOptions& options, const Environment& env);
 // Shared by `dlrun run` and the Slurm step ------------------------------------------
 class RendezvousServer;
 
-// The launcher's own LocalJob: members are agents (or an srun starting them), whose
+// The launcher's own Plan: members are agents (or an srun starting them), whose
 // lines arrive already prefixed.
-LocalJob launcher_job(const LocalJobOptions& group, int world, const std::string& job_id, const Environment& env);
+Plan launcher_job(const PlanOptions& group, int world, const std::string& job_id, const Environment& env);
 // An agent's command line after the program; node < 0: it takes its node from Slurm.
 std::vector<std::string> agent_args(const ClusterOptions& options, const Host& host, int node, int round,
                                     const std::string& rendezvous, const std::string& job_id,
                                     const std::string& run_dir, const std::string& workdir);
 // Runs `job` (whose planner starts the agents) with signals passed on over `server`,
 // failing the attempt when the rendezvous does.
-int supervise_agents(LocalJob& job, RendezvousServer& server);
+int supervise_agents(Plan& job, RendezvousServer& server);
 
 }  // namespace dlrun::launcher

@@ -1,5 +1,5 @@
 #pragma once
-// Runs a LocalJob to its end: starts the worker group, watches it, and applies the
+// Runs a Plan to its end: starts the worker group, watches it, and applies the
 // policy: one failing rank stops the whole group (SIGTERM, then SIGKILL after the grace
 // period); the group restarts while the job's restart budget lasts; ranks that all exit
 // with exit_code::k_restart_me are restarted without spending it; SIGINT, SIGTERM and SIGHUP
@@ -23,7 +23,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/member_group.hpp"
 #include "dlrun/launcher/rank_output.hpp"
 #include "dlrun/launcher/resize.hpp"
@@ -35,7 +35,7 @@ class Supervisor {
  public:
   using RunnerFactory = std::function<std::unique_ptr<ProcessRunner>(boost::asio::io_context&)>;
   // runner empty: the real one (make_process_runner).
-  explicit Supervisor(const LocalJob& job, const RunnerFactory& runner = {});
+  explicit Supervisor(const Plan& job, const RunnerFactory& runner = {});
   ~Supervisor();
 
   // Runs until the job is over; returns dlrun's exit code. The same as begin(), poll_once()
@@ -92,7 +92,7 @@ class Supervisor {
   void arm_watchdog();
   void check_watchdog();
 
-  LocalJob m_job;  // a copy: an elastic job's rank count and GPUs change
+  Plan m_job;  // a copy: an elastic job's rank count and GPUs change
   boost::asio::io_context m_io;
   std::unique_ptr<ProcessRunner> m_runner;
   boost::asio::signal_set m_stop_signals;

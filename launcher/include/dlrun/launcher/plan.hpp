@@ -1,8 +1,10 @@
 #pragma once
-// `dlrun local`: what to run, as typed values (the CLI's flags, a job.toml's resources and
-// an agent's options are each turned into them once), and their check and resolution into
-// a LocalJob that the Supervisor runs. prepare_local_job() reads the machine (PATH, GPUs,
-// ports) but starts nothing: every input error is found here, before any rank exists.
+// The plan: what to run on this machine, as one typed value. PlanOptions is what a front-end
+// gives (the CLI's flags of `dlrun local`, a submitted job.toml with its allocation, an
+// agent's options from `dlrun run`), each turned into typed values once; make_plan() checks
+// it and resolves it against the machine (the program in PATH, the GPUs, a port, the run
+// directory) into the Plan that the Supervisor runs. make_plan() starts nothing: every input
+// error is found here, before any rank exists. Glossary: docs/architecture.md.
 
 #include <functional>
 #include <optional>
@@ -18,7 +20,7 @@ namespace dlrun::launcher {
 
 enum class ColorMode { automatic, always, never };
 
-struct LocalJobOptions {
+struct PlanOptions {
   std::optional<int> nproc;         // CPU ranks to start
   std::optional<GpuRequest> gpus;   // one rank per GPU: a count of the visible ones, or these ids
   std::optional<int> min_ranks;     // elastic: the fewest ranks the job may run with
@@ -40,8 +42,8 @@ struct LocalJobOptions {
   std::vector<std::string> command; // program and its arguments
 };
 
-struct LocalJob {
-  LocalJobOptions options;
+struct Plan {
+  PlanOptions options;
   ProgramSpec program;
   int world_size = 0;
   std::vector<std::string> gpu_ids;  // one per rank, or empty
@@ -77,17 +79,17 @@ struct LocalJob {
 
 // The ranks of this machine for one attempt: env:// variables, a fresh MASTER_PORT
 // unless one was given, the prefix label and log file of each.
-std::vector<Member> plan_local_members(const LocalJob& job, int restart_count);
+std::vector<Member> plan_local_members(const Plan& job, int restart_count);
 
 // Where rank `rank` reports progress for the watchdog (DLRUN_PROGRESS_FILE).
 std::string progress_file(const std::string& run_dir, int rank);
 
 // Throws ConfigError for anything wrong in the options or the machine's answer to them.
 // `job_id` empty: a new one (make_job_id()).
-LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& env,
+Plan make_plan(const PlanOptions& options, const Environment& env,
                            const std::string& job_id = {});
 
 // Runs the job to its end and returns dlrun's exit code (docs/exit-codes.md).
-int run_local_job(const LocalJob& job);
+int run_plan(const Plan& job);
 
 }  // namespace dlrun::launcher

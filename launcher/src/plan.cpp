@@ -1,4 +1,4 @@
-#include "dlrun/launcher/local_job.hpp"
+#include "dlrun/launcher/plan.hpp"
 
 #include <unistd.h>
 
@@ -50,9 +50,9 @@ std::string host_name() {
 
 }  // namespace
 
-LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& env,
+Plan make_plan(const PlanOptions& options, const Environment& env,
                            const std::string& job_id) {
-  LocalJob job;
+  Plan job;
   job.options = options;
   if (options.nproc && options.gpus) {
     throw ConfigError("--nproc and --gpus exclude each other: --gpus starts one rank per GPU");
@@ -116,7 +116,7 @@ LocalJob prepare_local_job(const LocalJobOptions& options, const Environment& en
   return job;
 }
 
-std::vector<Member> plan_local_members(const LocalJob& job, int restart_count) {
+std::vector<Member> plan_local_members(const Plan& job, int restart_count) {
   const auto& options = job.options;
   NodePlanInput plan;
   plan.local_world_size = job.world_size;
@@ -153,7 +153,7 @@ std::string progress_file(const std::string& run_dir, int rank) {
   return fmt::format("{}/progress/rank-{}", run_dir, rank);
 }
 
-int run_local_job(const LocalJob& job) {
+int run_plan(const Plan& job) {
   Supervisor supervisor(job);
   return supervisor.run();
 }
