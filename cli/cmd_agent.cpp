@@ -1,5 +1,7 @@
 // `dlrun agent` (hidden): one host's part of a `dlrun run` job, started by it over ssh with the
-// rendezvous secret on stdin; never by hand. The work is launcher::run_agent (agent.cpp).
+// rendezvous secret on stdin; never by hand. Its command line says only where to meet and
+// which node it is: what it runs comes in the rendezvous's assignment (agent_plan.hpp). The
+// work is launcher::run_agent (agent.cpp).
 
 #include <memory>
 
@@ -10,25 +12,18 @@
 #include "dlrun/launcher/cluster_job.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"
-#include "group_options.hpp"
 
 namespace dlrun::cli {
 namespace {
 
 struct AgentArgs {
-  GroupArgs group;
   launcher::AgentOptions agent;
   std::string rendezvous;
-  int nproc = 0;
-  int gpus = 0;
   bool node_from_slurm = false;
 };
 
-int run_agent_command(AgentArgs& args, CLI::App& app, const Trailing& trailing) {
-  apply_group_options(args.group, app);
+int run_agent_command(AgentArgs& args, CLI::App& app) {
   auto& a = args.agent;
-  a.group = args.group.options;
-  a.group.command = program_words(app, trailing);
   auto colon = args.rendezvous.rfind(':');
   auto port = colon == std::string::npos ? std::nullopt : launcher::parse_int(args.rendezvous.substr(colon + 1));
   if (!port) throw ConfigError(fmt::format("--rendezvous {}: expected HOST:PORT", args.rendezvous));
@@ -43,8 +38,6 @@ int run_agent_command(AgentArgs& args, CLI::App& app, const Trailing& trailing) 
   } else if (!app.count("--node")) {
     throw ConfigError("--node N or --node-from-slurm is required");
   }
-  if (app.count("--nproc")) a.group.nproc = args.nproc;
-  if (app.count("--gpus")) a.group.gpus = launcher::GpuRequest{args.gpus, {}};
   return launcher::run_agent(a, launcher::current_environment());
 }
 
@@ -54,21 +47,14 @@ Command add_agent_command(CLI::App& dlrun) {
   auto args = std::make_shared<AgentArgs>();
   CLI::App* app = dlrun.add_subcommand("agent", "Internal: one host's part of a dlrun run job (started by dlrun run)");
   app->group("");  // hidden: started over ssh by dlrun run, with the secret on stdin
-  app->prefix_command();
   auto& a = args->agent;
   app->add_option("--rendezvous", args->rendezvous, "HOST:PORT of the launcher's rendezvous")->required();
   app->add_option("--node", a.node);
   app->add_flag("--node-from-slurm", args->node_from_slurm);
   app->add_option("--round", a.round);
   app->add_option("--host-label", a.host_label);
-  app->add_option("--job-id", a.job_id);
-  app->add_option("--workdir", a.workdir);
   app->add_option("--master-addr", a.master_addr);
-  app->add_option("--nproc", args->nproc);
-  app->add_option("--gpus", args->gpus);
-  add_output_options(app, args->group);
-  add_failure_options(app, args->group);
-  return {app, [args, app](const Trailing& trailing) { return run_agent_command(*args, *app, trailing); }};
+  return {app, [args, app](const Trailing&) { return run_agent_command(*args, *app); }};
 }
 
 }  // namespace dlrun::cli

@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "dlrun/launcher/cluster_job.hpp"
+
+#include "dlrun/launcher/agent_plan.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/log.hpp"
@@ -56,9 +58,6 @@ void stop_when_stdin_closes() {
 int run_agent(const AgentOptions& options, const Environment& env) {
   log::set_prefix(fmt::format("dlrun[{}]", options.host_label));
   std::string secret = read_secret();
-  if (!options.workdir.empty() && ::chdir(options.workdir.c_str()) != 0) {
-    log::warn("cannot enter {}: {}; staying in {}", options.workdir, std::strerror(errno), std::getenv("PWD") ? std::getenv("PWD") : ".");
-  }
   // Stop signals wait until the Supervisor listens (it unblocks them).
   sigset_t stop;
   sigemptyset(&stop);
@@ -74,6 +73,11 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   request.address = options.master_addr.empty() ? client.local_address() : options.master_addr;
   request.port = options.node == 0 ? pick_free_port(client.local_address()) : 0;
   Assignment assignment = client.join(request, 3600);
+  AgentPlan plan = parse_agent_plan(assignment.plan);
+  if (!plan.workdir.empty() && ::chdir(plan.workdir.c_str()) != 0) {
+    log::warn("cannot enter {}: {}; staying in {}", plan.workdir, std::strerror(errno),
+              std::getenv("PWD") ? std::getenv("PWD") : ".");
+  }
 
   Environment base = env;
   // Gloo and NCCL find their interface by the host name, which often resolves to a
@@ -82,7 +86,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   for (const char* key : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
     if (!iface.empty() && !base.count(key)) base[key] = iface;
   }
-  PlanOptions local = options.group;
+  PlanOptions local = plan.options;
   local.master_addr = assignment.master_addr;
   local.master_port = assignment.master_port;
   local.check_master_port = false;
@@ -90,7 +94,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   // --ranks names global ranks, most of them on other hosts: apply it after the local checks.
   auto shown = local.shown_ranks;
   local.shown_ranks.reset();
-  Plan job = make_plan(local, base, options.job_id);
+  Plan job = make_plan(local, base, plan.job_id);
   job.options.shown_ranks = shown;
   job.node_rank = assignment.node_rank;
   job.num_nodes = assignment.num_nodes;

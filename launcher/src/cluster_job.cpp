@@ -2,6 +2,8 @@
 
 #include "dlrun/launcher/cluster_job.hpp"
 
+#include "dlrun/launcher/agent_plan.hpp"
+
 #include <filesystem>
 #include <memory>
 
@@ -29,32 +31,42 @@ std::string self_path() {
 
 }  // namespace
 
-// The agent's command line (after the program path). node < 0: from Slurm's environment.
+// The agent's command line (after the program path): only where to meet and which node it
+// is. node < 0: from Slurm's environment. What it runs comes in the assignment (host_plan).
 std::vector<std::string> agent_args(const ClusterOptions& o, const Host& host, int node, int round,
-                                    const std::string& rendezvous, const std::string& job_id,
-                                    const std::string& run_dir, const std::string& workdir) {
-  const auto& g = o.group;
-  std::vector<std::string> args = {"agent", "--rendezvous", rendezvous, "--round", std::to_string(round),
-                                   "--job-id", job_id, "--run-dir", run_dir, "--workdir", workdir,
-                                   o.gpu_slots ? "--gpus" : "--nproc", std::to_string(host.slots),
-                                   "--grace", fmt::format("{}", g.grace_seconds), "--tail", std::to_string(g.tail_lines),
-                                   "--prefix", g.prefix, "--color", g.color == ColorMode::always ? "always" : "never"};
+                                    const std::string& rendezvous) {
+  std::vector<std::string> args = {"agent", "--rendezvous", rendezvous, "--round", std::to_string(round)};
   if (node >= 0) {
     args.insert(args.end(), {"--node", std::to_string(node), "--host-label", host.name});
   } else {
     args.push_back("--node-from-slurm");
   }
-  if (!g.prefix_enabled) args.push_back("--no-prefix");
-  if (g.quiet) args.push_back("--quiet");
   if (!o.master_addr.empty()) args.insert(args.end(), {"--master-addr", o.master_addr});
-  if (g.shown_ranks) {
-    std::string ranks;
-    for (int r : *g.shown_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    args.insert(args.end(), {"--ranks", ranks});
-  }
-  args.push_back("--");
-  args.insert(args.end(), g.command.begin(), g.command.end());
   return args;
+}
+
+std::string host_plan(const ClusterOptions& o, const Host& host, const std::string& job_id,
+                      const std::string& run_dir, const std::string& workdir) {
+  const auto& g = o.group;
+  AgentPlan plan;
+  plan.job_id = job_id;
+  plan.workdir = workdir;
+  PlanOptions& p = plan.options;
+  if (o.gpu_slots) {
+    p.gpus = GpuRequest{host.slots, {}};
+  } else {
+    p.nproc = host.slots;
+  }
+  p.run_dir = run_dir;
+  p.grace_seconds = g.grace_seconds;
+  p.tail_lines = g.tail_lines;
+  p.prefix = g.prefix;
+  p.prefix_enabled = g.prefix_enabled;
+  p.color = g.color == ColorMode::always ? ColorMode::always : ColorMode::never;
+  p.quiet = g.quiet;
+  p.shown_ranks = g.shown_ranks;
+  p.command = g.command;
+  return format_agent_plan(plan);
 }
 
 int run_cluster_job(const ClusterOptions& in, const Environment& env) {
@@ -105,9 +117,12 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   server.start(options.iface.empty() ? "0.0.0.0" : outward, 0);
 
   Plan job = launcher_job(options.group, world, make_job_id(), env);
+  std::string workdir = fs::current_path().string();
+  std::vector<std::string> plans;
+  for (const auto& h : options.hosts) plans.push_back(host_plan(options, h, job.job_id, job.run_dir, workdir));
+  server.set_plans(std::move(plans));
   std::string dlrun_here = self_path();
   std::string dlrun_there = options.remote_dlrun.empty() ? dlrun_here : options.remote_dlrun;
-  std::string workdir = fs::current_path().string();
   auto path_it = env.find("PATH");
   std::string ssh_path = resolve_program(options.ssh.program, path_it == env.end() ? "" : path_it->second);
   auto server_ptr = &server;
@@ -117,7 +132,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
     for (size_t node = 0; node < options.hosts.size(); ++node) {
       const Host& host = options.hosts[node];
       std::string rendezvous = fmt::format("{}:{}", contact[node], server_ptr->port());
-      auto args = agent_args(options, host, static_cast<int>(node), round, rendezvous, job.job_id, job.run_dir, workdir);
+      auto args = agent_args(options, host, static_cast<int>(node), round, rendezvous);
       Member m;
       m.spec.rank = static_cast<int>(node);
       m.spec.env = env;

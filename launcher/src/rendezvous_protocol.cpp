@@ -23,8 +23,9 @@ std::optional<JoinRequest> parse_join(const std::string& line) {
 }
 
 std::string format_assignment(const Assignment& a) {
-  return fmt::format("ASSIGN {} {} {} {} {} {}\n", a.node_rank, a.first_rank, a.world_size, a.num_nodes,
-                     a.master_addr, a.master_port);
+  // The plan is JSON without newlines; it takes the rest of the line.
+  return fmt::format("ASSIGN {} {} {} {} {} {}{}{}\n", a.node_rank, a.first_rank, a.world_size, a.num_nodes,
+                     a.master_addr, a.master_port, a.plan.empty() ? "" : " ", a.plan);
 }
 
 std::optional<Assignment> parse_assignment(const std::string& line) {
@@ -35,6 +36,7 @@ std::optional<Assignment> parse_assignment(const std::string& line) {
   if (!(in >> a.node_rank >> a.first_rank >> a.world_size >> a.num_nodes >> a.master_addr >> a.master_port)) {
     return std::nullopt;
   }
+  std::getline(in >> std::ws, a.plan);
   return a;
 }
 

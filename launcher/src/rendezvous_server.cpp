@@ -24,9 +24,15 @@ double now() {
 }
 
 void send_line(int fd, const std::string& line) {
-  // Short lines on a blocking socket; a peer that is gone is noticed by poll.
-  ssize_t ignored = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL);
-  (void)ignored;
+  // A blocking socket (an assignment with its plan is a few KiB); a peer that is gone is
+  // noticed by poll.
+  size_t sent = 0;
+  while (sent < line.size()) {
+    ssize_t n = ::send(fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    sent += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace
@@ -107,6 +113,11 @@ void RendezvousServer::drop(int fd) {
   ::close(fd);
 }
 
+void RendezvousServer::set_plans(std::vector<std::string> plans) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_plans = std::move(plans);
+}
+
 void RendezvousServer::complete_round_locked() {
   const JoinRequest& first = m_joins.at(0);
   int first_rank = 0;
@@ -115,7 +126,8 @@ void RendezvousServer::complete_round_locked() {
   for (auto& [fd, node] : m_node_of_fd) {
     int rank = 0;
     for (int n = 0; n < node; ++n) rank += m_slots[static_cast<size_t>(n)];
-    Assignment a{node, rank, world, static_cast<int>(m_slots.size()), first.address, first.port};
+    Assignment a{node, rank, world, static_cast<int>(m_slots.size()), first.address, first.port,
+                 static_cast<size_t>(node) < m_plans.size() ? m_plans[static_cast<size_t>(node)] : std::string()};
     send_line(fd, format_assignment(a));
     (void)first_rank;
   }

@@ -75,6 +75,8 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
   std::string dlrun = fs::read_symlink("/proc/self/exe", ec).string();
   std::string workdir = fs::current_path().string();
   Host any{"slurm", options.ranks_per_node, false};
+  server.set_plans(std::vector<std::string>(static_cast<size_t>(nodes),
+                                            host_plan(options.cluster, any, job.job_id, job.run_dir, workdir)));
   job.planner = [&, world](int round) {
     server.new_round(round);
     Member m;
@@ -89,7 +91,7 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
     m.program = {srun, {"srun", "--nodes", std::to_string(nodes), "--ntasks-per-node=1", "--input=all",
                         "--kill-on-bad-exit=1", dlrun},
                  workdir};
-    auto args = agent_args(options.cluster, any, -1, round, contact, job.job_id, job.run_dir, workdir);
+    auto args = agent_args(options.cluster, any, -1, round, contact);
     m.program.argv.insert(m.program.argv.end(), args.begin(), args.end());
     return std::vector<Member>{m};
   };

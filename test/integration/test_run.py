@@ -20,6 +20,24 @@ def agent_processes(job_marker):
     return processes(lambda argv: " agent " in " ".join(argv) and job_marker in " ".join(argv))
 
 
+def rendezvous_marker(launcher_pid):
+    """What marks the agents of one launcher's job: the port of its rendezvous, read from the
+    command line of the ssh sessions it started (an agent's command line says only where to
+    meet). None until they exist."""
+    for pid in processes(lambda argv: " agent " in " ".join(argv)):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                joined = " ".join(f.read().decode(errors="replace").split("\0"))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        match = re.search(r"--rendezvous \S+(:\d+) ", joined + " ")
+        if parent == launcher_pid and match:
+            return match.group(1) + " "
+    return None
+
+
 class ClusterTestCase(DlrunTestCase):
     hosts = 3
 
@@ -160,7 +178,8 @@ exec sleep 300
         script = self.script("sleep.sh", "exec sleep 300\n")
         p = self.start(*self.run_args([self.host(0), self.host(1)], script))
         try:
-            marker = f"--run-dir {self.run_dir()}"
+            marker = wait_for(lambda: rendezvous_marker(p.pid), 30)
+            self.assertTrue(marker)
             procs = wait_for(lambda: agent_processes(marker), 30)
             self.assertTrue(procs)
             with open(f"/proc/{procs[0]}/cmdline", "rb") as f:
@@ -168,7 +187,7 @@ exec sleep 300
             joined = " ".join(argv)
             self.assertNotRegex(joined, r"[0-9a-f]{32}", "the secret is visible in a command line")
             endpoint = re.search(r"--rendezvous (\S+)", joined).group(1)
-            r = subprocess.run([DLRUN, "agent", "--rendezvous", endpoint, "--node", "0", "--nproc", "1", "true"],
+            r = subprocess.run([DLRUN, "agent", "--rendezvous", endpoint, "--node", "0"],
                                input="0123456789abcdef0123456789abcdef\n", capture_output=True, text=True,
                                timeout=60, env=self.env)
             self.assertEqual(r.returncode, 2, r.stderr)
@@ -197,22 +216,26 @@ while true; do sleep 0.05; done
         marks, ready, script = self.trap_script()
         p = self.start(*self.run_args([self.host(0), self.host(1)], script))
         self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30))
+        marker = rendezvous_marker(p.pid)
+        self.assertTrue(marker and agent_processes(marker))
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 130, err)
         self.assertEqual(sorted(read_words(marks)), ["0-INT", "1-INT"])
-        self.assertTrue(wait_for(lambda: agent_processes(self.run_dir()) == [], 10), "an agent survived")
+        self.assertTrue(wait_for(lambda: agent_processes(marker) == [], 10), "an agent survived")
 
     def test_kill_9_of_the_launcher_leaves_no_remote_process(self):
         pids = os.path.join(self.tmp, "pids")
         script = self.script("sleep.sh", f"echo $$ >> {pids}\nexec sleep 300\n")
         p = self.start(*self.run_args([self.host(0), self.host(1)], "--grace", "1", script))
         self.assertTrue(wait_for(lambda: len(read_pids(pids)) == 2, 30))
+        marker = rendezvous_marker(p.pid)
+        self.assertTrue(marker and agent_processes(marker))
         try:
             p.kill()
             p.wait()
             self.assertTrue(wait_for(lambda: not any(pid_alive(x) for x in read_pids(pids)), 20), "a rank survived")
-            self.assertTrue(wait_for(lambda: agent_processes(self.run_dir()) == [], 20), "an agent survived")
+            self.assertTrue(wait_for(lambda: agent_processes(marker) == [], 20), "an agent survived")
         finally:
             kill_quietly(read_pids(pids))
 

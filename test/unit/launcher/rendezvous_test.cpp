@@ -29,6 +29,13 @@ TEST_SUITE("launcher::Rendezvous") {
     REQUIRE(b);
     CHECK(b->first_rank == 4);
     CHECK(b->master_addr == "10.0.0.1");
+    CHECK(b->plan.empty());
+    // The plan is the rest of the line, spaces and all.
+    a.plan = R"({"command":["python3","my train.py"]})";
+    b = parse_assignment(format_assignment(a).substr(0, format_assignment(a).size() - 1));
+    REQUIRE(b);
+    CHECK(b->master_port == 41000);
+    CHECK(b->plan == a.plan);
   }
 
   TEST_CASE("agents with the secret get node ranks; others are refused") {

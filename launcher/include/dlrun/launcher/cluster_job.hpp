@@ -30,16 +30,16 @@ struct ClusterOptions {
 // Throws ConfigError for bad options and unreachable hosts (all named at once).
 int run_cluster_job(const ClusterOptions& options, const Environment& env);
 
+// Where an agent meets the launcher, and which node it is: all of its command line. What it
+// runs (its PlanOptions, the job id, the working directory) comes in the rendezvous's
+// assignment (agent_plan.hpp).
 struct AgentOptions {
   std::string rendezvous_host;
   int rendezvous_port = 0;
   int node = 0;
   int round = 0;
   std::string host_label;
-  std::string job_id;
-  std::string workdir;
   std::string master_addr;  // override for MASTER_ADDR (node 0 reports it)
-  PlanOptions group;    // nproc or gpus (slots), command, prefix, grace, run_dir …
 };
 
 // The body of `dlrun agent`: reads the secret from stdin, joins, runs this host's ranks.
@@ -53,8 +53,10 @@ class RendezvousServer;
 Plan launcher_job(const PlanOptions& group, int world, const std::string& job_id, const Environment& env);
 // An agent's command line after the program; node < 0: it takes its node from Slurm.
 std::vector<std::string> agent_args(const ClusterOptions& options, const Host& host, int node, int round,
-                                    const std::string& rendezvous, const std::string& job_id,
-                                    const std::string& run_dir, const std::string& workdir);
+                                    const std::string& rendezvous);
+// The plan a host's agent receives with its assignment (format_agent_plan()).
+std::string host_plan(const ClusterOptions& options, const Host& host, const std::string& job_id,
+                      const std::string& run_dir, const std::string& workdir);
 // Runs `job` (whose planner starts the agents) with signals passed on over `server`,
 // failing the attempt when the rendezvous does.
 int supervise_agents(Plan& job, RendezvousServer& server);

@@ -32,6 +32,7 @@ struct Assignment {
   int num_nodes = 0;
   std::string master_addr;
   int master_port = 0;
+  std::string plan;  // what the node runs: format_agent_plan() (agent_plan.hpp), one line
 };
 
 // Protocol lines (pure; exposed for tests).
@@ -60,6 +61,8 @@ class RendezvousServer {
   // For the agents' stdin only: never put it in an argv or a log.
   const std::string& secret() const { return m_secret; }
 
+  // What each node runs (format_agent_plan(), in node order), sent with its assignment.
+  void set_plans(std::vector<std::string> plans);
   // A new attempt: forget the previous joins; agents must join with this round.
   void new_round(int round);
   // Sends SIGNAL to every agent connected in this round.
@@ -79,6 +82,7 @@ class RendezvousServer {
   std::string m_secret;
   std::vector<int> m_slots;
   std::vector<std::string> m_names;
+  std::vector<std::string> m_plans;
   double m_join_timeout;
   int m_listen_fd = -1;
   int m_port = 0;

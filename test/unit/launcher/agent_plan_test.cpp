@@ -1,0 +1,55 @@
+#include "dlrun/launcher/agent_plan.hpp"
+
+#include <doctest/doctest.h>
+
+#include "dlrun/error.hpp"
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::AgentPlan") {
+  TEST_CASE("a host's plan reaches its agent whole, on one line") {
+    AgentPlan plan;
+    plan.job_id = "20261123-120000-ab12";
+    plan.workdir = "/work/dir with spaces";
+    PlanOptions& o = plan.options;
+    o.gpus = GpuRequest{4, {}};
+    o.min_ranks = 2;
+    o.run_dir = "/runs/x";
+    o.prefix = "[{host}:{rank}] ";
+    o.prefix_enabled = false;
+    o.shown_ranks = std::vector<int>{0, 3};
+    o.color = ColorMode::always;
+    o.grace_seconds = 2.5;
+    o.tail_lines = 7;
+    o.quiet = true;
+    o.command = {"python3", "train.py", "--note", "a \"quoted\"\nline"};
+    const std::string text = format_agent_plan(plan);
+    CHECK(text.find('\n') == std::string::npos);
+    AgentPlan back = parse_agent_plan(text);
+    CHECK(back.job_id == plan.job_id);
+    CHECK(back.workdir == plan.workdir);
+    const PlanOptions& b = back.options;
+    CHECK_FALSE(b.nproc);
+    REQUIRE(b.gpus);
+    CHECK(b.gpus->count == 4);
+    CHECK(b.gpus->ids.empty());
+    CHECK(b.min_ranks == 2);
+    CHECK_FALSE(b.max_ranks);
+    CHECK(b.run_dir == "/runs/x");
+    CHECK(b.prefix == o.prefix);
+    CHECK_FALSE(b.prefix_enabled);
+    CHECK(b.shown_ranks == o.shown_ranks);
+    CHECK(b.color == ColorMode::always);
+    CHECK(b.grace_seconds == 2.5);
+    CHECK(b.tail_lines == 7);
+    CHECK(b.quiet);
+    CHECK(b.command == o.command);
+  }
+
+  TEST_CASE("an assignment without a readable plan is an error that says why") {
+    CHECK_THROWS_WITH_AS(parse_agent_plan(""),
+                         "the launcher's assignment carries no plan (is dlrun the same version on every host?)",
+                         dlrun::Error);
+    CHECK_THROWS_AS(parse_agent_plan(R"({"job_id": 3})"), dlrun::Error);
+  }
+}
