@@ -28,8 +28,8 @@ struct RunArgs {
 int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
   apply_group_options(args.group, app);
   auto& c = args.cluster;
-  c.group = args.group.options;
-  c.group.command = program_words(app, trailing);
+  c.plan = args.group.options;
+  c.plan.command = program_words(app, trailing);
   if (app.count("--hosts") == app.count("--hostfile")) {
     throw ConfigError("say where to run: --hosts a:4,b:4 or --hostfile FILE (one of them)");
   }
@@ -42,7 +42,7 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     text << file.rdbuf();
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);
   }
-  if (c.group.grace_seconds < 0) throw ConfigError("--grace: must be 0 or more seconds");
+  if (c.plan.grace_seconds < 0) throw ConfigError("--grace: must be 0 or more seconds");
   launcher::raise_fd_limit();
   return launcher::run_cluster_job(c, launcher::current_environment());
 }

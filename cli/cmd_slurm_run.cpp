@@ -19,10 +19,10 @@ struct SlurmRunArgs {
 int run_slurm_step_command(SlurmRunArgs& args, CLI::App& app, const Trailing& trailing) {
   apply_group_options(args.group, app);
   auto& step = args.step;
-  step.cluster.group = args.group.options;
-  step.cluster.group.command = program_words(app, trailing);
-  step.cluster.group.prefix = "[{host}:{rank}] ";
-  step.cluster.group.color = launcher::ColorMode::never;
+  step.cluster.plan = args.group.options;
+  step.cluster.plan.command = program_words(app, trailing);
+  step.cluster.plan.prefix = "[{host}:{rank}] ";
+  step.cluster.plan.color = launcher::ColorMode::never;
   return launcher::run_slurm_step(step, launcher::current_environment());
 }
 

@@ -1,5 +1,5 @@
 // `dlrun _supervise JOB` (hidden): a submitted job's detached supervisor, started by
-// `dlrun submit`; never by hand. The work is launcher::supervise_job (job_runner.cpp).
+// `dlrun submit`; never by hand. The work is launcher::run_submitted_job (job_runner.cpp).
 
 #include <memory>
 
@@ -14,7 +14,7 @@ Command add_supervise_command(CLI::App& dlrun) {
   CLI::App* app = dlrun.add_subcommand("_supervise", "Internal: run a submitted job (started by dlrun submit)");
   app->group("");  // hidden from --help
   app->add_option("JOB", *id)->required();
-  return {app, [id](const Trailing&) { return launcher::supervise_job(*id, launcher::current_environment()); }};
+  return {app, [id](const Trailing&) { return launcher::run_submitted_job(*id, launcher::current_environment()); }};
 }
 
 }  // namespace dlrun::cli

@@ -47,7 +47,7 @@ std::vector<std::string> agent_args(const ClusterOptions& o, const Host& host, i
 
 std::string host_plan(const ClusterOptions& o, const Host& host, const std::string& job_id,
                       const std::string& run_dir, const std::string& workdir) {
-  const auto& g = o.group;
+  const auto& g = o.plan;
   AgentPlan plan;
   plan.job_id = job_id;
   plan.workdir = workdir;
@@ -71,18 +71,18 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
 
 int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   ClusterOptions options = in;
-  if (options.group.command.empty()) {
+  if (options.plan.command.empty()) {
     throw ConfigError("no program given: put the program to run after the options, e.g. dlrun run --hosts a:2,b:2 ./train");
   }
   mark_local_hosts(options.hosts, own_names());
   int world = 0;
   for (const auto& h : options.hosts) world += h.slots;
-  if (options.group.shown_ranks) {
-    for (int r : *options.group.shown_ranks) {
+  if (options.plan.shown_ranks) {
+    for (int r : *options.plan.shown_ranks) {
       if (r >= world) throw ConfigError(fmt::format("--ranks: rank {} does not exist (ranks are 0 to {})", r, world - 1));
     }
   }
-  PrefixTemplate check_prefix(options.group.prefix);
+  PrefixTemplate check_prefix(options.plan.prefix);
   (void)check_prefix;
 
   // Every host at once, every unreachable one named: never a silent hang.
@@ -116,7 +116,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   RendezvousServer server(random_secret(), slots, names, options.join_timeout);
   server.start(options.iface.empty() ? "0.0.0.0" : outward, 0);
 
-  Plan job = launcher_job(options.group, world, make_job_id(), env);
+  Plan job = launcher_job(options.plan, world, make_job_id(), env);
   std::string workdir = fs::current_path().string();
   std::vector<std::string> plans;
   for (const auto& h : options.hosts) plans.push_back(host_plan(options, h, job.job_id, job.run_dir, workdir));
@@ -154,10 +154,10 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
     }
     return members;
   };
-  return supervise_agents(job, server);
+  return run_agents(job, server);
 }
 
-int supervise_agents(Plan& job, RendezvousServer& server) {
+int run_agents(Plan& job, RendezvousServer& server) {
   job.deliver_signal = [&server](int signal) { server.broadcast_signal(signal); };
   Supervisor supervisor(job);
   server.on_failure([&supervisor](const std::string& reason) {
@@ -169,18 +169,18 @@ int supervise_agents(Plan& job, RendezvousServer& server) {
   return code;
 }
 
-Plan launcher_job(const PlanOptions& group, int world, const std::string& job_id, const Environment& env) {
+Plan launcher_job(const PlanOptions& plan, int world, const std::string& job_id, const Environment& env) {
   Plan job;
-  job.options = group;
+  job.options = plan;
   job.options.prefix_enabled = false;  // agents prefix their ranks' lines with host and rank
   job.options.shown_ranks.reset();
   job.job_id = job_id;
-  job.run_dir = prepare_run_dir(group.run_dir, job_id, env);
+  job.run_dir = prepare_run_dir(plan.run_dir, job_id, env);
   job.world_size = world;
   job.base_env = env;
   job.host = "launcher";
   job.member_noun = "host";
-  job.program.argv = group.command;  // for messages and job.json; members run the agents
+  job.program.argv = plan.command;  // for messages and job.json; members run the agents
   return job;
 }
 

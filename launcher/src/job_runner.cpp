@@ -82,12 +82,12 @@ PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const
 // A job of scheduler kind "ssh": `dlrun run` from here, recorded in the store.
 int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environment& env, const std::string& run_dir) {
   ClusterOptions cluster;
-  cluster.group.command = spec.command;
-  cluster.group.grace_seconds = spec.grace;
-  cluster.group.max_restarts = spec.max_restarts;
-  cluster.group.run_dir = run_dir;
-  cluster.group.color = ColorMode::never;
-  cluster.group.prefix = "[{host}:{rank}] ";
+  cluster.plan.command = spec.command;
+  cluster.plan.grace_seconds = spec.grace;
+  cluster.plan.max_restarts = spec.max_restarts;
+  cluster.plan.run_dir = run_dir;
+  cluster.plan.color = ColorMode::never;
+  cluster.plan.prefix = "[{host}:{rank}] ";
   cluster.hosts = hosts_of(spec);
   cluster.gpu_slots = spec.gpu_slots;
   cluster.ssh.config_file = spec.ssh_config;
@@ -101,7 +101,7 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
 
 }  // namespace
 
-int supervise_job(int64_t id, const Environment& env) {
+int run_submitted_job(int64_t id, const Environment& env) {
   // Until the Supervisor's handlers exist, stop signals wait (they mean "cancel").
   sigset_t stop = stop_signals();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);

@@ -67,7 +67,7 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
   server.start("0.0.0.0", 0);
   std::string contact = fmt::format("{}:{}", node_address(), server.port());
 
-  Plan job = launcher_job(options.cluster.group, world, options.job_id, env);
+  Plan job = launcher_job(options.cluster.plan, world, options.job_id, env);
   job.member_noun = "step";
   auto path_it = env.find("PATH");
   std::string srun = resolve_program("srun", path_it == env.end() ? "" : path_it->second);
@@ -95,7 +95,7 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
     m.program.argv.insert(m.program.argv.end(), args.begin(), args.end());
     return std::vector<Member>{m};
   };
-  return supervise_agents(job, server);
+  return run_agents(job, server);
 }
 
 }  // namespace dlrun::launcher

@@ -17,7 +17,7 @@
 namespace dlrun::launcher {
 
 struct ClusterOptions {
-  PlanOptions group;  // command, prefix, grace, max_restarts, run_dir, quiet, colour
+  PlanOptions plan;  // command, prefix, grace, max_restarts, run_dir, quiet, colour (the ranks: hosts)
   std::vector<Host> hosts;
   bool gpu_slots = false;       // slots are GPUs: one rank per GPU
   SshSettings ssh;
@@ -50,7 +50,7 @@ class RendezvousServer;
 
 // The launcher's own Plan: members are agents (or an srun starting them), whose
 // lines arrive already prefixed.
-Plan launcher_job(const PlanOptions& group, int world, const std::string& job_id, const Environment& env);
+Plan launcher_job(const PlanOptions& plan, int world, const std::string& job_id, const Environment& env);
 // An agent's command line after the program; node < 0: it takes its node from Slurm.
 std::vector<std::string> agent_args(const ClusterOptions& options, const Host& host, int node, int round,
                                     const std::string& rendezvous);
@@ -59,6 +59,6 @@ std::string host_plan(const ClusterOptions& options, const Host& host, const std
                       const std::string& run_dir, const std::string& workdir);
 // Runs `job` (whose planner starts the agents) with signals passed on over `server`,
 // failing the attempt when the rendezvous does.
-int supervise_agents(Plan& job, RendezvousServer& server);
+int run_agents(Plan& job, RendezvousServer& server);
 
 }  // namespace dlrun::launcher

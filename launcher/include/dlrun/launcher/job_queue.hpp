@@ -69,7 +69,7 @@ class JobQueue {
 };
 
 // The body of `dlrun _supervise ID`: claim, wait for resources, run, record.
-int supervise_job(int64_t id, const Environment& env);
+int run_submitted_job(int64_t id, const Environment& env);
 
 // The hosts of a scheduler kind "ssh" job: its hosts string or its hostfile (read now).
 std::vector<Host> hosts_of(const JobSpec& spec);
