@@ -1,7 +1,6 @@
 #pragma once
-// The options every command that starts a group of ranks shares (dlrun local, run, agent):
-// output, failure handling, rendezvous port. Registered once here so that they read the
-// same everywhere.
+// The options every command that starts ranks shares (dlrun local, run, _slurm-run): output
+// and failure handling. Registered once here so that they read the same everywhere.
 
 #include <string>
 

@@ -1,8 +1,10 @@
 #include "dlrun/launcher/agent_plan.hpp"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dlrun/error.hpp"
+#include "dlrun/version.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -37,6 +39,7 @@ std::string format_agent_plan(const AgentPlan& plan) {
   Json gpus;
   if (o.gpus) gpus = {{"count", optional_json(o.gpus->count)}, {"ids", o.gpus->ids}};
   Json json = {
+      {"version", k_version},
       {"job_id", plan.job_id},
       {"workdir", plan.workdir},
       {"nproc", optional_json(o.nproc)},
@@ -59,12 +62,24 @@ std::string format_agent_plan(const AgentPlan& plan) {
       {"watchdog_seconds", o.watchdog_seconds},
       {"command", o.command},
   };
-  return json.dump();
+  try {
+    return json.dump();
+  } catch (const nlohmann::json::type_error&) {
+    // The plan must reach the hosts exactly: no replacement characters.
+    throw ConfigError("dlrun run sends the program, its arguments and the directories to the hosts as JSON, "
+                      "which needs UTF-8: one of them is not valid UTF-8");
+  }
 }
 
 AgentPlan parse_agent_plan(const std::string& text) {
   const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) throw Error("the launcher's assignment carries no plan (is dlrun the same version on every host?)");
+  auto version = json.find("version");
+  if (version == json.end() || !version->is_string() || version->get<std::string>() != k_version) {
+    throw Error(fmt::format("this agent is dlrun {} and the launcher dlrun {}: install the same version on every host",
+                            k_version, version != json.end() && version->is_string() ? version->get<std::string>()
+                                                                                     : "(unknown)"));
+  }
   try {
     AgentPlan plan;
     PlanOptions& o = plan.options;

@@ -187,8 +187,13 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now) {
 
 }  // namespace
 
+// A name, path or reason need not be UTF-8: such bytes are written as U+FFFD.
+std::string dump(const nlohmann::ordered_json& json) {
+  return json.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 std::string job_json(const JobRecord& job, double now) {
-  return job_object(job, now).dump();
+  return dump(job_object(job, now));
 }
 
 std::string jobs_json(const std::vector<JobRecord>& jobs, double now) {
@@ -197,7 +202,7 @@ std::string jobs_json(const std::vector<JobRecord>& jobs, double now) {
   out.reserve(jobs.size() * 512);
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (i) out += ",\n ";
-    out += job_object(jobs[i], now).dump();
+    out += dump(job_object(jobs[i], now));
   }
   return out + "]";
 }

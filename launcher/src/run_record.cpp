@@ -25,7 +25,8 @@ void write_run_record(const std::string& run_dir, const RunRecord& record) {
       {"command", record.command},
   };
   if (record.exit_code) json["exit_code"] = *record.exit_code;
-  const std::string text = json.dump(2) + "\n";
+  // A command line or path need not be UTF-8: such bytes are written as U+FFFD.
+  const std::string text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   const std::string path = run_dir + "/job.json";
   const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -51,8 +51,8 @@ class RandomKills(ExampleCase):
     def test_twenty_kill_9_of_random_ranks(self):
         # The gate holds the run short of its last step until the test has killed 20 times,
         # so the run lasts as long as the kills take, on a machine of any speed. Each kill
-        # lands after a random number (0 to 6) of the run's own steps since the group came
-        # back, or while the group waits at the gate.
+        # lands once the group is back (rank 0 has written its start record) and has trained
+        # a random number (0 to 6) of further steps, or while it waits at the gate.
         random.seed(7)
         gate = STEPS - 1
         p = self.start("local", "--nproc", "2", "--max-restarts", "25", "--grace", "2", "--",
@@ -62,9 +62,14 @@ class RandomKills(ExampleCase):
         while kills < self.KILLS:
             if p.poll() is not None:
                 self.fail(f"dlrun ended after {kills} kills: {p.communicate()}")
-            trained = self.steps_done() + random.randrange(7)
-            self.wait_until(p, lambda: self.steps_done() >= trained or self.last_step() == gate,
-                            f"{trained} steps")
+            # Attempt `kills` has started: each attempt writes one start record, and no kill
+            # lands before it.
+            self.wait_until(p, lambda: len(self.starts()) > kills, f"start {kills + 1} of the group")
+            base = self.steps_done()
+            trained = base + random.randrange(7)
+            # At the gate: this attempt trained up to it (a step after base is the gate's).
+            self.wait_until(p, lambda: self.steps_done() >= trained or
+                            (self.steps_done() > base and self.last_step() == gate), f"{trained} steps")
             rank = random.randrange(2)
             try:
                 pid = self.rank_pid(rank)

@@ -236,6 +236,25 @@ class Scheduling(JobsTestCase):
         b = self.wait_state(second, ("SUCCEEDED",))
         self.assertGreaterEqual(b["started_at"], a["ended_at"])
 
+    def test_a_one_gpu_job_runs_on_the_gpu_it_was_given(self):
+        # The allocation is a list of GPU ids: GPU "0" is not a count of none, nor "2" a count
+        # of two.
+        self.env["DLRUN_FAKE_GPUS"] = "3"
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                            '[resources]\ngpus = 2\n')
+        self.wait_state(first, ("RUNNING",))
+        second = self.submit('command = ["sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES"]\n[resources]\ngpus = 1\n')
+        job = self.wait_state(second, ("SUCCEEDED", "FAILED"))
+        self.assertEqual(job["state"], "SUCCEEDED", self.dlrun("logs", str(second)).stdout)
+        self.assertEqual(job["gpus"], [2])
+        self.assertEqual(self.dlrun("logs", str(second), "--rank", "0").stdout, "gpu 2\n")
+        open(gate, "w").close()
+        self.assertEqual(self.wait_state(first, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
+        third = self.submit('command = ["sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES"]\n[resources]\ngpus = 1\n')
+        self.assertEqual(self.wait_state(third, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
+        self.assertEqual(self.dlrun("logs", str(third), "--rank", "0").stdout, "gpu 0\n")
+
     def test_two_jobs_never_share_a_gpu(self):
         self.env["DLRUN_FAKE_GPUS"] = "3"
         record = os.path.join(self.tmp, "gpus")

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/version.hpp"
 
 using namespace dlrun::launcher;
 
@@ -22,6 +23,11 @@ TEST_SUITE("launcher::AgentPlan") {
     o.grace_seconds = 2.5;
     o.tail_lines = 7;
     o.quiet = true;
+    o.max_restarts = 3;
+    o.watchdog_seconds = 30;
+    o.gpu_binding = GpuBinding::all;
+    o.master_port = 29555;
+    o.check_master_port = false;
     o.command = {"python3", "train.py", "--note", "a \"quoted\"\nline"};
     const std::string text = format_agent_plan(plan);
     CHECK(text.find('\n') == std::string::npos);
@@ -43,7 +49,37 @@ TEST_SUITE("launcher::AgentPlan") {
     CHECK(b.grace_seconds == 2.5);
     CHECK(b.tail_lines == 7);
     CHECK(b.quiet);
+    CHECK(b.max_restarts == 3);
+    CHECK(b.watchdog_seconds == 30);
+    CHECK(b.gpu_binding == GpuBinding::all);
+    CHECK(b.master_port == 29555);
+    CHECK_FALSE(b.check_master_port);
     CHECK(b.command == o.command);
+    AgentPlan cpu;
+    cpu.options.nproc = 2;
+    CHECK(parse_agent_plan(format_agent_plan(cpu)).options.nproc == 2);
+    CHECK_FALSE(parse_agent_plan(format_agent_plan(cpu)).options.gpus);
+  }
+
+  TEST_CASE("a plan that is not UTF-8 is refused before anything starts, saying why") {
+    AgentPlan plan;
+    plan.options.command = {"./train", "caf\xe9"};
+    CHECK_THROWS_WITH_AS(format_agent_plan(plan),
+                         "dlrun run sends the program, its arguments and the directories to the hosts as JSON, "
+                         "which needs UTF-8: one of them is not valid UTF-8",
+                         dlrun::ConfigError);
+  }
+
+  TEST_CASE("an agent of another version says so") {
+    std::string text = format_agent_plan(AgentPlan{});
+    const std::string version = std::string("\"version\":\"") + dlrun::k_version + "\"";
+    REQUIRE(text.find(version) != std::string::npos);
+    text.replace(text.find(version), version.size(), "\"version\":\"0.0.1\"");
+    CHECK_THROWS_WITH_AS(parse_agent_plan(text),
+                         (std::string("this agent is dlrun ") + dlrun::k_version +
+                          " and the launcher dlrun 0.0.1: install the same version on every host")
+                             .c_str(),
+                         dlrun::Error);
   }
 
   TEST_CASE("an assignment without a readable plan is an error that says why") {

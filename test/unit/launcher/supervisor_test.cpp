@@ -68,6 +68,7 @@ struct FakeWorld {
   std::vector<std::vector<int>> signals;  // per attempt
   std::vector<std::vector<Member>> members;
   std::set<size_t> ignore_sigterm;       // members (by index) that ignore stop signals
+  bool ignore_stop_request = false;      // members do not answer SIGUSR1 with exit 75
   std::function<void(size_t attempt, FakeGroup& group)> on_start;
 
   FakeGroup& current() { return *attempts.back(); }
@@ -94,7 +95,7 @@ void FakeGroup::signal_running(int signal) {
 void FakeGroup::signal_leaders(int signal) {
   signals.push_back(signal);
   m_world.signals.back().push_back(signal);
-  if (signal != dlrun::signals::k_stop_request) return;
+  if (signal != dlrun::signals::k_stop_request || m_world.ignore_stop_request) return;
   for (size_t i = 0; i < m_members.size(); ++i) end(i, ExitStatus::exited(dlrun::exit_code::k_restart_me));
 }
 
@@ -265,6 +266,23 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(env_of(world.members[2][0], dlrun::env::k_world_size) == "1");
     world.current().end(0, ExitStatus::exited(0));
     CHECK(finish(supervisor) == 0);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "ranks that finish before a resize reaches them end the job, and the resize says so") {
+    Plan j = job(2);
+    j.min_world_size = 1;
+    j.max_world_size = 4;
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    world.ignore_stop_request = true;
+    // The stop request goes out, but both ranks end their work with 0 before they see it.
+    CHECK_FALSE(supervisor.resize({3, {}}));
+    world.current().end(0, ExitStatus::exited(0));
+    world.current().end(1, ExitStatus::exited(0));
+    CHECK(finish(supervisor) == 0);
+    CHECK(world.attempts.size() == 1);
+    CHECK(read_file("resize.result").find("error: the job finished before it could be resized") !=
+          std::string::npos);
   }
 
   TEST_CASE_FIXTURE(Fixture, "a rank without progress for the watchdog period counts as failed") {
