@@ -143,18 +143,43 @@ JobStore::JobStore(const std::string& path) : m_path(path) {
     throw Error(fmt::format("cannot open the job store {}: {} (check DLRUN_HOME)", path, message));
   }
   sqlite3_busy_timeout(m_db, 30000);
+  // Many dlrun processes may open a new store at once (50 concurrent submits): switching it
+  // to WAL and creating the schema can then answer SQLITE_BUSY at once, without waiting in
+  // the busy handler. Such an answer is retried, with backoff, for as long as the busy
+  // timeout would have waited.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto pause = std::chrono::milliseconds(5);
+  std::string error;
+  int rc;
+  while ((rc = open_schema(error)) == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
+  if (rc != SQLITE_OK) {
+    sqlite3_close(m_db);
+    m_db = nullptr;
+    throw Error(fmt::format("job store {}: {}", m_path, error));
+  }
+}
+
+int JobStore::open_schema(std::string& error) {
+  auto run = [&](const char* sql) {
+    char* message = nullptr;
+    int rc = sqlite3_exec(m_db, sql, nullptr, nullptr, &message);
+    if (rc != SQLITE_OK) error = message ? message : sqlite3_errstr(rc);
+    sqlite3_free(message);
+    return rc & 0xff;
+  };
   // WAL: readers never block the writer; NORMAL sync is crash-safe for the database
   // (a power cut may lose the last transaction, never corrupt the file).
-  exec("PRAGMA journal_mode=WAL");
-  exec("PRAGMA synchronous=NORMAL");
-  begin_immediate();
-  try {
-    exec(k_schema);
-    commit();
-  } catch (...) {
-    rollback();
-    throw;
+  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "BEGIN IMMEDIATE"}) {
+    if (int rc = run(sql); rc != SQLITE_OK) return rc;
   }
+  int rc = run(k_schema);
+  if (rc == SQLITE_OK) rc = run("COMMIT");
+  if (rc != SQLITE_OK) rollback();
+  return rc;
 }
 
 JobStore::~JobStore() { sqlite3_close(m_db); }

@@ -279,6 +279,18 @@ class Scheduling(JobsTestCase):
         for pair in gpus:
             self.assertEqual(len(pair), 2)
 
+    def test_fifty_processes_opening_a_new_store_at_once(self):
+        # The first opens switch the file to WAL: SQLite may answer "database is locked" at
+        # once there, past its busy handler; dlrun retries. (SQLite's locks are per process,
+        # so this takes processes, not threads.)
+        for round in range(25):
+            env = dict(self.env, DLRUN_HOME=os.path.join(self.tmp, f"home{round}"))
+            procs = [subprocess.Popen([DLRUN, "status"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, env=env) for _ in range(50)]
+            for p in procs:
+                _, err = p.communicate(timeout=120)
+                self.assertEqual(p.returncode, 0, err)
+
     def test_fifty_concurrent_submits(self):
         path = self.job_file('command = ["true"]\n[resources]\nnproc = 1\n')
         procs = [subprocess.Popen([DLRUN, "submit", "--parsable", path], stdout=subprocess.PIPE,

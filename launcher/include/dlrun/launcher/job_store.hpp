@@ -94,6 +94,8 @@ class JobStore {
  private:
   class Statement;
   void exec(const char* sql);
+  // WAL mode and the schema; SQLITE_OK or the failing statement's code (`error` says what).
+  int open_schema(std::string& error);
   void begin_immediate();
   void commit();
   void rollback();
