@@ -197,12 +197,16 @@ std::string job_json(const JobRecord& job, double now) {
 }
 
 std::string jobs_json(const std::vector<JobRecord>& jobs, double now) {
-  // One object per line, for people reading it too.
+  // One object per line, for people reading it too. One serializer writes them all into `out`
+  // (what dump() does for one value, without a serializer and a string per job).
+  using Json = nlohmann::ordered_json;
   std::string out = "[";
-  out.reserve(jobs.size() * 512);
+  out.reserve(jobs.size() * 512 + 2);
+  nlohmann::detail::serializer<Json> writer(nlohmann::detail::output_adapter<char, std::string>(out), ' ',
+                                            Json::error_handler_t::replace);
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (i) out += ",\n ";
-    out += dump(job_object(jobs[i], now));
+    writer.dump(job_object(jobs[i], now), /*pretty_print=*/false, /*ensure_ascii=*/false, 0);
   }
   return out + "]";
 }

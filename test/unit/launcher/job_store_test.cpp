@@ -51,6 +51,24 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(a->submitted.request.max_ranks == 2);
     CHECK_FALSE(store.get(999));
   }
+  TEST_CASE("a listing leaves out the job file and the environment, in both of its forms") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    int64_t id = store.submit(job("a", false, 2));
+    store.finish(store.submit(job("b", false, 1)), JobState::failed, 1, "x");
+    for (bool all : {true, false}) {
+      auto jobs = store.list(all, 5);
+      REQUIRE(jobs.size() == 2);
+      CHECK(jobs[0].id == id);
+      CHECK(jobs[0].name == "a");
+      CHECK(jobs[0].submitted.spec_path == "/jobs/job.toml");
+      CHECK(jobs[0].submitted.request.max_ranks == 2);
+      CHECK(jobs[0].submitted.spec_text.empty());
+      CHECK(jobs[0].submitted.environment.empty());
+      CHECK(jobs[1].reason == "x");
+    }
+    CHECK(store.get(id)->submitted.spec_text == "command = [\"x\"]");
+  }
   TEST_CASE("reopen keeps finished jobs") {
     TempDir dir;
     int64_t id;

@@ -64,7 +64,8 @@ class JobStore {
 
   int64_t submit(const NewJob& job);
   std::optional<JobRecord> get(int64_t id);
-  // Jobs in id order: all of them, or the active ones plus the `recent` last finished.
+  // Jobs in id order: all of them, or the active ones plus the `recent` last finished. A
+  // listing: submitted.spec_text, base_dir and environment are left empty (get() has them).
   std::vector<JobRecord> list(bool all, int recent);
 
   // Makes `me` the job's supervisor unless a live one has it. False: someone else does.
