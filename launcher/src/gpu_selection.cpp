@@ -56,11 +56,11 @@ std::vector<std::string> available_gpus(int discovered_count,
   return ids;
 }
 
-std::vector<std::string> select_gpus(const GpuRequest& request,
-                                     const std::vector<std::string>& available) {
+std::vector<std::string> select_gpus(const GpuRequest& request, const std::vector<std::string>& available,
+                                     const std::string& label) {
   if (request.count) {
     if (static_cast<size_t>(*request.count) > available.size()) {
-      throw ConfigError(fmt::format("--gpus {}: only {} GPU{} available ({})", *request.count,
+      throw ConfigError(fmt::format("{}: only {} GPU{} available ({})", label,
                                     available.size(), available.size() == 1 ? "" : "s",
                                     available.empty() ? "none" : fmt::format("{}", fmt::join(available, ","))));
     }
@@ -68,8 +68,7 @@ std::vector<std::string> select_gpus(const GpuRequest& request,
   }
   for (const auto& id : request.ids) {
     if (std::find(available.begin(), available.end(), id) == available.end()) {
-      throw ConfigError(fmt::format("--gpus {}: GPU {} is not available (available: {})",
-                                    fmt::join(request.ids, ","), id,
+      throw ConfigError(fmt::format("{}: GPU {} is not available (available: {})", label, id,
                                     available.empty() ? "none" : fmt::format("{}", fmt::join(available, ","))));
     }
   }

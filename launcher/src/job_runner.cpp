@@ -76,6 +76,7 @@ PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const
   options.run_dir = run_dir;
   options.color = ColorMode::never;
   options.command = spec.command;
+  options.source = SettingsSource::job_file;
   return options;
 }
 
@@ -83,6 +84,7 @@ PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const
 int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environment& env, const std::string& run_dir) {
   ClusterOptions cluster;
   cluster.plan.command = spec.command;
+  cluster.plan.source = SettingsSource::job_file;
   cluster.plan.grace_seconds = spec.grace;
   cluster.plan.max_restarts = spec.max_restarts;
   cluster.plan.run_dir = run_dir;

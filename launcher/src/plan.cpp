@@ -20,26 +20,28 @@
 namespace dlrun::launcher {
 namespace {
 
-std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env, std::optional<int> min) {
-  const std::string spec = format_gpu_request(request);
+std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env, std::optional<int> min,
+                                     SettingsSource source) {
+  const std::string spec = setting_label(source, "gpus", format_gpu_request(request));
+  const char* cpu_ranks = source == SettingsSource::job_file ? "nproc = N in [resources]" : "--nproc N";
   GpuInventory inventory = discover_gpus();
   std::optional<std::string> visible;
   if (auto it = env.find(env::k_cuda_visible_devices); it != env.end()) visible = it->second;
   auto available = available_gpus(inventory.count, visible);
   if (inventory.count == 0) {
-    throw ConfigError(fmt::format("--gpus {}: no GPU on this machine: {}; use --nproc N to run CPU ranks",
-                                  spec, inventory.error));
+    throw ConfigError(fmt::format("{}: no GPU on this machine: {}; use {} to run CPU ranks", spec,
+                                  inventory.error, cpu_ranks));
   }
   if (available.empty()) {
-    throw ConfigError(fmt::format("--gpus {}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; "
-                                  "unset it or use --nproc N to run CPU ranks", spec));
+    throw ConfigError(fmt::format("{}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; "
+                                  "unset it or use {} to run CPU ranks", spec, cpu_ranks));
   }
   // Elastic: start with what is there, if that is at least MIN.
   if (min && request.count && static_cast<int>(available.size()) < *request.count &&
       static_cast<int>(available.size()) >= *min) {
     request.count = static_cast<int>(available.size());
   }
-  return select_gpus(request, available);
+  return select_gpus(request, available, spec);
 }
 
 std::string host_name() {
@@ -49,6 +51,13 @@ std::string host_name() {
 }
 
 }  // namespace
+
+std::string setting_label(SettingsSource source, std::string_view key, std::string_view value) {
+  if (source == SettingsSource::job_file) return fmt::format("the job's {} ({})", key, value);
+  std::string flag(key);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return fmt::format("--{} {}", flag, value);
+}
 
 Plan make_plan(const PlanOptions& options, const Environment& env,
                            const std::string& job_id) {
@@ -82,7 +91,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
   job.program.argv = options.command;
 
   if (options.gpus) {
-    job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks);
+    job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks, options.source);
     job.world_size = static_cast<int>(job.gpu_ids.size());
   }
   if (options.max_ranks) {

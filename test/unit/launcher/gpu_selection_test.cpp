@@ -34,16 +34,16 @@ TEST_SUITE("launcher::GpuSelection") {
     CHECK(parse_visible_devices("GPU-abc,GPU-def") == std::vector<std::string>{"GPU-abc", "GPU-def"});
   }
   TEST_CASE("a count takes the first available devices") {
-    CHECK(select_gpus(parse_gpu_request("2"), {"1", "3", "5"}) == std::vector<std::string>{"1", "3"});
+    CHECK(select_gpus(parse_gpu_request("2"), {"1", "3", "5"}, "--gpus 2") == std::vector<std::string>{"1", "3"});
   }
   TEST_CASE("asking for more than there is names what there is") {
-    CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("3"), {"0", "1"}),
+    CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("3"), {"0", "1"}, "--gpus 3"),
                          "--gpus 3: only 2 GPUs available (0,1)", dlrun::ConfigError);
-    CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("0,7"), {"0", "1"}),
-                         "--gpus 0,7: GPU 7 is not available (available: 0,1)", dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("0,7"), {"0", "1"}, "the job's gpus (0,7)"),
+                         "the job's gpus (0,7): GPU 7 is not available (available: 0,1)", dlrun::ConfigError);
   }
   TEST_CASE("a list keeps the user's order") {
-    CHECK(select_gpus(parse_gpu_request("3,1"), {"0", "1", "2", "3"}) ==
+    CHECK(select_gpus(parse_gpu_request("3,1"), {"0", "1", "2", "3"}, "--gpus 3,1") ==
           std::vector<std::string>{"3", "1"});
   }
 }

@@ -32,8 +32,8 @@ std::vector<std::string> available_gpus(int discovered_count,
                                         const std::optional<std::string>& visible_devices);
 
 // The devices for the ranks, one per rank, in rank order. Throws ConfigError when the
-// request cannot be met, naming what is available.
-std::vector<std::string> select_gpus(const GpuRequest& request,
-                                     const std::vector<std::string>& available);
+// request cannot be met, naming what is available; `label` names the request in it ("--gpus 4").
+std::vector<std::string> select_gpus(const GpuRequest& request, const std::vector<std::string>& available,
+                                     const std::string& label);
 
 }  // namespace dlrun::launcher

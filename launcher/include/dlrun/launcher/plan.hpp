@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dlrun/launcher/prefix_template.hpp"
@@ -19,6 +20,12 @@
 namespace dlrun::launcher {
 
 enum class ColorMode { automatic, always, never };
+
+// Where the options were written, so that an error names a setting as its user wrote it:
+// `--gpus 4` on the command line, `gpus` in a job file.
+enum class SettingsSource { command_line, job_file };
+// "--max-restarts 3" or "the job's max_restarts (3)".
+std::string setting_label(SettingsSource source, std::string_view key, std::string_view value);
 
 struct PlanOptions {
   std::optional<int> nproc;         // CPU ranks to start
@@ -40,6 +47,7 @@ struct PlanOptions {
   bool check_master_port = true;    // false when MASTER_PORT is on another host (agents)
   double watchdog_seconds = 0;      // > 0: a rank without progress that long counts as failed
   std::vector<std::string> command; // program and its arguments
+  SettingsSource source = SettingsSource::command_line;
 };
 
 struct Plan {
