@@ -6,19 +6,22 @@
 
 #include "commands.hpp"
 #include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process.hpp"
 
 namespace dlrun::cli {
 namespace {
 
 struct CancelArgs {
-  std::vector<int64_t> jobs;
+  std::vector<std::string> jobs;
   bool force = false;
 };
 
 int run_cancel(const CancelArgs& args) {
   launcher::JobQueue queue(launcher::current_environment());
-  for (int64_t id : args.jobs) {
+  std::vector<int64_t> ids;
+  for (const auto& job : args.jobs) ids.push_back(launcher::submitted_job_number(launcher::parse_job_ref(job), "cancel"));
+  for (int64_t id : ids) {
     auto before = queue.store().get(id);
     auto state = queue.cancel(id, args.force);
     if (before && launcher::is_terminal(before->state)) {
@@ -38,7 +41,7 @@ Command add_cancel_command(CLI::App& dlrun) {
       "cancel",
       "Stop jobs: a pending job is removed from the queue; a running job's ranks get SIGTERM, then "
       "SIGKILL after the job's grace period");
-  app->add_option("JOB", args->jobs, "Job ids")->required();
+  app->add_option("JOB", args->jobs, "Submitted jobs' ids (dlrun status lists them)")->required();
   app->add_flag("--force", args->force, "Kill the ranks at once (SIGKILL)");
   return {app, [args](const Trailing&) { return run_cancel(*args); }};
 }

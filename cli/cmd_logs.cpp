@@ -5,20 +5,21 @@
 
 #include "commands.hpp"
 #include "dlrun/launcher/job_logs.hpp"
+#include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process.hpp"
 
 namespace dlrun::cli {
 namespace {
 
 struct LogsArgs {
-  int64_t job = 0;
+  std::string job;
   int rank = -1;
   bool follow = false;
 };
 
 int run_logs(const LogsArgs& args) {
   launcher::JobQueue queue(launcher::current_environment());
-  launcher::copy_job_log(queue, args.job, args.rank,
+  launcher::copy_job_log(queue, launcher::submitted_job_number(launcher::parse_job_ref(args.job), "logs"), args.rank,
                          args.follow ? launcher::Follow::until_the_job_ends : launcher::Follow::no, std::cout);
   return 0;
 }
@@ -28,7 +29,7 @@ int run_logs(const LogsArgs& args) {
 Command add_logs_command(CLI::App& dlrun) {
   auto args = std::make_shared<LogsArgs>();
   CLI::App* app = dlrun.add_subcommand("logs", "Print a job's output: all ranks prefixed, or one rank's own log");
-  app->add_option("JOB", args->job, "The job id")->required();
+  app->add_option("JOB", args->job, "A submitted job's id (dlrun status lists them)")->required();
   app->add_option("--rank", args->rank, "Only this rank's output, as it wrote it")->type_name("R");
   app->add_flag("-f,--follow", args->follow, "Keep printing new output until the job ends");
   return {app, [args](const Trailing&) { return run_logs(*args); }};

@@ -16,7 +16,7 @@ struct ResizeArgs {
 };
 
 int run_resize(const ResizeArgs& args) {
-  launcher::resize_job(args.job, args.ranks, launcher::current_environment());
+  launcher::resize_job(launcher::parse_job_ref(args.job), args.ranks, launcher::current_environment());
   std::cout << "Job " << args.job << " now runs " << args.ranks << (args.ranks == 1 ? " rank\n" : " ranks\n");
   return 0;
 }

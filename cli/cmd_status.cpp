@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/job_report.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/protocol.hpp"
@@ -16,7 +17,7 @@ namespace dlrun::cli {
 namespace {
 
 struct StatusArgs {
-  int64_t job = 0;
+  std::string job;
   bool json = false;
   bool all = false;
   int recent = 10;
@@ -27,7 +28,7 @@ int run_status(const StatusArgs& args, const CLI::App& app) {
   queue.sweep();
   double now = launcher::now_seconds();
   if (app.count("JOB")) {
-    auto job = queue.store().get(args.job);
+    auto job = queue.store().get(launcher::submitted_job_number(launcher::parse_job_ref(args.job), "status"));
     if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", args.job));
     std::cout << (args.json ? launcher::job_json(*job, now) + "\n" : launcher::status_details(*job, now));
     return launcher::status_exit_code(job->state);

@@ -54,16 +54,17 @@ void resize_submitted(JobQueue& queue, int64_t id, int ranks, double timeout) {
 
 }  // namespace
 
-void resize_job(const std::string& job, int ranks, const Environment& env, double answer_timeout) {
+void resize_job(const JobRef& job, int ranks, const Environment& env, double answer_timeout) {
   if (ranks < 1) throw ConfigError(fmt::format("resize to {} ranks: must be at least 1", ranks));
-  if (auto id = parse_int(job)) {
+  if (job.number) {
     JobQueue queue(env);
-    if (queue.store().get(*id)) {
-      resize_submitted(queue, *id, ranks, answer_timeout);
-      return;
+    if (!queue.store().get(*job.number)) {
+      throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", job.text));
     }
+    resize_submitted(queue, *job.number, ranks, answer_timeout);
+    return;
   }
-  resize_local_run(job, ranks, env, answer_timeout);
+  resize_local_run(job.text, ranks, env, answer_timeout);
 }
 
 }  // namespace dlrun::launcher

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 
 namespace dlrun::launcher {
@@ -17,7 +18,7 @@ namespace dlrun::launcher {
 // to checkpoint.
 inline constexpr double k_resize_answer_timeout = 600;
 
-void resize_job(const std::string& job, int ranks, const Environment& env,
+void resize_job(const JobRef& job, int ranks, const Environment& env,
                 double answer_timeout = k_resize_answer_timeout);
 
 }  // namespace dlrun::launcher

@@ -1,0 +1,28 @@
+#include "dlrun/launcher/job_ref.hpp"
+
+#include <doctest/doctest.h>
+
+#include "dlrun/error.hpp"
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::JobRef") {
+  TEST_CASE("a number is a submitted job, a time-stamped id a run") {
+    auto submitted = parse_job_ref("17");
+    CHECK(submitted.number == 17);
+    CHECK(submitted_job_number(submitted, "logs") == 17);
+    auto run = parse_job_ref("20261123-120000-ab12");
+    CHECK_FALSE(run.number);
+    CHECK(run.text == "20261123-120000-ab12");
+    CHECK_THROWS_WITH_AS(submitted_job_number(run, "logs"),
+                         doctest::Contains("dlrun logs knows submitted jobs"), dlrun::ConfigError);
+  }
+  TEST_CASE("text that names no job is refused before anything looks for it") {
+    for (const char* bad : {"", "../../etc", "a/b", ".hidden", "x y", "17;rm", "99999999999999999999"}) {
+      CAPTURE(bad);
+      CHECK_THROWS_AS(parse_job_ref(bad), dlrun::ConfigError);
+    }
+    CHECK_THROWS_AS(parse_job_ref(std::string(129, 'a')), dlrun::ConfigError);
+    CHECK_NOTHROW(parse_job_ref(std::string(128, 'a')));
+  }
+}
