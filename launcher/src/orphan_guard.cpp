@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/escaped_processes.hpp"
 #include "dlrun/log.hpp"
 
 namespace dlrun::launcher {
@@ -39,7 +40,7 @@ bool read_full(int fd, void* data, size_t size) {
   return true;
 }
 
-[[noreturn]] void guard_main(int fd) {
+[[noreturn]] void guard_main(int fd, const std::string& token) {
   ::setpgid(0, 0);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE}) {
     ::signal(sig, SIG_IGN);
@@ -58,12 +59,13 @@ bool read_full(int fd, void* data, size_t size) {
     if (message.op == k_release) ::_exit(0);
   }
   for (int32_t pgid : groups) ::kill(-pgid, SIGKILL);
+  kill_processes_with_token(token);
   ::_exit(0);
 }
 
 }  // namespace
 
-void OrphanGuard::start() {
+void OrphanGuard::start(const std::string& token) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw SpawnError(fmt::format("pipe: {}", std::strerror(errno)));
   pid_t pid = ::fork();
@@ -75,7 +77,7 @@ void OrphanGuard::start() {
   }
   if (pid == 0) {
     ::close(fds[1]);
-    guard_main(fds[0]);
+    guard_main(fds[0], token);
   }
   ::close(fds[0]);
   m_fd = fds[1];

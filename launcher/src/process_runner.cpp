@@ -1,10 +1,14 @@
 // The real ProcessRunner: members are forked and exec'd by a WorkerGroup, an orphan guard
 // holds their process groups in case dlrun dies, and SIGCHLD arrives through the io_context.
+// Every member carries the runner's token (DLRUN_SUPERVISOR_ID): before each attempt and at
+// the end, processes that left a member's process group are found by it and killed.
 
 #include <signal.h>
+#include <sys/prctl.h>
 
 #include <boost/asio/signal_set.hpp>
 
+#include "dlrun/launcher/escaped_processes.hpp"
 #include "dlrun/launcher/member_group.hpp"
 #include "dlrun/launcher/orphan_guard.hpp"
 #include "dlrun/launcher/worker_group.hpp"
@@ -17,24 +21,39 @@ class LocalProcessRunner : public ProcessRunner {
   explicit LocalProcessRunner(boost::asio::io_context& io) : m_io(io), m_child_signal(io, SIGCHLD) {}
 
   void begin(std::function<void()> children_changed) override {
-    m_guard.start();
+    // What a member's exit orphans (a setsid'ed or double-forked process) becomes our child.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    m_guard.start(m_token);
     m_children_changed = std::move(children_changed);
     listen();
   }
 
   void end() override {
+    stop_escaped();
     m_child_signal.cancel();
     m_guard.release();
   }
 
   std::unique_ptr<MemberGroup> start(const std::vector<Member>& members,
                                      const OutputFactory& make_output) override {
-    auto group = std::make_unique<WorkerGroup>(m_io, m_guard);
+    stop_escaped();  // what the last attempt's members left behind
+    auto group = std::make_unique<WorkerGroup>(m_io, m_guard, m_token);
     group->start(members, make_output);
     return group;
   }
 
  private:
+  // Between attempts no member runs, so a child other than the guard was adopted: only
+  // then is /proc searched for the token (a few microseconds otherwise).
+  void stop_escaped() {
+    for (pid_t child : own_children()) {
+      if (child != m_guard.pid()) {
+        kill_processes_with_token(m_token);
+        return;
+      }
+    }
+  }
+
   void listen() {
     m_child_signal.async_wait([this](const boost::system::error_code& ec, int) {
       if (ec) return;
@@ -45,6 +64,7 @@ class LocalProcessRunner : public ProcessRunner {
 
   boost::asio::io_context& m_io;
   boost::asio::signal_set m_child_signal;
+  const std::string m_token = make_supervisor_token();
   OrphanGuard m_guard;
   std::function<void()> m_children_changed;
 };

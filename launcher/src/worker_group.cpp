@@ -9,13 +9,14 @@
 #include "dlrun/error.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
 
 namespace asio = boost::asio;
 
-WorkerGroup::WorkerGroup(asio::io_context& io, OrphanGuard& guard)
-    : m_io(io), m_guard(guard), m_buffer(64 * 1024), m_alive(std::make_shared<bool>(true)) {}
+WorkerGroup::WorkerGroup(asio::io_context& io, OrphanGuard& guard, std::string token)
+    : m_io(io), m_guard(guard), m_token(std::move(token)), m_buffer(64 * 1024), m_alive(std::make_shared<bool>(true)) {}
 
 WorkerGroup::~WorkerGroup() {
   *m_alive = false;
@@ -41,6 +42,7 @@ void WorkerGroup::start(const std::vector<Member>& members, const OutputFactory&
     for (const auto& member : members) {
       const ProgramSpec& program = member.program;
       SpawnRequest request{program.path, program.argv, member.spec.env, program.working_dir, member.stdin_text};
+      if (!m_token.empty()) request.env[env::k_supervisor_id] = m_token;
       spawned.push_back(spawn_process(request));
       m_guard.watch(spawned.back().pid);
       Rank rank;

@@ -436,6 +436,50 @@ wait
         finally:
             kill_quietly(procs)
 
+    def test_sigkill_of_dlrun_takes_processes_that_left_the_group_down(self):
+        pids = os.path.join(self.tmp, "pids")
+        script = self.script("escape.sh", f"""
+setsid sh -c 'echo $$ >> {pids}; exec sleep 1000' &
+sh -c 'sleep 1000 & echo $! >> {pids}'
+wait
+""")
+        p = self.start("local", "--nproc", "2", script)
+        self.assertTrue(wait_for(lambda: len(read_pids(pids)) == 4, 30), "ranks did not start")
+        procs = read_pids(pids)
+        try:
+            self.assertTrue(all(pid_alive(pid) for pid in procs))
+            p.kill()
+            p.wait(timeout=10)
+            gone = wait_for(lambda: not any(pid_alive(pid) for pid in procs), 10)
+            self.assertTrue(gone, f"escaped processes left: {[pid for pid in procs if pid_alive(pid)]}")
+        finally:
+            kill_quietly(procs)
+
+    def test_processes_that_left_the_group_end_with_the_job_and_with_each_attempt(self):
+        pids = os.path.join(self.tmp, "pids")
+        attempt_pids = os.path.join(self.tmp, "attempt")
+        # Attempt 0 leaves a setsid'ed sleep and fails; attempt 1 finds it gone, leaves one
+        # more and succeeds; after dlrun none is left.
+        script = self.script("escape.sh", f"""
+setsid sh -c 'echo $$ >> {pids}.'$DLRUN_RESTART_COUNT'; exec sleep 1000' &
+while [ ! -s {pids}.$DLRUN_RESTART_COUNT ]; do sleep 0.01; done
+if [ "$DLRUN_RESTART_COUNT" = 1 ]; then
+  state=$(sed 's/.*) //' /proc/$(cat {pids}.0)/stat 2>/dev/null | cut -c1)
+  [ -n "$state" ] && [ "$state" != Z ] && echo "attempt 0's process is alive ($state)" && exit 9
+  exit 0
+fi
+exit 1
+""")
+        r = self.dlrun("local", "--nproc", "1", "--max-restarts", "1", script)
+        procs = read_pids(pids + ".0") + read_pids(pids + ".1")
+        try:
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(len(procs), 2)
+            self.assertTrue(wait_for(lambda: not any(pid_alive(pid) for pid in procs), 10),
+                            f"escaped processes left: {[pid for pid in procs if pid_alive(pid)]}")
+        finally:
+            kill_quietly(procs)
+
 
 class Gpus(DlrunTestCase):
     def gpu_env(self, **extra):

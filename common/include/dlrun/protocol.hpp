@@ -21,6 +21,10 @@ inline constexpr const char* k_master_port = "MASTER_PORT";
 inline constexpr const char* k_run_dir = "DLRUN_RUN_DIR";
 inline constexpr const char* k_restart_count = "DLRUN_RESTART_COUNT";
 inline constexpr const char* k_job_id = "DLRUN_JOB_ID";
+// A token unique to the dlrun process that started the rank ("<pid>-<hex>"): inherited by
+// whatever the rank starts, it finds processes that left the rank's process group, so that
+// they are stopped with it (escaped_processes.hpp).
+inline constexpr const char* k_supervisor_id = "DLRUN_SUPERVISOR_ID";
 // Set for submitted jobs: where the job's checkpoints belong (job.toml checkpoint_dir,
 // default RUN_DIR/checkpoints).
 inline constexpr const char* k_checkpoint_dir = "DLRUN_CHECKPOINT_DIR";

@@ -39,7 +39,8 @@ class WorkerGroup : public MemberGroup {
     int stdin_fd = -1;  // held open while the group lives (see Member::stdin_text)
   };
 
-  WorkerGroup(boost::asio::io_context& io, OrphanGuard& guard);
+  // `token`: set as DLRUN_SUPERVISOR_ID in every member's environment (empty: none).
+  WorkerGroup(boost::asio::io_context& io, OrphanGuard& guard, std::string token = {});
   ~WorkerGroup() override;
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -76,6 +77,7 @@ class WorkerGroup : public MemberGroup {
 
   boost::asio::io_context& m_io;
   OrphanGuard& m_guard;
+  std::string m_token;
   std::vector<Rank> m_ranks;
   size_t m_open_pipes = 0;
   std::vector<char> m_buffer;
