@@ -21,6 +21,7 @@ TEST_SUITE("launcher::DurationLimit") {
     CHECK(duration_problem(-inf) == "-inf is out of range: must be a number of seconds from 0 to 604800");
     CHECK(duration_problem(-1) == "-1 is out of range: must be a number of seconds from 0 to 604800");
     CHECK(duration_problem(604800.5).has_value());
-    CHECK(duration_problem(1e10).has_value());
+    CHECK(duration_problem(1e10) == "10000000000 is out of range: must be a number of seconds from 0 to 604800");
+    CHECK(duration_problem(1e10, "1e10") == "1e10 is out of range: must be a number of seconds from 0 to 604800");
   }
 }

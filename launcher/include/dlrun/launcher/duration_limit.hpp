@@ -6,13 +6,15 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace dlrun::launcher {
 
 inline constexpr double k_max_duration_seconds = 7 * 24 * 3600;  // 604800
 
-// nullopt when `seconds` is a usable duration; else why not, to follow the value in a
-// message: "nan is out of range: must be a number of seconds from 0 to 604800".
-std::optional<std::string> duration_problem(double seconds);
+// nullopt when `seconds` is a usable duration; else why not, to follow the setting's name in
+// a message: "nan is out of range: must be a number of seconds from 0 to 604800". The value
+// is shown `as_written` by the user where given (the command line's "1e10").
+std::optional<std::string> duration_problem(double seconds, std::string_view as_written = {});
 
 }  // namespace dlrun::launcher
