@@ -75,6 +75,7 @@ Command add_local_command(CLI::App& dlrun) {
   app->add_option("--watchdog", o.watchdog_seconds,
                   "A rank that reports no progress (DLRUN_PROGRESS_FILE, the runtime does it every step) "
                   "for this many seconds counts as failed; 0: off")
+      ->check(duration_check())
       ->type_name("SECONDS")
       ->capture_default_str();
   app->add_option("--gpu-binding", args->gpu_binding,

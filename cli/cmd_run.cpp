@@ -42,7 +42,6 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     text << file.rdbuf();
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);
   }
-  if (c.plan.grace_seconds < 0) throw ConfigError("--grace: must be 0 or more seconds");
   launcher::raise_fd_limit();
   return launcher::run_cluster_job(c, launcher::current_environment());
 }
@@ -70,8 +69,10 @@ Command add_run_command(CLI::App& dlrun) {
   app->add_option("--ssh-config", c.ssh.config_file, "ssh client configuration file (ssh -F)")->type_name("FILE");
   app->add_option("--ssh-option", c.ssh.options, "An ssh option (ssh -o), may be repeated")->type_name("OPTION");
   app->add_option("--connect-timeout", c.ssh.connect_timeout_seconds, "Seconds to wait for each host's ssh")
+      ->check(duration_check())
       ->capture_default_str();
   app->add_option("--join-timeout", c.join_timeout, "Seconds for every host's agent to join the rendezvous")
+      ->check(duration_check())
       ->capture_default_str();
   app->add_option("--remote-dlrun", c.remote_dlrun, "dlrun's path on the other hosts (default: this one's)")
       ->type_name("PATH");

@@ -1,8 +1,19 @@
 #include "group_options.hpp"
 
+#include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/text.hpp"
 
 namespace dlrun::cli {
+
+CLI::Validator duration_check() {
+  return CLI::Validator(
+      [](std::string& text) {
+        double seconds = 0;
+        if (!CLI::detail::lexical_cast(text, seconds)) return std::string();  // CLI11 says it is not a number
+        return launcher::duration_problem(seconds, text).value_or("");
+      },
+      "SECONDS");
+}
 
 void add_output_options(CLI::App* app, GroupArgs& args) {
   auto& o = args.options;
@@ -26,6 +37,7 @@ void add_output_options(CLI::App* app, GroupArgs& args) {
 void add_failure_options(CLI::App* app, GroupArgs& args) {
   auto& o = args.options;
   app->add_option("--grace", o.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->check(duration_check())
       ->type_name("SECONDS")
       ->capture_default_str();
   app->add_option("--max-restarts", o.max_restarts,

@@ -19,6 +19,10 @@ struct GroupArgs {
 
 void add_output_options(CLI::App* app, GroupArgs& args);
 void add_failure_options(CLI::App* app, GroupArgs& args);
+// The check of every option that is a duration in seconds (--grace, --watchdog, --join-timeout …):
+// launcher::duration_problem, as job.toml's durations.
+CLI::Validator duration_check();
+
 // Fills args.options from what was parsed (after CLI11 is done).
 void apply_group_options(GroupArgs& args, const CLI::App& app);
 

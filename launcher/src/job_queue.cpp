@@ -143,9 +143,10 @@ Capacity JobQueue::capacity() const {
 JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& kind, std::string& text) {
   std::ifstream file(job_file);
   if (!file) throw ConfigError(fmt::format("cannot read job file {}: {}", job_file, std::strerror(errno)));
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  text = buffer.str();
+  // A byte past the limit is enough for parse_job_spec to refuse it: /dev/zero is not read whole.
+  text.resize(k_max_job_file_bytes + 1);
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
   std::string base_dir = fs::absolute(fs::path(job_file)).parent_path().string();
   JobSpec spec = parse_job_spec(text, job_file, base_dir, kind);
   std::error_code ec;

@@ -1,14 +1,18 @@
 #include "dlrun/launcher/job_spec.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "dlrun/launcher/toml_depth.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -21,6 +25,25 @@ const std::vector<std::string> k_scheduler_keys = {"kind", "hosts", "hostfile", 
                                                    "nodes", "ranks_per_node", "gpus_per_node", "time_limit",
                                                    "account", "sbatch_options"};
 const std::vector<std::string> k_scheduler_kinds = {"local", "slurm", "ssh"};
+
+bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
+
+std::string describe_control(char c) {
+  switch (c) {
+    case '\n': return "a newline";
+    case '\r': return "a carriage return";
+    case '\t': return "a tab";
+    case '\0': return "a NUL byte";
+    default: return fmt::format("byte 0x{:02x}", static_cast<unsigned char>(c));
+  }
+}
+
+// What a shell (the sbatch script's `export NAME=…`) and every program take as a variable name.
+bool is_variable_name(const std::string& name) {
+  auto word = [](char c) { return c == '_' || std::isalnum(static_cast<unsigned char>(c)); };
+  return !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+         std::all_of(name.begin(), name.end(), word) && name.size() <= k_max_name_bytes;
+}
 
 class Checker {
  public:
@@ -48,25 +71,66 @@ class Checker {
     }
   }
 
-  std::optional<std::string> string(const toml::node* node, const std::string& key) {
+  // A string that goes on one line (a name, a path, an #SBATCH line): no newline can start
+  // another line of the sbatch script, and none is longer than `max_bytes`.
+  std::optional<std::string> string(const toml::node* node, const std::string& key,
+                                    size_t max_bytes = k_max_path_bytes) {
     if (!node) return std::nullopt;
-    if (auto v = node->value<std::string>(); v && node->is_string()) return *v;
+    if (auto v = node->value<std::string>(); v && node->is_string()) {
+      if (one_line(*node, key, *v, max_bytes)) return *v;
+      return std::nullopt;
+    }
     error(node->source(), fmt::format("'{}' must be a string, not {}", key, type_name(*node)));
     return std::nullopt;
   }
 
-  std::optional<double> number(const toml::node* node, const std::string& key, double lo) {
+  bool one_line(const toml::node& node, const std::string& key, const std::string& text, size_t max_bytes) {
+    if (auto c = std::find_if(text.begin(), text.end(), is_control); c != text.end()) {
+      error(node.source(), fmt::format("'{}' must not contain control characters ({})", key, describe_control(*c)));
+      return false;
+    }
+    if (text.size() > max_bytes) {
+      error(node.source(), fmt::format("'{}' is {} bytes long: at most {}", key, text.size(), max_bytes));
+      return false;
+    }
+    return true;
+  }
+
+  // An argument or NAME=value that reaches exec. `form` names it in messages when it is not `what`.
+  bool exec_string(const toml::node& node, const std::string& what, std::string_view text,
+                   std::string_view form = {}) {
+    if (text.find('\0') != std::string_view::npos) {
+      error(node.source(), fmt::format("{} holds a NUL byte (\\u0000): a program cannot be given one", what));
+      return false;
+    }
+    if (text.size() > k_max_exec_string_bytes) {
+      error(node.source(), fmt::format("{} is too long to pass to a program: {} bytes{}, at most {}", what,
+                                       text.size(), form.empty() ? "" : fmt::format(" as {}", form),
+                                       k_max_exec_string_bytes));
+      return false;
+    }
+    m_exec_bytes += text.size() + 1;
+    return true;
+  }
+
+  void exec_total() {
+    if (m_exec_bytes <= k_max_exec_total_bytes) return;
+    error_at_file(fmt::format("command and [env] together are {} bytes: at most {} bytes, to leave room for the "
+                              "rest of the ranks' environment",
+                              m_exec_bytes, k_max_exec_total_bytes));
+  }
+
+  std::optional<double> duration(const toml::node* node, const std::string& key) {
     if (!node) return std::nullopt;
+    auto v = node->value<double>();  // an integer too large for a double has none
     if (!node->is_number()) {
       error(node->source(), fmt::format("'{}' must be a number, not {}", key, type_name(*node)));
-      return std::nullopt;
+    } else if (auto problem = duration_problem(v ? *v : std::numeric_limits<double>::infinity())) {
+      error(node->source(), fmt::format("'{}' = {}", key, *problem));
+    } else {
+      return v;
     }
-    double v = *node->value<double>();
-    if (v < lo) {
-      error(node->source(), fmt::format("'{}' = {} is out of range: must be at least {}", key, v, lo));
-      return std::nullopt;
-    }
-    return v;
+    return std::nullopt;
   }
 
   std::optional<int> integer(const toml::node* node, const std::string& key, int lo, int hi) {
@@ -143,6 +207,7 @@ class Checker {
   std::string m_path;
   std::string m_base;
   std::vector<std::string> m_errors;
+  size_t m_exec_bytes = 0;
 };
 
 void parse_command(Checker& check, const toml::node* node, JobSpec& spec) {
@@ -160,7 +225,10 @@ void parse_command(Checker& check, const toml::node* node, JobSpec& spec) {
       check.error(item.source(), fmt::format("'command' items must be strings, not {}", Checker::type_name(item)));
       continue;
     }
-    spec.command.push_back(*item.value<std::string>());
+    std::string word = *item.value<std::string>();
+    if (check.exec_string(item, fmt::format("'command' item {}", spec.command.size() + 1), word)) {
+      spec.command.push_back(std::move(word));
+    }
   }
 }
 
@@ -213,16 +281,24 @@ void parse_env(Checker& check, const toml::node* node, JobSpec& spec) {
   }
   for (const auto& [key, value] : *table) {
     std::string name(key.str());
-    if (name.empty() || name.find('=') != std::string::npos) {
-      check.error(key.source(), fmt::format("'{}' is not a valid environment variable name", name));
+    std::string text;
+    if (!is_variable_name(name)) {
+      check.error(key.source(), fmt::format("'{}' is not a valid environment variable name: letters, digits and _, "
+                                            "not starting with a digit, at most {} bytes",
+                                            name.substr(0, 64), k_max_name_bytes));
     } else if (value.is_string()) {
-      spec.env[name] = *value.value<std::string>();
+      text = *value.value<std::string>();
     } else if (value.is_integer() || value.is_floating_point() || value.is_boolean()) {
-      spec.env[name] = value.is_boolean() ? (*value.value<bool>() ? "1" : "0")
-                                          : value.is_integer() ? std::to_string(*value.value<int64_t>())
-                                                               : fmt::format("{}", *value.value<double>());
+      text = value.is_boolean() ? (*value.value<bool>() ? "1" : "0")
+             : value.is_integer() ? std::to_string(*value.value<int64_t>())
+                                  : fmt::format("{}", *value.value<double>());
     } else {
       check.error(value.source(), fmt::format("env '{}' must be a string, number or boolean", name));
+      continue;
+    }
+    if (!is_variable_name(name)) continue;
+    if (check.exec_string(value, fmt::format("env '{}'", name), name + "=" + text, name + "=value")) {
+      spec.env[name] = std::move(text);
     }
   }
 }
@@ -255,9 +331,9 @@ void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
 
 void parse_slurm_keys(Checker& check, const toml::table& table, JobSpec& spec) {
   SlurmSpec& slurm = spec.slurm;
-  if (auto v = check.string(table.get("partition"), "partition")) slurm.partition = *v;
-  if (auto v = check.string(table.get("time_limit"), "time_limit")) slurm.time_limit = *v;
-  if (auto v = check.string(table.get("account"), "account")) slurm.account = *v;
+  if (auto v = check.string(table.get("partition"), "partition", k_max_name_bytes)) slurm.partition = *v;
+  if (auto v = check.string(table.get("time_limit"), "time_limit", k_max_name_bytes)) slurm.time_limit = *v;
+  if (auto v = check.string(table.get("account"), "account", k_max_name_bytes)) slurm.account = *v;
   if (auto v = check.integer(table.get("nodes"), "nodes", 1, 100000)) slurm.nodes = *v;
   if (auto v = check.integer(table.get("ranks_per_node"), "ranks_per_node", 1, 100000)) slurm.ranks_per_node = *v;
   if (auto v = check.integer(table.get("gpus_per_node"), "gpus_per_node", 1, 1024)) slurm.gpus_per_node = *v;
@@ -271,8 +347,7 @@ void parse_slurm_keys(Checker& check, const toml::table& table, JobSpec& spec) {
       check.error(node->source(), "'sbatch_options' must be an array of strings, e.g. [\"--qos=high\"]");
     } else {
       for (const auto& item : *array) {
-        if (item.is_string()) slurm.sbatch_options.push_back(*item.value<std::string>());
-        else check.error(item.source(), "'sbatch_options' items must be strings");
+        if (auto option = check.string(&item, "sbatch_options")) slurm.sbatch_options.push_back(*option);
       }
     }
   }
@@ -319,6 +394,15 @@ const std::vector<std::string>& job_spec_keys(std::string_view table) {
 
 JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
                        const std::string& kind_override) {
+  if (text.size() > k_max_job_file_bytes) {
+    throw ConfigError(fmt::format("{}: the job file is too large: at most {} bytes are accepted", path,
+                                  k_max_job_file_bytes));
+  }
+  // toml++ recurses once per dotted part: a header of thousands of parts would overflow the stack.
+  if (auto deep = find_toml_too_deep(text)) {
+    throw ConfigError(fmt::format("{}:{}:{}: {}: not accepted in a job file", path, deep->line, deep->column,
+                                  deep->message));
+  }
   toml::table root;
   try {
     root = toml::parse(text, path);
@@ -329,14 +413,16 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   Checker check(path, base_dir);
   JobSpec spec;
   check.unknown_keys(root, k_top_keys, "");
-  if (auto name = check.string(root.get("name"), "name")) spec.name = *name;
+  if (auto name = check.string(root.get("name"), "name", k_max_name_bytes)) spec.name = *name;
   parse_command(check, root.get("command"), spec);
   if (spec.name.empty() && !spec.command.empty()) {
-    spec.name = std::filesystem::path(spec.command[0]).filename().string();
+    spec.name = std::filesystem::path(spec.command[0]).filename().string().substr(0, k_max_name_bytes);
+    std::replace_if(spec.name.begin(), spec.name.end(), is_control, '?');
   }
   spec.workdir = check.directory(root.get("workdir"), "workdir");
   if (spec.workdir.empty()) spec.workdir = std::filesystem::path(base_dir).lexically_normal().string();
   parse_env(check, root.get("env"), spec);
+  check.exec_total();
   parse_scheduler(check, root.get("scheduler"), spec, kind_override);
   if (spec.scheduler == "local") {
     parse_resources(check, root.get("resources"), spec);
@@ -349,8 +435,8 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
                       "gpus_per_node) in [scheduler]: remove [resources]");
   }
   if (auto v = check.integer(root.get("max_restarts"), "max_restarts", 0, 1000000)) spec.max_restarts = *v;
-  if (auto v = check.number(root.get("grace"), "grace", 0)) spec.grace = *v;
-  if (auto v = check.number(root.get("watchdog"), "watchdog", 0)) spec.watchdog = *v;
+  if (auto v = check.duration(root.get("grace"), "grace")) spec.grace = *v;
+  if (auto v = check.duration(root.get("watchdog"), "watchdog")) spec.watchdog = *v;
   spec.checkpoint_dir = check.directory(root.get("checkpoint_dir"), "checkpoint_dir");
   spec.log_dir = check.directory(root.get("log_dir"), "log_dir");
   check.finish();

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/gpu_selection.hpp"
@@ -73,9 +74,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
     if (*options.nproc < 1) throw ConfigError(fmt::format("--nproc {}: must be at least 1", *options.nproc));
     job.world_size = *options.nproc;
   }
-  if (options.grace_seconds < 0) {
-    throw ConfigError(fmt::format("--grace {}: must be 0 or more seconds", options.grace_seconds));
-  }
+  if (auto problem = duration_problem(options.grace_seconds)) throw ConfigError("--grace: " + *problem);
   if (options.max_restarts < 0) {
     throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", options.max_restarts));
   }
@@ -104,9 +103,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
   if (job.min_world_size < 1 || job.min_world_size > job.max_world_size) {
     throw ConfigError(fmt::format("ranks {}:{}: MIN must be between 1 and MAX", job.min_world_size, job.max_world_size));
   }
-  if (options.watchdog_seconds < 0) {
-    throw ConfigError(fmt::format("--watchdog {}: must be 0 (off) or more seconds", options.watchdog_seconds));
-  }
+  if (auto problem = duration_problem(options.watchdog_seconds)) throw ConfigError("--watchdog: " + *problem);
   if (options.shown_ranks) {
     for (int r : *options.shown_ranks) {
       if (r >= job.world_size) {

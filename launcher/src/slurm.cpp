@@ -26,6 +26,29 @@ std::string run_slurm_command(const std::vector<std::string>& argv, const Enviro
   return result.status.success() ? result.out : std::string();
 }
 
+// One #SBATCH line's option as sbatch reads it back: sbatch splits the line at blanks, groups
+// with quotes, takes \\ as an escape and # as the start of a comment. A newline cannot be
+// quoted (it would end the comment line and start a shell command): the job file's checks
+// refuse them, and this refuses them again.
+const std::string& one_sbatch_line(const std::string& option) {
+  auto end = option.find_first_of(std::string("\r\n\0", 3));
+  if (end != std::string::npos) {
+    throw ConfigError(fmt::format("cannot write an #SBATCH line holding a newline: {}…", option.substr(0, end)));
+  }
+  return option;
+}
+
+std::string sbatch_quote(const std::string& option) {
+  one_sbatch_line(option);
+  if (option.find_first_of(" \t\"'\\#") == std::string::npos) return option;
+  std::string out = "\"";
+  for (char c : option) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 std::string render_sbatch_script(const JobSpec& spec, const SbatchInput& in) {
@@ -35,7 +58,7 @@ std::string render_sbatch_script(const JobSpec& spec, const SbatchInput& in) {
       "# Written by dlrun for its job {} ({}); see docs/slurm.md. One task per node: the\n"
       "# batch step serves the rendezvous and starts one dlrun agent per node with srun.\n",
       in.job_id, spec.name);
-  auto line = [&](const std::string& option) { script += "#SBATCH " + option + "\n"; };
+  auto line = [&](const std::string& option) { script += "#SBATCH " + sbatch_quote(option) + "\n"; };
   line("--job-name=" + spec.name);
   line(fmt::format("--nodes={}", s.nodes));
   line("--ntasks-per-node=1");
@@ -45,7 +68,7 @@ std::string render_sbatch_script(const JobSpec& spec, const SbatchInput& in) {
   if (!s.account.empty()) line("--account=" + s.account);
   line("--output=" + in.run_dir + "/output.log");
   line("--chdir=" + spec.workdir);
-  for (const auto& option : s.sbatch_options) line(option);
+  for (const auto& option : s.sbatch_options) script += "#SBATCH " + one_sbatch_line(option) + "\n";  // verbatim
   for (const auto& [key, value] : spec.env) script += fmt::format("export {}={}\n", key, shell_quote(value));
   script += fmt::format("export {}={}\n", env::k_checkpoint_dir, shell_quote(in.checkpoint_dir));
   std::vector<std::string> args = {in.dlrun, "_slurm-run", "--job-id", in.job_id, "--run-dir", in.run_dir,

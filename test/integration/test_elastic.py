@@ -142,7 +142,7 @@ class Watchdog(DlrunTestCase):
     def test_bad_watchdog(self):
         r = self.dlrun("local", "--nproc", "1", "--watchdog", "-1", "true")
         self.assertEqual(r.returncode, 2)
-        self.assertIn("--watchdog -1: must be 0 (off) or more seconds", r.stderr)
+        self.assertIn("--watchdog: -1 is out of range: must be a number of seconds from 0 to 604800", r.stderr)
 
 
 if __name__ == "__main__":

@@ -195,7 +195,8 @@ class Validation(JobsTestCase):
 
     def test_bad_range(self):
         self.assert_refused(MINIMAL.replace("nproc = 2", "nproc = -1"), "job.toml:4:9: 'nproc' = -1 is out of range")
-        self.assert_refused("grace = -5\n" + MINIMAL, "job.toml:1:9: 'grace' = -5 is out of range: must be at least 0")
+        self.assert_refused("grace = -5\n" + MINIMAL,
+                            "job.toml:1:9: 'grace' = -5 is out of range: must be a number of seconds from 0 to 604800")
 
     def test_syntax_error(self):
         self.assert_refused(MINIMAL.replace('"hello"', '"hello'), "job.toml:1:")

@@ -173,7 +173,7 @@ class BadInput(DlrunTestCase):
         self.assert_usage_error(["local", "true"], "say how many ranks to start: --nproc N")
         self.assert_usage_error(["local", "--nproc", "2", "--gpus", "1", "true"], "exclude each other")
         self.assert_usage_error(["local", "--nproc", "two", "true"], "--nproc")
-        self.assert_usage_error(["local", "--nproc", "2", "--grace", "-1", "true"], "--grace -1")
+        self.assert_usage_error(["local", "--nproc", "2", "--grace", "-1", "true"], "--grace: -1 is out of range")
 
     def test_unknown_option_suggests(self):
         self.assert_usage_error(["local", "--nprocs", "2", "true"],

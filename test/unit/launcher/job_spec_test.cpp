@@ -157,4 +157,44 @@ sbatch_options = ["--qos=high", "--exclusive"]
     CHECK(e.find("'grace' = -2 is out of range") != std::string::npos);
     CHECK(e.find("'nproc' = 0 is out of range") != std::string::npos);
   }
+  TEST_CASE("limits: file size, depth, names, exec strings") {
+    const std::string job = "command = [\"x\"]\n[resources]\nnproc = 1\n";
+    CHECK(error_of(job + std::string(k_max_job_file_bytes, '#')) ==
+          "job.toml: the job file is too large: at most 1048576 bytes are accepted");
+    std::string header = "[a";
+    for (int i = 0; i < 50000; ++i) header += ".a";
+    CHECK(error_of(header + "]\n" + job) ==
+          "job.toml:1:65: a key or table header with more than 32 dotted parts: not accepted in a job file");
+    CHECK(error_of("name = \"" + std::string(256, 'n') + "\"\n" + job) ==
+          "job.toml:1:8: 'name' is 256 bytes long: at most 255");
+    CHECK(error_of(job + "[env]\nX = \"a\\u0000b\"\n") ==
+          "job.toml:5:5: env 'X' holds a NUL byte (\\u0000): a program cannot be given one");
+    CHECK(error_of(job + "[env]\nX = \"" + std::string(k_max_exec_string_bytes, 'v') + "\"\n") ==
+          "job.toml:5:5: env 'X' is too long to pass to a program: 131073 bytes as X=value, at most 131071");
+    CHECK(parse(job + "[env]\nX = \"" + std::string(k_max_exec_string_bytes - 2, 'v') + "\"\n").env.at("X").size() ==
+          k_max_exec_string_bytes - 2);
+  }
+  TEST_CASE("durations are finite and at most a week") {
+    const std::string job = "command = [\"x\"]\n[resources]\nnproc = 1\n";
+    CHECK(error_of("grace = nan\n" + job) ==
+          "job.toml:1:9: 'grace' = nan is out of range: must be a number of seconds from 0 to 604800");
+    CHECK(error_of("watchdog = inf\n" + job) ==
+          "job.toml:1:12: 'watchdog' = inf is out of range: must be a number of seconds from 0 to 604800");
+    CHECK(error_of("grace = 9223372036854775807\n" + job).find("'grace' = inf is out of range") != std::string::npos);
+    CHECK(parse("grace = 604800\n" + job).grace == 604800);
+  }
+  TEST_CASE("what reaches a shell or an #SBATCH line is one line; env names are variable names") {
+    const std::string job = "command = [\"x\"]\n[scheduler]\nkind = \"slurm\"\n";
+    CHECK(error_of(job + "partition = \"a\\nrm -rf ~\"\n") ==
+          "job.toml:4:13: 'partition' must not contain control characters (a newline)");
+    CHECK(error_of(job + "sbatch_options = [\"--x\", \"--y\\r\"]\n") ==
+          "job.toml:4:26: 'sbatch_options' must not contain control characters (a carriage return)");
+    CHECK(error_of("workdir = \"a\\tb\"\n" + job) ==
+          "job.toml:1:11: 'workdir' must not contain control characters (a tab)");
+    CHECK(error_of(job + "[env]\n\"A;B\" = 1\n").find("job.toml:5:1: 'A;B' is not a valid environment variable name") == 0);
+    CHECK(error_of(job + "[env]\n1A = 1\n").find("'1A' is not a valid environment variable name") != std::string::npos);
+    CHECK(parse(job + "[env]\n_a1 = 1\n").env.at("_a1") == "1");
+    // A name taken from the program is shown, not refused.
+    CHECK(parse("command = [\"./a\\nb\"]\n[resources]\nnproc = 1\n").name == "a?b");
+  }
 }

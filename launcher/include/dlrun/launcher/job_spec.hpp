@@ -4,6 +4,7 @@
 // `FILE:LINE:COL: what is wrong (hint)`, all of them at once. Pure (the caller reads the
 // file); thread-safe.
 
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
@@ -11,6 +12,16 @@
 #include <vector>
 
 namespace dlrun::launcher {
+
+// Limits of a job file (docs/job-toml.md, "Limits"), checked before and while it is parsed.
+inline constexpr size_t k_max_job_file_bytes = 1024 * 1024;
+inline constexpr size_t k_max_name_bytes = 255;   // name, [env] names, partition, time_limit, account
+inline constexpr size_t k_max_path_bytes = 4096;  // PATH_MAX: workdir, the other paths, any one-line string
+// One argument or NAME=value that reaches exec: Linux's MAX_ARG_STRLEN (131072) less the NUL.
+inline constexpr size_t k_max_exec_string_bytes = 131071;
+// command and [env] together (each string with its NUL): a quarter of the usual 2 MiB that
+// exec takes, leaving the rest for the submitter's environment and dlrun's variables.
+inline constexpr size_t k_max_exec_total_bytes = 512 * 1024;
 
 // A rank count, fixed (min == max) or elastic (MIN:MAX).
 struct RankRange {
