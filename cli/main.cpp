@@ -12,6 +12,8 @@
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/private_files.hpp"
+#include "dlrun/launcher/process.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/version.hpp"
 #include "dlrun/protocol.hpp"
@@ -93,7 +95,10 @@ int main(int argc, char** argv) {
 
   try {
     for (auto& command : commands) {
-      if (command.app->parsed()) return command.run(trailing);
+      if (!command.app->parsed()) continue;
+      // A project skeleton from `dlrun init` is the user's own: made as their umask says.
+      if (command.app->get_name() != "init") dlrun::launcher::keep_files_private(dlrun::launcher::current_environment());
+      return command.run(trailing);
     }
     return dlrun::exit_code::k_usage;
   } catch (const dlrun::Error& e) {

@@ -15,10 +15,12 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -37,6 +39,7 @@ std::string prepare_home(const Environment& env) {
     throw ConfigError(fmt::format("cannot create {}: {} (set {} to a writable directory)", home, ec.message(),
                                   env::k_home));
   }
+  tighten_home(home);
   return home;
 }
 
@@ -193,7 +196,9 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind) {
   job.spec_text = text;
   job.spec_path = fs::absolute(fs::path(job_file)).string();
   job.base_dir = fs::path(job.spec_path).parent_path().string();
-  job.environment = encode_environment(m_env);
+  Environment stored = job_environment(m_env, spec.export_env);
+  stored[env::k_umask] = fmt::format("{:03o}", started_umask());
+  job.environment = encode_environment(stored);
   job.slurm = spec.on_slurm();
   try {
     job.request = request_of(spec);

@@ -124,6 +124,7 @@ int run_submitted_job(int64_t id, const Environment& env) {
     JobSpec spec = parse_job_spec(record->submitted.spec_text, record->submitted.spec_path,
                                   record->submitted.base_dir);
     Environment base = decode_environment(record->submitted.environment);
+    base.erase(env::k_umask);  // this process's own: the ranks get it as their umask
     for (const auto& [key, value] : spec.env) base[key] = value;
     base[env::k_checkpoint_dir] = spec.checkpoint_dir.empty() ? run_dir + "/checkpoints" : spec.checkpoint_dir;
     if (spec.gpus) base.erase(env::k_cuda_visible_devices);  // the scheduler's GPU numbers are physical

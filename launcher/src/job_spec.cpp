@@ -1,3 +1,4 @@
+#include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 
 #include <algorithm>
@@ -17,7 +18,7 @@
 namespace dlrun::launcher {
 namespace {
 
-const std::vector<std::string> k_top_keys = {"name", "command", "workdir", "env", "resources",
+const std::vector<std::string> k_top_keys = {"name", "command", "workdir", "env", "export_env", "resources",
                                              "max_restarts", "grace", "watchdog",
                                              "checkpoint_dir", "log_dir", "scheduler"};
 const std::vector<std::string> k_resource_keys = {"nproc", "gpus"};
@@ -232,6 +233,23 @@ void parse_command(Checker& check, const toml::node* node, JobSpec& spec) {
   }
 }
 
+void parse_export_env(Checker& check, const toml::node* node, JobSpec& spec) {
+  if (!node) return;
+  const toml::array* array = node->as_array();
+  if (!array) {
+    check.error(node->source(), "'export_env' must be an array of names, e.g. [\"WANDB_API_KEY\", \"HF_*\"]");
+    return;
+  }
+  for (const auto& item : *array) {
+    auto pattern = item.value<std::string>();
+    if (!item.is_string() || !valid_export_pattern(*pattern) || pattern->size() > k_max_name_bytes) {
+      check.error(item.source(), "'export_env' items are variable names, NAME_PREFIX* or \"*\" (everything)");
+      continue;
+    }
+    spec.export_env.push_back(*pattern);
+  }
+}
+
 void parse_resources(Checker& check, const toml::node* node, JobSpec& spec) {
   const toml::table* table = node ? node->as_table() : nullptr;
   if (node && !table) {
@@ -422,6 +440,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   spec.workdir = check.directory(root.get("workdir"), "workdir");
   if (spec.workdir.empty()) spec.workdir = std::filesystem::path(base_dir).lexically_normal().string();
   parse_env(check, root.get("env"), spec);
+  parse_export_env(check, root.get("export_env"), spec);
   check.exec_total();
   parse_scheduler(check, root.get("scheduler"), spec, kind_override);
   if (spec.scheduler == "local") {

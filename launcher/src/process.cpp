@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
@@ -44,7 +45,7 @@ void close_fd(int& fd) {
 // Runs in the child between fork and exec: only async-signal-safe calls.
 [[noreturn]] void exec_child(const SpawnRequest& request, char* const* argv, char* const* envp,
                              pid_t parent, int null_fd, const Pipe& out, const Pipe& err,
-                             const Pipe& status) {
+                             const Pipe& status, mode_t child_umask) {
   auto fail = [&](int e) {
     ssize_t ignored = ::write(status.write, &e, sizeof e);
     (void)ignored;
@@ -64,6 +65,7 @@ void close_fd(int& fd) {
     fail(errno);
   }
   if (!request.working_dir.empty() && ::chdir(request.working_dir.c_str()) != 0) fail(errno);
+  ::umask(child_umask);  // the user's, not the one that keeps dlrun's own files private
   ::execve(request.path.c_str(), argv, envp);
   fail(errno);
   ::_exit(127);
@@ -103,8 +105,9 @@ SpawnedProcess spawn_process(const SpawnRequest& request) {
     throw;
   }
   pid_t parent = ::getpid();
+  const mode_t child_umask = started_umask();
   pid_t pid = ::fork();
-  if (pid == 0) exec_child(request, argv.data(), envp.data(), parent, null_fd, out, err, status);
+  if (pid == 0) exec_child(request, argv.data(), envp.data(), parent, null_fd, out, err, status, child_umask);
   int fork_errno = errno;
   for (int* fd : {&null_fd, &out.write, &err.write, &status.write}) close_fd(*fd);
   if (pid < 0) {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -47,6 +48,7 @@ std::string prepare_run_dir(const std::string& requested, const std::string& job
                                   is_default ? fmt::format(" (set {} or --run-dir)", env::k_home) : ""));
   }
   dir = fs::absolute(dir, ec);
+  tighten_home(dlrun_home(env));  // one an older dlrun left readable by others
   if (!is_default && !job_id.empty()) {
     // `dlrun resize JOB` and friends find every run under $DLRUN_HOME/runs/JOB.
     fs::path runs = fs::path(dlrun_home(env)) / "runs";

@@ -50,6 +50,9 @@ inline constexpr const char* k_cuda_visible_devices = "CUDA_VISIBLE_DEVICES";
 
 // Read by dlrun.
 inline constexpr const char* k_home = "DLRUN_HOME";              // state, logs, run dirs
+// The submitter's umask (octal), stored with a submitted job: its supervisor gives it to the
+// ranks, as dlrun's own files are kept private (private_files.hpp).
+inline constexpr const char* k_umask = "DLRUN_UMASK";
 inline constexpr const char* k_fake_gpus = "DLRUN_FAKE_GPUS";    // tests: pretend N GPUs
 inline constexpr const char* k_log_level = "DLRUN_LOG_LEVEL";    // debug|info|warn|error
 inline constexpr const char* k_no_color = "NO_COLOR";            // https://no-color.org

@@ -46,6 +46,7 @@ struct JobSpec {
   std::vector<std::string> command;
   std::string workdir;  // absolute
   std::map<std::string, std::string> env;
+  std::vector<std::string> export_env;  // more of the submitter's environment to keep (job_environment.hpp)
   std::optional<RankRange> nproc;
   std::optional<RankRange> gpus;
   std::vector<std::string> gpu_ids;  // gpus = [0, 2]: these devices exactly

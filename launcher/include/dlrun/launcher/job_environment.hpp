@@ -1,0 +1,24 @@
+#pragma once
+// What a submitted job keeps of its submitter's environment. The store holds it until the
+// job runs, so it keeps only what a program needs to run as it would from the submitter's
+// shell (docs/job-toml.md lists it): the paths and locale, the variables of CUDA, NCCL,
+// Gloo, OpenMP, BLAS, PyTorch, Python, conda and dlrun; not the rest, where tokens and
+// passwords live. A job file names more with export_env (names, NAME_PREFIX*, or "*").
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlrun/launcher/rank_env.hpp"
+
+namespace dlrun::launcher {
+
+// Kept without being named in export_env.
+bool exported_by_default(std::string_view name);
+
+// `pattern` as export_env takes it: "NAME", "PREFIX*" or "*".
+bool valid_export_pattern(std::string_view pattern);
+
+Environment job_environment(const Environment& submitter, const std::vector<std::string>& export_env);
+
+}  // namespace dlrun::launcher

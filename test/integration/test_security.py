@@ -1,0 +1,111 @@
+"""What one user of a machine can learn or do to another's jobs (docs/security.md): dlrun's
+own files are private whatever the umask, a submitted job's stored environment holds no
+secrets it was not given, cancel tells the truth."""
+import glob
+import os
+import stat
+import subprocess
+import unittest
+
+from harness import DlrunTestCase, wait_for
+
+JOB = '''name = "private"
+command = ["sh", "-c", "umask > {tmp}/umask.$DLRUN_JOB_ID; echo ${{MY_API_TOKEN:-unset}} ${{HF_TOKEN:-unset}} ${{PATH:+path}} > {tmp}/env.$DLRUN_JOB_ID"]
+{extra}
+[resources]
+nproc = 1
+'''
+
+
+def mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+class PrivateFiles(DlrunTestCase):
+    def run_with_umask(self, umask, *args, env=None):
+        # The umask a careless user has: dlrun's files must not follow it.
+        return subprocess.run(["sh", "-c", f'umask {umask}; exec "$@"', "sh", *args], capture_output=True,
+                              text=True, env=env or self.env, timeout=120)
+
+    def private_tree(self, top):
+        """Every directory 0700 and file 0600 below `top` (symlinks aside)."""
+        wrong = []
+        for root, dirs, files in os.walk(top):
+            for d in dirs:
+                p = os.path.join(root, d)
+                if not os.path.islink(p) and mode(p) != 0o700:
+                    wrong.append((p, oct(mode(p))))
+            for f in files:
+                p = os.path.join(root, f)
+                if not os.path.islink(p) and mode(p) != 0o600:
+                    wrong.append((p, oct(mode(p))))
+        return wrong
+
+    def test_store_run_directories_and_logs_are_private_whatever_the_umask(self):
+        from harness import DLRUN
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(JOB.format(tmp=self.tmp, extra=""))
+        r = self.run_with_umask("000", DLRUN, "submit", "--wait", job)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.run_with_umask("000", DLRUN, "local", "--nproc", "2", "sh", "-c", "echo hi; umask")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(mode(self.home), 0o700)
+        self.assertEqual(mode(os.path.join(self.home, "jobs.db")), 0o600)
+        self.assertEqual(self.private_tree(self.home), [])
+        # The ranks keep the user's own umask for their files.
+        with open(os.path.join(self.tmp, "umask.1")) as f:
+            self.assertEqual(f.read().strip(), "0000")
+        self.assertIn("0000", r.stdout)
+
+    def test_a_home_an_older_dlrun_left_open_is_closed(self):
+        os.makedirs(self.home)
+        os.chmod(self.home, 0o755)
+        r = self.dlrun("status")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(mode(self.home), 0o700)
+        os.chmod(os.path.join(self.home, "jobs.db"), 0o644)
+        self.dlrun("status")
+        self.assertEqual(mode(os.path.join(self.home, "jobs.db")), 0o600)
+
+    def test_a_home_shared_on_purpose_keeps_its_group(self):
+        os.makedirs(self.home)
+        os.chmod(self.home, 0o2770)
+        r = self.run_with_umask("077", *[__import__("harness").DLRUN, "local", "--nproc", "1", "true"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(mode(self.home), 0o2770)
+        run = [d for d in glob.glob(os.path.join(self.home, "runs", "*")) if not os.path.islink(d)][0]
+        self.assertEqual(mode(run) & 0o070, 0o070)
+
+    def test_the_store_keeps_only_the_environment_a_job_needs(self):
+        env = dict(self.env, MY_API_TOKEN="s3cret-token-1", HF_TOKEN="s3cret-token-2")
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(JOB.format(tmp=self.tmp, extra=""))
+        r = self.dlrun("submit", "--wait", job, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(job, "w") as f:
+            f.write(JOB.format(tmp=self.tmp, extra='export_env = ["MY_API_*"]'))
+        r = self.dlrun("submit", "--wait", job, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.tmp, "env.1")) as f:
+            self.assertEqual(f.read().split(), ["unset", "unset", "path"])
+        with open(os.path.join(self.tmp, "env.2")) as f:
+            self.assertEqual(f.read().split(), ["s3cret-token-1", "unset", "path"])
+        stored = b""
+        for path in glob.glob(os.path.join(self.home, "jobs.db*")):
+            with open(path, "rb") as f:
+                stored += f.read()
+        self.assertNotIn(b"s3cret-token-2", stored)
+
+    def test_export_env_refuses_what_is_no_name(self):
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(JOB.format(tmp=self.tmp, extra='export_env = ["A B", "*X"]'))
+        r = self.dlrun("submit", job)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'export_env' items are variable names", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,29 @@
+#include "dlrun/launcher/job_environment.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::job_environment") {
+  TEST_CASE("a job keeps paths, locale and the libraries' variables, not the rest") {
+    Environment submitter = {{"PATH", "/bin"}, {"HOME", "/h"}, {"LC_ALL", "C"}, {"NCCL_DEBUG", "INFO"},
+                             {"CUDA_VISIBLE_DEVICES", "1"}, {"PYTHONPATH", "/p"}, {"DLRUN_HOME", "/d"},
+                             {"AWS_SECRET_ACCESS_KEY", "x"}, {"GITHUB_TOKEN", "y"}, {"WANDB_API_KEY", "z"}};
+    auto kept = job_environment(submitter, {});
+    CHECK(kept.size() == 7);
+    CHECK(kept.count("AWS_SECRET_ACCESS_KEY") == 0);
+    CHECK(kept.count("WANDB_API_KEY") == 0);
+    kept = job_environment(submitter, {"WANDB_API_KEY", "AWS_*"});
+    CHECK(kept.count("WANDB_API_KEY") == 1);
+    CHECK(kept.count("AWS_SECRET_ACCESS_KEY") == 1);
+    CHECK(kept.count("GITHUB_TOKEN") == 0);
+    CHECK(job_environment(submitter, {"*"}) == submitter);
+  }
+  TEST_CASE("export_env takes names, prefixes and everything") {
+    for (const char* good : {"A", "_X1", "HF_*", "*"}) CHECK(valid_export_pattern(good));
+    for (const char* bad : {"", "1A", "A B", "*X", "A*B", "**", "A-B"}) {
+      CAPTURE(bad);
+      CHECK_FALSE(valid_export_pattern(bad));
+    }
+  }
+}
