@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <random>
 
 #include <fmt/format.h>
 
@@ -34,10 +33,8 @@ std::string read_environ(const char* pid) {
 
 }  // namespace
 
-std::string make_supervisor_token() {
-  std::random_device device;
-  uint64_t random = (static_cast<uint64_t>(device()) << 32) | device();
-  return fmt::format("{}-{:016x}", ::getpid(), random);
+std::string supervisor_token(const ProcessIdentity& supervisor) {
+  return fmt::format("{}-{}", supervisor.pid, supervisor.start_time);
 }
 
 bool environment_has_token(std::string_view block, std::string_view token) {

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/escaped_processes.hpp"
 #include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
@@ -200,6 +201,7 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind) {
   stored[env::k_umask] = fmt::format("{:03o}", started_umask());
   job.environment = encode_environment(stored);
   job.slurm = spec.on_slurm();
+  job.owner_uid = static_cast<int>(::geteuid());
   try {
     job.request = request_of(spec);
   } catch (const ConfigError& e) {
@@ -311,10 +313,18 @@ int JobQueue::wait(int64_t id) {
   }
 }
 
+void check_owner(const JobRecord& job, std::string_view what) {
+  const uid_t me = ::geteuid();
+  const int owner = job.submitted.owner_uid;
+  if (me == 0 || owner < 0 || static_cast<uid_t>(owner) == me) return;
+  throw ConfigError(fmt::format("job {} is user {}'s: only they (or root) may {} it", job.id, owner, what));
+}
+
 JobState JobQueue::cancel(int64_t id, bool force) {
   auto job = m_store.get(id);
   if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));
   if (is_terminal(job->state)) return job->state;
+  check_owner(*job, "cancel");
   if (job->submitted.slurm) return cancel_slurm(*job, force);
   if (job->state == JobState::pending && m_store.cancel_pending(id, "cancelled before it started")) {
     return JobState::cancelled;
@@ -323,8 +333,12 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   if (is_terminal(job->state)) return job->state;
   JobSpec spec = parse_job_spec(job->submitted.spec_text, job->submitted.spec_path, job->submitted.base_dir);
   const ProcessIdentity supervisor = job->supervisor;
+  // A signal that cannot be sent is said, and the job's state is left as it is: its ranks run.
   auto signal_supervisor = [&](int sig) {
-    if (supervisor.alive()) ::kill(supervisor.pid, sig);
+    if (supervisor.alive() && ::kill(supervisor.pid, sig) != 0 && errno != ESRCH) {
+      throw Error(fmt::format("job {}: cannot signal its supervisor (pid {}): {}; the job is left {}", id,
+                              supervisor.pid, std::strerror(errno), to_string(job->state)));
+    }
   };
   signal_supervisor(force ? SIGKILL : SIGTERM);
   auto deadline = std::chrono::steady_clock::now() +
@@ -332,7 +346,7 @@ JobState JobQueue::cancel(int64_t id, bool force) {
                       std::chrono::duration<double>(force ? 5.0 : spec.grace + 5.0));
   while (std::chrono::steady_clock::now() < deadline) {
     job = m_store.get(id);
-    if (is_terminal(job->state)) return job->state;
+    if (is_terminal(job->state)) return job->state;  // the supervisor stopped the ranks and said how
     if (!supervisor.alive()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -340,6 +354,18 @@ JobState JobQueue::cancel(int64_t id, bool force) {
     log::warn("job {} did not stop within {} s: killing it", id, spec.grace + 5.0);
     signal_supervisor(SIGKILL);  // its orphan guard then kills the ranks' process groups
     for (int i = 0; i < 250 && supervisor.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (supervisor.alive()) {
+      throw Error(fmt::format("job {}: its supervisor (pid {}) is still alive after SIGKILL; the job is left {}", id,
+                              supervisor.pid, to_string(job->state)));
+    }
+  }
+  // The supervisor is gone without a word: its guard kills the ranks. Whatever still carries
+  // its token is killed here, and the job is CANCELLED only once nothing of it runs.
+  const std::string token = supervisor_token(supervisor);
+  kill_processes_with_token(token);
+  if (auto left = processes_with_token(token); !left.empty()) {
+    throw Error(fmt::format("job {}: {} of its processes (pid {}) could not be stopped; the job is left {}", id,
+                            left.size(), left.front(), to_string(job->state)));
   }
   m_store.finish(id, JobState::cancelled, exit_code::k_signal_base + SIGKILL, "cancelled (killed)");
   return m_store.get(id)->state;

@@ -30,6 +30,7 @@ void resize_local_run(const std::string& job, int ranks, const Environment& env,
 
 void resize_submitted(JobQueue& queue, int64_t id, int ranks, double timeout) {
   auto job = queue.store().get(id);
+  check_owner(*job, "resize");
   if (job->state != JobState::running) {
     throw ConfigError(fmt::format("job {} is {}, not RUNNING", id, to_string(job->state)));
   }

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   restarts         INTEGER NOT NULL DEFAULT 0,
   run_dir          TEXT NOT NULL DEFAULT '',
   supervisor_pid   INTEGER NOT NULL DEFAULT 0,
-  supervisor_start INTEGER NOT NULL DEFAULT 0
+  supervisor_start INTEGER NOT NULL DEFAULT 0,
+  owner_uid        INTEGER NOT NULL DEFAULT -1
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 )sql";
@@ -46,14 +47,14 @@ CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 constexpr const char* k_columns =
     "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
     "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
-    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id";
+    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid";
 
 // The same columns for a listing: the job file's text, its directory and the environment
 // (kilobytes a job) are left empty, in their places, so read_row() reads both.
 constexpr const char* k_list_columns =
     "id, name, state, '', spec_path, '', x'', uses_gpus, min_ranks, max_ranks, "
     "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
-    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id";
+    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid";
 
 std::string join(const std::vector<std::string>& ids) {
   std::string out;
@@ -184,6 +185,15 @@ int JobStore::open_schema(std::string& error) {
     if (int rc = run(sql); rc != SQLITE_OK) return rc;
   }
   int rc = run(k_schema);
+  // A store made before jobs had owners: their jobs' owner is unknown (-1).
+  if (rc == SQLITE_OK) {
+    sqlite3_stmt* has_owner = nullptr;
+    rc = sqlite3_prepare_v2(m_db, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'owner_uid'", -1,
+                            &has_owner, nullptr) & 0xff;
+    bool missing = rc == SQLITE_OK && sqlite3_step(has_owner) == SQLITE_ROW && sqlite3_column_int(has_owner, 0) == 0;
+    sqlite3_finalize(has_owner);
+    if (missing) rc = run("ALTER TABLE jobs ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT -1");
+  }
   if (rc == SQLITE_OK) rc = run("COMMIT");
   if (rc != SQLITE_OK) rollback();
   return rc;
@@ -208,11 +218,13 @@ void JobStore::rollback() { sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nul
 int64_t JobStore::submit(const NewJob& job) {
   Statement insert(m_db,
                    "INSERT INTO jobs (name, state, spec_text, spec_path, base_dir, environment, uses_gpus, "
-                   "min_ranks, max_ranks, gpu_request, submitted_at, remote, slurm) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                   "min_ranks, max_ranks, gpu_request, submitted_at, remote, slurm, owner_uid) "
+                   "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   insert.bind(1, job.name).bind(2, to_string(JobState::pending)).bind(3, job.spec_text).bind(4, job.spec_path)
       .bind(5, job.base_dir).bind_blob(6, job.environment).bind(7, job.request.uses_gpus ? 1 : 0)
       .bind(8, job.request.min_ranks).bind(9, job.request.max_ranks).bind(10, join(job.request.gpu_ids))
-      .bind(11, now_seconds()).bind(12, job.request.remote ? 1 : 0).bind(13, job.slurm ? 1 : 0);
+      .bind(11, now_seconds()).bind(12, job.request.remote ? 1 : 0).bind(13, job.slurm ? 1 : 0)
+      .bind(14, static_cast<int64_t>(job.owner_uid));
   insert.step();
   return sqlite3_last_insert_rowid(m_db);
 }
@@ -244,6 +256,7 @@ JobRecord JobStore::read_row(Statement& s) {
   r.submitted.request.remote = s.int64(22) != 0;
   r.submitted.slurm = s.int64(23) != 0;
   r.slurm_id = s.int64(24);
+  r.submitted.owner_uid = static_cast<int>(s.int64(25));
   return r;
 }
 

@@ -64,7 +64,7 @@ class LocalProcessRunner : public ProcessRunner {
 
   boost::asio::io_context& m_io;
   boost::asio::signal_set m_child_signal;
-  const std::string m_token = make_supervisor_token();
+  const std::string m_token = supervisor_token(ProcessIdentity::self());
   OrphanGuard m_guard;
   std::function<void()> m_children_changed;
 };

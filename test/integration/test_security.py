@@ -3,11 +3,12 @@ own files are private whatever the umask, a submitted job's stored environment h
 secrets it was not given, cancel tells the truth."""
 import glob
 import os
+import shutil
 import stat
 import subprocess
 import unittest
 
-from harness import DlrunTestCase, wait_for
+from harness import DLRUN, DlrunTestCase, kill_quietly, pid_alive, read_pids, wait_for
 
 JOB = '''name = "private"
 command = ["sh", "-c", "umask > {tmp}/umask.$DLRUN_JOB_ID; echo ${{MY_API_TOKEN:-unset}} ${{HF_TOKEN:-unset}} ${{PATH:+path}} > {tmp}/env.$DLRUN_JOB_ID"]
@@ -42,7 +43,6 @@ class PrivateFiles(DlrunTestCase):
         return wrong
 
     def test_store_run_directories_and_logs_are_private_whatever_the_umask(self):
-        from harness import DLRUN
         job = os.path.join(self.tmp, "job.toml")
         with open(job, "w") as f:
             f.write(JOB.format(tmp=self.tmp, extra=""))
@@ -71,7 +71,7 @@ class PrivateFiles(DlrunTestCase):
     def test_a_home_shared_on_purpose_keeps_its_group(self):
         os.makedirs(self.home)
         os.chmod(self.home, 0o2770)
-        r = self.run_with_umask("077", *[__import__("harness").DLRUN, "local", "--nproc", "1", "true"])
+        r = self.run_with_umask("077", DLRUN, "local", "--nproc", "1", "true")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(mode(self.home), 0o2770)
         run = [d for d in glob.glob(os.path.join(self.home, "runs", "*")) if not os.path.islink(d)][0]
@@ -105,6 +105,68 @@ class PrivateFiles(DlrunTestCase):
         r = self.dlrun("submit", job)
         self.assertEqual(r.returncode, 2)
         self.assertIn("'export_env' items are variable names", r.stderr)
+
+
+class Cancel(DlrunTestCase):
+    """Cancel says CANCELLED only once nothing of the job runs, and only a job's owner (or
+    root) may cancel it in a store shared on purpose."""
+    GID = 4242
+
+    def submit_sleeper(self, pidfile, user=None):
+        job = os.path.join(self.tmp, "sleeper.toml")
+        with open(job, "w") as f:
+            f.write("name = \"sleeper\"\ngrace = 1\n"
+                    f"command = [\"sh\", \"-c\", \"setsid sleep 1000 & echo $! > {pidfile}; echo $$ >> {pidfile}; wait\"]\n"
+                    "[resources]\nnproc = 1\n")
+        os.chmod(job, 0o644)
+        r = self.as_user(user, "submit", "--parsable", job)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_pids(pidfile)) == 2, 30), "the job did not start")
+        return r.stdout.strip(), read_pids(pidfile)
+
+    def as_user(self, uid, *args):
+        prefix = [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={self.GID}", "--clear-groups"]
+        return subprocess.run(prefix + [DLRUN, *args], capture_output=True, text=True, env=self.env, timeout=120)
+
+    def test_force_cancel_returns_once_nothing_of_the_job_runs(self):
+        pidfile = os.path.join(self.tmp, "pids")
+        job, pids = self.submit_sleeper(pidfile)
+        try:
+            r = self.dlrun("cancel", "--force", job)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("CANCELLED", r.stdout)
+            # At once: the process that left the rank's group (setsid) too.
+            self.assertEqual([pid for pid in pids if pid_alive(pid)], [])
+        finally:
+            kill_quietly(pids)
+
+    def test_another_user_cannot_cancel_a_job_and_nothing_is_recorded(self):
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv to act as two users")
+        probe = self.as_user(65534, "--version")
+        if probe.returncode != 0:
+            self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
+        os.chmod(self.tmp, 0o755)
+        os.makedirs(self.home)
+        os.chown(self.home, 0, self.GID)
+        os.chmod(self.home, 0o2770)  # a store shared on purpose by group 4242
+        shared = os.path.join(self.tmp, "w")
+        os.makedirs(shared)
+        os.chmod(shared, 0o777)
+        pidfile = os.path.join(shared, "pids")
+        job, pids = self.submit_sleeper(pidfile, user=65534)
+        try:
+            r = self.as_user(1, "cancel", job)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("is user 65534's: only they (or root) may cancel it", r.stderr)
+            self.assertTrue(all(pid_alive(pid) for pid in pids))
+            r = self.as_user(1, "status", job)
+            self.assertEqual(r.returncode, 5, r.stdout)  # RUNNING, as it is
+            r = self.dlrun("cancel", job)  # root may
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual([pid for pid in pids if pid_alive(pid)], [])
+        finally:
+            kill_quietly(pids)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #pragma once
 // Processes that left their rank's process group (setsid, a double fork, a daemon) are found
 // by a mark in their environment, which they inherit: every member dlrun starts carries
-// DLRUN_SUPERVISOR_ID=<token>, a token unique to that dlrun process. Found through /proc;
+// DLRUN_SUPERVISOR_ID=<token>, a token of that dlrun process. Found through /proc;
 // a process that cleared its environment or changed its user is not found (docs/security.md).
 
 #include <sys/types.h>
@@ -10,10 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "dlrun/launcher/process_identity.hpp"
+
 namespace dlrun::launcher {
 
-// "<pid>-<random hex>": new for each call.
-std::string make_supervisor_token();
+// "<pid>-<start time>" of the dlrun process that starts the members: unique on this machine,
+// and known to whoever knows the supervisor (`dlrun cancel` reads it from the job store).
+std::string supervisor_token(const ProcessIdentity& supervisor);
 
 // True when a NUL-separated environment block holds DLRUN_SUPERVISOR_ID=token.
 bool environment_has_token(std::string_view environ_block, std::string_view token);

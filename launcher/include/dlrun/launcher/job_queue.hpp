@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/job_spec.hpp"
@@ -22,6 +23,10 @@ struct SbatchInput;
 }
 
 namespace dlrun::launcher {
+
+// Only a job's owner (or root) may cancel or resize it: ConfigError naming the owner
+// otherwise. A job from a store older than owners (-1) is anybody's who can open the store.
+void check_owner(const JobRecord& job, std::string_view what);
 
 class JobQueue {
  public:
@@ -47,7 +52,10 @@ class JobQueue {
 
   // Stops a job: a pending one at once, a running one by SIGTERM to its supervisor (which
   // passes it on to the ranks), and SIGKILL after `grace` more seconds if it is still
-  // running then, or at once with `force`. Returns the state it ended in.
+  // running then, or at once with `force`. Returns the state it ended in, once nothing of
+  // the job runs (no process carries its supervisor's token). Throws, leaving the state as
+  // it is, when a signal cannot be sent or a process cannot be stopped; ConfigError for
+  // another user's job (check_owner).
   JobState cancel(int64_t id, bool force);
 
   // This machine's resources for the local scheduler.

@@ -31,6 +31,7 @@ struct NewJob {
   std::string environment;  // the submitter's environment, NAME=VALUE\0 …
   ResourceRequest request;
   bool slurm = false;  // queued on a Slurm cluster: no supervisor here, state from Slurm
+  int owner_uid = -1;  // who submitted it (-1: a store from before owners were kept)
 };
 
 struct JobRecord {
