@@ -101,7 +101,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   job.first_rank = assignment.first_rank;
   job.global_world_size = assignment.world_size;
   job.host = options.host_label;
-  job.base_env[env::k_restart_count] = std::to_string(options.round);
+  job.restarts_before = options.round;  // the launcher's attempt: DLRUN_RESTART_COUNT counts the job's
 
   stop_when_stdin_closes();
   client.watch([](int signal) { ::kill(::getpid(), signal); });

@@ -134,7 +134,7 @@ std::vector<Member> plan_local_members(const Plan& job, int restart_count) {
   plan.master_port = options.master_port ? *options.master_port : pick_free_port(options.master_addr);
   plan.run_dir = job.run_dir;
   plan.job_id = job.job_id;
-  plan.restart_count = restart_count;
+  plan.restart_count = job.restarts_before + restart_count;
   plan.cores = job.cores;
   plan.gpu_ids = job.gpu_ids;
   plan.gpu_binding = options.gpu_binding;

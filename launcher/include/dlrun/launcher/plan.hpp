@@ -68,6 +68,9 @@ struct Plan {
   int num_nodes = 1;
   int first_rank = 0;
   int global_world_size = 0;  // 0: world_size
+  // Restarts of the job before this supervisor's first attempt (an agent of `dlrun run` is
+  // started anew for each of the launcher's attempts): added to DLRUN_RESTART_COUNT.
+  int restarts_before = 0;
   // Elastic bounds: the rank count may change within them (dlrun resize, a lost GPU).
   int min_world_size = 0;
   int max_world_size = 0;
