@@ -14,6 +14,7 @@
 #include "dlrun/launcher/network.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/rendezvous.hpp"
+#include "dlrun/launcher/rendezvous_admission.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/supervisor.hpp"
 #include "dlrun/protocol.hpp"
@@ -114,7 +115,8 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
     names.push_back(h.name);
   }
   RendezvousServer server(random_secret(), slots, names, options.join_timeout);
-  server.start(options.iface.empty() ? "0.0.0.0" : outward, 0);
+  // Only where the hosts reach it: 127.0.0.1 for a job on this machine alone.
+  server.start(rendezvous_bind_address(contact), 0);
 
   Plan job = launcher_job(options.plan, world, make_job_id(), env);
   std::string workdir = fs::current_path().string();

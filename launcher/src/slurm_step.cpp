@@ -64,8 +64,9 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
   int world = nodes * options.ranks_per_node;
 
   RendezvousServer server(random_secret(), slots, names, options.cluster.join_timeout);
-  server.start("0.0.0.0", 0);
-  std::string contact = fmt::format("{}:{}", node_address(), server.port());
+  std::string address = node_address();
+  server.start(address, 0);  // only where the agents connect
+  std::string contact = fmt::format("{}:{}", address, server.port());
 
   Plan job = launcher_job(options.cluster.plan, world, options.job_id, env);
   job.member_noun = "step";

@@ -1,10 +1,14 @@
 """`dlrun run`: one job across several hosts. The hosts are network namespaces with real
 OpenSSH servers (netns.py); ranks do real gloo allreduces across them."""
+import collections
 import json
 import os
 import re
+import resource
 import signal
+import socket
 import subprocess
+import threading
 import time
 import unittest
 
@@ -187,6 +191,8 @@ exec sleep 300
             joined = " ".join(argv)
             self.assertNotRegex(joined, r"[0-9a-f]{32}", "the secret is visible in a command line")
             endpoint = re.search(r"--rendezvous (\S+)", joined).group(1)
+            address, port = endpoint.rsplit(":", 1)
+            self.assertEqual(listening_addresses(int(port)), [address], "not only where the hosts reach it")
             r = subprocess.run([DLRUN, "agent", "--rendezvous", endpoint, "--node", "0"],
                                input="0123456789abcdef0123456789abcdef\n", capture_output=True, text=True,
                                timeout=60, env=self.env)
@@ -238,6 +244,156 @@ while true; do sleep 0.05; done
             self.assertTrue(wait_for(lambda: agent_processes(marker) == [], 20), "an agent survived")
         finally:
             kill_quietly(read_pids(pids))
+
+
+def listening_addresses(port):
+    """The local addresses (dotted IPv4) with a TCP socket listening on `port`."""
+    found = []
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.append(socket.inet_ntoa(int(address, 16).to_bytes(4, "little")))
+    return found
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of one process (all its threads), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def closed_by_peer(sock):
+    """True once the other end has closed (or reset) the connection; what it sent before
+    (a refusal) is read and dropped."""
+    try:
+        while sock.recv(4096, socket.MSG_DONTWAIT):
+            pass
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def idle_connection(port):
+    """A connection to the rendezvous that never says anything (its connect may still be
+    under way: a server that stopped accepting leaves it in the backlog)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setblocking(False)
+    s.connect_ex(("127.0.0.1", port))
+    return s
+
+
+def wrong_secret(port):
+    """Joins with a wrong secret; returns the server's answer (b"" when there was none)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"JOIN 0123456789abcdef0123456789abcdef 0 0 127.0.0.1 1\n")
+            return s.recv(200)
+    except OSError:
+        return b""
+
+
+class RendezvousFlood(DlrunTestCase):
+    """A job's rendezvous under hundreds of idle connections and a flood of wrong secrets,
+    at a descriptor limit low enough that holding the idle connections would exhaust it.
+    Local hosts only: no network namespaces needed."""
+
+    NOFILE = 64
+    REFUSAL_BURST, REFUSAL_INTERVAL = 5, 10.0  # docs/run.md: the refusal log's limit
+
+    def start_held_job(self, *extra):
+        """A one-host job whose rank in the first attempt waits for `go` and then fails, so
+        the job restarts once; the second attempt prints `second attempt` and succeeds."""
+        ready, go = os.path.join(self.tmp, "ready"), os.path.join(self.tmp, "go")
+        # (An agent's ranks see DLRUN_RESTART_COUNT 0 in every attempt: the first attempt
+        # is told apart by its `ready` file.)
+        script = self.script("fail_once.sh", f"""
+if [ ! -e {ready} ]; then
+  echo $$ > {ready}
+  while [ ! -e {go} ]; do sleep 0.05; done
+  exit 3
+fi
+echo second attempt
+""")
+        limit = self.NOFILE
+        p = self.start("run", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "--max-restarts", "1",
+                       *extra, script,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+        self.output = {"out": [], "err": []}
+        # Read as it comes: a launcher that logs every refusal must not block on a full pipe.
+        self.readers = [threading.Thread(target=lambda f=f, k=k: self.output[k].extend(f), daemon=True)
+                        for f, k in ((p.stdout, "out"), (p.stderr, "err"))]
+        for t in self.readers:
+            t.start()
+        self.assertTrue(wait_for(lambda: os.path.exists(ready), 60), "the first attempt's rank did not start")
+        marker = wait_for(lambda: rendezvous_marker(p.pid), 30)
+        self.assertTrue(marker, "no agent names the rendezvous")
+        return p, int(marker.strip(" :")), go
+
+    def finish(self, p):
+        p.wait(timeout=120)
+        for t in self.readers:
+            t.join(timeout=30)
+        return "".join(self.output["out"]), "".join(self.output["err"])
+
+    def test_an_all_local_job_listens_on_loopback_only(self):
+        p, port, go = self.start_held_job()
+        self.assertEqual(listening_addresses(port), ["127.0.0.1"])
+        open(go, "w").close()
+        out, err = self.finish(p)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+
+    def test_restart_succeeds_under_idle_connections_and_wrong_secrets(self):
+        p, port, go = self.start_held_job()
+        began = time.monotonic()
+        refused = sum(wrong_secret(port).startswith(b"REFUSED wrong job secret") for _ in range(1000))
+        self.assertGreater(refused, 0, "no wrong secret was answered")
+
+        # Hundreds of connections that never speak: the server closes them all (the oldest
+        # when too many wait, the rest when they stay silent too long) without spinning.
+        cpu0, wall0 = cpu_seconds(p.pid), time.monotonic()
+        idle = [idle_connection(port) for _ in range(300)]
+        with self.subTest("idle connections are closed"):
+            self.assertTrue(wait_for(lambda: all(closed_by_peer(s) for s in idle), 90),
+                            f"{sum(not closed_by_peer(s) for s in idle)} of 300 idle connections still open")
+        cpu = cpu_seconds(p.pid) - cpu0
+        wall = time.monotonic() - wall0
+        with self.subTest("the launcher does not spin"):
+            self.assertLess(cpu, 0.25 * wall, f"the launcher used {cpu:.1f} s of CPU in {wall:.1f} s")
+
+        # The restart happens while both floods go on (the first idle ones still open).
+        done = threading.Event()
+
+        def flood():
+            kept = collections.deque()
+            while not done.is_set():
+                kept.append(idle_connection(port))
+                if len(kept) > 300:
+                    kept.popleft().close()
+                wrong_secret(port)
+            for s in kept:
+                s.close()
+
+        flooder = threading.Thread(target=flood)
+        flooder.start()
+        try:
+            open(go, "w").close()
+            out, err = self.finish(p)
+        finally:
+            done.set()
+            flooder.join()
+            for s in idle:
+                s.close()
+        elapsed = time.monotonic() - began
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("second attempt", out)
+        refusals = [line for line in err.splitlines() if "rendezvous: refused" in line]
+        bound = (self.REFUSAL_BURST + 1) * (elapsed / self.REFUSAL_INTERVAL + 2)
+        self.assertLessEqual(len(refusals), bound, f"{len(refusals)} refusal lines in {elapsed:.0f} s")
 
 
 if __name__ == "__main__":

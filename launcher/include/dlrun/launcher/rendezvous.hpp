@@ -8,6 +8,11 @@
 // for `k_silence_limit` stops its ranks, so a lost launcher or a network partition never
 // leaves ranks running.
 //
+// Until an agent has joined, its connection is held only within RendezvousLimits
+// (rendezvous_admission.hpp): a bounded number wait, each for a bounded time, so neither
+// idle connections nor a flood of wrong secrets can keep the job's agents out or take the
+// descriptors the job needs.
+//
 // RendezvousServer runs on its own thread and is thread-safe; RendezvousClient belongs to
 // one agent (its watcher runs on a thread of its own).
 
@@ -19,6 +24,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "dlrun/launcher/rendezvous_admission.hpp"
 
 namespace dlrun::launcher {
 
@@ -52,10 +59,11 @@ class RendezvousServer {
  public:
   // `slots`: ranks on each node, in node order.
   RendezvousServer(std::string secret, std::vector<int> slots, std::vector<std::string> host_names,
-                   double join_timeout_seconds);
+                   double join_timeout_seconds, RendezvousLimits limits = {});
   ~RendezvousServer();
 
-  // Binds (port 0: any free port) and starts serving. Throws SystemError.
+  // Binds (port 0: any free port) and starts serving. Throws SystemError. The limit on
+  // connections waiting to join is fixed here, from the descriptor limit (pending_limit()).
   void start(const std::string& bind_address, int port);
   int port() const { return m_port; }
   // For the agents' stdin only: never put it in an argv or a log.
@@ -75,7 +83,12 @@ class RendezvousServer {
 
  private:
   void serve();
+  void read_from(int fd);
+  void accept_new(double now);
+  void close_silent(double now);
+  void check_round(double now);
   void handle_line(int fd, const std::string& line);
+  void refuse(int fd, const std::string& reason);
   void complete_round_locked();
   void drop(int fd);
 
@@ -97,6 +110,10 @@ class RendezvousServer {
   std::map<int, std::string> m_buffers;  // fd → partial line
   std::map<int, int> m_node_of_fd;       // joined agents of this round
   std::map<int, JoinRequest> m_joins;    // node → its request
+  RendezvousLimits m_limits;
+  PendingConnections m_pending{1, 0};    // connections that have not joined (set by start)
+  RefusalLog m_refusals;
+  double m_accepting_from = 0;           // after running out of descriptors: when to try again
   std::function<void(const std::string&)> m_on_failure;
   std::function<void(const std::string&)> m_on_refused;
 };
