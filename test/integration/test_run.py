@@ -307,17 +307,16 @@ class RendezvousFlood(DlrunTestCase):
 
     def start_held_job(self, *extra):
         """A one-host job whose rank in the first attempt waits for `go` and then fails, so
-        the job restarts once; the second attempt prints `second attempt` and succeeds."""
+        the job restarts once; the second attempt prints `second attempt` with its
+        DLRUN_RESTART_COUNT (1: an agent's ranks count the job's restarts) and succeeds."""
         ready, go = os.path.join(self.tmp, "ready"), os.path.join(self.tmp, "go")
-        # (An agent's ranks see DLRUN_RESTART_COUNT 0 in every attempt: the first attempt
-        # is told apart by its `ready` file.)
         script = self.script("fail_once.sh", f"""
 if [ ! -e {ready} ]; then
   echo $$ > {ready}
   while [ ! -e {go} ]; do sleep 0.05; done
   exit 3
 fi
-echo second attempt
+echo second attempt, restart count $DLRUN_RESTART_COUNT
 """)
         limit = self.NOFILE
         p = self.start("run", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "--max-restarts", "1",
@@ -390,7 +389,7 @@ echo second attempt
                 s.close()
         elapsed = time.monotonic() - began
         self.assertEqual(p.returncode, 0, err[-3000:])
-        self.assertIn("second attempt", out)
+        self.assertIn("second attempt, restart count 1", out)
         refusals = [line for line in err.splitlines() if "rendezvous: refused" in line]
         bound = (self.REFUSAL_BURST + 1) * (elapsed / self.REFUSAL_INTERVAL + 2)
         self.assertLessEqual(len(refusals), bound, f"{len(refusals)} refusal lines in {elapsed:.0f} s")
