@@ -16,6 +16,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/escaped_processes.hpp"
+#include "dlrun/launcher/new_job_codec.hpp"
 #include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
@@ -210,12 +211,9 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind) {
   if (auto why = never_fits(job.request, capacity()); !why.empty()) {
     throw ConfigError(fmt::format("{}: job '{}' can never run here: it {}", job_file, spec.name, why));
   }
+  if (!job.slurm) return start_supervised(job);  // the supervisor records it
   int64_t id = m_store.submit(job);
-  if (job.slurm) {
-    submit_to_slurm(id, spec);
-  } else {
-    start_supervisor(id, job.environment);
-  }
+  submit_to_slurm(id, spec);
   return id;
 }
 
@@ -257,36 +255,117 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
   }
 }
 
-void JobQueue::start_supervisor(int64_t id, const std::string& environment_blob) {
+namespace {
+
+// Writes all of `bytes` to fd, then closes it; false when the reader is gone.
+bool write_all_and_close(int fd, std::string_view bytes) {
+  bool ok = true;
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return ok;
+}
+
+std::string read_all_and_close(int fd) {
+  std::string text;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+}  // namespace
+
+std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, const std::string& environment_blob,
+                                       const std::string* job_bytes) {
   std::string exe = self_executable();
-  std::string id_text = std::to_string(id);
   Environment env = decode_environment(environment_blob);
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::string arg0 = "dlrun", arg1 = "_supervise";
-  char* argv[] = {arg0.data(), arg1.data(), id_text.data(), nullptr};
-
+  std::vector<std::string> words = {"dlrun", "_supervise"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  // With a job: its bytes go in on stdin, its id comes back on stdout.
+  int in[2] = {-1, -1}, out[2] = {-1, -1};
+  if (job_bytes && (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)) {
+    throw SpawnError(fmt::format("cannot start a job's supervisor: pipe: {}", std::strerror(errno)));
+  }
   pid_t child = ::fork();
-  if (child < 0) throw SpawnError(fmt::format("cannot start the supervisor of job {}: fork: {}", id, std::strerror(errno)));
+  if (child < 0) throw SpawnError(fmt::format("cannot start a job's supervisor: fork: {}", std::strerror(errno)));
   if (child == 0) {
     // Double fork: the supervisor is nobody's child and leads its own session, so neither
     // the submitting shell's exit nor its Ctrl-C reaches it.
     ::setsid();
     if (::fork() != 0) ::_exit(0);
     int null_fd = ::open("/dev/null", O_RDWR);
-    for (int fd : {0, 1, 2}) ::dup2(null_fd, fd);
+    ::dup2(job_bytes ? in[0] : null_fd, 0);
+    ::dup2(job_bytes ? out[1] : null_fd, 1);
+    ::dup2(null_fd, 2);
     for (int fd = 3; fd < 1024; ++fd) ::close(fd);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execve(exe.c_str(), argv, envp.data());
+    ::execve(exe.c_str(), argv.data(), envp.data());
     ::_exit(127);
+  }
+  std::string answer;
+  if (job_bytes) {
+    ::close(in[0]);
+    ::close(out[1]);
+    write_all_and_close(in[1], *job_bytes);
+    answer = read_all_and_close(out[0]);
   }
   int status;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  return answer;
+}
+
+void JobQueue::start_supervisor(int64_t id, const std::string& environment_blob) {
+  spawn_supervisor({std::to_string(id)}, environment_blob, nullptr);
+}
+
+int64_t JobQueue::start_supervised(const NewJob& job) {
+  const std::string bytes = encode_new_job(job);
+  std::string answer = spawn_supervisor({"--new"}, job.environment, &bytes);
+  auto id = parse_int(trim(answer));
+  if (!id) {
+    throw SpawnError(fmt::format("the job's supervisor did not record it{}",
+                                 answer.empty() ? std::string() : ": " + std::string(trim(answer))));
+  }
+  return *id;
+}
+
+int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostream& answer) {
+  auto job = decode_new_job(bytes);
+  if (!job) {
+    answer << "error: an incomplete job (was dlrun submit killed?)\n";
+    return 0;
+  }
+  try {
+    JobQueue queue(env);
+    int64_t id = queue.store().submit(*job, ProcessIdentity::self());
+    answer << id << "\n";
+    return id;
+  } catch (const Error& e) {
+    answer << "error: " << e.what() << "\n";
+    return 0;
   }
 }
 

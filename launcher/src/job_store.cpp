@@ -215,16 +215,17 @@ void JobStore::begin_immediate() { exec("BEGIN IMMEDIATE"); }
 void JobStore::commit() { exec("COMMIT"); }
 void JobStore::rollback() { sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr); }
 
-int64_t JobStore::submit(const NewJob& job) {
+int64_t JobStore::submit(const NewJob& job, const ProcessIdentity& supervisor) {
   Statement insert(m_db,
                    "INSERT INTO jobs (name, state, spec_text, spec_path, base_dir, environment, uses_gpus, "
-                   "min_ranks, max_ranks, gpu_request, submitted_at, remote, slurm, owner_uid) "
-                   "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                   "min_ranks, max_ranks, gpu_request, submitted_at, remote, slurm, owner_uid, supervisor_pid, "
+                   "supervisor_start) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   insert.bind(1, job.name).bind(2, to_string(JobState::pending)).bind(3, job.spec_text).bind(4, job.spec_path)
       .bind(5, job.base_dir).bind_blob(6, job.environment).bind(7, job.request.uses_gpus ? 1 : 0)
       .bind(8, job.request.min_ranks).bind(9, job.request.max_ranks).bind(10, join(job.request.gpu_ids))
       .bind(11, now_seconds()).bind(12, job.request.remote ? 1 : 0).bind(13, job.slurm ? 1 : 0)
-      .bind(14, static_cast<int64_t>(job.owner_uid));
+      .bind(14, static_cast<int64_t>(job.owner_uid)).bind(15, static_cast<int64_t>(supervisor.pid))
+      .bind(16, static_cast<int64_t>(supervisor.start_time));
   insert.step();
   return sqlite3_last_insert_rowid(m_db);
 }

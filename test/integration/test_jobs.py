@@ -6,10 +6,11 @@ import random
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 import unittest
 
-from harness import DLRUN, DlrunTestCase, kill_quietly, pid_alive, processes, read_pids, read_words, wait_for
+from harness import DLRUN, DlrunTestCase, kill_quietly, pid_alive, read_pids, read_words, wait_for
 
 MINIMAL = '''name = "hello"
 command = ["sh", "-c", "echo rank $RANK of $WORLD_SIZE"]
@@ -19,16 +20,24 @@ nproc = 2
 
 
 def supervisor_pid(job_id, home):
-    """The pid of `dlrun _supervise JOB_ID` of the store in `home` (tests run in parallel,
-    each with its own store and its own job 1)."""
-    def ours(pid):
+    """The pid of job JOB_ID's live supervisor, as the store in `home` records it (tests run
+    in parallel, each with its own store and its own job 1)."""
+    try:
+        db = sqlite3.connect(f"file:{os.path.join(home, 'jobs.db')}?mode=ro", uri=True, timeout=10)
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                return f"DLRUN_HOME={home}".encode() in f.read().split(b"\0")
-        except OSError:
-            return False
-    found = [pid for pid in processes(lambda argv: argv[1:3] == ["_supervise", str(job_id)]) if ours(pid)]
-    return found[0] if found else None
+            row = db.execute("SELECT supervisor_pid FROM jobs WHERE id = ?", (int(job_id),)).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    if not row or not row[0]:
+        return None
+    try:
+        with open(f"/proc/{row[0]}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return None
+    return row[0] if argv[1:2] == [b"_supervise"] else None
 
 
 class JobsTestCase(DlrunTestCase):
@@ -327,6 +336,55 @@ class CrashSafety(JobsTestCase):
         self.assertTrue(set(printed) <= {j["id"] for j in jobs})
         db = sqlite3.connect(os.path.join(self.home, "jobs.db"))
         self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+
+    def test_a_submit_killed_at_any_moment_leaves_no_job_waiting_for_another_command(self):
+        # The supervisor records the job: no job exists without one, so every job the store
+        # knows runs to its end by itself. Read the store directly: a dlrun command would
+        # sweep and adopt orphans, which is what must not be needed.
+        path = self.job_file('command = ["true"]\n[resources]\nnproc = 1\n')
+        for i in range(40):
+            p = subprocess.Popen([DLRUN, "submit", "--parsable", path], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env=self.env)
+            time.sleep(random.uniform(0, 0.02))
+            p.kill()
+            p.wait()
+
+        def states():
+            try:
+                db = sqlite3.connect(f"file:{os.path.join(self.home, 'jobs.db')}?mode=ro", uri=True, timeout=10)
+                try:
+                    return dict(db.execute("SELECT id, state FROM jobs").fetchall())
+                finally:
+                    db.close()
+            except sqlite3.Error:
+                return None
+        settled = wait_for(lambda: (s := states()) is not None and all(v == "SUCCEEDED" for v in s.values()), 60, 0.2)
+        self.assertTrue(settled, states())
+
+    def test_no_job_is_ever_recorded_without_its_supervisor(self):
+        # Watch the store while jobs are submitted: a row without a supervisor is a job that a
+        # submit killed at that moment would leave waiting for another dlrun command.
+        path = self.job_file('command = ["true"]\n[resources]\nnproc = 1\n')
+        self.dlrun("status")  # creates the store
+        seen, stop = [], threading.Event()
+
+        def watch():
+            db = sqlite3.connect(f"file:{os.path.join(self.home, 'jobs.db')}?mode=ro", uri=True, timeout=10)
+            while not stop.is_set():
+                try:
+                    seen.extend(db.execute("SELECT id FROM jobs WHERE supervisor_pid = 0").fetchall())
+                except sqlite3.Error:
+                    pass
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            for i in range(10):
+                r = self.dlrun("submit", path)
+                self.assertEqual(r.returncode, 0, r.stderr)
+        finally:
+            stop.set()
+            watcher.join()
+        self.assertEqual(seen, [])
 
     def test_kill_9_of_a_running_supervisor_marks_the_job_lost(self):
         pids = os.path.join(self.tmp, "pids")

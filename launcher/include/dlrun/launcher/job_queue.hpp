@@ -1,7 +1,8 @@
 #pragma once
-// Jobs on this machine without a daemon: `dlrun submit` checks the job file, records the
-// job in the JobStore and starts a detached supervisor process for it (`dlrun _supervise
-// ID`, in its own session, so it survives the submitting shell and CI step). That
+// Jobs on this machine without a daemon: `dlrun submit` checks the job file and starts a
+// detached supervisor process for it (`dlrun _supervise --new`, in its own session, so it
+// survives the submitting shell and CI step), which records the job in the JobStore with
+// itself as its supervisor (no job ever lacks one) and answers its id. That
 // supervisor waits its turn (FIFO, resources by GPU index and CPU slot), runs the job
 // with the same Supervisor as `dlrun local`, and records how it ended. Any dlrun command
 // that opens the queue sweeps it: a pending job whose supervisor is gone is given a new
@@ -9,9 +10,11 @@
 // docs/jobs.md. Functions here are not thread-safe (they fork).
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/job_spec.hpp"
@@ -63,6 +66,12 @@ class JobQueue {
 
  private:
   void start_supervisor(int64_t id, const std::string& environment_blob);
+  // Starts a supervisor that records `job` in the store and runs it; returns its id.
+  int64_t start_supervised(const NewJob& job);
+  // Double-forks `dlrun _supervise ARGS` with the job's environment; with `job_bytes`, they
+  // are its stdin and what it writes to stdout is returned.
+  std::string spawn_supervisor(const std::vector<std::string>& args, const std::string& environment_blob,
+                               const std::string* job_bytes);
   JobSpec read_job_file(const std::string& job_file, const std::string& kind, std::string& text);
   SbatchInput sbatch_input(const JobSpec& spec, const std::string& id) const;
   void submit_to_slurm(int64_t id, const JobSpec& spec);
@@ -78,6 +87,11 @@ class JobQueue {
 
 // The body of `dlrun _supervise ID`: claim, wait for resources, run, record.
 int run_submitted_job(int64_t id, const Environment& env);
+
+// `dlrun _supervise --new`: records the job `dlrun submit` wrote to stdin (new_job_codec) and
+// claims it, writing its id (or "error: …") to `answer`. Returns the id, 0 when nothing was
+// recorded.
+int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostream& answer);
 
 // The hosts of a scheduler kind "ssh" job: its hosts string or its hostfile (read now).
 std::vector<Host> hosts_of(const JobSpec& spec);

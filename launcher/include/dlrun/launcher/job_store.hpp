@@ -63,7 +63,9 @@ class JobStore {
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
 
-  int64_t submit(const NewJob& job);
+  // Records a PENDING job, with its supervisor when given (one statement: the job never
+  // exists without it).
+  int64_t submit(const NewJob& job, const ProcessIdentity& supervisor = {});
   std::optional<JobRecord> get(int64_t id);
   // Jobs in id order: all of them, or the active ones plus the `recent` last finished. A
   // listing: submitted.spec_text, base_dir and environment are left empty (get() has them).
