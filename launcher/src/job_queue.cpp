@@ -412,11 +412,14 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   if (is_terminal(job->state)) return job->state;
   JobSpec spec = parse_job_spec(job->submitted.spec_text, job->submitted.spec_path, job->submitted.base_dir);
   const ProcessIdentity supervisor = job->supervisor;
-  // A signal that cannot be sent is said, and the job's state is left as it is: its ranks run.
+  // What could not be done is said (exit 1), and the job's state is left as it is: its ranks
+  // may run, so its slots are not handed on.
+  auto not_stopped = [&](const std::string& why) {
+    return Error(fmt::format("job {}: {}; the job is left {}", id, why, to_string(job->state)), 1);
+  };
   auto signal_supervisor = [&](int sig) {
     if (supervisor.alive() && ::kill(supervisor.pid, sig) != 0 && errno != ESRCH) {
-      throw Error(fmt::format("job {}: cannot signal its supervisor (pid {}): {}; the job is left {}", id,
-                              supervisor.pid, std::strerror(errno), to_string(job->state)));
+      throw not_stopped(fmt::format("cannot signal its supervisor (pid {}): {}", supervisor.pid, std::strerror(errno)));
     }
   };
   signal_supervisor(force ? SIGKILL : SIGTERM);
@@ -434,8 +437,7 @@ JobState JobQueue::cancel(int64_t id, bool force) {
     signal_supervisor(SIGKILL);  // its orphan guard then kills the ranks' process groups
     for (int i = 0; i < 250 && supervisor.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (supervisor.alive()) {
-      throw Error(fmt::format("job {}: its supervisor (pid {}) is still alive after SIGKILL; the job is left {}", id,
-                              supervisor.pid, to_string(job->state)));
+      throw not_stopped(fmt::format("its supervisor (pid {}) is still alive after SIGKILL", supervisor.pid));
     }
   }
   // The supervisor is gone without a word: its guard kills the ranks. Whatever still carries
@@ -443,8 +445,7 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   const std::string token = supervisor_token(supervisor);
   kill_processes_with_token(token);
   if (auto left = processes_with_token(token); !left.empty()) {
-    throw Error(fmt::format("job {}: {} of its processes (pid {}) could not be stopped; the job is left {}", id,
-                            left.size(), left.front(), to_string(job->state)));
+    throw not_stopped(fmt::format("{} of its processes (pid {}) could not be stopped", left.size(), left.front()));
   }
   m_store.finish(id, JobState::cancelled, exit_code::k_signal_base + SIGKILL, "cancelled (killed)");
   return m_store.get(id)->state;
