@@ -1,0 +1,67 @@
+#pragma once
+// The goodput scheduler's decision (Pollux, OSDI'21, on one machine), without I/O: given the
+// machine's GPUs and the jobs with their predicted goodput at every GPU count, how many GPUs
+// each job gets next. docs/scheduling.md has the objective; in short:
+//
+//   speedup_j(a)  = goodput_j(a) / goodput_j(fair share)          fair share = capacity / jobs
+//   penalised_j   = speedup_j(a) · (1 − restart / max(restart, age_j))   when a ≠ current
+//   utility_j     = (penalised_j^p − 1) / p   (log at p = 0)     p ≤ 1: the fairness knob
+//   maximise Σ utility_j subject to Σ a_j ≤ capacity and each job's constraints
+//
+// The sum is separable, so the optimum is found exactly by dynamic programming over jobs ×
+// GPUs (O(jobs · capacity · max GPUs per job)), where Pollux searches with a genetic
+// algorithm. Constraints: a running job keeps between its MIN and MAX (it is never stopped);
+// a rigid or pinned job keeps what it has; a pending job gets 0 or MIN..MAX, and one that has
+// waited longer than `starvation_seconds` must get its MIN when the GPUs not held by rigid
+// and pinned jobs and running jobs' MINs allow (oldest first). A job left at 0 scores a
+// large negative utility, graded by age, so jobs start whenever they can and oldest first.
+// Pure, deterministic, thread-safe.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace dlrun::launcher {
+
+struct PolicyJob {
+  int64_t id = 0;
+  int min_gpus = 1;
+  int max_gpus = 1;
+  bool elastic = true;        // may change size (MIN < MAX, a program that can resize)
+  std::optional<int> pinned;  // `dlrun resize` set its size: it keeps it
+  int current = 0;            // GPUs now; 0: pending
+  double age_seconds = 0;     // running: since its last (re)start; pending: since submitted
+  // Predicted goodput with 0 … max_gpus GPUs (index = GPUs; [0] is 0). Empty: no model yet,
+  // and the neutral prediction (goodput ∝ GPUs) is used.
+  std::vector<double> goodput;
+};
+
+struct PolicySettings {
+  int capacity = 0;                 // GPUs of the machine
+  double fairness = -1;             // p: 1 = the largest total speedup, lower = fairer (Pollux: -1)
+  double restart_seconds = 30;      // what a resize costs a job (checkpoint, restart)
+  double starvation_seconds = 600;  // a pending job older than this must get its MIN
+};
+
+struct PolicyDecision {
+  std::vector<int> gpus;         // per job, in the input's order
+  std::vector<double> speedup;   // per job at its new allocation (before the restart penalty)
+  double objective = 0;          // Σ utility
+};
+
+// Throws std::invalid_argument for inputs that cannot be met (a job with MIN > MAX, running
+// jobs' fixed shares beyond the capacity, …).
+PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const PolicySettings& settings);
+
+// The utility of one job at `gpus` (the term the DP sums), for tests and explanations;
+// -infinity where the job may not have that many.
+double job_utility(const PolicyJob& job, int gpus, int fair_share, int job_index_by_age, int jobs,
+                   const PolicySettings& settings);
+
+// The GPU counts `job` may have next (ascending).
+std::vector<int> allowed_gpus(const PolicyJob& job, bool must_start);
+
+// capacity / number of jobs, clipped to the job's MIN..MAX (at least 1).
+int fair_share(const PolicyJob& job, int capacity, int jobs);
+
+}  // namespace dlrun::launcher

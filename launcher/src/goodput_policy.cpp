@@ -1,0 +1,144 @@
+#include "dlrun/launcher/goodput_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace dlrun::launcher {
+namespace {
+
+constexpr double k_minus_infinity = -std::numeric_limits<double>::infinity();
+// A job left waiting scores this much below any running one (utilities of running jobs are
+// bounded by a few hundred for p in [-10, 1] and speedups in [1e-3, 1e3]).
+constexpr double k_waiting_cost = 1e6;
+
+double goodput_at(const PolicyJob& job, int gpus) {
+  if (gpus <= 0) return 0;
+  if (job.goodput.empty()) return gpus;  // neutral: perfectly scalable until measured
+  if (static_cast<size_t>(gpus) < job.goodput.size()) return std::max(0.0, job.goodput[gpus]);
+  return std::max(0.0, job.goodput.back());
+}
+
+double box_cox(double x, double p) { return std::fabs(p) < 1e-12 ? std::log(x) : (std::pow(x, p) - 1) / p; }
+
+}  // namespace
+
+int fair_share(const PolicyJob& job, int capacity, int jobs) {
+  int share = std::max(1, capacity / std::max(1, jobs));
+  return std::clamp(share, job.min_gpus, std::max(job.min_gpus, job.max_gpus));
+}
+
+std::vector<int> allowed_gpus(const PolicyJob& job, bool must_start) {
+  if (job.pinned) return {*job.pinned};
+  if (job.current > 0 && !job.elastic) return {job.current};
+  std::vector<int> out;
+  if (job.current == 0 && !must_start) out.push_back(0);
+  if (!job.elastic) {
+    out.push_back(job.max_gpus);
+    return out;
+  }
+  for (int g = job.min_gpus; g <= job.max_gpus; ++g) out.push_back(g);
+  return out;
+}
+
+double job_utility(const PolicyJob& job, int gpus, int share, int job_index_by_age, int jobs,
+                   const PolicySettings& settings) {
+  if (gpus == 0) {
+    // Waiting: the oldest job's wait costs most, so that jobs start in submission order.
+    return -k_waiting_cost * (1.0 + double(jobs - job_index_by_age) / double(std::max(1, jobs)));
+  }
+  double reference = goodput_at(job, share);
+  double speedup = reference > 0 ? goodput_at(job, gpus) / reference : 0;
+  if (job.current > 0 && gpus != job.current) {
+    double horizon = std::max(settings.restart_seconds, job.age_seconds);
+    speedup *= std::max(0.0, 1.0 - settings.restart_seconds / horizon);
+  }
+  speedup = std::clamp(speedup, 1e-3, 1e3);  // keeps the utility finite and bounded
+  return box_cox(speedup, std::min(1.0, settings.fairness));
+}
+
+PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const PolicySettings& settings) {
+  const int capacity = settings.capacity;
+  if (capacity < 0) throw std::invalid_argument("capacity must be 0 or more");
+  const int n = static_cast<int>(jobs.size());
+  for (const auto& job : jobs) {
+    if (job.min_gpus < 1 || job.max_gpus < job.min_gpus) {
+      throw std::invalid_argument(fmt::format("job {}: GPUs {}:{} are not MIN:MAX", job.id, job.min_gpus, job.max_gpus));
+    }
+  }
+  // Age order, oldest first: the waiting cost and the starvation guarantee follow it.
+  std::vector<int> by_age(n);
+  std::iota(by_age.begin(), by_age.end(), 0);
+  std::stable_sort(by_age.begin(), by_age.end(), [&](int a, int b) {
+    bool pa = jobs[a].current == 0, pb = jobs[b].current == 0;
+    if (pa != pb) return !pa;  // running jobs first: they are older than any waiting one
+    return jobs[a].age_seconds > jobs[b].age_seconds;
+  });
+  std::vector<int> age_index(n);
+  for (int i = 0; i < n; ++i) age_index[by_age[i]] = i;
+
+  // What is spoken for before anyone can be made to start: fixed jobs and running MINs.
+  int reserved = 0;
+  for (const auto& job : jobs) {
+    auto allowed = allowed_gpus(job, false);
+    if (job.current > 0 || job.pinned) reserved += allowed.front();
+  }
+  if (reserved > capacity) {
+    throw std::invalid_argument(fmt::format("running jobs hold at least {} GPUs, more than the {} there are",
+                                            reserved, capacity));
+  }
+  // Starving jobs, oldest first, must start while their MIN fits in what is left.
+  std::vector<bool> must_start(n, false);
+  for (int i : by_age) {
+    const auto& job = jobs[i];
+    if (job.current == 0 && !job.pinned && job.age_seconds >= settings.starvation_seconds &&
+        reserved + allowed_gpus(job, true).front() <= capacity) {
+      must_start[i] = true;
+      reserved += allowed_gpus(job, true).front();
+    }
+  }
+
+  // DP over jobs: best[g] = the best Σ utility of the jobs so far using exactly g GPUs.
+  std::vector<std::vector<int>> choice(n, std::vector<int>(capacity + 1, -1));
+  std::vector<double> best(capacity + 1, k_minus_infinity);
+  best[0] = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto& job = jobs[i];
+    const int share = fair_share(job, capacity, n);
+    std::vector<double> next(capacity + 1, k_minus_infinity);
+    for (int a : allowed_gpus(job, must_start[i])) {
+      if (a > capacity) continue;
+      double u = job_utility(job, a, share, age_index[i], n, settings);
+      for (int used = 0; used + a <= capacity; ++used) {
+        if (best[used] == k_minus_infinity) continue;
+        double value = best[used] + u;
+        if (value > next[used + a]) {
+          next[used + a] = value;
+          choice[i][used + a] = a;
+        }
+      }
+    }
+    best = std::move(next);
+  }
+  int end = static_cast<int>(std::max_element(best.begin(), best.end()) - best.begin());
+  if (best[end] == k_minus_infinity) throw std::invalid_argument("no allocation meets every job's constraints");
+
+  PolicyDecision decision;
+  decision.objective = best[end];
+  decision.gpus.assign(n, 0);
+  for (int i = n - 1, used = end; i >= 0; --i) {
+    decision.gpus[i] = choice[i][used];
+    used -= decision.gpus[i];
+  }
+  for (int i = 0; i < n; ++i) {
+    double reference = goodput_at(jobs[i], fair_share(jobs[i], capacity, n));
+    decision.speedup.push_back(reference > 0 ? goodput_at(jobs[i], decision.gpus[i]) / reference : 0);
+  }
+  return decision;
+}
+
+}  // namespace dlrun::launcher

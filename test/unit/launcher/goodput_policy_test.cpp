@@ -1,0 +1,207 @@
+#include "dlrun/launcher/goodput_policy.hpp"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+#include <doctest/doctest.h>
+
+using namespace dlrun::launcher;
+
+namespace {
+
+// Goodput of a job whose step costs `fixed` + `per_gpu_sync` per extra GPU, with perfect
+// data parallelism otherwise: g / (1 + sync·(g−1)) (Amdahl-like), scaled.
+std::vector<double> curve(int max_gpus, double sync, double scale = 1) {
+  std::vector<double> g(max_gpus + 1, 0);
+  for (int a = 1; a <= max_gpus; ++a) g[a] = scale * a / (1 + sync * (a - 1));
+  return g;
+}
+
+PolicyJob running(int64_t id, int min, int max, int current, double age, std::vector<double> goodput = {}) {
+  PolicyJob j;
+  j.id = id;
+  j.min_gpus = min;
+  j.max_gpus = max;
+  j.current = current;
+  j.age_seconds = age;
+  j.goodput = std::move(goodput);
+  return j;
+}
+
+PolicyJob pending(int64_t id, int min, int max, double waited, std::vector<double> goodput = {}) {
+  return running(id, min, max, 0, waited, std::move(goodput));
+}
+
+// Every allocation the constraints allow, the best Σ utility: what the DP must find.
+double brute_force(const std::vector<PolicyJob>& jobs, const PolicySettings& s, const PolicyDecision& dp) {
+  const int n = static_cast<int>(jobs.size());
+  // The DP's ordering of ages and its starvation choice, recomputed the same documented way.
+  std::vector<int> by_age(n);
+  std::iota(by_age.begin(), by_age.end(), 0);
+  std::stable_sort(by_age.begin(), by_age.end(), [&](int a, int b) {
+    bool pa = jobs[a].current == 0, pb = jobs[b].current == 0;
+    if (pa != pb) return !pa;
+    return jobs[a].age_seconds > jobs[b].age_seconds;
+  });
+  std::vector<int> age_index(n);
+  for (int i = 0; i < n; ++i) age_index[by_age[i]] = i;
+  int reserved = 0;
+  for (const auto& j : jobs) {
+    if (j.current > 0 || j.pinned) reserved += allowed_gpus(j, false).front();
+  }
+  std::vector<bool> must(n, false);
+  for (int i : by_age) {
+    if (jobs[i].current == 0 && !jobs[i].pinned && jobs[i].age_seconds >= s.starvation_seconds &&
+        reserved + allowed_gpus(jobs[i], true).front() <= s.capacity) {
+      must[i] = true;
+      reserved += allowed_gpus(jobs[i], true).front();
+    }
+  }
+  double best = -std::numeric_limits<double>::infinity();
+  std::vector<int> pick(n);
+  std::function<void(int, int, double)> go = [&](int i, int used, double value) {
+    if (i == n) {
+      best = std::max(best, value);
+      return;
+    }
+    for (int a : allowed_gpus(jobs[i], must[i])) {
+      if (used + a > s.capacity) continue;
+      go(i + 1, used + a, value + job_utility(jobs[i], a, fair_share(jobs[i], s.capacity, n), age_index[i], n, s));
+    }
+  };
+  go(0, 0, 0);
+  (void)dp;
+  return best;
+}
+
+}  // namespace
+
+TEST_SUITE("launcher::goodput_policy") {
+  TEST_CASE("the dynamic programme finds the exact optimum of small cases, as brute force does") {
+    std::mt19937 random(7);
+    auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(random); };
+    auto integer = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(random); };
+    for (int round = 0; round < 400; ++round) {
+      PolicySettings s;
+      s.capacity = integer(1, 8);
+      s.fairness = std::vector<double>{1, 0.5, 0, -1, -3}[round % 5];
+      s.restart_seconds = 30;
+      std::vector<PolicyJob> jobs;
+      int fixed = 0;
+      for (int k = integer(1, 5); k > 0; --k) {
+        int min = integer(1, 3), max = min + integer(0, 4);
+        PolicyJob j = pending(k, min, max, uniform(0, 900), integer(0, 3) ? curve(max, uniform(0, 0.5), uniform(0.5, 2))
+                                                                           : std::vector<double>{});
+        j.elastic = integer(0, 4) > 0;
+        if (integer(0, 1) && fixed + max <= s.capacity) {  // running: needs room for its current share
+          j.current = j.elastic ? integer(min, max) : max;
+          fixed += j.elastic ? min : max;
+          if (j.elastic && integer(0, 5) == 0) j.pinned = j.current;
+          if (j.pinned) fixed += *j.pinned - min;
+        }
+        jobs.push_back(j);
+      }
+      CAPTURE(round);
+      auto decision = decide_allocation(jobs, s);
+      CHECK(decision.objective == doctest::Approx(brute_force(jobs, s, decision)).epsilon(1e-9));
+      int used = 0;
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        int a = decision.gpus[i];
+        used += a;
+        if (jobs[i].current > 0) CHECK(a >= jobs[i].min_gpus);  // a running job is never stopped
+        if (a > 0) CHECK(a >= jobs[i].min_gpus);
+        CHECK(a <= jobs[i].max_gpus);
+        if (jobs[i].pinned) CHECK(a == *jobs[i].pinned);
+        if (jobs[i].current > 0 && !jobs[i].elastic) CHECK(a == jobs[i].current);
+      }
+      CHECK(used <= s.capacity);
+    }
+  }
+
+  TEST_CASE("a job alone takes every GPU; a newcomer starts at once; the first grows back after it") {
+    PolicySettings s;
+    s.capacity = 8;
+    auto a = running(1, 1, 8, 2, 3600, curve(8, 0.05));
+    CHECK(decide_allocation({a}, s).gpus == std::vector<int>{8});
+    a.current = 8;
+    auto b = pending(2, 2, 8, 1, curve(8, 0.05));
+    auto both = decide_allocation({a, b}, s);
+    CHECK(both.gpus[1] >= 2);
+    CHECK(both.gpus[0] + both.gpus[1] <= 8);
+    CHECK(both.gpus[0] < 8);
+    a.current = both.gpus[0];
+    CHECK(decide_allocation({a}, s).gpus == std::vector<int>{8});
+  }
+
+  TEST_CASE("rigid and pinned jobs keep their GPUs; pending jobs start oldest first") {
+    PolicySettings s;
+    s.capacity = 4;
+    auto rigid = running(1, 3, 3, 3, 10);
+    rigid.elastic = false;
+    auto old_job = pending(2, 1, 1, 500);
+    auto new_job = pending(3, 1, 1, 5);
+    auto d = decide_allocation({rigid, new_job, old_job}, s);
+    CHECK(d.gpus == std::vector<int>{3, 0, 1});
+    auto pinned = running(4, 1, 4, 2, 10, curve(4, 0));
+    pinned.pinned = 2;
+    CHECK(decide_allocation({pinned}, s).gpus == std::vector<int>{2});
+  }
+
+  TEST_CASE("a running job shrinks to let a pending one in, even one that scales poorly") {
+    PolicySettings s;
+    s.capacity = 6;
+    // A scales perfectly, B hardly at all: speedup alone would give A everything.
+    auto a = running(1, 2, 6, 6, 3600, curve(6, 0));
+    auto b = pending(2, 2, 2, 1, curve(2, 0.9, 0.01));
+    CHECK(decide_allocation({a, b}, s).gpus == std::vector<int>{4, 2});
+  }
+
+  TEST_CASE("a big job that waited too long is not passed over by small ones forever") {
+    PolicySettings s;
+    s.capacity = 4;
+    s.starvation_seconds = 600;
+    auto big = pending(1, 4, 4, 100);
+    auto small1 = pending(2, 2, 2, 10), small2 = pending(3, 2, 2, 5);
+    // Two jobs running beat one: before its time the big one waits ...
+    CHECK(decide_allocation({big, small1, small2}, s).gpus == std::vector<int>{0, 2, 2});
+    // ... and once it has waited past starvation_seconds it starts.
+    big.age_seconds = 601;
+    CHECK(decide_allocation({big, small1, small2}, s).gpus == std::vector<int>{4, 0, 0});
+  }
+
+  TEST_CASE("the restart penalty stops a job that just restarted from flapping") {
+    PolicySettings s;
+    s.capacity = 4;
+    s.restart_seconds = 30;
+    // 4 GPUs would be 5% better than 3: worth a restart after an hour, not after 20 s.
+    std::vector<double> g = {0, 1, 1.9, 2.8, 2.94};
+    auto young = running(1, 1, 4, 3, 20, g);
+    CHECK(decide_allocation({young}, s).gpus == std::vector<int>{3});
+    auto old = running(1, 1, 4, 3, 3600, g);
+    CHECK(decide_allocation({old}, s).gpus == std::vector<int>{4});
+  }
+
+  TEST_CASE("the fairness knob: p = 1 favours total speedup, p = -1 evens it out") {
+    PolicySettings s;
+    s.capacity = 6;
+    auto scalable = running(1, 1, 6, 3, 3600, curve(6, 0.0));
+    auto poor = running(2, 1, 6, 3, 3600, curve(6, 0.6));
+    s.fairness = 1;
+    auto greedy = decide_allocation({scalable, poor}, s);
+    s.fairness = -1;
+    auto fair = decide_allocation({scalable, poor}, s);
+    CHECK(greedy.gpus[0] >= fair.gpus[0]);
+    CHECK(greedy.gpus[0] > greedy.gpus[1]);
+  }
+
+  TEST_CASE("inputs no allocation can meet are refused") {
+    PolicySettings s;
+    s.capacity = 2;
+    CHECK_THROWS_AS(decide_allocation({running(1, 3, 4, 3, 10)}, s), std::invalid_argument);
+    CHECK_THROWS_AS(decide_allocation({pending(1, 3, 2, 10)}, s), std::invalid_argument);
+  }
+}
