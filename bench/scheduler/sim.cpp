@@ -2,7 +2,7 @@
 // policies: FIFO with fixed allocations, FIFO with greedy elastic starts (dlrun's queue before
 // the goodput scheduler) and the goodput policy (launcher/goodput_policy.hpp, the code the
 // scheduler runs). Each job's goodput at every GPU count comes from the runtime's own model
-// (runtime/src/goodput: a throughput model and a gradient noise scale, the best batch at each
+// (goodput/: a throughput model and a gradient noise scale, the best batch at each
 // count), so the shapes are those real jobs publish. Prints a Markdown table.
 //
 // Usage: dlrun_scheduler_sim [--gpus 64] [--jobs 200] [--seed 1] [--arrivals-hours 8]
