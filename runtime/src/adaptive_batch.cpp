@@ -19,7 +19,9 @@
 #include "goodput/gradient_noise_scale.hpp"
 #include "goodput/throughput_model.hpp"
 #include "gradient_norms.hpp"
+#include "goodput/goodput_model.hpp"
 #include "metrics_log.hpp"
+#include "model_file.hpp"
 
 namespace dlrun {
 namespace {
@@ -85,6 +87,7 @@ struct AdaptiveBatch::Impl {
   AdaptiveStats stats;
   bool replan_due = false;  // restored with another world size: re-plan at the next step
   std::optional<runtime::MetricsLog> metrics;
+  std::optional<runtime::ModelFile> model_file;  // RUN_DIR/goodput-model.json, rank 0
 
   // Timing of the step in flight.
   double now() const { return options.clock ? options.clock() : steady_seconds(); }
@@ -102,6 +105,7 @@ struct AdaptiveBatch::Impl {
   void replan();
   void switch_to(const BatchShape& next, const char* why);
   void log_metrics();
+  void publish_model(const runtime::ThroughputParams& params, double noise_scale);
 };
 
 runtime::BatchLimits AdaptiveBatch::Impl::limits() const {
@@ -201,6 +205,7 @@ void AdaptiveBatch::Impl::replan() {
     try {
       const runtime::ThroughputParams params = runtime::fit_throughput(profile);
       const double phi = noise.ready() ? noise.noise_scale() : 0.0;
+      publish_model(params, phi);
       const auto current =
           runtime::evaluate(params, phi, static_cast<double>(options.initial_batch), step_shape());
       const auto best =
@@ -227,6 +232,25 @@ void AdaptiveBatch::Impl::replan() {
     return;
   }
   switch_to(next, fmt::format("predicted goodput {:.0f}/s", decision[3]).c_str());
+}
+
+void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params, double noise_scale) {
+  if (!model_file) return;
+  runtime::GoodputModel model;
+  model.params = params;
+  model.noise_scale = noise_scale;
+  model.limits = limits();
+  for (const auto& [key, entry] : profile.entries()) {
+    const int replicas = std::get<1>(key);
+    if (std::find(model.measured_replicas.begin(), model.measured_replicas.end(), replicas) ==
+        model.measured_replicas.end()) {
+      model.measured_replicas.push_back(replicas);
+    }
+  }
+  std::sort(model.measured_replicas.begin(), model.measured_replicas.end());
+  model.replicas = context.world_size();
+  model.global_batch = shape.global_batch;
+  model_file->write(runtime::to_json(model));
 }
 
 void AdaptiveBatch::Impl::log_metrics() {
@@ -279,6 +303,9 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
     std::string path = d.options.metrics_path;
     if (path.empty() && !d.context.run_dir().empty()) path = d.context.run_dir() + "/metrics.jsonl";
     if (!path.empty()) d.metrics.emplace(path);
+  }
+  if (d.context.is_main() && !d.context.run_dir().empty()) {
+    d.model_file.emplace(d.context.run_dir() + "/goodput-model.json");
   }
 }
 

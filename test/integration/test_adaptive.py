@@ -57,6 +57,16 @@ class AdaptiveTraining(ExampleCase):
         self.assertRegex(out2, rf"\[0\] resumed from step {stop} .*saved by 2 rank\(s\); now 3 rank\(s\)")
         lines2 = self.metrics(run_dir2)
         self.assertEqual({line["replicas"] for line in lines2}, {3})
+        # The published model (docs/adaptive.md): what the scheduler predicts the job's goodput
+        # from; run 2 restored the profile measured with 2 ranks and measured 3.
+        with open(os.path.join(run_dir2, "goodput-model.json")) as f:
+            model = json.load(f)
+        self.assertEqual(model["version"], 1)
+        self.assertEqual(model["replicas"], 3)
+        self.assertEqual(model["measured_replicas"], [2, 3])
+        self.assertEqual((model["initial_batch"], model["max_batch"]), (16, 96))
+        self.assertGreater(model["params"]["beta_c"] + model["params"]["alpha_c"], 0)
+        self.assertFalse(os.path.exists(os.path.join(run_dir2, "goodput-model.json.tmp")))
         self.assertGreater(lines2[0]["step"], stop)  # steps and progress go on from the checkpoint
         self.assertGreater(lines2[0]["progress"], lines1[-1]["progress"])
 
