@@ -29,8 +29,10 @@ int run_supervise(const SuperviseArgs& args) {
     std::string bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     id = launcher::record_new_job(env, bytes, std::cout);
     std::cout.flush();
-    int null_fd = ::open("/dev/null", O_RDWR);
-    ::dup2(null_fd, STDOUT_FILENO);  // the submitter reads the answer to its end
+    // The submitter reads the answer to its end: stdout must not stay the pipe.
+    int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd < 0 || ::dup2(null_fd, STDOUT_FILENO) < 0) ::close(STDOUT_FILENO);
+    if (null_fd >= 0) ::close(null_fd);
     if (id == 0) return 2;
   }
   return launcher::run_submitted_job(id, env);

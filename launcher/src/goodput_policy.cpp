@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -11,10 +10,6 @@
 namespace dlrun::launcher {
 namespace {
 
-constexpr double k_minus_infinity = -std::numeric_limits<double>::infinity();
-// A job left waiting scores this much below any running one (utilities of running jobs are
-// bounded by a few hundred for p in [-10, 1] and speedups in [1e-3, 1e3]).
-constexpr double k_waiting_cost = 1e6;
 
 double goodput_at(const PolicyJob& job, int gpus) {
   if (gpus <= 0) return 0;
@@ -45,20 +40,30 @@ std::vector<int> allowed_gpus(const PolicyJob& job, bool must_start) {
   return out;
 }
 
-double job_utility(const PolicyJob& job, int gpus, int share, int job_index_by_age, int jobs,
-                   const PolicySettings& settings) {
-  if (gpus == 0) {
-    // Waiting: the oldest job's wait costs most, so that jobs start in submission order.
-    return -k_waiting_cost * (1.0 + double(jobs - job_index_by_age) / double(std::max(1, jobs)));
-  }
+PolicyScore& PolicyScore::operator+=(const PolicyScore& o) {
+  waiting += o.waiting;
+  waiting_age += o.waiting_age;
+  utility += o.utility;
+  return *this;
+}
+
+bool better(const PolicyScore& a, const PolicyScore& b) {
+  if (a.waiting != b.waiting) return a.waiting < b.waiting;
+  if (a.waiting_age != b.waiting_age) return a.waiting_age < b.waiting_age;
+  return a.utility > b.utility;
+}
+
+PolicyScore job_score(const PolicyJob& job, int gpus, int share, int job_index_by_age, int jobs,
+                      const PolicySettings& settings) {
+  if (gpus == 0) return {1, jobs - job_index_by_age, 0.0};  // waiting: the oldest counts most
   double reference = goodput_at(job, share);
   double speedup = reference > 0 ? goodput_at(job, gpus) / reference : 0;
   if (job.current > 0 && gpus != job.current) {
     double horizon = std::max(settings.restart_seconds, job.age_seconds);
     speedup *= std::max(0.0, 1.0 - settings.restart_seconds / horizon);
   }
-  speedup = std::clamp(speedup, 1e-3, 1e3);  // keeps the utility finite and bounded
-  return box_cox(speedup, std::min(1.0, settings.fairness));
+  speedup = std::clamp(speedup, 1e-3, 1e3);  // keeps the utility finite
+  return {0, 0, box_cox(speedup, std::min(1.0, settings.fairness))};
 }
 
 PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const PolicySettings& settings) {
@@ -102,21 +107,22 @@ PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const Polic
     }
   }
 
-  // DP over jobs: best[g] = the best Σ utility of the jobs so far using exactly g GPUs.
+  // DP over jobs: best[g] = the best score of the jobs so far using exactly g GPUs.
   std::vector<std::vector<int>> choice(n, std::vector<int>(capacity + 1, -1));
-  std::vector<double> best(capacity + 1, k_minus_infinity);
-  best[0] = 0;
+  std::vector<std::optional<PolicyScore>> best(capacity + 1);
+  best[0] = PolicyScore{};
   for (int i = 0; i < n; ++i) {
     const auto& job = jobs[i];
     const int share = fair_share(job, capacity, n);
-    std::vector<double> next(capacity + 1, k_minus_infinity);
+    std::vector<std::optional<PolicyScore>> next(capacity + 1);
     for (int a : allowed_gpus(job, must_start[i])) {
       if (a > capacity) continue;
-      double u = job_utility(job, a, share, age_index[i], n, settings);
+      const PolicyScore term = job_score(job, a, share, age_index[i], n, settings);
       for (int used = 0; used + a <= capacity; ++used) {
-        if (best[used] == k_minus_infinity) continue;
-        double value = best[used] + u;
-        if (value > next[used + a]) {
+        if (!best[used]) continue;
+        PolicyScore value = *best[used];
+        value += term;
+        if (!next[used + a] || better(value, *next[used + a])) {
           next[used + a] = value;
           choice[i][used + a] = a;
         }
@@ -124,11 +130,14 @@ PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const Polic
     }
     best = std::move(next);
   }
-  int end = static_cast<int>(std::max_element(best.begin(), best.end()) - best.begin());
-  if (best[end] == k_minus_infinity) throw std::invalid_argument("no allocation meets every job's constraints");
+  int end = -1;
+  for (int g = 0; g <= capacity; ++g) {
+    if (best[g] && (end < 0 || better(*best[g], *best[end]))) end = g;
+  }
+  if (end < 0) throw std::invalid_argument("no allocation meets every job's constraints");
 
   PolicyDecision decision;
-  decision.objective = best[end];
+  decision.score = *best[end];
   decision.gpus.assign(n, 0);
   for (int i = n - 1, used = end; i >= 0; --i) {
     decision.gpus[i] = choice[i][used];

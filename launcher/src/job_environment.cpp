@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "dlrun/protocol.hpp"
+
 namespace dlrun::launcher {
 namespace {
 
@@ -40,6 +42,9 @@ bool valid_export_pattern(std::string_view pattern) {
 Environment job_environment(const Environment& submitter, const std::vector<std::string>& export_env) {
   Environment kept;
   for (const auto& [name, value] : submitter) {
+    // A job submitted from a rank of another job is not part of that job: it must not carry
+    // its supervisor's token (escaped_processes.hpp), or that job's end would kill it.
+    if (name == env::k_supervisor_id) continue;
     if (exported_by_default(name) ||
         std::any_of(export_env.begin(), export_env.end(), [&](const auto& p) { return matches(name, p); })) {
       kept.emplace(name, value);

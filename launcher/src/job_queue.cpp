@@ -291,6 +291,10 @@ std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, con
                                        const std::string* job_bytes) {
   std::string exe = self_executable();
   Environment env = decode_environment(environment_blob);
+  env.erase(env::k_supervisor_id);  // a store from before job_environment() dropped it
+  // A job stored before DLRUN_UMASK was: its ranks get this process's user's umask, not the
+  // 077 that keeps dlrun's own files private.
+  env.emplace(env::k_umask, fmt::format("{:03o}", started_umask()));
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;
@@ -303,11 +307,23 @@ std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, con
   argv.push_back(nullptr);
   // With a job: its bytes go in on stdin, its id comes back on stdout.
   int in[2] = {-1, -1}, out[2] = {-1, -1};
+  auto close_pipes = [&] {
+    for (int* fd : {&in[0], &in[1], &out[0], &out[1]}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  };
   if (job_bytes && (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)) {
-    throw SpawnError(fmt::format("cannot start a job's supervisor: pipe: {}", std::strerror(errno)));
+    int e = errno;
+    close_pipes();
+    throw SpawnError(fmt::format("cannot start a job's supervisor: pipe: {}", std::strerror(e)));
   }
   pid_t child = ::fork();
-  if (child < 0) throw SpawnError(fmt::format("cannot start a job's supervisor: fork: {}", std::strerror(errno)));
+  if (child < 0) {
+    int e = errno;
+    close_pipes();
+    throw SpawnError(fmt::format("cannot start a job's supervisor: fork: {}", std::strerror(e)));
+  }
   if (child == 0) {
     // Double fork: the supervisor is nobody's child and leads its own session, so neither
     // the submitting shell's exit nor its Ctrl-C reaches it.
@@ -444,7 +460,15 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   // its token is killed here, and the job is CANCELLED only once nothing of it runs.
   const std::string token = supervisor_token(supervisor);
   kill_processes_with_token(token);
-  if (auto left = processes_with_token(token); !left.empty()) {
+  // A killed process keeps its /proc entry until it is reaped, longer when the kernel is
+  // tearing down a device: give it a few seconds.
+  auto left = processes_with_token(token);
+  for (int i = 0; i < 250 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    kill_processes_with_token(token, 1);
+    left = processes_with_token(token);
+  }
+  if (!left.empty()) {
     throw not_stopped(fmt::format("{} of its processes (pid {}) could not be stopped", left.size(), left.front()));
   }
   m_store.finish(id, JobState::cancelled, exit_code::k_signal_base + SIGKILL, "cancelled (killed)");

@@ -1,5 +1,7 @@
 #include "dlrun/launcher/job_store.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -290,6 +292,7 @@ bool JobStore::claim(int64_t id, const ProcessIdentity& me) {
   try {
     auto job = get(id);
     bool ok = job && !is_terminal(job->state) &&
+              (job->submitted.owner_uid < 0 || static_cast<uid_t>(job->submitted.owner_uid) == ::geteuid()) &&
               (job->supervisor.pid == 0 || !job->supervisor.alive() ||
                (job->supervisor.pid == me.pid && job->supervisor.start_time == me.start_time));
     if (ok) {
@@ -439,7 +442,11 @@ Orphans JobStore::sweep(double pending_grace_seconds) {
     while (s.step()) active.push_back(read_row(s));
   }
   double now = now_seconds();
+  const int me = static_cast<int>(::geteuid());
   for (const auto& job : active) {
+    // Another user's job (a store shared on purpose) is theirs to recover: a supervisor
+    // started here would run it as this user, and /proc may hide their processes.
+    if (job.submitted.owner_uid >= 0 && job.submitted.owner_uid != me) continue;
     if (job.supervisor.pid != 0 && job.supervisor.alive()) continue;
     if (job.state == JobState::pending) {
       if (job.supervisor.pid != 0 || now - job.submitted_at > pending_grace_seconds) {

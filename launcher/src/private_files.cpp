@@ -47,7 +47,9 @@ mode_t started_umask() {
 
 bool is_shared_home(const std::string& home) {
   struct stat st {};
-  return ::stat(home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_IWGRP);
+  // Group-writable alone is what a umask of 002 gives every directory; a shared store is
+  // made on purpose, setgid (install -d -m 2770 -g GROUP DIR).
+  return ::stat(home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_IWGRP) && (st.st_mode & S_ISGID);
 }
 
 void tighten_home(const std::string& home) {

@@ -455,6 +455,22 @@ wait
         finally:
             kill_quietly(procs)
 
+    def test_a_job_submitted_from_a_rank_is_not_the_ranks(self):
+        # Its supervisor leaves the rank's process group (it detaches): it must outlive the
+        # dlrun local that ran the rank, and run its own job to the end.
+        go = os.path.join(self.tmp, "go")
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(f'command = ["sh", "-c", "while [ ! -e {go} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')
+        r = self.dlrun("local", "--nproc", "1", DLRUN, "submit", "--parsable", job)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.split()[-1]
+        status = self.dlrun("status", job_id)
+        self.assertIn(status.returncode, (4, 5), status.stdout)  # PENDING or RUNNING, not lost
+        open(go, "w").close()
+        self.assertTrue(wait_for(lambda: self.dlrun("status", job_id).returncode == 0, 60),
+                        self.dlrun("status", job_id).stdout)
+
     def test_processes_that_left_the_group_end_with_the_job_and_with_each_attempt(self):
         pids = os.path.join(self.tmp, "pids")
         attempt_pids = os.path.join(self.tmp, "attempt")

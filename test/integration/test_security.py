@@ -4,6 +4,8 @@ secrets it was not given, cancel tells the truth."""
 import glob
 import os
 import shutil
+import signal
+import sqlite3
 import stat
 import subprocess
 import unittest
@@ -63,6 +65,9 @@ class PrivateFiles(DlrunTestCase):
         os.chmod(self.home, 0o755)
         r = self.dlrun("status")
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(mode(self.home), 0o700)
+        os.chmod(self.home, 0o775)  # what umask 002 (Debian's default for users) made of it
+        self.dlrun("status")
         self.assertEqual(mode(self.home), 0o700)
         os.chmod(os.path.join(self.home, "jobs.db"), 0o644)
         self.dlrun("status")
@@ -165,6 +170,32 @@ class Cancel(DlrunTestCase):
             r = self.dlrun("cancel", job)  # root may
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual([pid for pid in pids if pid_alive(pid)], [])
+        finally:
+            kill_quietly(pids)
+
+    def test_another_users_lost_job_is_theirs_to_recover(self):
+        # A sweep by user 1 must not restart user 65534's job as user 1, nor judge it.
+        if os.geteuid() != 0 or not shutil.which("setpriv") or self.as_user(65534, "--version").returncode:
+            self.skipTest("needs root, setpriv and a dlrun that user 65534 can run")
+        os.chmod(self.tmp, 0o755)
+        os.makedirs(self.home)
+        os.chown(self.home, 0, self.GID)
+        os.chmod(self.home, 0o2770)
+        shared = os.path.join(self.tmp, "w")
+        os.makedirs(shared)
+        os.chmod(shared, 0o777)
+        pidfile = os.path.join(shared, "pids")
+        job, pids = self.submit_sleeper(pidfile, user=65534)
+        try:
+            db = sqlite3.connect(os.path.join(self.home, "jobs.db"))
+            supervisor = db.execute("SELECT supervisor_pid FROM jobs WHERE id = ?", (int(job),)).fetchone()[0]
+            db.close()
+            os.kill(supervisor, signal.SIGKILL)
+            self.assertTrue(wait_for(lambda: not pid_alive(supervisor), 10))
+            r = self.as_user(1, "status", job)
+            self.assertEqual(r.returncode, 5, r.stdout + r.stderr)  # still RUNNING: not user 1's to judge
+            r = self.as_user(65534, "status", job)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)  # its owner's sweep: FAILED, lost
         finally:
             kill_quietly(pids)
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <functional>
-#include <limits>
+#include <optional>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -36,8 +36,8 @@ PolicyJob pending(int64_t id, int min, int max, double waited, std::vector<doubl
   return running(id, min, max, 0, waited, std::move(goodput));
 }
 
-// Every allocation the constraints allow, the best Σ utility: what the DP must find.
-double brute_force(const std::vector<PolicyJob>& jobs, const PolicySettings& s, const PolicyDecision& dp) {
+// Every allocation the constraints allow, the best score: what the DP must find.
+PolicyScore brute_force(const std::vector<PolicyJob>& jobs, const PolicySettings& s, const PolicyDecision& dp) {
   const int n = static_cast<int>(jobs.size());
   // The DP's ordering of ages and its starvation choice, recomputed the same documented way.
   std::vector<int> by_age(n);
@@ -61,21 +61,22 @@ double brute_force(const std::vector<PolicyJob>& jobs, const PolicySettings& s, 
       reserved += allowed_gpus(jobs[i], true).front();
     }
   }
-  double best = -std::numeric_limits<double>::infinity();
-  std::vector<int> pick(n);
-  std::function<void(int, int, double)> go = [&](int i, int used, double value) {
+  std::optional<PolicyScore> best;
+  std::function<void(int, int, PolicyScore)> go = [&](int i, int used, PolicyScore value) {
     if (i == n) {
-      best = std::max(best, value);
+      if (!best || better(value, *best)) best = value;
       return;
     }
     for (int a : allowed_gpus(jobs[i], must[i])) {
       if (used + a > s.capacity) continue;
-      go(i + 1, used + a, value + job_utility(jobs[i], a, fair_share(jobs[i], s.capacity, n), age_index[i], n, s));
+      PolicyScore next = value;
+      next += job_score(jobs[i], a, fair_share(jobs[i], s.capacity, n), age_index[i], n, s);
+      go(i + 1, used + a, next);
     }
   };
-  go(0, 0, 0);
+  go(0, 0, PolicyScore{});
   (void)dp;
-  return best;
+  return *best;
 }
 
 }  // namespace
@@ -107,7 +108,10 @@ TEST_SUITE("launcher::goodput_policy") {
       }
       CAPTURE(round);
       auto decision = decide_allocation(jobs, s);
-      CHECK(decision.objective == doctest::Approx(brute_force(jobs, s, decision)).epsilon(1e-9));
+      const PolicyScore exact = brute_force(jobs, s, decision);
+      CHECK(decision.score.waiting == exact.waiting);
+      CHECK(decision.score.waiting_age == exact.waiting_age);
+      CHECK(decision.score.utility == doctest::Approx(exact.utility).epsilon(1e-9));
       int used = 0;
       for (size_t i = 0; i < jobs.size(); ++i) {
         int a = decision.gpus[i];
@@ -196,6 +200,17 @@ TEST_SUITE("launcher::goodput_policy") {
     auto fair = decide_allocation({scalable, poor}, s);
     CHECK(greedy.gpus[0] >= fair.gpus[0]);
     CHECK(greedy.gpus[0] > greedy.gpus[1]);
+  }
+
+  TEST_CASE("strong fairness never keeps a job waiting that a shrink would let in") {
+    PolicySettings s;
+    s.capacity = 4;
+    s.fairness = -5;
+    s.restart_seconds = 30;
+    // A restarted 5 s ago: shrinking it is heavily penalised, yet B must start.
+    auto a = running(1, 2, 4, 4, 5, curve(4, 0));
+    auto b = pending(2, 2, 2, 1, curve(2, 0));
+    CHECK(decide_allocation({a, b}, s).gpus == std::vector<int>{2, 2});
   }
 
   TEST_CASE("inputs no allocation can meet are refused") {

@@ -18,6 +18,9 @@ TEST_SUITE("launcher::job_environment") {
     CHECK(kept.count("AWS_SECRET_ACCESS_KEY") == 1);
     CHECK(kept.count("GITHUB_TOKEN") == 0);
     CHECK(job_environment(submitter, {"*"}) == submitter);
+    // A job submitted from a rank is not that rank's job: never its supervisor's token.
+    submitter["DLRUN_SUPERVISOR_ID"] = "123-456";
+    CHECK(job_environment(submitter, {"*"}).count("DLRUN_SUPERVISOR_ID") == 0);
   }
   TEST_CASE("export_env takes names, prefixes and everything") {
     for (const char* good : {"A", "_X1", "HF_*", "*"}) CHECK(valid_export_pattern(good));

@@ -6,16 +6,18 @@
 //   speedup_j(a)  = goodput_j(a) / goodput_j(fair share)          fair share = capacity / jobs
 //   penalised_j   = speedup_j(a) · (1 − restart / max(restart, age_j))   when a ≠ current
 //   utility_j     = (penalised_j^p − 1) / p   (log at p = 0)     p ≤ 1: the fairness knob
-//   maximise Σ utility_j subject to Σ a_j ≤ capacity and each job's constraints
+//   maximise, in this order: the number of jobs that run; how old the waiting ones are not
+//   (Σ over waiting jobs of their age rank, oldest = largest); Σ utility_j
+//   subject to Σ a_j ≤ capacity and each job's constraints
 //
 // The sum is separable, so the optimum is found exactly by dynamic programming over jobs ×
 // GPUs (O(jobs · capacity · max GPUs per job)), where Pollux searches with a genetic
 // algorithm. Constraints: a running job keeps between its MIN and MAX (it is never stopped);
 // a rigid or pinned job keeps what it has; a pending job gets 0 or MIN..MAX, and one that has
 // waited longer than `starvation_seconds` must get its MIN when the GPUs not held by rigid
-// and pinned jobs and running jobs' MINs allow (oldest first). A job left at 0 scores a
-// large negative utility, graded by age, so jobs start whenever they can and oldest first.
-// Pure, deterministic, thread-safe.
+// and pinned jobs and running jobs' MINs allow (oldest first). Comparing the three parts
+// in order (not one weighted sum) keeps "start whoever can start, oldest first" whatever the
+// utilities' scale. Pure, deterministic, thread-safe.
 
 #include <cstdint>
 #include <optional>
@@ -43,20 +45,29 @@ struct PolicySettings {
   double starvation_seconds = 600;  // a pending job older than this must get its MIN
 };
 
+// What an allocation is worth, compared part by part (better()).
+struct PolicyScore {
+  int waiting = 0;          // jobs left at 0 GPUs
+  int64_t waiting_age = 0;  // Σ of their age ranks (the oldest job ranks highest)
+  double utility = 0;       // Σ utility of the jobs that run
+  PolicyScore& operator+=(const PolicyScore& o);
+};
+bool better(const PolicyScore& a, const PolicyScore& b);
+
 struct PolicyDecision {
   std::vector<int> gpus;         // per job, in the input's order
   std::vector<double> speedup;   // per job at its new allocation (before the restart penalty)
-  double objective = 0;          // Σ utility
+  PolicyScore score;
 };
 
 // Throws std::invalid_argument for inputs that cannot be met (a job with MIN > MAX, running
 // jobs' fixed shares beyond the capacity, …).
 PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const PolicySettings& settings);
 
-// The utility of one job at `gpus` (the term the DP sums), for tests and explanations;
-// -infinity where the job may not have that many.
-double job_utility(const PolicyJob& job, int gpus, int fair_share, int job_index_by_age, int jobs,
-                   const PolicySettings& settings);
+// The score of one job at `gpus` (the term the DP sums), for tests and explanations.
+// `job_index_by_age`: 0 for the oldest of `jobs`.
+PolicyScore job_score(const PolicyJob& job, int gpus, int fair_share, int job_index_by_age, int jobs,
+                      const PolicySettings& settings);
 
 // The GPU counts `job` may have next (ascending).
 std::vector<int> allowed_gpus(const PolicyJob& job, bool must_start);

@@ -4,6 +4,7 @@
 // shell (docs/job-toml.md lists it): the paths and locale, the variables of CUDA, NCCL,
 // Gloo, OpenMP, BLAS, PyTorch, Python, conda and dlrun; not the rest, where tokens and
 // passwords live. A job file names more with export_env (names, NAME_PREFIX*, or "*").
+// DLRUN_SUPERVISOR_ID is never kept: a job submitted from a rank is not that rank's.
 
 #include <string>
 #include <string_view>
