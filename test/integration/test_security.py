@@ -129,6 +129,21 @@ class Cancel(DlrunTestCase):
         self.assertTrue(wait_for(lambda: len(read_pids(pidfile)) == 2, 30), "the job did not start")
         return r.stdout.strip(), read_pids(pidfile)
 
+    def shared_store_job(self):
+        """A store shared on purpose by group 4242, and a running job of user 65534 in it."""
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv to act as two users")
+        if self.as_user(65534, "--version").returncode != 0:
+            self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
+        os.chmod(self.tmp, 0o755)
+        os.makedirs(self.home)
+        os.chown(self.home, 0, self.GID)
+        os.chmod(self.home, 0o2770)
+        shared = os.path.join(self.tmp, "w")
+        os.makedirs(shared)
+        os.chmod(shared, 0o777)
+        return self.submit_sleeper(os.path.join(shared, "pids"), user=65534)
+
     def as_user(self, uid, *args):
         prefix = [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={self.GID}", "--clear-groups"]
         return subprocess.run(prefix + [DLRUN, *args], capture_output=True, text=True, env=self.env, timeout=120)
@@ -146,20 +161,7 @@ class Cancel(DlrunTestCase):
             kill_quietly(pids)
 
     def test_another_user_cannot_cancel_a_job_and_nothing_is_recorded(self):
-        if os.geteuid() != 0 or not shutil.which("setpriv"):
-            self.skipTest("needs root and setpriv to act as two users")
-        probe = self.as_user(65534, "--version")
-        if probe.returncode != 0:
-            self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
-        os.chmod(self.tmp, 0o755)
-        os.makedirs(self.home)
-        os.chown(self.home, 0, self.GID)
-        os.chmod(self.home, 0o2770)  # a store shared on purpose by group 4242
-        shared = os.path.join(self.tmp, "w")
-        os.makedirs(shared)
-        os.chmod(shared, 0o777)
-        pidfile = os.path.join(shared, "pids")
-        job, pids = self.submit_sleeper(pidfile, user=65534)
+        job, pids = self.shared_store_job()
         try:
             r = self.as_user(1, "cancel", job)
             self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
@@ -175,17 +177,7 @@ class Cancel(DlrunTestCase):
 
     def test_another_users_lost_job_is_theirs_to_recover(self):
         # A sweep by user 1 must not restart user 65534's job as user 1, nor judge it.
-        if os.geteuid() != 0 or not shutil.which("setpriv") or self.as_user(65534, "--version").returncode:
-            self.skipTest("needs root, setpriv and a dlrun that user 65534 can run")
-        os.chmod(self.tmp, 0o755)
-        os.makedirs(self.home)
-        os.chown(self.home, 0, self.GID)
-        os.chmod(self.home, 0o2770)
-        shared = os.path.join(self.tmp, "w")
-        os.makedirs(shared)
-        os.chmod(shared, 0o777)
-        pidfile = os.path.join(shared, "pids")
-        job, pids = self.submit_sleeper(pidfile, user=65534)
+        job, pids = self.shared_store_job()
         try:
             db = sqlite3.connect(os.path.join(self.home, "jobs.db"))
             supervisor = db.execute("SELECT supervisor_pid FROM jobs WHERE id = ?", (int(job),)).fetchone()[0]
