@@ -59,8 +59,11 @@ PolicyScore job_score(const PolicyJob& job, int gpus, int share, int job_index_b
   double reference = goodput_at(job, share);
   double speedup = reference > 0 ? goodput_at(job, gpus) / reference : 0;
   if (job.current > 0 && gpus != job.current) {
-    double horizon = std::max(settings.restart_seconds, job.age_seconds);
-    speedup *= std::max(0.0, 1.0 - settings.restart_seconds / horizon);
+    // The share of the time since its last start that a restart would not have cost: small
+    // for a job that just restarted, near 1 for an old one; never 0, so that among changes
+    // forced on a young job (to let another in) the better one still wins.
+    const double age = std::max(1.0, job.age_seconds);
+    speedup *= age / (age + std::max(0.0, settings.restart_seconds));
   }
   speedup = std::clamp(speedup, 1e-3, 1e3);  // keeps the utility finite
   return {0, 0, box_cox(speedup, std::min(1.0, settings.fairness))};
@@ -115,7 +118,9 @@ PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const Polic
     const auto& job = jobs[i];
     const int share = fair_share(job, capacity, n);
     std::vector<std::optional<PolicyScore>> next(capacity + 1);
-    for (int a : allowed_gpus(job, must_start[i])) {
+    auto allowed = allowed_gpus(job, must_start[i]);
+    for (auto it = allowed.rbegin(); it != allowed.rend(); ++it) {  // on a tie, more GPUs
+      const int a = *it;
       if (a > capacity) continue;
       const PolicyScore term = job_score(job, a, share, age_index[i], n, settings);
       for (int used = 0; used + a <= capacity; ++used) {

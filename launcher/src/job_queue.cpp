@@ -235,6 +235,10 @@ void JobQueue::submit_to_slurm(int64_t id, const JobSpec& spec) {
   }
 }
 
+std::map<int64_t, PolicyView> JobQueue::policy_view(double now) {
+  return launcher::policy_view(m_store.list(false, 0), capacity().gpus, now);
+}
+
 void JobQueue::refresh_slurm_jobs() {
   for (const auto& job : m_store.list(false, 0)) {
     if (job.submitted.slurm && job.slurm_id > 0 && !is_terminal(job.state)) refresh_slurm_job(job);

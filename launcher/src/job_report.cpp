@@ -44,6 +44,19 @@ std::string iso_time(double seconds) {
   return utc_iso8601(static_cast<std::time_t>(seconds));
 }
 
+const PolicyView* policy_of(const PolicyViews& policy, const JobRecord& job) {
+  auto it = policy.find(job.id);
+  return it == policy.end() ? nullptr : &it->second;
+}
+
+// "4 (1.8x)": GPUs and the predicted speedup over the fair share; without a published model
+// only the GPUs (the neutral prediction says nothing of the job).
+std::string policy_text(const PolicyView* view) {
+  if (!view) return "-";
+  if (!view->modelled) return std::to_string(view->gpus);
+  return fmt::format("{} ({:.1f}x)", view->gpus, view->speedup);
+}
+
 MetricsSnapshot metrics_if_running(const JobRecord& job) {
   if (job.state != JobState::running && job.state != JobState::rescaling) return {};
   return read_latest_metrics(job.run_dir);
@@ -105,19 +118,22 @@ MetricsSnapshot read_latest_metrics(const std::string& run_dir) {
   return parse_metrics_line(std::string_view(tail).substr(begin, end - begin));
 }
 
-std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& jobs, double now) {
+std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& jobs, double now,
+                                                  const PolicyViews& policy) {
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S"}};
+      {"ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"}};
   for (const auto& job : jobs) {
     auto metrics = metrics_if_running(job);
     rows.push_back({std::to_string(job.id), job.name, to_string(job.state), ranks_of(job), gpus_of(job),
                     std::to_string(job.restarts), job.started_at > 0 ? format_duration(elapsed(job, now)) : "-",
-                    number_text(metrics.global_batch), number_text(metrics.samples_per_sec)});
+                    number_text(metrics.global_batch), number_text(metrics.samples_per_sec),
+                    policy_text(policy_of(policy, job))});
   }
   return rows;
 }
 
-std::string status_details(const JobRecord& job, double now) {
+std::string status_details(const JobRecord& job, double now, const PolicyViews& policy) {
+  const PolicyView* view = policy_of(policy, job);
   auto metrics = metrics_if_running(job);
   std::vector<std::vector<std::string>> rows = {
       {"id:", std::to_string(job.id)},
@@ -136,6 +152,11 @@ std::string status_details(const JobRecord& job, double now) {
       {"samples/s:", number_text(metrics.samples_per_sec)},
       {"goodput:", number_text(metrics.goodput)},
       {"noise scale:", number_text(metrics.noise_scale)},
+      {"policy:", !view ? "-"
+                  : view->modelled
+                      ? fmt::format("{} GPUs, predicted speedup {:.2f}x over the fair share (published model)",
+                                    view->gpus, view->speedup)
+                      : fmt::format("{} GPUs (no published model yet: neutral prediction)", view->gpus)},
       {"job file:", job.submitted.spec_path},
       {"slurm job:", job.slurm_id > 0 ? std::to_string(job.slurm_id) : "-"},
       {"run dir:", job.run_dir.empty() ? "-" : job.run_dir},
@@ -147,7 +168,7 @@ namespace {
 
 // Keys in the documented order (docs/jobs.md), appended to the object's storage directly:
 // they are known to be distinct, and `dlrun status --all --json` writes 10,000 objects.
-nlohmann::ordered_json job_object(const JobRecord& job, double now) {
+nlohmann::ordered_json job_object(const JobRecord& job, double now, const PolicyView* view) {
   using Json = nlohmann::ordered_json;
   auto metrics = metrics_if_running(job);
   auto number_or_null = [](std::optional<double> v) { return v ? Json(*v) : Json(); };
@@ -159,7 +180,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now) {
   }
   Json out = Json::object();
   auto& fields = out.get_ref<Json::object_t&>();
-  fields.reserve(19);
+  fields.reserve(21);
   auto add = [&fields](const char* key, Json value) {
     fields.Json::object_t::Container::emplace_back(key, std::move(value));
   };
@@ -182,6 +203,8 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now) {
   add("run_dir", job.run_dir);
   add("job_file", job.submitted.spec_path);
   add("slurm_id", job.slurm_id > 0 ? Json(job.slurm_id) : Json());
+  add("policy_gpus", view ? Json(view->gpus) : Json());
+  add("predicted_speedup", view && view->modelled ? Json(std::round(view->speedup * 1000) / 1000) : Json());
   return out;
 }
 
@@ -192,11 +215,11 @@ std::string dump(const nlohmann::ordered_json& json) {
   return json.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-std::string job_json(const JobRecord& job, double now) {
-  return dump(job_object(job, now));
+std::string job_json(const JobRecord& job, double now, const PolicyViews& policy) {
+  return dump(job_object(job, now, policy_of(policy, job)));
 }
 
-std::string jobs_json(const std::vector<JobRecord>& jobs, double now) {
+std::string jobs_json(const std::vector<JobRecord>& jobs, double now, const PolicyViews& policy) {
   // One object per line, for people reading it too. One serializer writes them all into `out`
   // (what dump() does for one value, without a serializer and a string per job).
   using Json = nlohmann::ordered_json;
@@ -206,7 +229,8 @@ std::string jobs_json(const std::vector<JobRecord>& jobs, double now) {
                                             Json::error_handler_t::replace);
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (i) out += ",\n ";
-    writer.dump(job_object(jobs[i], now), /*pretty_print=*/false, /*ensure_ascii=*/false, 0);
+    writer.dump(job_object(jobs[i], now, policy_of(policy, jobs[i])), /*pretty_print=*/false,
+                /*ensure_ascii=*/false, 0);
   }
   return out + "]";
 }

@@ -67,8 +67,8 @@ class JobsTestCase(DlrunTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return int(r.stdout)
 
-    def status(self, job_id):
-        r = self.dlrun("status", "--json", str(job_id))
+    def status(self, job_id, env=None):
+        r = self.dlrun("status", "--json", str(job_id), env=env)
         self.assertIn(r.returncode, (0, 1, 3, 4, 5), r.stderr)
         return json.loads(r.stdout)
 
@@ -156,7 +156,7 @@ nproc = 1
         r = self.dlrun("status")
         self.assertEqual(r.returncode, 0)
         lines = r.stdout.splitlines()
-        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S"])
+        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"])
         self.assertEqual(lines[1].split()[:6], [str(job_id), "hello", "SUCCEEDED", "2", "-", "0"])
 
     def test_status_shows_the_runtimes_metrics(self):
@@ -170,9 +170,49 @@ nproc = 1
         self.assertIsNotNone(job)
         self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 1234.5))
         row = [line.split() for line in self.dlrun("status").stdout.splitlines() if line.startswith(str(job_id) + " ")][0]
-        self.assertEqual(row[-2:], ["256", "1234.5"])
+        self.assertEqual(row[7:], ["256", "1234.5", "-"])  # BATCH, SAMPLES/S; no POLICY for CPU ranks
         open(gate, "w").close()
         self.wait_state(job_id, ("SUCCEEDED",))
+
+    def test_status_shows_what_the_goodput_policy_would_give_and_why(self):
+        # Job 1 (elastic, 1:4 GPUs) publishes a goodput model as the runtime does (the file
+        # is the channel, docs/adaptive.md); alone it would get all 4 GPUs. Job 2 arrives and
+        # waits (the queue is still FIFO): the policy would share the GPUs between them.
+        env = dict(self.env, DLRUN_FAKE_GPUS="4")
+        gate = os.path.join(self.tmp, "gate")
+        model = json.dumps({"version": 1, "params": {"alpha_c": 0.02, "beta_c": 0.0005, "alpha_n": 0.01,
+                            "beta_n": 0.001, "alpha_r": 0.01, "beta_r": 0.001, "gamma": 3.0},
+                            "noise_scale": 5000, "initial_batch": 64, "max_batch": 4096, "min_micro_batch": 1,
+                            "max_micro_batch": 256, "allow_accumulation": True, "measured_replicas": [4],
+                            "replicas": 4, "global_batch": 256})
+        with open(os.path.join(self.tmp, "model.json"), "w") as f:
+            f.write(model)
+        first = self.job_file(f'name = "a"\ncommand = ["sh", "-c", "if [ $RANK = 0 ]; then cp {self.tmp}/model.json '
+                              f'$DLRUN_RUN_DIR/goodput-model.json; fi; while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                              '[resources]\ngpus = "1:4"\n', "a.toml")
+        a = int(self.dlrun("submit", "--parsable", first, env=env).stdout)
+        self.wait_state(a, ("RUNNING",))
+        run_dir = self.status(a)["run_dir"]
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "goodput-model.json")), 30))
+        job = self.status(a, env=env)
+        self.assertEqual(job["policy_gpus"], 4)
+        self.assertEqual(job["predicted_speedup"], 1.0)  # alone, the fair share is all 4
+        second = self.job_file(f'name = "b"\ncommand = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                               '[resources]\ngpus = 1\n', "b.toml")
+        b = int(self.dlrun("submit", "--parsable", second, env=env).stdout)
+        self.wait_state(b, ("PENDING",))
+        jobs = {j["id"]: j for j in json.loads(self.dlrun("status", "--json", env=env).stdout)}
+        self.assertEqual(jobs[b]["policy_gpus"], 1)  # it would start at once
+        self.assertEqual(jobs[a]["policy_gpus"], 3)  # by shrinking a
+        self.assertGreater(jobs[a]["predicted_speedup"], 1.0)  # 3 GPUs beat its fair share of 2
+        self.assertIsNone(jobs[b]["predicted_speedup"])  # no model: the neutral prediction
+        row = [line.split() for line in self.dlrun("status", env=env).stdout.splitlines() if line.startswith(f"{a} ")][0]
+        self.assertEqual(row[-2], "3")
+        self.assertRegex(row[-1], r"^\(\d+\.\dx\)$")
+        details = self.dlrun("status", str(a), env=env).stdout
+        self.assertIn("3 GPUs, predicted speedup", details)
+        open(gate, "w").close()
+        self.wait_state(b, ("SUCCEEDED",))
 
     def test_logs_follow_until_the_end(self):
         text = MINIMAL.replace('echo rank $RANK of $WORLD_SIZE', 'for i in 1 2 3; do echo tick $i; sleep 0.3; done')

@@ -213,6 +213,14 @@ TEST_SUITE("launcher::goodput_policy") {
     CHECK(decide_allocation({a, b}, s).gpus == std::vector<int>{2, 2});
   }
 
+  TEST_CASE("a young job that must shrink to let another in shrinks no more than it must") {
+    PolicySettings s;
+    s.capacity = 4;
+    auto a = running(1, 1, 4, 4, 5, curve(4, 0.05));
+    auto b = pending(2, 1, 1, 1);
+    CHECK(decide_allocation({a, b}, s).gpus == std::vector<int>{3, 1});
+  }
+
   TEST_CASE("inputs no allocation can meet are refused") {
     PolicySettings s;
     s.capacity = 2;

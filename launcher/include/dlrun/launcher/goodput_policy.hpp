@@ -4,7 +4,7 @@
 // each job gets next. docs/scheduling.md has the objective; in short:
 //
 //   speedup_j(a)  = goodput_j(a) / goodput_j(fair share)          fair share = capacity / jobs
-//   penalised_j   = speedup_j(a) · (1 − restart / max(restart, age_j))   when a ≠ current
+//   penalised_j   = speedup_j(a) · age_j / (age_j + restart)      when a ≠ current
 //   utility_j     = (penalised_j^p − 1) / p   (log at p = 0)     p ≤ 1: the fairness knob
 //   maximise, in this order: the number of jobs that run; how old the waiting ones are not
 //   (Σ over waiting jobs of their age rank, oldest = largest); Σ utility_j

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 #include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/job_store.hpp"
+#include "dlrun/launcher/policy_view.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 
 namespace dlrun::launcher {
@@ -63,6 +65,8 @@ class JobQueue {
 
   // This machine's resources for the local scheduler.
   Capacity capacity() const;
+  // What the goodput policy would give the active GPU jobs now (policy_view.hpp).
+  std::map<int64_t, PolicyView> policy_view(double now);
 
  private:
   void start_supervisor(int64_t id, const std::string& environment_blob);

@@ -3,12 +3,14 @@
 // training metrics a job's runtime wrote to RUN_DIR/metrics.jsonl (docs/channels.md).
 // Pure except read_latest_metrics(); thread-safe.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "dlrun/launcher/job_store.hpp"
+#include "dlrun/launcher/policy_view.hpp"
 
 namespace dlrun::launcher {
 
@@ -32,13 +34,18 @@ MetricsSnapshot parse_metrics_line(std::string_view json_line);
 // The last complete line of RUN_DIR/metrics.jsonl (reads only the file's tail).
 MetricsSnapshot read_latest_metrics(const std::string& run_dir);
 
+// What the goodput policy would give each GPU job (policy_view.hpp), by id; a job not in it
+// shows "-" (or null).
+using PolicyViews = std::map<int64_t, PolicyView>;
+
 // Rows for `dlrun status`, header first.
-std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& jobs, double now);
+std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& jobs, double now,
+                                                  const PolicyViews& policy = {});
 // `dlrun status JOB`: key: value lines.
-std::string status_details(const JobRecord& job, double now);
-std::string job_json(const JobRecord& job, double now);
+std::string status_details(const JobRecord& job, double now, const PolicyViews& policy = {});
+std::string job_json(const JobRecord& job, double now, const PolicyViews& policy = {});
 // A JSON array of job_json objects, one per line (`dlrun status --json`).
-std::string jobs_json(const std::vector<JobRecord>& jobs, double now);
+std::string jobs_json(const std::vector<JobRecord>& jobs, double now, const PolicyViews& policy = {});
 
 // Exit code of `dlrun status JOB` for the job's state (docs/exit-codes.md).
 int status_exit_code(JobState state);

@@ -1,0 +1,61 @@
+#include "dlrun/launcher/policy_view.hpp"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "goodput/goodput_model.hpp"
+
+namespace dlrun::launcher {
+
+std::vector<double> published_goodput(const std::string& run_dir, int max_gpus) {
+  if (run_dir.empty()) return {};
+  std::ifstream file(run_dir + "/goodput-model.json");
+  if (!file) return {};
+  std::stringstream text;
+  text << file.rdbuf();
+  auto model = runtime::parse_goodput_model(text.str());
+  if (!model) return {};
+  std::vector<double> goodput(max_gpus + 1, 0);
+  for (int g = 1; g <= max_gpus; ++g) goodput[g] = runtime::predict_goodput(*model, g);
+  return goodput;
+}
+
+std::map<int64_t, PolicyView> policy_view(const std::vector<JobRecord>& jobs, int gpu_capacity, double now,
+                                          PolicySettings settings) {
+  std::map<int64_t, PolicyView> view;
+  if (gpu_capacity <= 0) return view;
+  std::vector<PolicyJob> input;
+  std::vector<int64_t> ids;
+  for (const auto& job : jobs) {
+    const auto& request = job.submitted.request;
+    const bool active = job.state == JobState::pending || job.state == JobState::running ||
+                        job.state == JobState::rescaling;
+    if (!active || !request.uses_gpus || request.remote || job.submitted.slurm) continue;
+    PolicyJob p;
+    p.id = job.id;
+    p.min_gpus = std::max(1, request.min_ranks);
+    p.max_gpus = std::max(p.min_gpus, request.max_ranks);
+    p.elastic = p.min_gpus < p.max_gpus;
+    p.current = job.state == JobState::pending ? 0 : std::max(0, job.allocation.ranks);
+    const double since = job.state == JobState::pending ? job.submitted_at : job.started_at;
+    p.age_seconds = since > 0 ? std::max(0.0, now - since) : 0;
+    if (p.current > 0) p.goodput = published_goodput(job.run_dir, p.max_gpus);
+    input.push_back(std::move(p));
+    ids.push_back(job.id);
+  }
+  if (input.empty()) return view;
+  settings.capacity = gpu_capacity;
+  try {
+    auto decision = decide_allocation(input, settings);
+    for (size_t i = 0; i < input.size(); ++i) {
+      view[ids[i]] = {decision.gpus[i], decision.speedup[i], !input[i].goodput.empty()};
+    }
+  } catch (const std::invalid_argument&) {
+    // A queue the policy cannot describe (e.g. more GPUs held than the machine has now):
+    // nothing to show.
+  }
+  return view;
+}
+
+}  // namespace dlrun::launcher
