@@ -23,6 +23,7 @@
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/private_files.hpp"
+#include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -236,7 +237,7 @@ void JobQueue::submit_to_slurm(int64_t id, const JobSpec& spec) {
 }
 
 std::map<int64_t, PolicyView> JobQueue::policy_view(double now) {
-  return launcher::policy_view(m_store.list(false, 0), capacity().gpus, now);
+  return launcher::policy_view(m_store.list(false, 0), capacity().gpus, now, read_scheduler_settings(m_home).policy);
 }
 
 void JobQueue::refresh_slurm_jobs() {

@@ -211,6 +211,13 @@ nproc = 1
         self.assertRegex(row[-1], r"^\(\d+\.\dx\)$")
         details = self.dlrun("status", str(a), env=env).stdout
         self.assertIn("3 GPUs, predicted speedup", details)
+        # The settings are read from $DLRUN_HOME/config.toml: a bad one is said, with its line.
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[scheduler]\nfairness = 5\n")
+        r = self.dlrun("status", env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("config.toml:2:12: 'fairness' = 5: must be from -10 to 1", r.stderr)
+        os.remove(os.path.join(self.home, "config.toml"))
         open(gate, "w").close()
         self.wait_state(b, ("SUCCEEDED",))
 

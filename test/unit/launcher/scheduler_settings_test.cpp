@@ -1,0 +1,34 @@
+#include "dlrun/launcher/scheduler_settings.hpp"
+
+#include <doctest/doctest.h>
+
+#include "dlrun/error.hpp"
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::scheduler_settings") {
+  TEST_CASE("no file or no table: the defaults; the table's values otherwise") {
+    auto defaults = read_scheduler_settings("/nonexistent-dlrun-home");
+    CHECK(defaults.policy.fairness == -1);
+    CHECK(defaults.policy.restart_seconds == 30);
+    CHECK(defaults.interval_seconds == 60);
+    CHECK(parse_scheduler_settings("[other]\nx = 1\n", "c.toml").policy.starvation_seconds == 600);
+    auto s = parse_scheduler_settings(
+        "[scheduler]\nfairness = 0.5\nrestart_seconds = 5\nstarvation_seconds = 120\ninterval_seconds = 10\n", "c.toml");
+    CHECK(s.policy.fairness == 0.5);
+    CHECK(s.policy.restart_seconds == 5);
+    CHECK(s.policy.starvation_seconds == 120);
+    CHECK(s.interval_seconds == 10);
+  }
+  TEST_CASE("a bad setting names the file, the line and the setting") {
+    CHECK_THROWS_WITH_AS(parse_scheduler_settings("[scheduler]\nfairness = 2\n", "c.toml"),
+                         "c.toml:2:12: 'fairness' = 2: must be from -10 to 1", dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_scheduler_settings("[scheduler]\nrestart_seconds = nan\n", "c.toml"),
+                         doctest::Contains("c.toml:2:19: 'restart_seconds' = nan"), dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_scheduler_settings("[scheduler]\nfairnes = 1\n", "c.toml"),
+                         doctest::Contains("unknown key 'fairnes' in [scheduler]"), dlrun::ConfigError);
+    CHECK_THROWS_AS(parse_scheduler_settings("scheduler = 3\n", "c.toml"), dlrun::ConfigError);
+    CHECK_THROWS_AS(parse_scheduler_settings("[scheduler]\ninterval_seconds = 0\n", "c.toml"), dlrun::ConfigError);
+    CHECK_THROWS_AS(parse_scheduler_settings("[scheduler\n", "c.toml"), dlrun::ConfigError);
+  }
+}
