@@ -1,14 +1,13 @@
 #include "dlrun/launcher/escaped_processes.hpp"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 
 #include <fmt/format.h>
 
+#include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
@@ -16,19 +15,7 @@ namespace {
 
 // The whole of /proc/PID/environ, or empty when it cannot be read (gone, another user's).
 std::string read_environ(const char* pid) {
-  std::string path = fmt::format("/proc/{}/environ", pid);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  std::string block;
-  char buffer[8192];
-  for (;;) {
-    ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    block.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return block;
+  return read_file(fmt::format("/proc/{}/environ", pid)).value_or(std::string());
 }
 
 }  // namespace
@@ -70,15 +57,8 @@ std::vector<pid_t> own_children() {
   if (!tasks) return children;
   while (dirent* entry = ::readdir(tasks)) {
     if (entry->d_name[0] == '.') continue;
-    std::string path = fmt::format("/proc/self/task/{}/children", entry->d_name);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    std::string text;
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR);) {
-      if (n > 0) text.append(buffer, static_cast<size_t>(n));
-    }
-    ::close(fd);
+    const std::string text =
+        read_file(fmt::format("/proc/self/task/{}/children", entry->d_name)).value_or(std::string());
     const char* p = text.c_str();
     char* end = nullptr;
     for (long pid; (pid = std::strtol(p, &end, 10)) > 0; p = end) children.push_back(static_cast<pid_t>(pid));

@@ -17,6 +17,7 @@
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/escaped_processes.hpp"
 #include "dlrun/launcher/new_job_codec.hpp"
+#include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
@@ -260,38 +261,6 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
   }
 }
 
-namespace {
-
-// Writes all of `bytes` to fd, then closes it; false when the reader is gone.
-bool write_all_and_close(int fd, std::string_view bytes) {
-  bool ok = true;
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ok = false;
-      break;
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return ok;
-}
-
-std::string read_all_and_close(int fd) {
-  std::string text;
-  char buffer[256];
-  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    text.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return text;
-}
-
-}  // namespace
-
 std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, const std::string& environment_blob,
                                        const std::string* job_bytes) {
   std::string exe = self_executable();
@@ -349,8 +318,10 @@ std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, con
   if (job_bytes) {
     ::close(in[0]);
     ::close(out[1]);
-    write_all_and_close(in[1], *job_bytes);
-    answer = read_all_and_close(out[0]);
+    write_all(in[1], *job_bytes);  // a supervisor gone early answers nothing: said below
+    ::close(in[1]);
+    answer = read_all(out[0]);
+    ::close(out[0]);
   }
   int status;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {

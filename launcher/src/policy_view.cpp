@@ -1,20 +1,17 @@
 #include "dlrun/launcher/policy_view.hpp"
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
+#include "dlrun/launcher/fd_io.hpp"
 #include "goodput/goodput_model.hpp"
 
 namespace dlrun::launcher {
 
 std::vector<double> published_goodput(const std::string& run_dir, int max_gpus) {
   if (run_dir.empty()) return {};
-  std::ifstream file(run_dir + "/goodput-model.json");
-  if (!file) return {};
-  std::stringstream text;
-  text << file.rdbuf();
-  auto model = runtime::parse_goodput_model(text.str());
+  auto text = read_file(run_dir + "/goodput-model.json");
+  if (!text) return {};
+  auto model = runtime::parse_goodput_model(*text);
   if (!model) return {};
   std::vector<double> goodput(max_gpus + 1, 0);
   for (int g = 1; g <= max_gpus; ++g) goodput[g] = runtime::predict_goodput(*model, g);

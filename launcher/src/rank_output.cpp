@@ -4,21 +4,9 @@
 
 #include <cerrno>
 
+#include "dlrun/launcher/fd_io.hpp"
+
 namespace dlrun::launcher {
-namespace {
-
-// Returns false on a broken pipe (reader gone) or another permanent error.
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
-}  // namespace
 
 void Terminal::write(Stream stream, std::string_view text) {
   int i = stream == Stream::out ? 0 : 1;

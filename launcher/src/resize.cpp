@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -30,12 +30,9 @@ void write_atomically(const std::string& path, const std::string& text) {
 }
 
 std::optional<std::string> take(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  std::remove(path.c_str());
-  return text.str();
+  auto text = read_file(path);
+  if (text) std::remove(path.c_str());
+  return text;
 }
 
 }  // namespace

@@ -1,13 +1,11 @@
 #include "dlrun/launcher/scheduler_settings.hpp"
 
-#include <fstream>
-#include <sstream>
-
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
+#include "dlrun/launcher/fd_io.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -65,11 +63,8 @@ SchedulerSettings parse_scheduler_settings(std::string_view text, const std::str
 
 SchedulerSettings read_scheduler_settings(const std::string& home_dir) {
   const std::string path = home_dir + "/config.toml";
-  std::ifstream file(path);
-  if (!file) return {};
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_scheduler_settings(text.str(), path);
+  auto text = read_file(path);
+  return text ? parse_scheduler_settings(*text, path) : SchedulerSettings{};
 }
 
 }  // namespace dlrun::launcher

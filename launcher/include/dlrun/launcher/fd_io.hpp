@@ -1,0 +1,19 @@
+#pragma once
+// Whole reads and writes on file descriptors and small files, retried on EINTR: one place
+// for the loops that dlrun's pipes, /proc files and its own small files need. Thread-safe.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dlrun::launcher {
+
+// False when the reader is gone (EPIPE) or another error stops it.
+bool write_all(int fd, std::string_view data);
+// Everything until end-of-file (or an error: what came before it).
+std::string read_all(int fd);
+// A whole file (also /proc files, whose size stat() does not tell); nullopt when it cannot
+// be opened.
+std::optional<std::string> read_file(const std::string& path);
+
+}  // namespace dlrun::launcher
