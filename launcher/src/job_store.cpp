@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <utility>
 #include <thread>
 
 #include <fmt/format.h>
@@ -53,10 +55,16 @@ constexpr const char* k_columns =
 
 // The same columns for a listing: the job file's text, its directory and the environment
 // (kilobytes a job) are left empty, in their places, so read_row() reads both.
-constexpr const char* k_list_columns =
-    "id, name, state, '', spec_path, '', x'', uses_gpus, min_ranks, max_ranks, "
-    "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
-    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid";
+const std::string& list_columns() {
+  static const std::string columns = [] {
+    std::string c = k_columns;
+    for (auto [column, empty] : {std::pair{"spec_text,", "'',"}, {"base_dir,", "'',"}, {"environment,", "x'',"}}) {
+      c.replace(c.find(column), std::strlen(column), empty);
+    }
+    return c;
+  }();
+  return columns;
+}
 
 std::string join(const std::vector<std::string>& ids) {
   std::string out;
@@ -273,11 +281,11 @@ std::optional<JobRecord> JobStore::get(int64_t id) {
 std::vector<JobRecord> JobStore::list(bool all, int recent) {
   std::vector<JobRecord> jobs;
   std::string sql =
-      all ? fmt::format("SELECT {} FROM jobs ORDER BY id", k_list_columns)
+      all ? fmt::format("SELECT {} FROM jobs ORDER BY id", list_columns())
           : fmt::format("SELECT * FROM (SELECT {0} FROM jobs WHERE state IN ('SUCCEEDED','FAILED','CANCELLED') "
                         "ORDER BY id DESC LIMIT {1}) UNION ALL SELECT {0} FROM jobs WHERE state IN "
                         "('PENDING','RUNNING','RESCALING') ORDER BY id",
-                        k_list_columns, recent);
+                        list_columns(), recent);
   if (all) {
     Statement count(m_db, "SELECT count(*) FROM jobs");
     if (count.step()) jobs.reserve(static_cast<size_t>(count.int64(0)));
