@@ -27,15 +27,16 @@ int run_status(const StatusArgs& args, const CLI::App& app) {
   launcher::JobQueue queue(launcher::current_environment());
   queue.sweep();
   double now = launcher::now_seconds();
-  const auto policy = queue.policy_view(now);
   if (app.count("JOB")) {
     auto job = queue.store().get(launcher::submitted_job_number(launcher::parse_job_ref(args.job), "status"));
     if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", args.job));
+    const auto policy = launcher::is_terminal(job->state) ? launcher::PolicyViews{} : queue.policy_view(now);
     std::cout << (args.json ? launcher::job_json(*job, now, policy) + "\n"
                             : launcher::status_details(*job, now, policy));
     return launcher::status_exit_code(job->state);
   }
   auto jobs = queue.store().list(args.all, args.recent);
+  const auto policy = queue.policy_view(now, &jobs);  // a listing holds every active job
   if (args.json) {
     std::cout << launcher::jobs_json(jobs, now, policy) << "\n";
   } else {

@@ -201,7 +201,7 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind) {
   job.spec_path = fs::absolute(fs::path(job_file)).string();
   job.base_dir = fs::path(job.spec_path).parent_path().string();
   Environment stored = job_environment(m_env, spec.export_env);
-  stored[env::k_umask] = fmt::format("{:03o}", started_umask());
+  stored[env::k_umask] = started_umask_text();
   job.environment = encode_environment(stored);
   job.slurm = spec.on_slurm();
   job.owner_uid = static_cast<int>(::geteuid());
@@ -237,8 +237,10 @@ void JobQueue::submit_to_slurm(int64_t id, const JobSpec& spec) {
   }
 }
 
-std::map<int64_t, PolicyView> JobQueue::policy_view(double now) {
-  return launcher::policy_view(m_store.list(false, 0), capacity().gpus, now, read_scheduler_settings(m_home).policy);
+std::map<int64_t, PolicyView> JobQueue::policy_view(double now, const std::vector<JobRecord>* jobs) {
+  const auto settings = read_scheduler_settings(m_home).policy;
+  if (jobs) return launcher::policy_view(*jobs, capacity().gpus, now, settings);
+  return launcher::policy_view(m_store.list(false, 0), capacity().gpus, now, settings);
 }
 
 void JobQueue::refresh_slurm_jobs() {
@@ -268,7 +270,7 @@ std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, con
   env.erase(env::k_supervisor_id);  // a store from before job_environment() dropped it
   // A job stored before DLRUN_UMASK was: its ranks get this process's user's umask, not the
   // 077 that keeps dlrun's own files private.
-  env.emplace(env::k_umask, fmt::format("{:03o}", started_umask()));
+  env.emplace(env::k_umask, started_umask_text());
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;

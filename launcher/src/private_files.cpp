@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "dlrun/launcher/run_dir.hpp"
@@ -43,6 +44,12 @@ mode_t started_umask() {
   mode_t current = ::umask(022);
   ::umask(current);
   return current;
+}
+
+std::string started_umask_text() {
+  char text[8];
+  std::snprintf(text, sizeof text, "%03o", static_cast<unsigned>(started_umask()));
+  return text;
 }
 
 bool is_shared_home(const std::string& home) {

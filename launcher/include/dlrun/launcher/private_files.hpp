@@ -20,6 +20,8 @@ void keep_files_private(const Environment& env);
 
 // The umask dlrun was started with (the current one before keep_files_private()).
 mode_t started_umask();
+// The same as DLRUN_UMASK carries it: octal, "022".
+std::string started_umask_text();
 
 // `home` exists, is setgid and its group may write into it: a store shared on purpose
 // (a umask of 002 makes directories group-writable, never setgid).
