@@ -69,7 +69,7 @@ PolicyScore job_score(const PolicyJob& job, int gpus, int share, int job_index_b
   return {0, 0, box_cox(speedup, std::min(1.0, settings.fairness))};
 }
 
-PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const PolicySettings& settings) {
+PolicyConstraints policy_constraints(const std::vector<PolicyJob>& jobs, const PolicySettings& settings) {
   const int capacity = settings.capacity;
   if (capacity < 0) throw std::invalid_argument("capacity must be 0 or more");
   const int n = static_cast<int>(jobs.size());
@@ -86,29 +86,39 @@ PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const Polic
     if (pa != pb) return !pa;  // running jobs first: they are older than any waiting one
     return jobs[a].age_seconds > jobs[b].age_seconds;
   });
-  std::vector<int> age_index(n);
-  for (int i = 0; i < n; ++i) age_index[by_age[i]] = i;
+  PolicyConstraints out;
+  out.age_index.resize(n);
+  for (int i = 0; i < n; ++i) out.age_index[by_age[i]] = i;
 
   // What is spoken for before anyone can be made to start: fixed jobs and running MINs.
   int reserved = 0;
   for (const auto& job : jobs) {
-    auto allowed = allowed_gpus(job, false);
-    if (job.current > 0 || job.pinned) reserved += allowed.front();
+    if (job.current > 0 || job.pinned) reserved += allowed_gpus(job, false).front();
   }
   if (reserved > capacity) {
     throw std::invalid_argument(fmt::format("running jobs hold at least {} GPUs, more than the {} there are",
                                             reserved, capacity));
   }
   // Starving jobs, oldest first, must start while their MIN fits in what is left.
-  std::vector<bool> must_start(n, false);
+  out.must_start.assign(n, false);
   for (int i : by_age) {
     const auto& job = jobs[i];
+    const int least = allowed_gpus(job, true).front();
     if (job.current == 0 && !job.pinned && job.age_seconds >= settings.starvation_seconds &&
-        reserved + allowed_gpus(job, true).front() <= capacity) {
-      must_start[i] = true;
-      reserved += allowed_gpus(job, true).front();
+        reserved + least <= capacity) {
+      out.must_start[i] = true;
+      reserved += least;
     }
   }
+  return out;
+}
+
+PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const PolicySettings& settings) {
+  const int capacity = settings.capacity;
+  const int n = static_cast<int>(jobs.size());
+  const PolicyConstraints constraints = policy_constraints(jobs, settings);
+  const auto& age_index = constraints.age_index;
+  const auto& must_start = constraints.must_start;
 
   // DP over jobs: best[g] = the best score of the jobs so far using exactly g GPUs.
   std::vector<std::vector<int>> choice(n, std::vector<int>(capacity + 1, -1));

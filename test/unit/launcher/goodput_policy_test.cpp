@@ -3,7 +3,6 @@
 #include <cmath>
 #include <functional>
 #include <optional>
-#include <numeric>
 #include <random>
 #include <stdexcept>
 
@@ -37,30 +36,11 @@ PolicyJob pending(int64_t id, int min, int max, double waited, std::vector<doubl
 }
 
 // Every allocation the constraints allow, the best score: what the DP must find.
-PolicyScore brute_force(const std::vector<PolicyJob>& jobs, const PolicySettings& s, const PolicyDecision& dp) {
+PolicyScore brute_force(const std::vector<PolicyJob>& jobs, const PolicySettings& s) {
   const int n = static_cast<int>(jobs.size());
-  // The DP's ordering of ages and its starvation choice, recomputed the same documented way.
-  std::vector<int> by_age(n);
-  std::iota(by_age.begin(), by_age.end(), 0);
-  std::stable_sort(by_age.begin(), by_age.end(), [&](int a, int b) {
-    bool pa = jobs[a].current == 0, pb = jobs[b].current == 0;
-    if (pa != pb) return !pa;
-    return jobs[a].age_seconds > jobs[b].age_seconds;
-  });
-  std::vector<int> age_index(n);
-  for (int i = 0; i < n; ++i) age_index[by_age[i]] = i;
-  int reserved = 0;
-  for (const auto& j : jobs) {
-    if (j.current > 0 || j.pinned) reserved += allowed_gpus(j, false).front();
-  }
-  std::vector<bool> must(n, false);
-  for (int i : by_age) {
-    if (jobs[i].current == 0 && !jobs[i].pinned && jobs[i].age_seconds >= s.starvation_seconds &&
-        reserved + allowed_gpus(jobs[i], true).front() <= s.capacity) {
-      must[i] = true;
-      reserved += allowed_gpus(jobs[i], true).front();
-    }
-  }
+  const PolicyConstraints c = policy_constraints(jobs, s);
+  const auto& age_index = c.age_index;
+  const auto& must = c.must_start;
   std::optional<PolicyScore> best;
   std::function<void(int, int, PolicyScore)> go = [&](int i, int used, PolicyScore value) {
     if (i == n) {
@@ -75,7 +55,6 @@ PolicyScore brute_force(const std::vector<PolicyJob>& jobs, const PolicySettings
     }
   };
   go(0, 0, PolicyScore{});
-  (void)dp;
   return *best;
 }
 
@@ -108,7 +87,7 @@ TEST_SUITE("launcher::goodput_policy") {
       }
       CAPTURE(round);
       auto decision = decide_allocation(jobs, s);
-      const PolicyScore exact = brute_force(jobs, s, decision);
+      const PolicyScore exact = brute_force(jobs, s);
       CHECK(decision.score.waiting == exact.waiting);
       CHECK(decision.score.waiting_age == exact.waiting_age);
       CHECK(decision.score.utility == doctest::Approx(exact.utility).epsilon(1e-9));

@@ -69,6 +69,16 @@ PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const Polic
 PolicyScore job_score(const PolicyJob& job, int gpus, int fair_share, int job_index_by_age, int jobs,
                       const PolicySettings& settings);
 
+// What decide_allocation() works out before its search (tests enumerate with it): each job's
+// age rank (0 = the oldest; running jobs count as older than waiting ones) and whether it
+// must start (waited past starvation_seconds, and its MIN fits, oldest first). Throws
+// std::invalid_argument as decide_allocation() does.
+struct PolicyConstraints {
+  std::vector<int> age_index;
+  std::vector<bool> must_start;
+};
+PolicyConstraints policy_constraints(const std::vector<PolicyJob>& jobs, const PolicySettings& settings);
+
 // The GPU counts `job` may have next (ascending).
 std::vector<int> allowed_gpus(const PolicyJob& job, bool must_start);
 
