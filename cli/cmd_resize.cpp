@@ -5,19 +5,34 @@
 
 #include "commands.hpp"
 #include "dlrun/launcher/job_resize.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/text.hpp"
+
+#include <fmt/format.h>
 
 namespace dlrun::cli {
 namespace {
 
 struct ResizeArgs {
   std::string job;
-  int ranks = 0;
+  std::string ranks;
 };
 
 int run_resize(const ResizeArgs& args) {
-  launcher::resize_job(launcher::parse_job_ref(args.job), args.ranks, launcher::current_environment());
-  std::cout << "Job " << args.job << " now runs " << args.ranks << (args.ranks == 1 ? " rank\n" : " ranks\n");
+  std::optional<int> ranks;
+  if (args.ranks != "auto") {
+    ranks = launcher::parse_int(args.ranks);
+    if (!ranks) {
+      throw ConfigError(fmt::format("RANKS: expected a number of ranks or 'auto', not '{}'", args.ranks));
+    }
+  }
+  launcher::resize_job(launcher::parse_job_ref(args.job), ranks, launcher::current_environment());
+  if (!ranks) {
+    std::cout << "Job " << args.job << " is sized by the goodput scheduler again\n";
+  } else {
+    std::cout << "Job " << args.job << " now runs " << *ranks << (*ranks == 1 ? " rank\n" : " ranks\n");
+  }
   return 0;
 }
 
@@ -31,7 +46,10 @@ Command add_resize_command(CLI::App& dlrun) {
       "checkpoint, stop at the same step, and restart with the new count");
   app->add_option("JOB", args->job, "A submitted job's id, or the id dlrun local printed ('dlrun: job ID')")
       ->required();
-  app->add_option("RANKS", args->ranks, "The new number of ranks, within the job's MIN:MAX")->required();
+  app->add_option("RANKS", args->ranks,
+                  "The new number of ranks, within the job's MIN:MAX. A submitted job the goodput scheduler "
+                  "sizes keeps it until 'dlrun resize JOB auto' hands it back to the scheduler")
+      ->required();
   return {app, [args](const Trailing&) { return run_resize(*args); }};
 }
 

@@ -38,6 +38,7 @@ Command add_logs_command(CLI::App& dlrun);
 Command add_cancel_command(CLI::App& dlrun);
 Command add_resize_command(CLI::App& dlrun);
 Command add_supervise_command(CLI::App& dlrun);
+Command add_schedule_command(CLI::App& dlrun);
 
 // The "Usage:" line CLI11 cannot derive for commands that end in a program to run.
 void set_usage(const CLI::App* app, std::string usage);

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   commands.push_back(dlrun::cli::add_resize_command(app));
   commands.push_back(dlrun::cli::add_init_command(app));
   commands.push_back(dlrun::cli::add_supervise_command(app));
+  commands.push_back(dlrun::cli::add_schedule_command(app));
 
   // Cut the command line at the first "--": CLI11 sees only what comes before it.
   dlrun::cli::Trailing trailing;

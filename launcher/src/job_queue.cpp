@@ -76,6 +76,7 @@ ResourceRequest request_of(const JobSpec& spec) {
   request.min_ranks = range.min;
   request.max_ranks = range.max;
   request.gpu_ids = spec.gpu_ids;
+  request.goodput = spec.policy == SharePolicy::goodput;
   return request;
 }
 
@@ -263,8 +264,8 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
   }
 }
 
-std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, const std::string& environment_blob,
-                                       const std::string* job_bytes) {
+std::string JobQueue::spawn_detached(const std::vector<std::string>& args, const std::string& environment_blob,
+                                     const std::string* job_bytes) {
   std::string exe = self_executable();
   Environment env = decode_environment(environment_blob);
   env.erase(env::k_supervisor_id);  // a store from before job_environment() dropped it
@@ -276,7 +277,7 @@ std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, con
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> words = {"dlrun", "_supervise"};
+  std::vector<std::string> words = {"dlrun"};
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& w : words) argv.push_back(w.data());
@@ -292,13 +293,13 @@ std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, con
   if (job_bytes && (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)) {
     int e = errno;
     close_pipes();
-    throw SpawnError(fmt::format("cannot start a job's supervisor: pipe: {}", std::strerror(e)));
+    throw SpawnError(fmt::format("cannot start dlrun {}: pipe: {}", args.front(), std::strerror(e)));
   }
   pid_t child = ::fork();
   if (child < 0) {
     int e = errno;
     close_pipes();
-    throw SpawnError(fmt::format("cannot start a job's supervisor: fork: {}", std::strerror(e)));
+    throw SpawnError(fmt::format("cannot start dlrun {}: fork: {}", args.front(), std::strerror(e)));
   }
   if (child == 0) {
     // Double fork: the supervisor is nobody's child and leads its own session, so neither
@@ -332,12 +333,12 @@ std::string JobQueue::spawn_supervisor(const std::vector<std::string>& args, con
 }
 
 void JobQueue::start_supervisor(int64_t id, const std::string& environment_blob) {
-  spawn_supervisor({std::to_string(id)}, environment_blob, nullptr);
+  spawn_detached({"_supervise", std::to_string(id)}, environment_blob, nullptr);
 }
 
 int64_t JobQueue::start_supervised(const NewJob& job) {
   const std::string bytes = encode_new_job(job);
-  std::string answer = spawn_supervisor({"--new"}, job.environment, &bytes);
+  std::string answer = spawn_detached({"_supervise", "--new"}, job.environment, &bytes);
   auto id = parse_int(trim(answer));
   if (!id) {
     throw SpawnError(fmt::format("the job's supervisor did not record it{}",
@@ -369,6 +370,16 @@ void JobQueue::sweep() {
   for (int64_t id : orphans.pending_without_supervisor) {
     auto job = m_store.get(id);
     if (job) start_supervisor(id, job->submitted.environment);
+  }
+  if (m_store.has_active_goodput_jobs()) ensure_scheduler();
+}
+
+void JobQueue::ensure_scheduler() {
+  if (m_store.scheduler_lease_holder()) return;
+  try {
+    spawn_detached({"_schedule"}, encode_environment(m_env), nullptr);
+  } catch (const Error& e) {
+    log::warn("{} (the goodput scheduler; the next dlrun command tries again)", e.what());
   }
 }
 

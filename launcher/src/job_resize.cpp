@@ -1,10 +1,12 @@
 #include "dlrun/launcher/job_resize.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
-#include "dlrun/launcher/resize.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -17,46 +19,94 @@ void throw_if_error(const std::string& answer, const std::string& job) {
 }
 
 // A job started with dlrun local: its run directory's job.json names its supervisor.
-void resize_local_run(const std::string& job, int ranks, const Environment& env, double timeout) {
+void resize_local_run(const std::string& job, std::optional<int> ranks, const Environment& env, double timeout) {
   const std::string run_dir = fmt::format("{}/runs/{}", dlrun_home(env), job);
   auto record = read_run_record(run_dir);
   if (!record) {
     throw ConfigError(fmt::format("no job {} (neither a submitted job nor a dlrun local run in {}/runs)", job,
                                   dlrun_home(env)));
   }
+  if (!ranks) throw ConfigError(fmt::format("job {}: 'auto' is for submitted jobs the goodput scheduler sizes", job));
   if (record->state != "running" || record->dlrun_pid <= 0) throw ConfigError(fmt::format("job {} is not running", job));
-  throw_if_error(request_resize(run_dir, static_cast<int>(record->dlrun_pid), {ranks, {}}, timeout), job);
+  throw_if_error(request_resize(run_dir, static_cast<int>(record->dlrun_pid), {*ranks, {}}, timeout), job);
 }
 
-void resize_submitted(JobQueue& queue, int64_t id, int ranks, double timeout) {
+void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, double timeout) {
   auto job = queue.store().get(id);
   check_owner(*job, "resize");
+  const auto& request = job->submitted.request;
+  if (!ranks) {
+    if (!request.goodput) {
+      throw ConfigError(fmt::format("job {}: 'auto' is for jobs the goodput scheduler sizes; this one has "
+                                    "policy = \"fifo\"",
+                                    id));
+    }
+    if (is_terminal(job->state)) throw ConfigError(fmt::format("job {} has ended ({})", id, to_string(job->state)));
+    queue.store().set_pinned(id, 0);
+    queue.ensure_scheduler();
+    return;
+  }
   if (job->state != JobState::running) {
     throw ConfigError(fmt::format("job {} is {}, not RUNNING", id, to_string(job->state)));
   }
-  const auto& request = job->submitted.request;
-  if (auto why = check_resize(ranks, request.min_ranks, request.max_ranks); !why.empty()) {
+  if (auto why = check_resize(*ranks, request.min_ranks, request.max_ranks); !why.empty()) {
     throw ConfigError(fmt::format("job {}: {}", id, why));
   }
-  Allocation before = job->allocation;
-  auto after = queue.store().resize_allocation(id, ranks, queue.capacity());
-  if (!after) {
-    throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now", id,
-                                  request.uses_gpus ? "GPUs" : "CPU slots", ranks));
+  // A job just started (by the scheduler or its turn) may not have its run directory yet:
+  // its supervisor writes job.json once it listens.
+  for (int i = 0; i < 200 && !read_run_record(job->run_dir); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  if (!read_run_record(job->run_dir)) throw ConfigError(fmt::format("job {} is still starting; try again", id));
+  auto step = begin_resize(queue, *job, *ranks, "resize");
+  if (!step) {
+    throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now", id,
+                                  request.uses_gpus ? "GPUs" : "CPU slots", *ranks));
+  }
+  std::string answer;
   try {
-    throw_if_error(request_resize(job->run_dir, job->supervisor.pid, {ranks, after->gpu_ids}, timeout),
-                   std::to_string(id));
+    answer = request_resize(step->run_dir, step->supervisor_pid, step->request(), timeout);
   } catch (...) {
-    queue.store().restore_allocation(id, before);
+    end_resize(queue, *step, "", "resize");
     throw;
   }
+  end_resize(queue, *step, answer, "resize");
+  throw_if_error(answer, std::to_string(id));
+  // The user's size holds until `dlrun resize JOB auto`: the scheduler does not undo it.
+  if (request.goodput) queue.store().set_pinned(id, *ranks);
 }
 
 }  // namespace
 
-void resize_job(const JobRef& job, int ranks, const Environment& env, double answer_timeout) {
-  if (ranks < 1) throw ConfigError(fmt::format("resize to {} ranks: must be at least 1", ranks));
+std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, int ranks, const std::string& cause) {
+  ResizeStep step;
+  step.id = job.id;
+  step.run_dir = job.run_dir;
+  step.supervisor_pid = job.supervisor.pid;
+  step.before = job.allocation;
+  step.grow = ranks > job.allocation.ranks;
+  if (step.grow) {
+    auto after = queue.store().resize_allocation(job.id, ranks, queue.capacity(), cause);
+    if (!after) return std::nullopt;
+    step.after = *after;
+    return step;
+  }
+  step.after.ranks = ranks;
+  if (!job.allocation.gpu_ids.empty()) {
+    step.after.gpu_ids.assign(job.allocation.gpu_ids.begin(),
+                              job.allocation.gpu_ids.begin() + std::min<size_t>(ranks, job.allocation.gpu_ids.size()));
+  }
+  return step;
+}
+
+void end_resize(JobQueue& queue, const ResizeStep& step, const std::string& answer, const std::string& cause) {
+  const bool ok = answer.rfind("ok", 0) == 0;
+  if (step.grow && !ok) queue.store().set_allocation(step.id, step.before, "undo");
+  if (!step.grow && ok && step.after.ranks != step.before.ranks) queue.store().set_allocation(step.id, step.after, cause);
+}
+
+void resize_job(const JobRef& job, std::optional<int> ranks, const Environment& env, double answer_timeout) {
+  if (ranks && *ranks < 1) throw ConfigError(fmt::format("resize to {} ranks: must be at least 1", *ranks));
   if (job.number) {
     JobQueue queue(env);
     if (!queue.store().get(*job.number)) {

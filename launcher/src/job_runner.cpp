@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -27,6 +28,7 @@ namespace dlrun::launcher {
 namespace {
 
 constexpr int k_sweep_every = 10;  // polls between sweeps of the queue
+constexpr auto k_scheduler_check = std::chrono::seconds(5);  // a running goodput job: is a scheduler alive?
 
 sigset_t stop_signals() {
   sigset_t set;
@@ -35,13 +37,20 @@ sigset_t stop_signals() {
   return set;
 }
 
-// Waits for the job's turn. False when it was cancelled (or ended) meanwhile.
+// Waits for the job's turn. False when it was cancelled (or ended) meanwhile. A goodput job
+// is started by the scheduler (its state turns RUNNING, with the GPUs it chose); any other
+// starts itself, in order (try_start).
 bool wait_for_resources(JobQueue& queue, int64_t id, const Capacity& capacity) {
   const sigset_t stop = stop_signals();
   for (int poll = 0;; ++poll) {
     auto job = queue.store().get(id);
     if (!job || is_terminal(job->state)) return false;
-    if (queue.store().try_start(id, capacity, queue.run_dir(id))) return true;
+    if (job->submitted.request.goodput) {
+      if (job->state != JobState::pending) return true;
+      if (poll % k_sweep_every == 0) queue.ensure_scheduler();
+    } else if (queue.store().try_start(id, capacity, queue.run_dir(id))) {
+      return true;
+    }
     if (poll % k_sweep_every == k_sweep_every - 1) queue.sweep();
     timespec timeout{0, 100 * 1000 * 1000};
     int sig = ::sigtimedwait(&stop, nullptr, &timeout);
@@ -104,8 +113,10 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
 }  // namespace
 
 int run_submitted_job(int64_t id, const Environment& env) {
-  // Until the Supervisor's handlers exist, stop signals wait (they mean "cancel").
+  // Until the Supervisor's handlers exist, stop signals wait (they mean "cancel"), and so
+  // does a resize request (its default action would end this process).
   sigset_t stop = stop_signals();
+  sigaddset(&stop, signals::k_resize_request);
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
 
   JobQueue queue(env);
@@ -137,11 +148,22 @@ int run_submitted_job(int64_t id, const Environment& env) {
     job.on_restart = [&store, id](int restarts) { store.set_restarts(id, restarts); };
     job.on_rescale = [&store, id](bool rescaling) { store.set_rescaling(id, rescaling); };
     Supervisor supervisor(job);
-    int code = supervisor.run();
+    const bool goodput = record->submitted.request.goodput;
+    supervisor.begin();
+    // A goodput job keeps a scheduler alive while it runs (one killed is replaced).
+    auto next_check = std::chrono::steady_clock::now() + k_scheduler_check;
+    while (supervisor.poll_once(std::chrono::milliseconds(500))) {
+      if (!goodput || std::chrono::steady_clock::now() < next_check) continue;
+      next_check = std::chrono::steady_clock::now() + k_scheduler_check;
+      queue.ensure_scheduler();
+    }
+    supervisor.end();
+    const int code = supervisor.exit_code();
     JobState state = code == 0                   ? JobState::succeeded
                      : supervisor.stop_signal()  ? JobState::cancelled
                                                  : JobState::failed;
     store.finish(id, state, code, supervisor.summary());
+    if (goodput || store.has_active_goodput_jobs()) queue.ensure_scheduler();  // its GPUs go to others
     return code;
   } catch (const Error& e) {
     log::error("{}", e.what());

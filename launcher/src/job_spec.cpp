@@ -22,10 +22,11 @@ const std::vector<std::string> k_top_keys = {"name", "command", "workdir", "env"
                                              "max_restarts", "grace", "watchdog",
                                              "checkpoint_dir", "log_dir", "scheduler"};
 const std::vector<std::string> k_resource_keys = {"nproc", "gpus"};
-const std::vector<std::string> k_scheduler_keys = {"kind", "hosts", "hostfile", "gpu", "ssh_config", "partition",
+const std::vector<std::string> k_scheduler_keys = {"kind", "policy", "hosts", "hostfile", "gpu", "ssh_config", "partition",
                                                    "nodes", "ranks_per_node", "gpus_per_node", "time_limit",
                                                    "account", "sbatch_options"};
 const std::vector<std::string> k_scheduler_kinds = {"local", "slurm", "ssh"};
+const std::vector<std::string> k_policies = {"goodput", "fifo"};
 
 bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
 
@@ -323,6 +324,7 @@ void parse_env(Checker& check, const toml::node* node, JobSpec& spec) {
 
 // The keys each scheduler kind accepts in [scheduler], besides `kind`.
 const std::vector<std::pair<std::string, std::vector<std::string>>> k_kind_keys = {
+    {"local", {"policy"}},
     {"ssh", {"hosts", "hostfile", "gpu", "ssh_config"}},
     {"slurm", {"partition", "nodes", "ranks_per_node", "gpus_per_node", "time_limit", "account", "sbatch_options"}},
 };
@@ -400,6 +402,36 @@ void parse_scheduler(Checker& check, const toml::node* node, JobSpec& spec, cons
   }
   parse_ssh_keys(check, *table, spec);
   parse_slurm_keys(check, *table, spec);
+  if (auto policy = check.string(table->get("policy"), "policy", k_max_name_bytes)) {
+    if (std::find(k_policies.begin(), k_policies.end(), *policy) == k_policies.end()) {
+      auto hint = closest_match(*policy, k_policies);
+      check.error(table->get("policy")->source(),
+                  fmt::format("unknown policy '{}'{}", *policy,
+                              hint ? fmt::format(" (did you mean '{}'?)", *hint) : " (goodput or fifo)"));
+    } else {
+      spec.policy = *policy == "goodput" ? SharePolicy::goodput : SharePolicy::fifo;
+    }
+  }
+}
+
+// The goodput scheduler sizes GPU jobs that let it choose their GPUs: elastic ones by
+// default, rigid ones when asked (it then only starts them). Checked after [resources].
+void settle_policy(Checker& check, const toml::node* scheduler, JobSpec& spec) {
+  const toml::node* asked = nullptr;
+  if (scheduler && scheduler->as_table()) asked = scheduler->as_table()->get("policy");
+  if (!asked) {
+    spec.policy = spec.scheduler == "local" && spec.gpus && spec.gpus->elastic() && spec.gpu_ids.empty()
+                      ? SharePolicy::goodput
+                      : SharePolicy::fifo;
+    return;
+  }
+  if (spec.policy != SharePolicy::goodput || spec.scheduler != "local") return;
+  if (!spec.gpus && spec.nproc) {
+    check.error(asked->source(), "policy = \"goodput\" shares GPUs: give [resources] gpus (CPU jobs are queued in "
+                                 "order, policy = \"fifo\")");
+  } else if (!spec.gpu_ids.empty()) {
+    check.error(asked->source(), "policy = \"goodput\" chooses the GPUs: give gpus = N or \"MIN:MAX\", not a list");
+  }
 }
 
 }  // namespace
@@ -453,6 +485,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
                     : "with [scheduler] kind = \"slurm\" the ranks come from nodes and ranks_per_node (or "
                       "gpus_per_node) in [scheduler]: remove [resources]");
   }
+  settle_policy(check, root.get("scheduler"), spec);
   if (auto v = check.integer(root.get("max_restarts"), "max_restarts", 0, 1000000)) spec.max_restarts = *v;
   if (auto v = check.duration(root.get("grace"), "grace")) spec.grace = *v;
   if (auto v = check.duration(root.get("watchdog"), "watchdog")) spec.watchdog = *v;

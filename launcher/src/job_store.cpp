@@ -12,6 +12,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "job_store_statement.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -43,15 +44,40 @@ CREATE TABLE IF NOT EXISTS jobs (
   run_dir          TEXT NOT NULL DEFAULT '',
   supervisor_pid   INTEGER NOT NULL DEFAULT 0,
   supervisor_start INTEGER NOT NULL DEFAULT 0,
-  owner_uid        INTEGER NOT NULL DEFAULT -1
+  owner_uid        INTEGER NOT NULL DEFAULT -1,
+  policy           TEXT NOT NULL DEFAULT 'fifo',
+  pinned           INTEGER NOT NULL DEFAULT 0,
+  resized_at       REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+CREATE TABLE IF NOT EXISTS allocations (
+  seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+  job              INTEGER NOT NULL,
+  at               REAL NOT NULL,
+  ranks            INTEGER NOT NULL,
+  gpu_ids          TEXT NOT NULL,
+  cause            TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS scheduler_lease (
+  one              INTEGER PRIMARY KEY CHECK (one = 1),
+  pid              INTEGER NOT NULL,
+  start            INTEGER NOT NULL,
+  since            REAL NOT NULL
+);
 )sql";
 
 constexpr const char* k_columns =
     "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
     "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
-    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid";
+    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid, policy, pinned, resized_at";
+
+// Columns later versions added, with what rows from before them hold.
+constexpr std::pair<const char*, const char*> k_added_columns[] = {
+    {"owner_uid", "INTEGER NOT NULL DEFAULT -1"},  // unknown owner
+    {"policy", "TEXT NOT NULL DEFAULT 'fifo'"},    // queued in order, as then
+    {"pinned", "INTEGER NOT NULL DEFAULT 0"},
+    {"resized_at", "REAL NOT NULL DEFAULT 0"},
+};
 
 // The same columns for a listing: the job file's text, its directory and the environment
 // (kilobytes a job) are left empty, in their places, so read_row() reads both.
@@ -64,17 +90,6 @@ const std::string& list_columns() {
     return c;
   }();
   return columns;
-}
-
-std::string join(const std::vector<std::string>& ids) {
-  std::string out;
-  for (const auto& id : ids) out += (out.empty() ? "" : ",") + id;
-  return out;
-}
-
-std::vector<std::string> split_ids(const std::string& text) {
-  if (text.empty()) return {};
-  return split(text, ',');
 }
 
 }  // namespace
@@ -107,50 +122,6 @@ std::optional<JobState> parse_job_state(const std::string& text) {
 bool is_terminal(JobState state) {
   return state == JobState::succeeded || state == JobState::failed || state == JobState::cancelled;
 }
-
-// A prepared statement; binds by position, steps, finalises on destruction.
-class JobStore::Statement {
- public:
-  Statement(sqlite3* db, const std::string& sql) : m_db(db) {
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &m_stmt, nullptr) != SQLITE_OK) {
-      throw Error(fmt::format("job store: {} (in: {})", sqlite3_errmsg(db), sql));
-    }
-  }
-  ~Statement() { sqlite3_finalize(m_stmt); }
-  Statement& bind(int i, int64_t v) { check(sqlite3_bind_int64(m_stmt, i, v)); return *this; }
-  Statement& bind(int i, int v) { return bind(i, static_cast<int64_t>(v)); }
-  Statement& bind(int i, double v) { check(sqlite3_bind_double(m_stmt, i, v)); return *this; }
-  Statement& bind(int i, const std::string& v) {
-    check(sqlite3_bind_text(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
-    return *this;
-  }
-  Statement& bind_blob(int i, const std::string& v) {
-    check(sqlite3_bind_blob(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
-    return *this;
-  }
-  Statement& bind_null(int i) { check(sqlite3_bind_null(m_stmt, i)); return *this; }
-  // True while there is a row.
-  bool step() {
-    int rc = sqlite3_step(m_stmt);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw Error(fmt::format("job store: {}", sqlite3_errmsg(m_db)));
-  }
-  int64_t int64(int col) { return sqlite3_column_int64(m_stmt, col); }
-  double real(int col) { return sqlite3_column_double(m_stmt, col); }
-  bool is_null(int col) { return sqlite3_column_type(m_stmt, col) == SQLITE_NULL; }
-  std::string text(int col) {
-    auto p = reinterpret_cast<const char*>(sqlite3_column_blob(m_stmt, col));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(m_stmt, col))) : std::string();
-  }
-
- private:
-  void check(int rc) {
-    if (rc != SQLITE_OK) throw Error(fmt::format("job store: {}", sqlite3_errmsg(m_db)));
-  }
-  sqlite3* m_db;
-  sqlite3_stmt* m_stmt = nullptr;
-};
 
 JobStore::JobStore(const std::string& path) : m_path(path) {
   if (sqlite3_open_v2(path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
@@ -195,14 +166,16 @@ int JobStore::open_schema(std::string& error) {
     if (int rc = run(sql); rc != SQLITE_OK) return rc;
   }
   int rc = run(k_schema);
-  // A store made before jobs had owners: their jobs' owner is unknown (-1).
-  if (rc == SQLITE_OK) {
-    sqlite3_stmt* has_owner = nullptr;
-    rc = sqlite3_prepare_v2(m_db, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'owner_uid'", -1,
-                            &has_owner, nullptr) & 0xff;
-    bool missing = rc == SQLITE_OK && sqlite3_step(has_owner) == SQLITE_ROW && sqlite3_column_int(has_owner, 0) == 0;
-    sqlite3_finalize(has_owner);
-    if (missing) rc = run("ALTER TABLE jobs ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT -1");
+  // A store made by an earlier version: its missing columns are added.
+  for (const auto& [column, type] : k_added_columns) {
+    if (rc != SQLITE_OK) break;
+    sqlite3_stmt* has = nullptr;
+    rc = sqlite3_prepare_v2(m_db, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = ?", -1, &has,
+                            nullptr) & 0xff;
+    if (rc == SQLITE_OK) sqlite3_bind_text(has, 1, column, -1, SQLITE_STATIC);
+    bool missing = rc == SQLITE_OK && sqlite3_step(has) == SQLITE_ROW && sqlite3_column_int(has, 0) == 0;
+    sqlite3_finalize(has);
+    if (missing) rc = run(fmt::format("ALTER TABLE jobs ADD COLUMN {} {}", column, type).c_str());
   }
   if (rc == SQLITE_OK) rc = run("COMMIT");
   if (rc != SQLITE_OK) rollback();
@@ -229,13 +202,14 @@ int64_t JobStore::submit(const NewJob& job, const ProcessIdentity& supervisor) {
   Statement insert(m_db,
                    "INSERT INTO jobs (name, state, spec_text, spec_path, base_dir, environment, uses_gpus, "
                    "min_ranks, max_ranks, gpu_request, submitted_at, remote, slurm, owner_uid, supervisor_pid, "
-                   "supervisor_start) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                   "supervisor_start, policy) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   insert.bind(1, job.name).bind(2, to_string(JobState::pending)).bind(3, job.spec_text).bind(4, job.spec_path)
       .bind(5, job.base_dir).bind_blob(6, job.environment).bind(7, job.request.uses_gpus ? 1 : 0)
       .bind(8, job.request.min_ranks).bind(9, job.request.max_ranks).bind(10, join(job.request.gpu_ids))
       .bind(11, now_seconds()).bind(12, job.request.remote ? 1 : 0).bind(13, job.slurm ? 1 : 0)
       .bind(14, static_cast<int64_t>(job.owner_uid)).bind(15, static_cast<int64_t>(supervisor.pid))
-      .bind(16, static_cast<int64_t>(supervisor.start_time));
+      .bind(16, static_cast<int64_t>(supervisor.start_time))
+      .bind(17, std::string(job.request.goodput ? "goodput" : "fifo"));
   insert.step();
   return sqlite3_last_insert_rowid(m_db);
 }
@@ -268,6 +242,9 @@ JobRecord JobStore::read_row(Statement& s) {
   r.submitted.slurm = s.int64(23) != 0;
   r.slurm_id = s.int64(24);
   r.submitted.owner_uid = static_cast<int>(s.int64(25));
+  r.submitted.request.goodput = s.text(26) == "goodput";
+  r.pinned = static_cast<int>(s.int64(27));
+  r.resized_at = s.real(28);
   return r;
 }
 
@@ -340,11 +317,7 @@ std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capaci
     auto job = get(id);
     auto allocation = fit(job->submitted.request, capacity, usage_locked());
     if (allocation) {
-      Statement s(m_db, "UPDATE jobs SET state = 'RUNNING', ranks = ?, gpu_ids = ?, started_at = ?, run_dir = ? "
-                        "WHERE id = ?");
-      s.bind(1, allocation->ranks).bind(2, join(allocation->gpu_ids)).bind(3, now_seconds()).bind(4, run_dir)
-          .bind(5, id);
-      s.step();
+      start_locked(id, *allocation, run_dir);
     }
     commit();
     return allocation;
@@ -366,7 +339,8 @@ void JobStore::set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run
   s.step();
 }
 
-std::optional<Allocation> JobStore::resize_allocation(int64_t id, int world, const Capacity& capacity) {
+std::optional<Allocation> JobStore::resize_allocation(int64_t id, int world, const Capacity& capacity,
+                                                     const std::string& cause) {
   begin_immediate();
   try {
     auto job = get(id);
@@ -398,7 +372,7 @@ std::optional<Allocation> JobStore::resize_allocation(int64_t id, int world, con
     } else {
       allocation = fit(request, capacity, usage);
     }
-    if (allocation) restore_allocation(id, *allocation);
+    if (allocation) write_allocation_locked(id, *allocation, cause);
     commit();
     return allocation;
   } catch (...) {
@@ -407,10 +381,15 @@ std::optional<Allocation> JobStore::resize_allocation(int64_t id, int world, con
   }
 }
 
-void JobStore::restore_allocation(int64_t id, const Allocation& allocation) {
-  Statement s(m_db, "UPDATE jobs SET ranks = ?, gpu_ids = ? WHERE id = ?");
-  s.bind(1, allocation.ranks).bind(2, join(allocation.gpu_ids)).bind(3, id);
-  s.step();
+void JobStore::set_allocation(int64_t id, const Allocation& allocation, const std::string& cause) {
+  begin_immediate();
+  try {
+    write_allocation_locked(id, allocation, cause);
+    commit();
+  } catch (...) {
+    rollback();
+    throw;
+  }
 }
 
 void JobStore::set_rescaling(int64_t id, bool rescaling) {
@@ -427,12 +406,20 @@ void JobStore::mark_running(int64_t id) {
 }
 
 void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason) {
-  Statement s(m_db, "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, ended_at = ? WHERE id = ? "
-                    "AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')");
-  s.bind(1, to_string(state));
-  if (exit_code) s.bind(2, *exit_code); else s.bind_null(2);
-  s.bind(3, reason).bind(4, now_seconds()).bind(5, id);
-  s.step();
+  begin_immediate();
+  try {
+    record_release_locked(id);
+    Statement s(m_db, "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, ended_at = ? WHERE id = ? "
+                      "AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')");
+    s.bind(1, to_string(state));
+    if (exit_code) s.bind(2, *exit_code); else s.bind_null(2);
+    s.bind(3, reason).bind(4, now_seconds()).bind(5, id);
+    s.step();
+    commit();
+  } catch (...) {
+    rollback();
+    throw;
+  }
 }
 
 bool JobStore::cancel_pending(int64_t id, const std::string& reason) {

@@ -10,7 +10,7 @@
 namespace dlrun::launcher {
 namespace {
 
-constexpr std::string_view k_magic = "dlrun-job-1";
+constexpr std::string_view k_magic = "dlrun-job-2";
 constexpr std::string_view k_end = "end";
 
 void put(std::string& out, std::string_view field) {
@@ -44,7 +44,8 @@ std::string encode_new_job(const NewJob& job) {
   for (const auto& id : r.gpu_ids) ids += (ids.empty() ? "" : ",") + id;
   for (const std::string& field :
        {std::to_string(r.uses_gpus), std::to_string(r.min_ranks), std::to_string(r.max_ranks), ids,
-        std::to_string(r.remote), std::to_string(job.slurm), std::to_string(job.owner_uid)}) {
+        std::to_string(r.remote), std::to_string(job.slurm), std::to_string(job.owner_uid),
+        std::to_string(r.goodput)}) {
     put(out, field);
   }
   put(out, k_end);
@@ -58,7 +59,7 @@ std::optional<NewJob> decode_new_job(std::string_view in) {
     if (!field) return std::nullopt;
     fields.push_back(*field);
   }
-  if (fields.size() != 14 || fields.front() != k_magic || fields.back() != k_end) return std::nullopt;
+  if (fields.size() != 15 || fields.front() != k_magic || fields.back() != k_end) return std::nullopt;
   NewJob job;
   job.name = fields[1];
   job.spec_text = fields[2];
@@ -67,8 +68,8 @@ std::optional<NewJob> decode_new_job(std::string_view in) {
   job.environment = fields[5];
   auto number = [&](size_t i) { return parse_int(fields[i]); };
   auto uses_gpus = number(6), min = number(7), max = number(8), remote = number(10), slurm = number(11),
-       owner = number(12);
-  if (!uses_gpus || !min || !max || !remote || !slurm || !owner) return std::nullopt;
+       owner = number(12), goodput = number(13);
+  if (!uses_gpus || !min || !max || !remote || !slurm || !owner || !goodput) return std::nullopt;
   job.request.uses_gpus = *uses_gpus != 0;
   job.request.min_ranks = *min;
   job.request.max_ranks = *max;
@@ -78,6 +79,7 @@ std::optional<NewJob> decode_new_job(std::string_view in) {
   job.request.remote = *remote != 0;
   job.slurm = *slurm != 0;
   job.owner_uid = *owner;
+  job.request.goodput = *goodput != 0;
   return job;
 }
 

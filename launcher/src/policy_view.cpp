@@ -1,15 +1,18 @@
 #include "dlrun/launcher/policy_view.hpp"
 
+#include <unistd.h>
+
 #include <stdexcept>
 
 #include "dlrun/launcher/fd_io.hpp"
+#include "dlrun/protocol.hpp"
 #include "goodput/goodput_model.hpp"
 
 namespace dlrun::launcher {
 
 std::vector<double> published_goodput(const std::string& run_dir, int max_gpus) {
   if (run_dir.empty()) return {};
-  auto text = read_file(run_dir + "/goodput-model.json");
+  auto text = read_file(run_dir + "/" + run_files::k_goodput_model);
   if (!text) return {};
   auto model = runtime::parse_goodput_model(*text);
   if (!model) return {};
@@ -18,35 +21,46 @@ std::vector<double> published_goodput(const std::string& run_dir, int max_gpus) 
   return goodput;
 }
 
-std::map<int64_t, PolicyView> policy_view(const std::vector<JobRecord>& jobs, int gpu_capacity, double now,
-                                          PolicySettings settings) {
-  std::map<int64_t, PolicyView> view;
-  if (gpu_capacity <= 0) return view;
-  std::vector<PolicyJob> input;
-  std::vector<int64_t> ids;
+bool handles_stop(const std::string& run_dir) {
+  return !run_dir.empty() && ::access((run_dir + "/" + run_files::k_handles_stop).c_str(), F_OK) == 0;
+}
+
+PolicyInput policy_input(const std::vector<JobRecord>& jobs, double now) {
+  PolicyInput input;
   for (const auto& job : jobs) {
     const auto& request = job.submitted.request;
-    const bool active = job.state == JobState::pending || job.state == JobState::running ||
-                        job.state == JobState::rescaling;
+    const bool pending = job.state == JobState::pending;
+    const bool active = pending || job.state == JobState::running || job.state == JobState::rescaling;
     if (!active || !request.uses_gpus || request.remote || job.submitted.slurm) continue;
     PolicyJob p;
     p.id = job.id;
     p.min_gpus = std::max(1, request.min_ranks);
     p.max_gpus = std::max(p.min_gpus, request.max_ranks);
-    p.elastic = p.min_gpus < p.max_gpus;
-    p.current = job.state == JobState::pending ? 0 : std::max(0, job.allocation.ranks);
-    const double since = job.state == JobState::pending ? job.submitted_at : job.started_at;
+    if (pending && !request.goodput) p.max_gpus = p.min_gpus;
+    p.current = pending ? 0 : std::max(0, job.allocation.ranks);
+    const double since = pending ? job.submitted_at : job.sized_since();
     p.age_seconds = since > 0 ? std::max(0.0, now - since) : 0;
-    if (p.current > 0) p.goodput = published_goodput(job.run_dir, p.max_gpus);
-    input.push_back(std::move(p));
-    ids.push_back(job.id);
+    p.elastic = p.min_gpus < p.max_gpus &&
+                (pending || (request.goodput && job.state == JobState::running && handles_stop(job.run_dir)));
+    if (job.pinned > 0 && request.goodput && !pending) p.pinned = p.current;
+    if (!pending) p.goodput = published_goodput(job.run_dir, p.max_gpus);
+    input.jobs.push_back(std::move(p));
+    input.records.push_back(&job);
   }
-  if (input.empty()) return view;
+  return input;
+}
+
+std::map<int64_t, PolicyView> policy_view(const std::vector<JobRecord>& jobs, int gpu_capacity, double now,
+                                          PolicySettings settings) {
+  std::map<int64_t, PolicyView> view;
+  if (gpu_capacity <= 0) return view;
+  const PolicyInput input = policy_input(jobs, now);
+  if (input.jobs.empty()) return view;
   settings.capacity = gpu_capacity;
   try {
-    auto decision = decide_allocation(input, settings);
-    for (size_t i = 0; i < input.size(); ++i) {
-      view[ids[i]] = {decision.gpus[i], decision.speedup[i], !input[i].goodput.empty()};
+    auto decision = decide_allocation(input.jobs, settings);
+    for (size_t i = 0; i < input.jobs.size(); ++i) {
+      view[input.jobs[i].id] = {decision.gpus[i], decision.speedup[i], !input.jobs[i].goodput.empty()};
     }
   } catch (const std::invalid_argument&) {
     // A queue the policy cannot describe (e.g. more GPUs held than the machine has now):

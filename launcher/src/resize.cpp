@@ -95,6 +95,10 @@ std::string request_resize(const std::string& run_dir, int pid, const ResizeRequ
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto result = take_resize_result(run_dir)) return *result;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) {
+      if (auto result = take_resize_result(run_dir)) return *result;
+      throw Error(fmt::format("the job's supervisor (pid {}) ended without answering (the job ended?)", pid));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   throw Error(fmt::format("no answer from the job's supervisor (pid {}) within {:g} s", pid, timeout_seconds));

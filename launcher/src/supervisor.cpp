@@ -62,12 +62,12 @@ int Supervisor::run() {
 void Supervisor::begin() {
   m_runner->begin([this] { on_children_ended(); });
   listen_for_signals();
+  listen_for_resize();
   // A job runner blocks these until the handlers above exist; let them through now.
   sigset_t stop;
   sigemptyset(&stop);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, signals::k_resize_request}) sigaddset(&stop, sig);
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
-  listen_for_resize();
   record("running", std::nullopt);
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
     log::info("job {}: {} rank{} of {}, logs in {}", m_job.job_id, m_job.world_size,

@@ -14,6 +14,7 @@
 #include "dlrun/data_parallel.hpp"
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/log.hpp"
+#include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "goodput/goodput.hpp"
 #include "goodput/gradient_noise_scale.hpp"
@@ -305,7 +306,7 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
     if (!path.empty()) d.metrics.emplace(path);
   }
   if (d.context.is_main() && !d.context.run_dir().empty()) {
-    d.model_file.emplace(d.context.run_dir() + "/goodput-model.json");
+    d.model_file.emplace(d.context.run_dir() + "/" + run_files::k_goodput_model);
   }
 }
 

@@ -1,6 +1,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -38,6 +41,15 @@ void use_shared_memory_if_wanted(ContextState& state, const InitOptions& options
 }
 
 }  // namespace
+
+void ContextState::announce_stop_handling() {
+  if (announced_stop_handling) return;
+  announced_stop_handling = true;
+  if (rank != 0 || run_dir.empty()) return;
+  const std::string path = run_dir + "/" + run_files::k_handles_stop;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) ::close(fd);  // its presence is the message; a failure only keeps the job unresized
+}
 
 bool ContextState::local_stop_pending() const {
   return local_stop.load(std::memory_order_relaxed) || (uses_signals && stop_signal::pending());
@@ -118,6 +130,7 @@ c10::Device Context::device() const {
   return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(m_state->cuda_index));
 }
 bool Context::stop_requested() const {
+  m_state->announce_stop_handling();
   return m_state->agreed_stop;
 }
 int Context::exit_code() const {

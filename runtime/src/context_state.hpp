@@ -38,7 +38,11 @@ struct ContextState {
   std::string progress_file;                     // DLRUN_PROGRESS_FILE (the launcher's watchdog)
   std::shared_ptr<ShmAllreduce> shm;             // all ranks on this host, CPU: gradient allreduce
   std::shared_ptr<SerialWorker> shm_worker;      // runs shm's allreduces off the autograd thread
+  bool announced_stop_handling = false;          // run_files::k_handles_stop written
   bool local_stop_pending() const;
+  // Rank 0, once per process: RUN_DIR/handles-stop says the program asks for stop requests,
+  // so the launcher may resize it (the goodput scheduler only resizes such programs).
+  void announce_stop_handling();
   // Tells the launcher's watchdog this rank finished a step: touches progress_file.
   void report_progress();
 };

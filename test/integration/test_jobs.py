@@ -175,9 +175,10 @@ nproc = 1
         self.wait_state(job_id, ("SUCCEEDED",))
 
     def test_status_shows_what_the_goodput_policy_would_give_and_why(self):
-        # Job 1 (elastic, 1:4 GPUs) publishes a goodput model as the runtime does (the file
-        # is the channel, docs/adaptive.md); alone it would get all 4 GPUs. Job 2 arrives and
-        # waits (the queue is still FIFO): the policy would share the GPUs between them.
+        # Job 1 (elastic, 1:4 GPUs, the scheduler's) publishes a goodput model as the runtime
+        # does and says it handles the stop request (the files are the channel, docs/adaptive.md,
+        # docs/scheduling.md); alone it gets all 4 GPUs. Job 2 (1 GPU) arrives: the scheduler
+        # shrinks job 1 to 3 so that job 2 starts, and status says what and why.
         env = dict(self.env, DLRUN_FAKE_GPUS="4")
         gate = os.path.join(self.tmp, "gate")
         model = json.dumps({"version": 1, "params": {"alpha_c": 0.02, "beta_c": 0.0005, "alpha_n": 0.01,
@@ -187,23 +188,25 @@ nproc = 1
                             "replicas": 4, "global_batch": 256})
         with open(os.path.join(self.tmp, "model.json"), "w") as f:
             f.write(model)
-        first = self.job_file(f'name = "a"\ncommand = ["sh", "-c", "if [ $RANK = 0 ]; then cp {self.tmp}/model.json '
-                              f'$DLRUN_RUN_DIR/goodput-model.json; fi; while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+        first = self.job_file(f'name = "a"\ncommand = ["sh", "-c", "trap \'exit 75\' USR1; if [ $RANK = 0 ]; then '
+                              f'cp {self.tmp}/model.json $DLRUN_RUN_DIR/goodput-model.json; '
+                              f': > $DLRUN_RUN_DIR/handles-stop; fi; while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
                               '[resources]\ngpus = "1:4"\n', "a.toml")
         a = int(self.dlrun("submit", "--parsable", first, env=env).stdout)
-        self.wait_state(a, ("RUNNING",))
+        self.assertEqual(self.wait_state(a, ("RUNNING",))["ranks"], 4)
         run_dir = self.status(a)["run_dir"]
-        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "goodput-model.json")), 30))
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "handles-stop")), 30))
         job = self.status(a, env=env)
         self.assertEqual(job["policy_gpus"], 4)
         self.assertEqual(job["predicted_speedup"], 1.0)  # alone, the fair share is all 4
         second = self.job_file(f'name = "b"\ncommand = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
                                '[resources]\ngpus = 1\n', "b.toml")
         b = int(self.dlrun("submit", "--parsable", second, env=env).stdout)
-        self.wait_state(b, ("PENDING",))
+        self.assertEqual(self.wait_state(b, ("RUNNING",))["gpus"], [3])
         jobs = {j["id"]: j for j in json.loads(self.dlrun("status", "--json", env=env).stdout)}
-        self.assertEqual(jobs[b]["policy_gpus"], 1)  # it would start at once
-        self.assertEqual(jobs[a]["policy_gpus"], 3)  # by shrinking a
+        self.assertEqual((jobs[a]["ranks"], jobs[a]["gpus"]), (3, [0, 1, 2]))
+        self.assertEqual(jobs[b]["policy_gpus"], 1)
+        self.assertEqual(jobs[a]["policy_gpus"], 3)
         self.assertGreater(jobs[a]["predicted_speedup"], 1.0)  # 3 GPUs beat its fair share of 2
         self.assertIsNone(jobs[b]["predicted_speedup"])  # no model: the neutral prediction
         row = [line.split() for line in self.dlrun("status", env=env).stdout.splitlines() if line.startswith(f"{a} ")][0]
@@ -220,6 +223,7 @@ nproc = 1
         os.remove(os.path.join(self.home, "config.toml"))
         open(gate, "w").close()
         self.wait_state(b, ("SUCCEEDED",))
+        self.wait_state(a, ("SUCCEEDED",))
 
     def test_logs_follow_until_the_end(self):
         text = MINIMAL.replace('echo rank $RANK of $WORLD_SIZE', 'for i in 1 2 3; do echo tick $i; sleep 0.3; done')

@@ -70,6 +70,18 @@ inline constexpr int k_resize_request = 12;  // SIGUSR2
 
 }  // namespace dlrun::signals
 
+namespace dlrun::run_files {
+
+// Files a job's ranks leave in its run directory (DLRUN_RUN_DIR) for the launcher to read
+// (docs/channels.md).
+// The goodput model the runtime's AdaptiveBatch publishes at every fit (rank 0, atomically).
+inline constexpr const char* k_goodput_model = "goodput-model.json";
+// Written once by rank 0 when the program first asks Context::stop_requested(): it handles
+// the stop request, so the goodput scheduler may resize it (docs/scheduling.md).
+inline constexpr const char* k_handles_stop = "handles-stop";
+
+}  // namespace dlrun::run_files
+
 namespace dlrun::exit_code {
 
 inline constexpr int k_success = 0;

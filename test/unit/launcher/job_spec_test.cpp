@@ -197,4 +197,22 @@ sbatch_options = ["--qos=high", "--exclusive"]
     // A name taken from the program is shown, not refused.
     CHECK(parse("command = [\"./a\\nb\"]\n[resources]\nnproc = 1\n").name == "a?b");
   }
+  TEST_CASE("the sharing policy: goodput for elastic GPU jobs unless said, and only where it can act") {
+    const std::string head = "command = [\"x\"]\n";
+    CHECK(parse(head + "[resources]\ngpus = \"1:4\"\n").policy == SharePolicy::goodput);
+    CHECK(parse(head + "[resources]\ngpus = 2\n").policy == SharePolicy::fifo);
+    CHECK(parse(head + "[resources]\nnproc = \"1:4\"\n").policy == SharePolicy::fifo);
+    CHECK(parse(head + "[resources]\ngpus = [0, 1]\n").policy == SharePolicy::fifo);
+    CHECK(parse(head + "[scheduler]\npolicy = \"fifo\"\n[resources]\ngpus = \"1:4\"\n").policy == SharePolicy::fifo);
+    CHECK(parse(head + "[scheduler]\npolicy = \"goodput\"\n[resources]\ngpus = 2\n").policy ==
+          SharePolicy::goodput);
+    CHECK(error_of(head + "[scheduler]\npolicy = \"goodptu\"\n[resources]\ngpus = 2\n") ==
+          "job.toml:3:10: unknown policy 'goodptu' (did you mean 'goodput'?)");
+    CHECK(error_of(head + "[scheduler]\npolicy = \"goodput\"\n[resources]\nnproc = 2\n").find(
+              "job.toml:3:10: policy = \"goodput\" shares GPUs") == 0);
+    CHECK(error_of(head + "[scheduler]\npolicy = \"goodput\"\n[resources]\ngpus = [1]\n").find(
+              "policy = \"goodput\" chooses the GPUs") != std::string::npos);
+    CHECK(error_of(head + "[scheduler]\nkind = \"slurm\"\npolicy = \"fifo\"\n").find(
+              "'policy' is for kind = \"local\"") != std::string::npos);
+  }
 }

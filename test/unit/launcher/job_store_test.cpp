@@ -166,4 +166,51 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(parse_job_state("CANCELLED") == JobState::cancelled);
     CHECK_FALSE(parse_job_state("DONE"));
   }
+  TEST_CASE("the scheduler's side: scheduled starts, the allocation history, pins and the lease") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    NewJob elastic = job("a", true, 1);
+    elastic.request.max_ranks = 4;
+    elastic.request.goodput = true;
+    const int64_t a = store.submit(elastic);
+    const int64_t b = store.submit(job("b", true, 1));
+    Capacity capacity{4, 2};
+    CHECK(store.has_active_goodput_jobs());
+    // A start of exactly the ranks the scheduler chose, not more: b (fifo) finds one GPU free.
+    auto started = store.start_scheduled(a, 3, capacity, dir.path + "/a");
+    REQUIRE(started);
+    CHECK(started->gpu_ids == std::vector<std::string>{"0", "1", "2"});
+    CHECK_FALSE(store.start_scheduled(a, 3, capacity, dir.path + "/a"));  // not pending any more
+    CHECK(store.try_start(b, capacity, dir.path + "/b")->gpu_ids == std::vector<std::string>{"3"});
+    // A shrink written once its ranks stopped; its time is the job's new size's.
+    store.set_allocation(a, {2, {"0", "1"}}, "scheduler");
+    auto record = store.get(a);
+    CHECK(record->allocation.ranks == 2);
+    CHECK(record->sized_since() >= record->started_at);
+    store.set_pinned(a, 2);
+    CHECK(store.get(a)->pinned == 2);
+    store.finish(b, JobState::succeeded, 0, "");
+    store.finish(a, JobState::succeeded, 0, "");
+    CHECK_FALSE(store.has_active_goodput_jobs());
+    auto events = store.allocation_history();
+    REQUIRE(events.size() == 5);
+    CHECK((events[0].job == a && events[0].ranks == 3 && events[0].cause == "start" && events[0].name == "a"));
+    CHECK((events[1].job == b && events[1].gpu_ids == std::vector<std::string>{"3"}));
+    CHECK((events[2].job == a && events[2].ranks == 2 && events[2].cause == "scheduler"));
+    CHECK((events[3].job == b && events[3].ranks == 0 && events[3].cause == "end"));
+    CHECK((events[4].job == a && events[4].ranks == 0));
+    CHECK(store.allocation_history(events[4].at + 1).empty());
+    // The lease: one holder at a time; a dead holder's lease is taken over.
+    const ProcessIdentity me = ProcessIdentity::self();
+    const ProcessIdentity dead{me.pid, me.start_time + 1};  // the same pid, another process
+    CHECK(store.take_scheduler_lease(dead));  // nobody held it
+    CHECK_FALSE(store.scheduler_lease_holder());  // ... and it is not alive
+    CHECK(store.take_scheduler_lease(me));
+    CHECK(store.take_scheduler_lease(me));  // again: still mine
+    CHECK(store.scheduler_lease_holder()->pid == me.pid);
+    store.release_scheduler_lease(dead);  // not its to give back
+    CHECK(store.scheduler_lease_holder());
+    store.release_scheduler_lease(me);
+    CHECK_FALSE(store.scheduler_lease_holder());
+  }
 }

@@ -12,7 +12,7 @@ TEST_SUITE("launcher::new_job_codec") {
     job.spec_path = "/j/job.toml";
     job.base_dir = "/j";
     job.environment = std::string("A=1\0B=2:3\0", 10);
-    job.request = {true, 2, 4, {"0", "3"}, false};
+    job.request = {true, 2, 4, {"0", "3"}, false, true};
     job.owner_uid = -1;
     const std::string bytes = encode_new_job(job);
     auto back = decode_new_job(bytes);
@@ -25,6 +25,7 @@ TEST_SUITE("launcher::new_job_codec") {
     CHECK(back->request.max_ranks == 4);
     CHECK(back->request.uses_gpus);
     CHECK(back->owner_uid == -1);
+    CHECK(back->request.goodput);
     for (size_t cut = 0; cut < bytes.size(); cut += 7) CHECK_FALSE(decode_new_job(bytes.substr(0, cut)));
     CHECK_FALSE(decode_new_job(bytes + "1:x"));
   }

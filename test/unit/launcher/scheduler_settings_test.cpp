@@ -10,7 +10,7 @@ TEST_SUITE("launcher::scheduler_settings") {
   TEST_CASE("no file or no table: the defaults; the table's values otherwise") {
     auto defaults = read_scheduler_settings("/nonexistent-dlrun-home");
     CHECK(defaults.policy.fairness == -1);
-    CHECK(defaults.policy.restart_seconds == 30);
+    CHECK(defaults.policy.restart_seconds == 10);
     CHECK(defaults.interval_seconds == 60);
     CHECK(parse_scheduler_settings("[other]\nx = 1\n", "c.toml").policy.starvation_seconds == 600);
     auto s = parse_scheduler_settings(

@@ -19,17 +19,9 @@
 #include <string>
 #include <vector>
 
-namespace dlrun::launcher {
+#include "dlrun/launcher/allocation_event.hpp"
 
-struct AllocationEvent {
-  int64_t job = 0;   // job id
-  std::string name;  // job name (for the legend)
-  double at = 0;     // Unix seconds
-  int ranks = 0;     // ranks after this event; 0 = the job released everything (ended)
-  // GPU indices held after the event ("0","3",…); empty for CPU jobs
-  std::vector<std::string> gpu_ids;
-  std::string cause;  // "start", "resize", "scheduler", "end", … (shown in the SVG tooltip)
-};
+namespace dlrun::launcher {
 
 struct TraceOptions {
   int gpus = 0;  // the machine's GPU count (rows); if 0, derive from the highest GPU index seen + 1

@@ -41,7 +41,7 @@ struct PolicyJob {
 struct PolicySettings {
   int capacity = 0;                 // GPUs of the machine
   double fairness = -1;             // p: 1 = the largest total speedup, lower = fairer (Pollux: -1)
-  double restart_seconds = 30;      // what a resize costs a job (checkpoint, restart)
+  double restart_seconds = 10;      // what a resize costs a job (checkpoint, restart, the steps to re-fit)
   double starvation_seconds = 600;  // a pending job older than this must get its MIN
 };
 

@@ -49,8 +49,12 @@ class JobQueue {
   // The sbatch script a Slurm job file would be submitted with (dlrun submit --dry-run).
   std::string sbatch_script(const std::string& job_file, const std::string& kind = {});
 
-  // Fixes the store after crashes (see above); adopts orphaned pending jobs.
+  // Fixes the store after crashes (see above); adopts orphaned pending jobs; starts the
+  // goodput scheduler when a goodput job needs one.
   void sweep();
+  // Starts `dlrun _schedule` (detached) unless a live scheduler holds the lease
+  // (scheduler_loop.hpp).
+  void ensure_scheduler();
 
   // Blocks until the job ends; returns its exit code (70 if it was lost).
   int wait(int64_t id);
@@ -73,10 +77,10 @@ class JobQueue {
   void start_supervisor(int64_t id, const std::string& environment_blob);
   // Starts a supervisor that records `job` in the store and runs it; returns its id.
   int64_t start_supervised(const NewJob& job);
-  // Double-forks `dlrun _supervise ARGS` with the job's environment; with `job_bytes`, they
-  // are its stdin and what it writes to stdout is returned.
-  std::string spawn_supervisor(const std::vector<std::string>& args, const std::string& environment_blob,
-                               const std::string* job_bytes);
+  // Double-forks `dlrun ARGS` (_supervise …, _schedule) with the environment; with
+  // `job_bytes`, they are its stdin and what it writes to stdout is returned.
+  std::string spawn_detached(const std::vector<std::string>& args, const std::string& environment_blob,
+                             const std::string* job_bytes);
   JobSpec read_job_file(const std::string& job_file, const std::string& kind, std::string& text);
   SbatchInput sbatch_input(const JobSpec& spec, const std::string& id) const;
   void submit_to_slurm(int64_t id, const JobSpec& spec);

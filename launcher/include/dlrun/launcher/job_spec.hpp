@@ -41,6 +41,10 @@ struct SlurmSpec {
   std::vector<std::string> sbatch_options;
 };
 
+// How a local GPU job shares the machine (docs/scheduling.md): started and resized by the
+// goodput scheduler, or queued in order and kept at the size it started with.
+enum class SharePolicy { fifo, goodput };
+
 struct JobSpec {
   std::string name;
   std::vector<std::string> command;
@@ -56,6 +60,9 @@ struct JobSpec {
   std::string checkpoint_dir;  // absolute or empty (default: RUN_DIR/checkpoints)
   std::string log_dir;         // absolute or empty (default: RUN_DIR)
   std::string scheduler = "local";
+  // [scheduler] policy; when not given: goodput for an elastic local GPU job (gpus =
+  // "MIN:MAX"), fifo otherwise.
+  SharePolicy policy = SharePolicy::fifo;
   // scheduler kind "ssh": the hosts (as --hosts) or a hostfile (absolute), and whether
   // each slot is a GPU. The hostfile is read by the caller (this parser does no I/O).
   std::string hosts;

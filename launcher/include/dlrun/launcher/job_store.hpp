@@ -7,11 +7,13 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "dlrun/launcher/allocation_event.hpp"
 #include "dlrun/launcher/process_identity.hpp"
 #include "dlrun/launcher/scheduling_policy.hpp"
 
@@ -47,6 +49,10 @@ struct JobRecord {
   std::string run_dir;
   ProcessIdentity supervisor;
   int64_t slurm_id = 0;  // the Slurm job id of a job submitted to Slurm
+  int pinned = 0;        // ranks a user set with `dlrun resize` (the scheduler keeps them); 0: none
+  double resized_at = 0; // Unix seconds of its last resize; 0: never
+  // Since when it runs at its present size (its start or its last resize).
+  double sized_since() const { return std::max(started_at, resized_at); }
 };
 
 // What sweep() found: pending jobs that lost (or never got) their supervisor.
@@ -80,8 +86,30 @@ class JobStore {
   void set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir);
   // An elastic job's new size: its allocation becomes `world` ranks if that fits beside
   // the other running jobs (GPUs it holds are kept first). nullopt: it does not fit.
-  std::optional<Allocation> resize_allocation(int64_t id, int world, const Capacity& capacity);
-  void restore_allocation(int64_t id, const Allocation& allocation);
+  // `cause` is recorded with the change ("resize", "scheduler").
+  std::optional<Allocation> resize_allocation(int64_t id, int world, const Capacity& capacity,
+                                              const std::string& cause = "resize");
+  // Sets a running job's allocation (a shrink once its ranks have stopped, an undo).
+  void set_allocation(int64_t id, const Allocation& allocation, const std::string& cause);
+
+  // The goodput scheduler's side (job_store_schedule.cpp; docs/scheduling.md).
+  // A PENDING job starts RUNNING with exactly `ranks` (its supervisor, waiting, sees it),
+  // when they are free; nullopt otherwise.
+  std::optional<Allocation> start_scheduled(int64_t id, int ranks, const Capacity& capacity,
+                                            const std::string& run_dir);
+  // `dlrun resize` pins a job at its size (0: the scheduler may size it again).
+  void set_pinned(int64_t id, int ranks);
+  // Every change of a local job's allocation since `since` (Unix seconds), in order: its
+  // start, resizes, its end (ranks 0).
+  std::vector<AllocationEvent> allocation_history(double since = 0);
+  // One scheduler at a time: `me` holds the lease unless a live process does. True: `me`
+  // holds it now.
+  bool take_scheduler_lease(const ProcessIdentity& me);
+  // Whether a pending or running job has policy = "goodput" (it needs a scheduler).
+  bool has_active_goodput_jobs();
+  // The live holder of the lease, if any.
+  std::optional<ProcessIdentity> scheduler_lease_holder();
+  void release_scheduler_lease(const ProcessIdentity& me);
   // RUNNING ⇄ RESCALING while a resize is under way.
   void set_rescaling(int64_t id, bool rescaling);
   // A Slurm job seen running (first time: its start time is now).
@@ -105,6 +133,12 @@ class JobStore {
   void rollback();
   JobRecord read_row(Statement& statement);
   Usage usage_locked();
+  // Within a transaction: RUNNING with `allocation`, its start recorded.
+  void start_locked(int64_t id, const Allocation& allocation, const std::string& run_dir);
+  // Within a transaction: the allocation, its time and the event.
+  void write_allocation_locked(int64_t id, const Allocation& allocation, const std::string& cause);
+  // Within a transaction: a running local job's end, as an event of 0 ranks.
+  void record_release_locked(int64_t id);
 
   sqlite3* m_db = nullptr;
   std::string m_path;

@@ -1,9 +1,10 @@
 #pragma once
-// What the goodput policy (goodput_policy.hpp) would give the queue's GPU jobs now, and why:
-// each job's predicted speedup over its fair share, from the goodput model its runtime
-// published (RUN_DIR/goodput-model.json) or the neutral prediction without one. `dlrun
-// status` shows it beside each job's allocation (docs/scheduling.md). Reads the model files;
-// otherwise pure.
+// The goodput policy (goodput_policy.hpp) over the job queue: each active local GPU job as
+// the policy sees it (policy_input: its MIN:MAX, its allocation, since when it has it, whether
+// it may be resized, its predicted goodput from the model its runtime published in
+// RUN_DIR/goodput-model.json), and what the policy would give each job now, and why
+// (policy_view: `dlrun status` shows it beside each job's allocation; the scheduler acts on
+// the same decision; docs/scheduling.md). Reads the run directories' files; otherwise pure.
 
 #include <cstdint>
 #include <map>
@@ -24,8 +25,25 @@ struct PolicyView {
 // the job published none (or it cannot be read).
 std::vector<double> published_goodput(const std::string& run_dir, int max_gpus);
 
-// For the pending and running GPU jobs on this machine (not Slurm's, not ssh ones), keyed by
-// id; empty when there are none or the machine has no GPU.
+// True once the job's program has shown it handles the stop request (RUN_DIR/handles-stop,
+// written by the runtime): only then may it be resized without losing its progress.
+bool handles_stop(const std::string& run_dir);
+
+// The pending and running GPU jobs on this machine (not Slurm's, not ssh ones), as the
+// policy's input, with the records they came from (pointers into `jobs`):
+// - a goodput job (policy = "goodput") that runs, handles the stop request, has MIN < MAX
+//   and is not pinned by `dlrun resize` is elastic; any other running job keeps what it has;
+// - a pending goodput job may get 0 or MIN..MAX; a pending fifo job is counted at its MIN
+//   (the room it needs; it starts itself, in order);
+// - age: since its start or last resize (running), since submitted (pending).
+struct PolicyInput {
+  std::vector<PolicyJob> jobs;
+  std::vector<const JobRecord*> records;
+};
+PolicyInput policy_input(const std::vector<JobRecord>& jobs, double now);
+
+// What the policy would give each of those jobs now, keyed by id; empty when there are none
+// or the machine has no GPU.
 std::map<int64_t, PolicyView> policy_view(const std::vector<JobRecord>& jobs, int gpu_capacity, double now,
                                           PolicySettings settings = {});
 

@@ -27,6 +27,7 @@ struct ResourceRequest {
   int max_ranks = 1;
   std::vector<std::string> gpu_ids;  // specific GPUs; empty: any
   bool remote = false;  // ranks on other hosts (scheduler kind "ssh"): takes nothing here
+  bool goodput = false; // started and sized by the goodput scheduler, not by fit() (scheduler_loop.hpp)
 };
 
 struct Allocation {

@@ -1,0 +1,231 @@
+#include "dlrun/launcher/scheduler_loop.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dlrun/error.hpp"
+#include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_resize.hpp"
+#include "dlrun/launcher/policy_view.hpp"
+#include "dlrun/launcher/process_identity.hpp"
+#include "dlrun/launcher/scheduler_settings.hpp"
+#include "dlrun/launcher/time_stamp.hpp"
+#include "dlrun/log.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto k_poll = std::chrono::milliseconds(200);  // how soon a change of the queue is seen
+constexpr double k_idle_exit_seconds = 2;                 // no goodput job this long: the scheduler ends
+constexpr double k_answer_timeout = 300;                  // a resize's answer (checkpoint and stop)
+
+std::string timestamp() { return utc_iso8601(std::time(nullptr)); }
+
+// What the scheduler acts on: a change here runs the policy at once. Besides the store's
+// columns, a program that has just said it handles the stop request (it may be resized now).
+std::string queue_signature(const std::vector<JobRecord>& jobs) {
+  std::string signature;
+  for (const auto& job : jobs) {
+    if (!job.submitted.request.uses_gpus || job.submitted.request.remote || job.submitted.slurm) continue;
+    const bool resizable = job.submitted.request.goodput && job.state == JobState::running && handles_stop(job.run_dir);
+    signature += fmt::format("{}:{}:{}:{}:{};", job.id, to_string(job.state), job.allocation.ranks, job.pinned,
+                             resizable);
+  }
+  return signature;
+}
+
+bool any_goodput_job(const std::vector<JobRecord>& jobs) {
+  for (const auto& job : jobs) {
+    if (job.submitted.request.goodput && !is_terminal(job.state) && !job.submitted.slurm) return true;
+  }
+  return false;
+}
+
+// Sends every resize of `steps` at once and waits for all the answers.
+std::vector<std::string> resize_all(const std::vector<ResizeStep>& steps) {
+  std::vector<std::string> answers(steps.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        answers[i] = request_resize(steps[i].run_dir, steps[i].supervisor_pid, steps[i].request(), k_answer_timeout);
+      } catch (const Error& e) {
+        answers[i] = std::string("error: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return answers;
+}
+
+class Scheduler {
+ public:
+  explicit Scheduler(const Environment& env) : m_queue(env) {}
+
+  JobQueue& queue() { return m_queue; }
+
+  // One round: the policy over the queue as it is now, carried out.
+  void round(const std::vector<JobRecord>& jobs) {
+    const SchedulerSettings settings = read_scheduler_settings(m_queue.home());
+    PolicySettings policy = settings.policy;
+    policy.capacity = m_queue.capacity().gpus;
+    m_interval = settings.interval_seconds;
+    m_held_back = false;
+    const PolicyInput input = policy_input(jobs, now_seconds());
+    if (input.jobs.empty() || policy.capacity <= 0) return;
+    PolicyDecision decision;
+    try {
+      decision = decide_allocation(input.jobs, policy);
+      // A change only the restart penalty holds back becomes worth it as the jobs age: look
+      // again every restart_seconds, not only every interval.
+      PolicySettings free_restarts = policy;
+      free_restarts.restart_seconds = 0;
+      m_held_back = decide_allocation(input.jobs, free_restarts).gpus != decision.gpus;
+      if (m_held_back) m_interval = std::min(m_interval, std::max(1.0, policy.restart_seconds));
+    } catch (const std::invalid_argument& e) {
+      log::warn("{} the policy cannot decide for this queue: {}", timestamp(), e.what());
+      return;
+    }
+    std::vector<bool> goodput;
+    for (const auto* record : input.records) goodput.push_back(record->submitted.request.goodput);
+    const SchedulerPlan plan = plan_moves(input.jobs, decision, goodput);
+    if (plan.empty()) return;
+    auto say = [&](const SchedulerMove& move, const char* what) {
+      const JobRecord& job = *input.records[move.job];
+      log::info("{} job {} ({}): {} {} -> {} GPUs (predicted speedup {:.2f}x over its fair share{})", timestamp(),
+                job.id, job.name, what, move.from, move.to, decision.speedup[move.job],
+                input.jobs[move.job].goodput.empty() ? ", no model yet" : "");
+    };
+    carry_out(plan.shrinks, input, say, "shrink");
+    for (const auto& move : plan.starts) {
+      const JobRecord& job = *input.records[move.job];
+      say(move, "start");
+      if (!m_queue.store().start_scheduled(job.id, move.to, m_queue.capacity(), m_queue.run_dir(job.id))) {
+        log::warn("{} job {}: {} GPUs are not free yet; next round", timestamp(), job.id, move.to);
+      }
+    }
+    carry_out(plan.grows, input, say, "grow");
+  }
+
+  // Seconds until the next round when the queue does not change.
+  double interval() const { return m_interval; }
+
+ private:
+  template <typename Say>
+  void carry_out(const std::vector<SchedulerMove>& moves, const PolicyInput& input, Say& say, const char* what) {
+    std::vector<ResizeStep> steps;
+    for (const auto& move : moves) {
+      // The job as it is now: it may have changed since the listing.
+      auto job = m_queue.store().get(input.records[move.job]->id);
+      if (!job || job->state != JobState::running || job->allocation.ranks != move.from) continue;
+      say(move, what);
+      auto step = begin_resize(m_queue, *job, move.to, "scheduler");
+      if (!step) {
+        log::warn("{} job {}: {} GPUs are not free; next round", timestamp(), job->id, move.to);
+        continue;
+      }
+      steps.push_back(*step);
+    }
+    auto answers = resize_all(steps);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      end_resize(m_queue, steps[i], answers[i], "scheduler");
+      if (answers[i].rfind("ok", 0) != 0) log::warn("{} job {}: {}", timestamp(), steps[i].id, answers[i]);
+    }
+  }
+
+  JobQueue m_queue;
+  double m_interval = 60;   // until the next round without a change of the queue
+  bool m_held_back = false;
+};
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  return set;
+}
+
+// Sleeps `pause`; true when a stop signal came meanwhile.
+bool stop_signal_within(const sigset_t& stop, std::chrono::milliseconds pause) {
+  timespec timeout{0, static_cast<long>(pause.count()) * 1000 * 1000};
+  return ::sigtimedwait(&stop, nullptr, &timeout) > 0;
+}
+
+}  // namespace
+
+SchedulerPlan plan_moves(const std::vector<PolicyJob>& jobs, const PolicyDecision& decision,
+                         const std::vector<bool>& goodput) {
+  SchedulerPlan plan;
+  // The jobs come in submission order, so waiting jobs start oldest first. A waiting job
+  // that is not the scheduler's (fifo) starts itself once the room is there.
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const int from = jobs[i].current, to = decision.gpus[i];
+    if (from == to) continue;
+    if (from == 0) {
+      if (goodput[i]) plan.starts.push_back({i, from, to});
+    } else if (to < from) {
+      plan.shrinks.push_back({i, from, to});
+    } else {
+      plan.grows.push_back({i, from, to});
+    }
+  }
+  return plan;
+}
+
+int run_scheduler(const Environment& env) {
+  const sigset_t stop = stop_signals();
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+  Scheduler scheduler(env);
+  // What it decides, for people and tests: $DLRUN_HOME/scheduler.log.
+  const std::string log_path = scheduler.queue().home() + "/scheduler.log";
+  if (int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600); fd >= 0) {
+    ::dup2(fd, STDERR_FILENO);
+    ::close(fd);
+  }
+  JobStore& store = scheduler.queue().store();
+  const ProcessIdentity me = ProcessIdentity::self();
+  if (!store.take_scheduler_lease(me)) return 0;
+  log::info("{} scheduler {} started", timestamp(), me.pid);
+  std::string last_signature = "-";
+  auto last_round = Clock::now() - std::chrono::hours(1);
+  std::optional<Clock::time_point> idle_since;
+  while (true) {
+    auto jobs = store.list(false, 0);
+    if (!any_goodput_job(jobs)) {
+      if (!idle_since) idle_since = Clock::now();
+      if (std::chrono::duration<double>(Clock::now() - *idle_since).count() >= k_idle_exit_seconds) break;
+    } else {
+      idle_since.reset();
+      const std::string signature = queue_signature(jobs);
+      const double since = std::chrono::duration<double>(Clock::now() - last_round).count();
+      if (signature != last_signature || since >= scheduler.interval()) {
+        try {
+          scheduler.round(jobs);
+        } catch (const Error& e) {
+          log::error("{} {}", timestamp(), e.what());
+        }
+        last_round = Clock::now();
+        last_signature = queue_signature(store.list(false, 0));
+      }
+    }
+    if (stop_signal_within(stop, k_poll)) break;
+  }
+  store.release_scheduler_lease(me);
+  log::info("{} scheduler {} ended", timestamp(), me.pid);
+  return 0;
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,179 @@
+"""The goodput scheduler on this machine (docs/scheduling.md): elastic GPU jobs grow into
+idle GPUs and shrink to let others in, decided by one `dlrun _schedule` process at a time,
+which nobody starts by hand and whose kill -9 loses nothing. The ranks here are small scripts
+that follow the runtime's protocol (they say they handle the stop request, and on SIGUSR1
+they exit 75 to be restarted at the new size); test_scheduler_runtime.py runs real runtime
+jobs. Fake GPUs (DLRUN_FAKE_GPUS)."""
+import json
+import os
+import signal
+import sqlite3
+import time
+import unittest
+import xml.dom.minidom
+
+from harness import read_words, wait_for
+from test_jobs import JobsTestCase
+
+# $1: a file that ends the job when it exists. Each start appends JOB:RANK:WORLD:GPU.
+RANK = """trap 'exit 75' USR1
+[ "$RANK" = 0 ] && [ -z "$NO_STOP_HANDLING" ] && : > "$DLRUN_RUN_DIR/handles-stop"
+echo "$DLRUN_JOB_ID:$RANK:$WORLD_SIZE:$CUDA_VISIBLE_DEVICES" >> {starts}
+while [ ! -e "$1" ]; do sleep 0.05; done
+"""
+
+
+class SchedulerTestCase(JobsTestCase):
+    def setUp(self):
+        super().setUp()
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+        self.starts = os.path.join(self.tmp, "starts")
+        self.rank = self.script("rank.sh", RANK.format(starts=self.starts))
+        self.settings("restart_seconds = 1\n")
+
+    def settings(self, text):
+        os.makedirs(self.home, exist_ok=True)
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[scheduler]\n" + text)
+
+    def job(self, name, gpus, extra="", env=""):
+        gate = os.path.join(self.tmp, f"done-{name}")
+        text = (f'name = "{name}"\ncommand = ["{self.rank}", "{gate}"]\n{extra}'
+                f'[resources]\ngpus = {json.dumps(gpus) if isinstance(gpus, str) else gpus}\n')
+        if env:
+            text += f"[env]\n{env}\n"
+        return self.submit(text), gate
+
+    def ranks(self, job_id):
+        return self.status(job_id)["ranks"]
+
+    def wait_ranks(self, job_id, ranks, timeout=60):
+        ok = wait_for(lambda: (lambda j: j["state"] == "RUNNING" and j["ranks"] == ranks)(self.status(job_id)),
+                      timeout, 0.1)
+        self.assertTrue(ok, f"job {job_id} never ran {ranks} ranks: {self.status(job_id)}\n{self.scheduler_log()}")
+
+    def scheduler_log(self):
+        path = os.path.join(self.home, "scheduler.log")
+        return open(path).read() if os.path.exists(path) else "(no scheduler.log)"
+
+    def lease(self):
+        with sqlite3.connect(os.path.join(self.home, "jobs.db")) as db:
+            row = db.execute("SELECT pid FROM scheduler_lease").fetchone()
+        return row[0] if row else None
+
+
+class Sharing(SchedulerTestCase):
+    def test_a_job_grows_shrinks_for_another_and_grows_back(self):
+        a, done_a = self.job("a", "1:4")
+        self.wait_ranks(a, 4)  # alone: every GPU
+        b, done_b = self.job("b", "1:4")
+        # b starts at once, on what a gives back; the GPUs are split evenly.
+        self.wait_ranks(b, 2)
+        self.wait_ranks(a, 2)
+        gpus = self.status(a)["gpus"] + self.status(b)["gpus"]
+        self.assertEqual(sorted(gpus), [0, 1, 2, 3])
+        open(done_b, "w").close()
+        self.wait_state(b, ("SUCCEEDED",))
+        self.wait_ranks(a, 4)  # b's GPUs go back to a
+        open(done_a, "w").close()
+        self.assertEqual(self.wait_state(a, ("SUCCEEDED",))["exit_code"], 0)
+        starts = [w.split(":") for w in read_words(self.starts)]
+        self.assertEqual(sorted(int(s[2]) for s in starts if s[0] == str(a) and s[1] == "0"), [2, 4, 4])
+        # The scheduler said what it did, and ends by itself once no goodput job is left.
+        log = self.scheduler_log()
+        self.assertIn(f"job {a} (a): shrink 4 -> 2 GPUs", log)
+        self.assertIn(f"job {b} (b): start 0 -> 2 GPUs", log)
+        self.assertIn(f"job {a} (a): grow 2 -> 4 GPUs", log)
+        self.assertTrue(wait_for(lambda: "ended" in self.scheduler_log().splitlines()[-1], 30), self.scheduler_log())
+        self.assertIsNone(self.lease())
+        # Every change is recorded, and drawn.
+        trace = self.dlrun("status", "--trace", "--width", "40")
+        self.assertEqual(trace.returncode, 0, trace.stderr)
+        rows = [line for line in trace.stdout.splitlines() if line.startswith("GPU ")]
+        self.assertEqual(len(rows), 4)
+        self.assertTrue(all("A" in row for row in rows), trace.stdout)
+        self.assertTrue(any("B" in row for row in rows), trace.stdout)
+        svg = os.path.join(self.tmp, "trace.svg")
+        r = self.dlrun("status", "--svg", svg)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("2 jobs on 4 GPUs", r.stdout)
+        rects = xml.dom.minidom.parse(svg).getElementsByTagName("rect")
+        self.assertGreater(len(rects), 4)
+
+    def test_a_program_that_does_not_handle_the_stop_request_is_never_resized(self):
+        a, done_a = self.job("a", "1:4", env='NO_STOP_HANDLING = "1"')
+        self.wait_ranks(a, 4)
+        b, done_b = self.job("b", "1:4")
+        time.sleep(2)
+        self.assertEqual(self.status(b)["state"], "PENDING")  # a keeps its GPUs: it would lose its work
+        self.assertEqual(self.ranks(a), 4)
+        open(done_a, "w").close()
+        self.wait_ranks(b, 4)
+        open(done_b, "w").close()
+        self.wait_state(b, ("SUCCEEDED",))
+
+    def test_fifo_policy_keeps_what_it_started_with(self):
+        a, done_a = self.job("a", "1:4", extra='[scheduler]\npolicy = "fifo"\n')
+        self.wait_ranks(a, 4)
+        b, done_b = self.job("b", "1:4", extra='[scheduler]\npolicy = "fifo"\n')
+        time.sleep(2)
+        self.assertEqual((self.status(b)["state"], self.ranks(a)), ("PENDING", 4))
+        self.assertFalse(os.path.exists(os.path.join(self.home, "scheduler.log")))  # no scheduler needed
+        open(done_a, "w").close()
+        self.wait_ranks(b, 4)
+        open(done_b, "w").close()
+        self.wait_state(b, ("SUCCEEDED",))
+
+    def test_a_pinned_job_keeps_its_size_until_auto(self):
+        a, done_a = self.job("a", "1:4")
+        self.wait_ranks(a, 4)
+        r = self.dlrun("resize", str(a), "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        time.sleep(3)  # two idle GPUs, restart_seconds 1: unpinned, it would have grown
+        self.assertEqual(self.ranks(a), 2)
+        r = self.dlrun("resize", str(a), "auto")
+        self.assertEqual((r.returncode, r.stdout), (0, f"Job {a} is sized by the goodput scheduler again\n"), r.stderr)
+        self.wait_ranks(a, 4)
+        r = self.dlrun("resize", str(a), "lots")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("expected a number of ranks or 'auto'", r.stderr)
+        open(done_a, "w").close()
+        self.wait_state(a, ("SUCCEEDED",))
+
+
+class Takeover(SchedulerTestCase):
+    def test_kill_9_of_the_scheduler_loses_nothing(self):
+        a, done_a = self.job("a", "1:4")
+        self.wait_ranks(a, 4)
+        self.assertTrue(wait_for(self.lease, 10))
+        first = self.lease()
+        os.kill(first, signal.SIGKILL)
+        # The next job's arrival is served by a new scheduler (started by its supervisor).
+        b, done_b = self.job("b", "1:4")
+        self.wait_ranks(b, 2)
+        self.wait_ranks(a, 2)
+        second = self.lease()
+        self.assertIsNotNone(second)
+        self.assertNotEqual(first, second)
+        # Killed while nothing waits, the scheduler is replaced by a running job's supervisor.
+        os.kill(second, signal.SIGKILL)
+        open(done_b, "w").close()
+        self.wait_ranks(a, 4)
+        open(done_a, "w").close()
+        self.wait_state(a, ("SUCCEEDED",))
+
+    def test_one_scheduler_at_a_time(self):
+        a, done_a = self.job("a", "1:4")
+        self.wait_ranks(a, 4)
+        # Other dlrun commands sweep the queue: none starts a second scheduler.
+        for _ in range(5):
+            self.dlrun("status")
+        self.assertTrue(wait_for(self.lease, 10))
+        log = self.scheduler_log()
+        self.assertEqual(log.count("started"), 1, log)
+        open(done_a, "w").close()
+        self.wait_state(a, ("SUCCEEDED",))
+
+
+if __name__ == "__main__":
+    unittest.main()
