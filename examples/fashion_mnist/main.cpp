@@ -39,6 +39,8 @@
 #include "dlrun/runtime.hpp"
 #include "fashion_mnist_data.hpp"
 #include "progress.hpp"
+#include "replica_check.hpp"
+#include "run_report.hpp"
 #include "step_gate.hpp"
 #include "trace.hpp"
 
@@ -98,21 +100,6 @@ double test_accuracy(NetImpl& net, const fashion_mnist::Split& test, dlrun::Cont
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
 
-// All ranks must end with the same weights; a cheap check that gradients were reduced.
-void check_replicas_agree(NetImpl& net, dlrun::Context& ctx) {
-  double sum = 0;
-  for (const auto& p : net.parameters()) sum += p.detach().abs().sum().item<double>();
-  std::vector<double> sums{sum, sum * sum};
-  ctx.all_reduce_sum(sums);
-  const double mean = sums[0] / ctx.world_size();
-  if (std::abs(sum - mean) > 1e-6 * std::abs(mean)) {
-    throw std::runtime_error(
-        fmt::format("rank {}: weights differ from the other ranks' "
-                    "(|w| sum {} vs mean {})",
-                    ctx.rank(), sum, mean));
-  }
-}
-
 // One rank's training run: the loop is small steps, each a method.
 class Trainer {
  public:
@@ -151,7 +138,7 @@ class Trainer {
         std::this_thread::sleep_for(std::chrono::milliseconds(m_options.slow_ms));
       if (target_reached()) break;
     }
-    check_replicas_agree(*m_net, m_ctx);
+    examples::check_replicas_agree(*m_net, m_ctx);
     if (!m_accuracy) m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
     if (m_ctx.is_main()) fmt::print("test_accuracy={:.4f}\n", *m_accuracy);
     return dlrun::exit_code::k_success;
@@ -176,9 +163,8 @@ class Trainer {
   }
 
   void restore() {
-    std::string dir = m_options.checkpoint_dir;
-    if (dir.empty() && !m_ctx.run_dir().empty()) dir = m_ctx.run_dir() + "/checkpoints";
-    if (dir.empty()) return;  // run without dlrun and without --checkpoint-dir
+    const std::string dir = examples::checkpoint_dir(m_options.checkpoint_dir, m_ctx);
+    if (dir.empty()) return;
     m_ckpt.emplace(m_ctx, dir);
     m_ckpt->track("model", m_net);
     m_ckpt->track("adam", m_adam);
@@ -188,14 +174,7 @@ class Trainer {
     if (!info) return;
     m_step = info->step;
     m_loss_avg = info->values.count("loss") ? info->values.at("loss") : 0.0;
-    if (m_ctx.is_main()) {
-      fmt::print(
-          "resumed from step {} (epoch {}, sample {} of {}, loss {:.4f}) saved by {} "
-          "rank(s); now {} rank(s)\n",
-          m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(), m_loss_avg,
-          info->saved_world_size, m_ctx.world_size());
-      std::fflush(stdout);  // a pipe is block-buffered: let a watcher see the resume now
-    }
+    examples::print_resumed(m_ctx, *info, m_sampler, fmt::format(", loss {:.4f}", m_loss_avg));
   }
 
   void save() {
@@ -274,7 +253,8 @@ class Trainer {
     if (m_ctx.is_main()) {
       fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.4f}, {:.1f} s, {:.0f} samples/s{}\n",
                  m_sampler.epoch() + 1, m_options.epochs, m_loss_avg, *m_accuracy, seconds,
-                 m_epoch_samples / std::max(seconds, 1e-9), adaptive_summary());
+                 m_epoch_samples / std::max(seconds, 1e-9),
+                 m_adaptive ? examples::adaptive_summary(*m_adaptive) : "");
       std::fflush(stdout);
     }
     m_sampler.next_epoch();
@@ -283,23 +263,10 @@ class Trainer {
     m_epoch_samples = 0;
   }
 
-  std::string adaptive_summary() const {
-    if (!m_adaptive) return "";
-    const auto shape = m_adaptive->shape();
-    const auto& stats = m_adaptive->stats();
-    return fmt::format(", batch {} ({} x {} per rank), noise scale {:.0f}, lr x{:.2f}",
-                       shape.global_batch, shape.micro_batch, shape.accum_steps, stats.noise_scale,
-                       stats.lr_factor);
-  }
-
   int stop() {
     m_progress.finish_epoch();
     save();
-    if (m_ctx.is_main()) {
-      fmt::print("stopped after step {} (epoch {}, sample {} of {}): checkpoint saved, exit {}\n",
-                 m_step, m_sampler.epoch() + 1, m_sampler.position(), m_sampler.dataset_size(),
-                 m_ctx.exit_code());
-    }
+    examples::print_stopped(m_ctx, m_step, m_sampler);
     return m_ctx.exit_code();
   }
 
@@ -312,8 +279,8 @@ class Trainer {
   dlrun::ElasticSampler m_sampler;
   std::optional<dlrun::AdaptiveBatch> m_adaptive;
   std::optional<dlrun::Checkpoint> m_ckpt;
-  fashion_mnist::Trace m_trace;
-  fashion_mnist::StepGate m_gate;
+  examples::Trace m_trace;
+  examples::StepGate m_gate;
   fashion_mnist::Progress m_progress;
   int64_t m_step = 0;
   double m_loss_avg = 0;
@@ -383,14 +350,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : dlrun::exit_code::k_usage;
   }
-  try {
+  return examples::run_main("fashion_mnist", [&] {
     use_launcher_threads();
     return Trainer(options).run();
-  } catch (const dlrun::Error& e) {
-    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

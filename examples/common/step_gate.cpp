@@ -5,7 +5,7 @@
 #include <thread>
 #include <utility>
 
-namespace fashion_mnist {
+namespace examples {
 
 StepGate::StepGate(std::string path) : m_path(std::move(path)) {}
 
@@ -25,4 +25,4 @@ int64_t StepGate::read_limit() const {
   return limit;
 }
 
-}  // namespace fashion_mnist
+}  // namespace examples

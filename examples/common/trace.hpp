@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace fashion_mnist {
+namespace examples {
 
 class Trace {
  public:
@@ -26,4 +26,4 @@ class Trace {
   int m_starts_fd = -1;
 };
 
-}  // namespace fashion_mnist
+}  // namespace examples

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-namespace fashion_mnist {
+namespace examples {
 namespace {
 
 int open_append(const std::string& path) {
@@ -60,4 +60,4 @@ void Trace::start(int world_size, int64_t step) {
   write_line(m_starts_fd, fmt::format("{} {}\n", world_size, step));
 }
 
-}  // namespace fashion_mnist
+}  // namespace examples

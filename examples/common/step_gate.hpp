@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-namespace fashion_mnist {
+namespace examples {
 
 class StepGate {
  public:
@@ -24,4 +24,4 @@ class StepGate {
   int64_t m_limit = 0;  // the highest step the file allowed when last read
 };
 
-}  // namespace fashion_mnist
+}  // namespace examples

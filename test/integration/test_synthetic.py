@@ -1,0 +1,125 @@
+"""The synthetic workload (examples/synthetic) under `dlrun local` on fake GPUs: it trains every
+sample of every epoch exactly once, also across a resize, publishes its goodput model, and
+its steps take at least the GPU-like cost it declares. The trace, the step gate and the
+checks are those of the fashion_mnist tests (test_runtime.ExampleCase)."""
+
+import json
+import os
+import re
+import time
+import unittest
+
+from harness import BUILD_DIR, DlrunTestCase
+from test_runtime import ExampleCase
+
+SYNTHETIC = os.path.join(BUILD_DIR, "examples", "synthetic", "dlrun_synthetic")
+SAMPLES = 2048
+EPOCHS = 2
+DONE = re.compile(r"^\[0\] synthetic: done steps=(\d+) samples=(\d+) epochs=(\d+) "
+                  r"final_loss=(\d+\.\d+) seconds=(\d+\.\d+)$")
+
+
+class SyntheticCase(ExampleCase):
+    """ExampleCase's pacing and trace readers, for dlrun_synthetic instead of fashion_mnist."""
+
+    def setUp(self):
+        DlrunTestCase.setUp(self)  # not ExampleCase's: no Fashion-MNIST needed
+        if not os.path.exists(SYNTHETIC):
+            self.skipTest("examples/synthetic was not built")
+        self.trace = os.path.join(self.tmp, "trace")
+        self.checkpoints = os.path.join(self.tmp, "checkpoints")
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+
+    def example_args(self, *extra):
+        return [SYNTHETIC, "--samples", str(SAMPLES), "--epochs", str(EPOCHS),
+                "--checkpoint-dir", self.checkpoints, "--trace-dir", self.trace, *extra]
+
+    def done_line(self, out):
+        last = out.strip().splitlines()[-1]
+        match = DONE.match(last)
+        self.assertIsNotNone(match, out[-2000:])
+        steps, samples, epochs = (int(match.group(i)) for i in (1, 2, 3))
+        return steps, samples, epochs, float(match.group(4)), float(match.group(5))
+
+    def assert_every_sample_once(self):
+        seen = self.samples_per_epoch()
+        self.assertEqual(sorted(seen), list(range(EPOCHS)))
+        for epoch, counts in seen.items():
+            self.assertEqual(sorted(counts), list(range(SAMPLES)), f"epoch {epoch}: samples missing")
+            self.assertEqual(set(counts.values()), {1}, f"epoch {epoch}: samples trained more than once")
+
+
+class SyntheticWorkload(SyntheticCase):
+    def test_four_fake_gpus_train_every_sample_once_and_publish_the_goodput_model(self):
+        run_dir = self.run_dir()
+        code, out, err = self.run_dlrun("local", "--gpus", "1:4", "--run-dir", run_dir, "--",
+                                        *self.example_args("--replan-every", "10"), timeout=180)
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        self.assertEqual(self.starts(), [(4, 0)])
+        steps, samples, epochs, final_loss, _ = self.done_line(out)
+        self.assertEqual((samples, epochs), (EPOCHS * SAMPLES, EPOCHS))
+        self.assertEqual(sorted(self.losses()), list(range(1, steps + 1)))
+        # The data's noise is 1.0: the mean squared error falls from about |w*|² + 1 (17 at 16
+        # features) towards 1.
+        self.assertLess(final_loss, 2.0, out[-2000:])
+        self.assertEqual(len(re.findall(r"\[0\] epoch \d/2: loss \d+\.\d+, .* noise scale \d+", out)), 2, out)
+        self.assert_every_sample_once()
+        with open(os.path.join(run_dir, "goodput-model.json")) as f:
+            model = json.load(f)
+        self.assertEqual(set(model), {"version", "params", "noise_scale", "initial_batch", "max_batch",
+                                      "min_micro_batch", "max_micro_batch", "allow_accumulation",
+                                      "measured_replicas", "replicas", "global_batch"})
+        self.assertEqual(set(model["params"]), {"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r",
+                                                "beta_r", "gamma"})
+        self.assertEqual((model["initial_batch"], model["max_batch"], model["replicas"]), (64, 2048, 4))
+        self.assertEqual(model["measured_replicas"], [4])
+        self.assertGreater(model["noise_scale"], 0)
+
+    def test_steps_take_at_least_the_declared_cost(self):
+        # 640 samples in batches of 32 on 2 ranks: 20 steps, each sleeping 20 ms + 16 samples
+        # x 1 ms + 15 ms x (2 - 1) = 51 ms on every rank. Sleeping makes this a lower bound on
+        # any machine; nothing bounds it from above.
+        start = time.monotonic()
+        code, out, err = self.run_dlrun("local", "--gpus", "2", "--", SYNTHETIC, "--fixed", "--samples", "640",
+                                        "--epochs", "1", "--batch-size", "32", "--step-ms", "20",
+                                        "--sample-ms", "1", "--sync-ms-per-rank", "15", timeout=120)
+        wall = time.monotonic() - start
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        steps, samples, _, _, seconds = self.done_line(out)
+        self.assertEqual((steps, samples), (20, 640))
+        self.assertGreaterEqual(seconds, steps * 0.051)
+        self.assertGreaterEqual(wall, seconds)
+        self.assertIn("[0] epoch 1/1: loss ", out)
+        self.assertIn(", batch 32 (fixed)", out)
+
+    def test_resize_4_to_2_to_1_trains_every_sample_once(self):
+        # --max-batch-size 64 keeps AdaptiveBatch (restored at each size) at the initial batch,
+        # so the run has exactly 2 x 2048 / 64 = 64 steps and the holds below come before its end.
+        # A `dlrun local --gpus` job only shrinks (growing needs `dlrun submit`'s scheduler).
+        run_dir = self.run_dir()
+        p = self.start("local", "--gpus", "1:4", "--run-dir", run_dir, "--",
+                       *self.gated_args("--max-batch-size", "64"))
+        held = 8
+        self.hold_at(p, held)
+        self.assertEqual(self.starts(), [(4, 0)])
+        with open(os.path.join(run_dir, "job.json")) as f:
+            job = json.load(f)["id"]
+        for start, (size, next_hold) in enumerate(((2, 30), (1, 50)), start=2):
+            r = self.dlrun("resize", job, str(size), timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(self.wait_starts(p, start), (size, held + 1))
+            held = next_hold
+            self.hold_at(p, held)
+        self.allow(10**6)
+        code, out, err = self.finish(p, timeout=180)
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        steps, samples, _, _, _ = self.done_line(out)
+        self.assertEqual((steps, samples), (64, EPOCHS * SAMPLES))
+        self.assertEqual(sorted(self.losses()), list(range(1, 65)), "the step count is not exact")
+        self.assert_every_sample_once()
+        self.assertRegex(out, r"\[0\] resumed from step 9 .*saved by 4 rank\(s\); now 2 rank\(s\)")
+        self.assertRegex(out, r"\[0\] resumed from step 31 .*saved by 2 rank\(s\); now 1 rank\(s\)")
+
+
+if __name__ == "__main__":
+    unittest.main()
