@@ -17,3 +17,7 @@ if(TARGET dlrun_synthetic)
   # The synthetic workload on fake GPUs: about 10 s on two busy cores.
   dlrun_integration_test(test_synthetic SyntheticWorkload TIMEOUT 300 LABELS runtime)
 endif()
+if(TARGET dlrun_synthetic)
+  # The goodput scheduler with runtime jobs: A grows, shrinks for B, grows back, exactly.
+  dlrun_integration_test(test_scheduler_runtime RuntimeJobs TIMEOUT 400 LABELS runtime)
+endif()
