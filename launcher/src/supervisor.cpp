@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <ctime>
+#include <filesystem>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
@@ -123,6 +124,11 @@ void Supervisor::start_attempt() {
   m_phase = Phase::running;
   m_failure.reset();
   m_restart_requested = false;
+  // The new ranks say again that they handle the stop request, once they are past their
+  // start (a stop request before their handler exists would end them): until then the
+  // scheduler does not resize the job (docs/scheduling.md).
+  std::error_code ignored;
+  std::filesystem::remove(m_job.run_dir + "/" + run_files::k_handles_stop, ignored);
   m_group = m_runner->start(members, make_output);
   m_attempt_started = std::chrono::steady_clock::now();
   arm_watchdog();
