@@ -59,9 +59,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   log::set_prefix(fmt::format("dlrun[{}]", options.host_label));
   std::string secret = read_secret();
   // Stop signals wait until the Supervisor listens (it unblocks them).
-  sigset_t stop;
-  sigemptyset(&stop);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+  sigset_t stop = stop_signal_set();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
 
   RendezvousClient client;

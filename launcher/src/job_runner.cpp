@@ -18,6 +18,7 @@
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/plan.hpp"
+#include "dlrun/launcher/process.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/supervisor.hpp"
 #include "dlrun/protocol.hpp"
@@ -30,18 +31,11 @@ namespace {
 constexpr int k_sweep_every = 10;  // polls between sweeps of the queue
 constexpr auto k_scheduler_check = std::chrono::seconds(5);  // a running goodput job: is a scheduler alive?
 
-sigset_t stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-  return set;
-}
-
 // Waits for the job's turn. False when it was cancelled (or ended) meanwhile. A goodput job
 // is started by the scheduler (its state turns RUNNING, with the GPUs it chose); any other
 // starts itself, in order (try_start).
 bool wait_for_resources(JobQueue& queue, int64_t id, const Capacity& capacity) {
-  const sigset_t stop = stop_signals();
+  const sigset_t stop = stop_signal_set();
   for (int poll = 0;; ++poll) {
     auto job = queue.store().get(id);
     if (!job || is_terminal(job->state)) return false;
@@ -115,7 +109,7 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
 int run_submitted_job(int64_t id, const Environment& env) {
   // Until the Supervisor's handlers exist, stop signals wait (they mean "cancel"), and so
   // does a resize request (its default action would end this process).
-  sigset_t stop = stop_signals();
+  sigset_t stop = stop_signal_set();
   sigaddset(&stop, signals::k_resize_request);
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
 

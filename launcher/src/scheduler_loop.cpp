@@ -18,6 +18,7 @@
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_resize.hpp"
 #include "dlrun/launcher/policy_view.hpp"
+#include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/process_identity.hpp"
 #include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
@@ -151,13 +152,6 @@ class Scheduler {
   bool m_held_back = false;
 };
 
-sigset_t stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-  return set;
-}
-
 // Sleeps `pause`; true when a stop signal came meanwhile.
 bool stop_signal_within(const sigset_t& stop, std::chrono::milliseconds pause) {
   timespec timeout{0, static_cast<long>(pause.count()) * 1000 * 1000};
@@ -186,7 +180,7 @@ SchedulerPlan plan_moves(const std::vector<PolicyJob>& jobs, const PolicyDecisio
 }
 
 int run_scheduler(const Environment& env) {
-  const sigset_t stop = stop_signals();
+  const sigset_t stop = stop_signal_set();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   Scheduler scheduler(env);
   // What it decides, for people and tests: $DLRUN_HOME/scheduler.log.

@@ -18,6 +18,7 @@
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/log.hpp"
+#include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
@@ -65,9 +66,8 @@ void Supervisor::begin() {
   listen_for_signals();
   listen_for_resize();
   // A job runner blocks these until the handlers above exist; let them through now.
-  sigset_t stop;
-  sigemptyset(&stop);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, signals::k_resize_request}) sigaddset(&stop, sig);
+  sigset_t stop = stop_signal_set();
+  sigaddset(&stop, signals::k_resize_request);
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   record("running", std::nullopt);
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it

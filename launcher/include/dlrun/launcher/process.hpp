@@ -6,6 +6,7 @@
 // not printed by a half-started child. Functions here are not thread-safe: dlrun forks
 // from its single supervising thread.
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -64,6 +65,10 @@ Environment current_environment();
 
 // Cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();
+
+// SIGINT, SIGTERM and SIGHUP: what asks a dlrun process to stop (blocked until its handlers
+// exist, then waited for or handled).
+sigset_t stop_signal_set();
 
 // Raises the soft open-file limit to the hard limit: each rank costs dlrun three fds.
 void raise_fd_limit();
