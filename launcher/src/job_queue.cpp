@@ -371,11 +371,11 @@ void JobQueue::sweep() {
     auto job = m_store.get(id);
     if (job) start_supervisor(id, job->submitted.environment);
   }
-  if (m_store.has_active_goodput_jobs()) ensure_scheduler();
+  ensure_scheduler();
 }
 
 void JobQueue::ensure_scheduler() {
-  if (m_store.scheduler_lease_holder()) return;
+  if (!m_store.has_active_goodput_jobs() || m_store.scheduler_lease_holder()) return;
   try {
     spawn_detached({"_schedule"}, encode_environment(m_env), nullptr);
   } catch (const Error& e) {

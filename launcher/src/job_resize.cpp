@@ -1,8 +1,5 @@
 #include "dlrun/launcher/job_resize.hpp"
 
-#include <chrono>
-#include <thread>
-
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
@@ -52,13 +49,7 @@ void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, dou
   if (auto why = check_resize(*ranks, request.min_ranks, request.max_ranks); !why.empty()) {
     throw ConfigError(fmt::format("job {}: {}", id, why));
   }
-  // A job just started (by the scheduler or its turn) may not have its run directory yet:
-  // its supervisor writes job.json once it listens.
-  for (int i = 0; i < 200 && !read_run_record(job->run_dir); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (!read_run_record(job->run_dir)) throw ConfigError(fmt::format("job {} is still starting; try again", id));
-  auto step = begin_resize(queue, *job, *ranks, "resize");
+  auto step = begin_resize(queue, *job, *ranks, queue.capacity(), "resize");
   if (!step) {
     throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now", id,
                                   request.uses_gpus ? "GPUs" : "CPU slots", *ranks));
@@ -78,7 +69,8 @@ void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, dou
 
 }  // namespace
 
-std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, int ranks, const std::string& cause) {
+std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, int ranks, const Capacity& capacity,
+                                       const std::string& cause) {
   ResizeStep step;
   step.id = job.id;
   step.run_dir = job.run_dir;
@@ -86,7 +78,7 @@ std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, in
   step.before = job.allocation;
   step.grow = ranks > job.allocation.ranks;
   if (step.grow) {
-    auto after = queue.store().resize_allocation(job.id, ranks, queue.capacity(), cause);
+    auto after = queue.store().resize_allocation(job.id, ranks, capacity, cause);
     if (!after) return std::nullopt;
     step.after = *after;
     return step;

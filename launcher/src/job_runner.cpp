@@ -118,12 +118,13 @@ int run_submitted_job(int64_t id, const Environment& env) {
   if (!store.claim(id, ProcessIdentity::self())) return 0;  // another supervisor has it
   auto record = store.get(id);
   if (!record) return 0;
-  if (!wait_for_resources(queue, id, queue.capacity())) return 0;
-  record = store.get(id);
+  // The run directory exists before the job turns RUNNING: a resize request sent the moment
+  // it does finds where to go (and waits, blocked above, until the Supervisor listens).
   const std::string run_dir = queue.run_dir(id);
-
   std::error_code ec;
   fs::create_directories(run_dir, ec);
+  if (!wait_for_resources(queue, id, queue.capacity())) return 0;
+  record = store.get(id);
   send_output_to(run_dir + "/output.log");
   try {
     JobSpec spec = parse_job_spec(record->submitted.spec_text, record->submitted.spec_path,
@@ -157,7 +158,7 @@ int run_submitted_job(int64_t id, const Environment& env) {
                      : supervisor.stop_signal()  ? JobState::cancelled
                                                  : JobState::failed;
     store.finish(id, state, code, supervisor.summary());
-    if (goodput || store.has_active_goodput_jobs()) queue.ensure_scheduler();  // its GPUs go to others
+    queue.ensure_scheduler();  // its GPUs go to the goodput jobs left, if any
     return code;
   } catch (const Error& e) {
     log::error("{}", e.what());

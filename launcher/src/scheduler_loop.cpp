@@ -81,59 +81,64 @@ class Scheduler {
   // One round: the policy over the queue as it is now, carried out.
   void round(const std::vector<JobRecord>& jobs) {
     const SchedulerSettings settings = read_scheduler_settings(m_queue.home());
-    PolicySettings policy = settings.policy;
-    policy.capacity = m_queue.capacity().gpus;
     m_interval = settings.interval_seconds;
-    m_held_back = false;
-    const PolicyInput input = policy_input(jobs, now_seconds());
-    if (input.jobs.empty() || policy.capacity <= 0) return;
-    PolicyDecision decision;
+    Round r{policy_input(jobs, now_seconds()), {}, m_queue.capacity()};
+    PolicySettings policy = settings.policy;
+    policy.capacity = r.capacity.gpus;
+    if (r.input.jobs.empty() || policy.capacity <= 0) return;
     try {
-      decision = decide_allocation(input.jobs, policy);
+      r.decision = decide_allocation(r.input.jobs, policy);
       // A change only the restart penalty holds back becomes worth it as the jobs age: look
       // again every restart_seconds, not only every interval.
       PolicySettings free_restarts = policy;
       free_restarts.restart_seconds = 0;
-      m_held_back = decide_allocation(input.jobs, free_restarts).gpus != decision.gpus;
-      if (m_held_back) m_interval = std::min(m_interval, std::max(1.0, policy.restart_seconds));
+      if (decide_allocation(r.input.jobs, free_restarts).gpus != r.decision.gpus) {
+        m_interval = std::min(m_interval, std::max(1.0, policy.restart_seconds));
+      }
     } catch (const std::invalid_argument& e) {
       log::warn("{} the policy cannot decide for this queue: {}", timestamp(), e.what());
       return;
     }
     std::vector<bool> goodput;
-    for (const auto* record : input.records) goodput.push_back(record->submitted.request.goodput);
-    const SchedulerPlan plan = plan_moves(input.jobs, decision, goodput);
-    if (plan.empty()) return;
-    auto say = [&](const SchedulerMove& move, const char* what) {
-      const JobRecord& job = *input.records[move.job];
-      log::info("{} job {} ({}): {} {} -> {} GPUs (predicted speedup {:.2f}x over its fair share{})", timestamp(),
-                job.id, job.name, what, move.from, move.to, decision.speedup[move.job],
-                input.jobs[move.job].goodput.empty() ? ", no model yet" : "");
-    };
-    carry_out(plan.shrinks, input, say, "shrink");
+    for (const auto* record : r.input.records) goodput.push_back(record->submitted.request.goodput);
+    const SchedulerPlan plan = plan_moves(r.input.jobs, r.decision, goodput);
+    resize(r, plan.shrinks, "shrink");
     for (const auto& move : plan.starts) {
-      const JobRecord& job = *input.records[move.job];
-      say(move, "start");
-      if (!m_queue.store().start_scheduled(job.id, move.to, m_queue.capacity(), m_queue.run_dir(job.id))) {
+      const JobRecord& job = *r.input.records[move.job];
+      say(r, move, "start");
+      if (!m_queue.store().start_scheduled(job.id, move.to, r.capacity, m_queue.run_dir(job.id))) {
         log::warn("{} job {}: {} GPUs are not free yet; next round", timestamp(), job.id, move.to);
       }
     }
-    carry_out(plan.grows, input, say, "grow");
+    resize(r, plan.grows, "grow");
   }
 
   // Seconds until the next round when the queue does not change.
   double interval() const { return m_interval; }
 
  private:
-  template <typename Say>
-  void carry_out(const std::vector<SchedulerMove>& moves, const PolicyInput& input, Say& say, const char* what) {
+  struct Round {
+    PolicyInput input;
+    PolicyDecision decision;
+    Capacity capacity;
+  };
+
+  static void say(const Round& r, const SchedulerMove& move, const char* what) {
+    const JobRecord& job = *r.input.records[move.job];
+    log::info("{} job {} ({}): {} {} -> {} GPUs (predicted speedup {:.2f}x over its fair share{})", timestamp(),
+              job.id, job.name, what, move.from, move.to, r.decision.speedup[move.job],
+              r.input.jobs[move.job].goodput.empty() ? ", no model yet" : "");
+  }
+
+  // Resizes the jobs of `moves` together and waits for them all.
+  void resize(const Round& r, const std::vector<SchedulerMove>& moves, const char* what) {
     std::vector<ResizeStep> steps;
     for (const auto& move : moves) {
       // The job as it is now: it may have changed since the listing.
-      auto job = m_queue.store().get(input.records[move.job]->id);
+      auto job = m_queue.store().get(r.input.records[move.job]->id);
       if (!job || job->state != JobState::running || job->allocation.ranks != move.from) continue;
-      say(move, what);
-      auto step = begin_resize(m_queue, *job, move.to, "scheduler");
+      say(r, move, what);
+      auto step = begin_resize(m_queue, *job, move.to, r.capacity, "scheduler");
       if (!step) {
         log::warn("{} job {}: {} GPUs are not free; next round", timestamp(), job->id, move.to);
         continue;
@@ -148,8 +153,7 @@ class Scheduler {
   }
 
   JobQueue m_queue;
-  double m_interval = 60;   // until the next round without a change of the queue
-  bool m_held_back = false;
+  double m_interval = 60;  // until the next round without a change of the queue
 };
 
 // Sleeps `pause`; true when a stop signal came meanwhile.

@@ -52,8 +52,8 @@ class JobQueue {
   // Fixes the store after crashes (see above); adopts orphaned pending jobs; starts the
   // goodput scheduler when a goodput job needs one.
   void sweep();
-  // Starts `dlrun _schedule` (detached) unless a live scheduler holds the lease
-  // (scheduler_loop.hpp).
+  // Starts `dlrun _schedule` (detached) when a goodput job is pending or running and no live
+  // scheduler holds the lease (scheduler_loop.hpp).
   void ensure_scheduler();
 
   // Blocks until the job ends; returns its exit code (70 if it was lost).

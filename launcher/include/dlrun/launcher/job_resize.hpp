@@ -44,7 +44,8 @@ struct ResizeStep {
 };
 // Takes the GPUs a grow needs in the store (nullopt: they are not free), or works out which
 // a shrink keeps (its first ones). `cause` is recorded with the change.
-std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, int ranks, const std::string& cause);
+std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, int ranks, const Capacity& capacity,
+                                       const std::string& cause);
 // After the supervisor's answer ("ok N" or "error: …"; empty: none came): a shrink's GPUs
 // are given back on "ok", a grow's on anything else.
 void end_resize(JobQueue& queue, const ResizeStep& step, const std::string& answer, const std::string& cause);
