@@ -49,8 +49,16 @@ void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, dou
   if (auto why = check_resize(*ranks, request.min_ranks, request.max_ranks); !why.empty()) {
     throw ConfigError(fmt::format("job {}: {}", id, why));
   }
+  // The user's size holds until `dlrun resize JOB auto`: the scheduler does not undo it. The
+  // pin comes first, so no round of the scheduler sees the new size unpinned; a resize that
+  // fails puts the old pin back.
+  if (request.goodput) queue.store().set_pinned(id, *ranks);
+  auto unpin = [&] {
+    if (request.goodput) queue.store().set_pinned(id, job->pinned);
+  };
   auto step = begin_resize(queue, *job, *ranks, queue.capacity(), "resize");
   if (!step) {
+    unpin();
     throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now", id,
                                   request.uses_gpus ? "GPUs" : "CPU slots", *ranks));
   }
@@ -59,12 +67,12 @@ void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, dou
     answer = request_resize(step->run_dir, step->supervisor_pid, step->request(), timeout);
   } catch (...) {
     end_resize(queue, *step, "", "resize");
+    unpin();
     throw;
   }
   end_resize(queue, *step, answer, "resize");
+  if (answer.rfind("ok", 0) != 0) unpin();
   throw_if_error(answer, std::to_string(id));
-  // The user's size holds until `dlrun resize JOB auto`: the scheduler does not undo it.
-  if (request.goodput) queue.store().set_pinned(id, *ranks);
 }
 
 }  // namespace

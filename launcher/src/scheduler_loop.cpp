@@ -78,8 +78,9 @@ class Scheduler {
 
   JobQueue& queue() { return m_queue; }
 
-  // One round: the policy over the queue as it is now, carried out.
-  void round(const std::vector<JobRecord>& jobs) {
+  // One round: the policy over the queue as it is now, carried out. A round the queue's
+  // change started says so when it changes nothing (people and tests see it was weighed).
+  void round(const std::vector<JobRecord>& jobs, bool queue_changed) {
     const SchedulerSettings settings = read_scheduler_settings(m_queue.home());
     m_interval = settings.interval_seconds;
     Round r{policy_input(jobs, now_seconds()), {}, m_queue.capacity()};
@@ -102,6 +103,10 @@ class Scheduler {
     std::vector<bool> goodput;
     for (const auto* record : r.input.records) goodput.push_back(record->submitted.request.goodput);
     const SchedulerPlan plan = plan_moves(r.input.jobs, r.decision, goodput);
+    if (plan.empty() && queue_changed) {
+      log::info("{} the queue changed ({} GPU job{}): every allocation stays", timestamp(), r.input.jobs.size(),
+                r.input.jobs.size() == 1 ? "" : "s");
+    }
     resize(r, plan.shrinks, "shrink");
     for (const auto& move : plan.starts) {
       const JobRecord& job = *r.input.records[move.job];
@@ -211,7 +216,7 @@ int run_scheduler(const Environment& env) {
       const double since = std::chrono::duration<double>(Clock::now() - last_round).count();
       if (signature != last_signature || since >= scheduler.interval()) {
         try {
-          scheduler.round(jobs);
+          scheduler.round(jobs, signature != last_signature);
         } catch (const Error& e) {
           log::error("{} {}", timestamp(), e.what());
         }

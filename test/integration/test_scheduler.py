@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sqlite3
-import time
 import unittest
 import xml.dom.minidom
 
@@ -55,6 +54,17 @@ class SchedulerTestCase(JobsTestCase):
     def scheduler_log(self):
         path = os.path.join(self.home, "scheduler.log")
         return open(path).read() if os.path.exists(path) else "(no scheduler.log)"
+
+    def wait_weighed(self, jobs):
+        """Waits until a round of the scheduler over `jobs` GPU jobs, started by a change of
+        the queue, has decided to move nothing: the test is paced by the scheduler's work."""
+        line = f"({jobs} GPU job{'' if jobs == 1 else 's'}): every allocation stays"
+        self.assertTrue(wait_for(lambda: line in self.scheduler_log(), 60), self.scheduler_log())
+
+    def starts_of(self, job_id):
+        """The world sizes job `job_id`'s rank 0 started with, in order."""
+        return [int(w.split(":")[2]) for w in read_words(self.starts)
+                if w.split(":")[:2] == [str(job_id), "0"]]
 
     def lease(self):
         with sqlite3.connect(os.path.join(self.home, "jobs.db")) as db:
@@ -104,33 +114,43 @@ class Sharing(SchedulerTestCase):
         a, done_a = self.job("a", "1:4", env='NO_STOP_HANDLING = "1"')
         self.wait_ranks(a, 4)
         b, done_b = self.job("b", "1:4")
-        time.sleep(2)
+        self.wait_weighed(2)  # the scheduler saw b, and left it waiting
         self.assertEqual(self.status(b)["state"], "PENDING")  # a keeps its GPUs: it would lose its work
         self.assertEqual(self.ranks(a), 4)
         open(done_a, "w").close()
         self.wait_ranks(b, 4)
         open(done_b, "w").close()
         self.wait_state(b, ("SUCCEEDED",))
+        self.assertEqual(self.starts_of(a), [4])  # never resized
 
     def test_fifo_policy_keeps_what_it_started_with(self):
         a, done_a = self.job("a", "1:4", extra='[scheduler]\npolicy = "fifo"\n')
         self.wait_ranks(a, 4)
         b, done_b = self.job("b", "1:4", extra='[scheduler]\npolicy = "fifo"\n')
-        time.sleep(2)
         self.assertEqual((self.status(b)["state"], self.ranks(a)), ("PENDING", 4))
-        self.assertFalse(os.path.exists(os.path.join(self.home, "scheduler.log")))  # no scheduler needed
         open(done_a, "w").close()
         self.wait_ranks(b, 4)
         open(done_b, "w").close()
         self.wait_state(b, ("SUCCEEDED",))
+        # a kept its 4 GPUs to its end, b waited for them; no scheduler was needed.
+        self.assertEqual((self.starts_of(a), self.starts_of(b)), ([4], [4]))
+        self.assertFalse(os.path.exists(os.path.join(self.home, "scheduler.log")))
 
     def test_a_pinned_job_keeps_its_size_until_auto(self):
         a, done_a = self.job("a", "1:4")
         self.wait_ranks(a, 4)
         r = self.dlrun("resize", str(a), "2")
         self.assertEqual(r.returncode, 0, r.stderr)
-        time.sleep(3)  # two idle GPUs, restart_seconds 1: unpinned, it would have grown
+        # A second job (fifo, 1 GPU) arrives after the resize: the scheduler weighs the queue
+        # with a pinned at 2 and a GPU still idle, and leaves a there (unpinned, with
+        # restart_seconds 1, it would grow).
+        b, done_b = self.job("b", 1)
+        self.wait_weighed(2)
+        self.wait_ranks(b, 1)
         self.assertEqual(self.ranks(a), 2)
+        open(done_b, "w").close()
+        self.wait_state(b, ("SUCCEEDED",))
+        self.assertEqual(self.starts_of(a), [4, 2])
         r = self.dlrun("resize", str(a), "auto")
         self.assertEqual((r.returncode, r.stdout), (0, f"Job {a} is sized by the goodput scheduler again\n"), r.stderr)
         self.wait_ranks(a, 4)
