@@ -49,7 +49,8 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_grace_timer(m_io),
       m_drain_timer(m_io),
       m_resize_signal(m_io, signals::k_resize_request),
-      m_watchdog_timer(m_io) {}
+      m_watchdog_timer(m_io),
+      m_held_gpu_ids(job.gpu_ids) {}
 
 Supervisor::~Supervisor() = default;
 

@@ -41,11 +41,11 @@ std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
   if (auto why = check_resize(request.world_size, m_job.min_world_size, m_job.max_world_size); !why.empty()) {
     return "error: " + why;
   }
-  if (!m_job.gpu_ids.empty() && request.gpu_ids.empty() &&
-      request.world_size > static_cast<int>(m_job.gpu_ids.size())) {
-    return fmt::format("error: the job has {} GPUs; growing a GPU job needs the scheduler (dlrun submit) to "
-                       "hand out more",
-                       m_job.gpu_ids.size());
+  if (!m_held_gpu_ids.empty() && request.gpu_ids.empty() &&
+      request.world_size > static_cast<int>(m_held_gpu_ids.size())) {
+    return fmt::format("error: the job holds {} GPUs; growing a GPU job beyond them needs the queue (dlrun "
+                       "submit), which knows what is free",
+                       m_held_gpu_ids.size());
   }
   if (m_phase != Phase::running || m_pending_resize) {
     return "error: the job is stopping or restarting; try again in a moment";
@@ -74,9 +74,9 @@ void Supervisor::apply_resize() {
   ResizeRequest request = *m_pending_resize;
   m_pending_resize.reset();
   if (!request.gpu_ids.empty()) {
-    m_job.gpu_ids = request.gpu_ids;
-  } else if (!m_job.gpu_ids.empty()) {
-    m_job.gpu_ids.resize(static_cast<size_t>(request.world_size));
+    m_job.gpu_ids = m_held_gpu_ids = request.gpu_ids;
+  } else if (!m_held_gpu_ids.empty()) {
+    m_job.gpu_ids.assign(m_held_gpu_ids.begin(), m_held_gpu_ids.begin() + request.world_size);
   }
   m_job.world_size = request.world_size;
   ++m_restart_count;
@@ -93,6 +93,7 @@ bool Supervisor::leave_out_failing_gpu(const Failure& failure) {
   const std::string gpu = m_job.gpu_ids.at(static_cast<size_t>(m_group->member(failure.index).spec.local_rank));
   if (!m_gpu_failures.count(gpu, m_job.world_size, m_job.min_world_size)) return false;
   m_job.gpu_ids.erase(std::find(m_job.gpu_ids.begin(), m_job.gpu_ids.end(), gpu));
+  m_held_gpu_ids.erase(std::remove(m_held_gpu_ids.begin(), m_held_gpu_ids.end(), gpu), m_held_gpu_ids.end());
   m_job.world_size = static_cast<int>(m_job.gpu_ids.size());
   m_job.max_world_size = std::min(m_job.max_world_size, m_job.world_size);
   log::warn("leaving GPU {} out: its rank failed {} times in a row; continuing with {} ranks", gpu,

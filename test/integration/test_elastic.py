@@ -56,6 +56,30 @@ class Resize(DlrunTestCase):
         self.assertIn("resizing from 3 to 2 ranks: asking the ranks to checkpoint and stop", err)
         self.assertIn("now running 2 ranks", err)
 
+    def test_a_local_gpu_job_shrinks_and_grows_back_onto_its_gpus(self):
+        starts = os.path.join(self.tmp, "gpu-starts")
+        path = os.path.join(self.tmp, "gpu-rank.sh")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\ntrap 'exit 75' USR1\ntouch \"$DLRUN_RUN_DIR/handles-stop\"\n"
+                    f"echo \"$DLRUN_RESTART_COUNT:$RANK:$CUDA_VISIBLE_DEVICES\" >> {starts}\n"
+                    "while true; do sleep 0.05; done\n")
+        os.chmod(path, 0o755)
+        p = self.start("local", "--gpus", "1:4", path, env=dict(self.env, DLRUN_FAKE_GPUS="4"))
+        job = self.job_id(p)
+        self.assertTrue(wait_for(lambda: len(read_words(starts)) == 4, 30))
+        r = self.dlrun("resize", job, "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(starts)) == 6, 30))
+        r = self.dlrun("resize", job, "4")
+        self.assertEqual((r.returncode, r.stdout), (0, f"Job {job} now runs 4 ranks\n"), r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(starts)) == 10, 30))
+        words = read_words(starts)
+        self.assertEqual(sorted(words[:4]), ["0:0:0", "0:1:1", "0:2:2", "0:3:3"])
+        self.assertEqual(sorted(words[4:6]), ["1:0:0", "1:1:1"])
+        self.assertEqual(sorted(words[6:]), ["2:0:0", "2:1:1", "2:2:2", "2:3:3"])
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+
     def test_resize_outside_the_range_is_refused(self):
         p = self.start("local", "--nproc", "2:3", self.elastic_rank())
         job = self.job_id(p)

@@ -102,6 +102,9 @@ class Supervisor {
   boost::asio::steady_timer m_watchdog_timer;
   std::optional<ResizeRequest> m_pending_resize;
   GpuFailures m_gpu_failures;
+  // The GPUs this job holds: a `dlrun local` job keeps the ones it started with while it runs
+  // on fewer, so it can grow back onto them; a submitted job's are what the queue handed it.
+  std::vector<std::string> m_held_gpu_ids;
   std::chrono::steady_clock::time_point m_attempt_started;
   Terminal m_terminal;
   std::unique_ptr<MemberGroup> m_group;
