@@ -51,6 +51,7 @@ struct Options {
   int64_t max_micro_batch = 0;
   int64_t replan_every = 50;
   bool fixed = false;
+  bool count_progress = false;  // --epochs in scale-invariant progress, not samples seen
   double lr = 0.02;
   synthetic::StepCost cost;
   std::string checkpoint_dir;
@@ -102,7 +103,7 @@ class Trainer {
     m_trace.start(m_ctx.world_size(), m_step);
     m_start = std::chrono::steady_clock::now();
     m_epoch_start = m_start;
-    while (m_sampler.epoch() < m_options.epochs) {
+    while (!done()) {
       auto batch = m_sampler.next(m_adaptive ? m_adaptive->global_batch() : m_options.batch_size);
       if (!batch) {
         end_epoch();
@@ -122,6 +123,15 @@ class Trainer {
   }
 
  private:
+  // Trained enough: --epochs epochs of samples seen, or with --count-progress of AdaScale's
+  // scale-invariant progress (each step counts its gain x --batch-size samples; every rank
+  // computes the same gain from the same reduced gradient statistics, so all stop together).
+  bool done() const {
+    if (!m_options.count_progress || !m_adaptive) return m_sampler.epoch() >= m_options.epochs;
+    return m_adaptive->progress() * static_cast<double>(m_options.batch_size) >=
+           static_cast<double>(m_options.epochs * m_options.samples);
+  }
+
   static torch::nn::Linear make_net(const Options& options) {
     torch::manual_seed(options.seed);  // rank 0's weights win anyway (DataParallel broadcasts)
     return torch::nn::Linear(options.dim, 1);
@@ -213,8 +223,7 @@ class Trainer {
     const double seconds = seconds_since(m_epoch_start);
     m_dataset_loss = dataset_loss();
     if (m_ctx.is_main()) {
-      fmt::print("epoch {}/{}: loss {:.6f}, {:.1f} s, {:.0f} samples/s{}\n", m_sampler.epoch() + 1,
-                 m_options.epochs, *m_dataset_loss, seconds,
+      fmt::print("epoch {}: loss {:.6f}, {:.1f} s, {:.0f} samples/s{}\n", epoch_label(), *m_dataset_loss, seconds,
                  m_epoch_samples / std::max(seconds, 1e-9), batch_summary());
       std::fflush(stdout);
     }
@@ -222,6 +231,16 @@ class Trainer {
     save();
     m_epoch_start = std::chrono::steady_clock::now();
     m_epoch_samples = 0;
+  }
+
+  // "2/3", or with --count-progress "2 (1.61 of 3 in progress)".
+  std::string epoch_label() const {
+    if (!m_options.count_progress || !m_adaptive) {
+      return fmt::format("{}/{}", m_sampler.epoch() + 1, m_options.epochs);
+    }
+    const double done = m_adaptive->progress() * static_cast<double>(m_options.batch_size) /
+                        static_cast<double>(m_options.samples);
+    return fmt::format("{} ({:.2f} of {} in progress)", m_sampler.epoch() + 1, done, m_options.epochs);
   }
 
   std::string batch_summary() const {
@@ -296,6 +315,10 @@ void add_options(CLI::App& app, Options& o) {
                  "RUN_DIR/goodput-model.json)")
       ->check(k_positive);
   app.add_flag("--fixed", o.fixed, "Train at --batch-size throughout (no AdaptiveBatch)");
+  app.add_flag("--count-progress", o.count_progress,
+               "Count --epochs in AdaScale's scale-invariant progress (each step: its gain x "
+               "--batch-size samples) instead of samples seen, so a batch beyond the noise scale "
+               "trains longer for the same progress (as Pollux measures completion)");
   app.add_option("--lr", o.lr,
                  "SGD learning rate at --batch-size (AdaScale raises it with the batch; keep "
                  "lr x max-batch-size / batch-size below 1)")

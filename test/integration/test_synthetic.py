@@ -92,10 +92,27 @@ class SyntheticWorkload(SyntheticCase):
         self.assertIn("[0] epoch 1/1: loss ", out)
         self.assertIn(", batch 32 (fixed)", out)
 
+    def test_count_progress_trains_on_while_a_large_batch_makes_less_progress_per_sample(self):
+        # A fixed step cost makes larger batches faster per sample, the noise (scale about 150)
+        # makes them less efficient: AdaptiveBatch grows the batch beyond the initial 64, each
+        # such step's AdaScale gain is below its batch / 64, and --count-progress trains more
+        # samples than the epochs hold to make the same progress. Without the flag the run
+        # ends after exactly EPOCHS x SAMPLES samples (the tests above).
+        code, out, err = self.run_dlrun("local", "--gpus", "2", "--", SYNTHETIC, "--samples", str(SAMPLES),
+                                        "--epochs", "4", "--noise", "4", "--step-ms", "10", "--sample-ms", "0",
+                                        "--sync-ms-per-rank", "0", "--max-batch-size", "1024",
+                                        "--replan-every", "5", "--count-progress", timeout=180)
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        batches = [int(b) for b in re.findall(r"^\[0\] epoch \d+ \(\d+\.\d\d of 4 in progress\): .* batch (\d+) ",
+                                               out, re.M)]
+        self.assertGreater(max(batches, default=0), 64, out[-2000:])
+        _, samples, epochs, _, _ = self.done_line(out)
+        self.assertEqual(epochs, 4)
+        self.assertGreater(samples, 4 * SAMPLES, out[-2000:])
+
     def test_resize_4_to_2_to_1_trains_every_sample_once(self):
         # --max-batch-size 64 keeps AdaptiveBatch (restored at each size) at the initial batch,
         # so the run has exactly 2 x 2048 / 64 = 64 steps and the holds below come before its end.
-        # A `dlrun local --gpus` job only shrinks (growing needs `dlrun submit`'s scheduler).
         run_dir = self.run_dir()
         p = self.start("local", "--gpus", "1:4", "--run-dir", run_dir, "--",
                        *self.gated_args("--max-batch-size", "64"))
