@@ -5,7 +5,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+
+#include "dlrun/protocol.hpp"
 
 namespace fashion_mnist {
 namespace {
@@ -16,7 +19,17 @@ double now_seconds() {
 
 }  // namespace
 
-Progress::Progress(bool enabled) : m_enabled(enabled && ::isatty(STDERR_FILENO)) {}
+namespace {
+
+// stderr is a terminal, or a pipe to dlrun that shows the bar on one.
+bool terminal_shows_bar() {
+  const char* tty = std::getenv(dlrun::env::k_tty);
+  return ::isatty(STDERR_FILENO) == 1 || (tty != nullptr && std::string(tty) == "1");
+}
+
+}  // namespace
+
+Progress::Progress(bool enabled) : m_enabled(enabled && terminal_shows_bar()) {}
 
 void Progress::update(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double loss) {
   if (!m_enabled) return;

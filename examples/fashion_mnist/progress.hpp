@@ -1,5 +1,6 @@
 #pragma once
-// Rank 0's progress display: a bar redrawn in place when stderr is a terminal; otherwise
+// Rank 0's progress display: a bar redrawn in place when stderr is a terminal (also under
+// `dlrun local` on a terminal, which sets DLRUN_TTY=1 and shows the redraws); otherwise
 // nothing until the epoch ends (then one line on stdout, from the caller).
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 #include "dlrun/launcher/line_splitter.hpp"
 
+#include "dlrun/launcher/carriage_return.hpp"
+
 namespace dlrun::launcher {
 
 void LineSplitter::feed(std::string_view chunk, const LineHandler& on_line) {
@@ -7,6 +9,7 @@ void LineSplitter::feed(std::string_view chunk, const LineHandler& on_line) {
     size_t newline = chunk.find('\n');
     if (newline == std::string_view::npos) {
       m_partial.append(chunk.data(), chunk.size());
+      if (chunk.find('\r') != std::string_view::npos) drop_replaced_redraws(m_partial);
       while (m_partial.size() >= m_max_line) {
         on_line(std::string_view(m_partial).substr(0, m_max_line));
         m_partial.erase(0, m_max_line);

@@ -4,20 +4,53 @@
 
 #include <cerrno>
 
+#include "dlrun/launcher/carriage_return.hpp"
 #include "dlrun/launcher/fd_io.hpp"
 
 namespace dlrun::launcher {
+namespace {
 
-void Terminal::write(Stream stream, std::string_view text) {
-  int i = stream == Stream::out ? 0 : 1;
+constexpr std::string_view k_clear_line = "\r\x1b[K";
+
+}  // namespace
+
+void Terminal::raw_write(int i, std::string_view text) {
   if (m_closed[i] || text.empty()) return;
   if (!write_all(m_fds[i], text)) m_closed[i] = true;
+}
+
+void Terminal::write(Stream stream, std::string_view text) {
+  const int i = index(stream);
+  if (text.empty()) return;
+  // Live streams share one screen: lift the progress line, write, put it back below.
+  const bool lift = m_progress.stream >= 0 && m_live[i];
+  if (lift) raw_write(m_progress.stream, k_clear_line);
+  raw_write(i, text);
+  if (lift) raw_write(m_progress.stream, m_progress.line);
+}
+
+void Terminal::show_progress(Stream stream, const void* owner, std::string_view line) {
+  const int i = index(stream);
+  if (!m_live[i]) return;
+  if (m_progress.stream >= 0 && m_progress.stream != i) raw_write(m_progress.stream, k_clear_line);
+  m_progress = {i, owner, std::string(line)};
+  std::string text(k_clear_line);
+  text.append(line);
+  raw_write(i, text);
+}
+
+void Terminal::end_progress(const void* owner, std::optional<Stream> stream) {
+  if (m_progress.stream < 0 || m_progress.owner != owner) return;
+  if (stream && m_progress.stream != index(*stream)) return;
+  raw_write(m_progress.stream, k_clear_line);
+  m_progress = {};
 }
 
 RankOutput::RankOutput(Options options, int log_fd, Terminal& terminal)
     : m_options(std::move(options)), m_log_fd(log_fd), m_terminal(terminal) {}
 
 RankOutput::~RankOutput() {
+  m_terminal.end_progress(this);
   if (m_log_fd >= 0) ::close(m_log_fd);
 }
 
@@ -28,7 +61,10 @@ void RankOutput::write_log(std::string_view data) {
   }
 }
 
-void RankOutput::take_line(Stream stream, std::string_view line) {
+void RankOutput::take_line(Stream stream, std::string_view raw) {
+  // A bar's redraws show as their last state; a bar that cleared itself shows nothing.
+  const std::string_view line = shown_segment(raw);
+  if (line.empty() && !raw.empty()) return;
   if (m_options.shown) {
     m_batch += stream == Stream::err ? m_options.err_prefix : m_options.out_prefix;
     m_batch.append(line.data(), line.size());
@@ -40,16 +76,35 @@ void RankOutput::take_line(Stream stream, std::string_view line) {
   }
 }
 
+// An unfinished line that redraws itself is shown as it goes, on a live terminal.
+void RankOutput::show_pending(Stream stream) {
+  if (!m_options.shown || !m_terminal.live(stream)) return;
+  const std::string_view pending = splitter(stream).pending_text();
+  if (pending.find('\r') == std::string_view::npos) return;
+  const std::string_view shown = shown_segment(pending);
+  if (shown.empty()) {
+    m_terminal.end_progress(this);
+    return;
+  }
+  std::string line(stream == Stream::err ? m_options.err_prefix : m_options.out_prefix);
+  line.append(shown.data(), shown.size());
+  m_terminal.show_progress(stream, this, line);
+}
+
 void RankOutput::on_data(Stream stream, std::string_view chunk) {
   write_log(chunk);
   m_batch.clear();
   splitter(stream).feed(chunk, [&](std::string_view line) { take_line(stream, line); });
+  // This rank's finished line takes the place of its progress line.
+  if (!m_batch.empty()) m_terminal.end_progress(this, stream);
   m_terminal.write(stream, m_batch);
+  show_pending(stream);
 }
 
 void RankOutput::on_eof(Stream stream) {
   m_batch.clear();
   splitter(stream).finish([&](std::string_view line) { take_line(stream, line); });
+  m_terminal.end_progress(this, stream);
   m_terminal.write(stream, m_batch);
 }
 

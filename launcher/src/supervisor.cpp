@@ -40,6 +40,12 @@ bool use_color(ColorMode mode, int fd, const Environment& env) {
   return ::isatty(fd) == 1;
 }
 
+// A terminal that redraws a progress line in place ("\r\x1b[K").
+bool live_terminal(int fd, const Environment& env) {
+  if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
+  return ::isatty(fd) == 1;
+}
+
 }  // namespace
 
 Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
@@ -50,7 +56,12 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_drain_timer(m_io),
       m_resize_signal(m_io, signals::k_resize_request),
       m_watchdog_timer(m_io),
-      m_held_gpu_ids(job.gpu_ids) {}
+      m_held_gpu_ids(job.gpu_ids) {
+  m_terminal.set_live(Stream::out, live_terminal(STDOUT_FILENO, m_job.base_env));
+  m_terminal.set_live(Stream::err, live_terminal(STDERR_FILENO, m_job.base_env));
+  // Tells the ranks that their progress bars reach a terminal although their stderr is a pipe.
+  if (m_terminal.live(Stream::err)) m_job.base_env.try_emplace(env::k_tty, "1");
+}
 
 Supervisor::~Supervisor() = default;
 

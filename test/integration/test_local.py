@@ -281,6 +281,59 @@ class Output(DlrunTestCase):
         self.assertEqual(self.run_on_terminal(env), "\x1b[36m[0]\x1b[0m x\r\n")
         self.assertEqual(self.run_on_terminal(dict(env, NO_COLOR="1")), "[0] x\r\n")
 
+    def test_a_progress_bar_is_redrawn_in_place_on_a_terminal(self):
+        # A rank redraws a bar with '\r' and ends its line only at the end (as tqdm does). On a
+        # terminal each redraw shows as it comes (under "[0] ", in place); the rank is told by
+        # DLRUN_TTY=1 that a bar is worth drawing although its stderr is a pipe.
+        import pty
+        import select
+        gates = [os.path.join(self.tmp, f"gate{i}") for i in (1, 2)]
+        rank = self.script("bar.sh", f"""printf '\\rstep 1' >&2
+while [ ! -e {gates[0]} ]; do sleep 0.05; done
+printf '\\rstep 2' >&2
+while [ ! -e {gates[1]} ]; do sleep 0.05; done
+printf '\\rdone\\n' >&2
+echo "tty=$DLRUN_TTY"
+""")
+        env = dict(self.env, TERM="xterm")
+        master, slave = pty.openpty()
+        screen = b""
+
+        def read_until(text, timeout=60):
+            nonlocal screen
+            deadline = time.monotonic() + timeout
+            while text not in screen and time.monotonic() < deadline:
+                if select.select([master], [], [], 0.2)[0]:
+                    try:
+                        screen += os.read(master, 4096)
+                    except OSError:  # the terminal's other end closed
+                        break
+            return text in screen
+
+        try:
+            p = subprocess.Popen([DLRUN, "local", "-q", "--nproc", "1", rank], stdout=slave, stderr=slave,
+                                 env=env, start_new_session=True)
+            self._started = getattr(self, "_started", []) + [p]
+            self.assertTrue(read_until(b"\r\x1b[K[0] step 1"), screen)
+            with open(gates[0], "w"):
+                pass
+            self.assertTrue(read_until(b"\r\x1b[K[0] step 2"), screen)
+            with open(gates[1], "w"):
+                pass
+            self.assertTrue(read_until(b"[0] tty=1"), screen)
+            self.assertEqual(p.wait(timeout=60), 0)
+        finally:
+            os.close(master)
+            os.close(slave)
+        self.assertIn(b"\r\x1b[K[0] done\r\n", screen)
+
+    def test_a_progress_bar_shows_its_last_state_when_not_on_a_terminal(self):
+        r = self.dlrun("local", "--nproc", "1", "-q", "--run-dir", self.run_dir(), "sh", "-c",
+                       "printf '\\r 10%%\\r 20%%\\r100%%\\n'; echo tty=$DLRUN_TTY")
+        self.assertEqual((r.returncode, r.stdout), (0, "[0] 100%\n[0] tty=\n"), r.stderr)
+        with open(os.path.join(self.run_dir(), "rank-0.log"), newline="") as f:
+            self.assertEqual(f.read(), "\r 10%\r 20%\r100%\ntty=\n")  # the log keeps every byte
+
     def test_stdout_and_stderr_stay_apart(self):
         r = self.dlrun("local", "--nproc", "1", "-q", "sh", "-c", "echo to-out; echo to-err >&2")
         self.assertEqual(r.stdout, "[0] to-out\n")

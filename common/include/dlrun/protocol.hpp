@@ -44,6 +44,10 @@ inline constexpr const char* k_device = "DLRUN_DEVICE";
 // share a host (CPU tensors), leaving it to Gloo.
 inline constexpr const char* k_shm_allreduce = "DLRUN_SHM_ALLREDUCE";
 
+// Set to "1" by `dlrun local` when its stderr is a terminal: a rank's output is a pipe, but
+// dlrun shows its '\r' progress redraws in place, so a progress bar should be drawn.
+inline constexpr const char* k_tty = "DLRUN_TTY";
+
 // Set by dlrun unless the user already set them.
 inline constexpr const char* k_omp_num_threads = "OMP_NUM_THREADS";
 inline constexpr const char* k_cuda_visible_devices = "CUDA_VISIBLE_DEVICES";

@@ -2,8 +2,9 @@
 // Cuts a byte stream (a rank's stdout or stderr, read in arbitrary chunks) into whole
 // lines, so that the terminal never shows two ranks inside one line. A line longer than
 // max_line bytes is cut there and passed on in pieces, so one rank that never writes a
-// newline cannot make dlrun buffer without bound. Pure; one instance per stream; not
-// thread-safe.
+// newline cannot make dlrun buffer without bound, and a line that redraws itself with '\r'
+// (a progress bar) keeps only its last redraws (carriage_return.hpp). Pure; one instance per
+// stream; not thread-safe.
 
 #include <cstddef>
 #include <functional>
@@ -23,6 +24,8 @@ class LineSplitter {
   // Passes on a last line that had no '\n' (at end of stream).
   void finish(const LineHandler& on_line);
   size_t pending() const { return m_partial.size(); }
+  // The unfinished line so far (a progress bar's redraws, or a line still being written).
+  std::string_view pending_text() const { return m_partial; }
 
  private:
   size_t m_max_line;

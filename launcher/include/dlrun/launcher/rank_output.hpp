@@ -3,10 +3,14 @@
 // with a prefix to dlrun's own stdout/stderr (if the rank is shown), and the last lines of
 // its stderr kept for the failure report. One RankOutput per rank; the Terminal is shared
 // by all ranks of the process and writes each batch of whole lines with one write(2), so
-// lines of different ranks never mix. Not thread-safe: used from the supervisor's thread.
+// lines of different ranks never mix. On a terminal ("live" streams) a line that redraws
+// itself with '\r' (a progress bar) is shown as it goes: the Terminal keeps one such line at
+// the bottom, redrawn in place, and writes other ranks' lines above it. Not thread-safe: used
+// from the supervisor's thread.
 
 #include <cstddef>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,13 +23,32 @@ enum class Stream { out, err };
 class Terminal {
  public:
   Terminal(int out_fd = 1, int err_fd = 2) : m_fds{out_fd, err_fd} {}
-  // Writes all of `text`; after EPIPE on a stream it silently drops that stream's output
-  // (the reader is gone; the log files still get everything).
+  // Whether a stream is a terminal that understands "\r\x1b[K" (the supervisor decides:
+  // isatty and TERM is not dumb). Off by default: whole lines only.
+  void set_live(Stream stream, bool live) { m_live[index(stream)] = live; }
+  bool live(Stream stream) const { return m_live[index(stream)]; }
+  // Writes all of `text` (whole lines) above the progress line, if one is shown; after EPIPE
+  // on a stream it silently drops that stream's output (the reader is gone; the log files
+  // still get everything).
   void write(Stream stream, std::string_view text);
+  // Shows `line` (no newline) as the progress line of `owner`, replacing whatever progress
+  // line was shown. Nothing on a stream that is not live.
+  void show_progress(Stream stream, const void* owner, std::string_view line);
+  // Clears the progress line if `owner` shows it (on `stream`, if given).
+  void end_progress(const void* owner, std::optional<Stream> stream = std::nullopt);
 
  private:
+  static int index(Stream stream) { return stream == Stream::out ? 0 : 1; }
+  void raw_write(int i, std::string_view text);
+
   int m_fds[2];
   bool m_closed[2] = {false, false};
+  bool m_live[2] = {false, false};
+  struct Progress {
+    int stream = -1;  // -1: none shown
+    const void* owner = nullptr;
+    std::string line;
+  } m_progress;
 };
 
 class RankOutput {
@@ -53,6 +76,7 @@ class RankOutput {
  private:
   void write_log(std::string_view data);
   void take_line(Stream stream, std::string_view line);
+  void show_pending(Stream stream);
   LineSplitter& splitter(Stream stream) { return m_splitters[stream == Stream::err ? 1 : 0]; }
 
   Options m_options;

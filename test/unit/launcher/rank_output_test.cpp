@@ -1,0 +1,111 @@
+#include "dlrun/launcher/rank_output.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <string>
+
+#include <doctest/doctest.h>
+
+using dlrun::launcher::RankOutput;
+using dlrun::launcher::Stream;
+using dlrun::launcher::Terminal;
+
+namespace {
+
+// A Terminal whose two streams are pipes; read() takes what was written so far.
+struct Screen {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  Screen() {
+    REQUIRE(::pipe2(out, O_NONBLOCK) == 0);
+    REQUIRE(::pipe2(err, O_NONBLOCK) == 0);
+  }
+  ~Screen() {
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+  }
+  static std::string take(int fd) {
+    std::string text;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+    return text;
+  }
+  std::string read_err() { return take(err[0]); }
+  std::string read_out() { return take(out[0]); }
+};
+
+RankOutput::Options prefixed(const std::string& prefix) {
+  RankOutput::Options options;
+  options.out_prefix = options.err_prefix = prefix;
+  return options;
+}
+
+}  // namespace
+
+TEST_SUITE("launcher::RankOutput") {
+  TEST_CASE("on a live terminal a progress bar is redrawn in place, other lines go above it") {
+    Screen screen;
+    Terminal terminal(screen.out[1], screen.err[1]);
+    terminal.set_live(Stream::out, true);
+    terminal.set_live(Stream::err, true);
+    RankOutput rank0(prefixed("[0] "), -1, terminal);
+    RankOutput rank1(prefixed("[1] "), -1, terminal);
+
+    rank0.on_data(Stream::err, "\r 10%|#");
+    CHECK(screen.read_err() == "\r\x1b[K[0]  10%|#");
+    rank0.on_data(Stream::err, "#|\r 20%|##|");
+    CHECK(screen.read_err() == "\r\x1b[K[0]  20%|##|");
+    // Another rank's line: the bar is lifted, the line written, the bar put back below it.
+    rank1.on_data(Stream::err, "hello\n");
+    CHECK(screen.read_err() == "\r\x1b[K[1] hello\n[0]  20%|##|");
+    // The bar's own end: its last state stays as a line.
+    rank0.on_data(Stream::err, "\r100%|###|\n");
+    CHECK(screen.read_err() == "\r\x1b[K[0] 100%|###|\n");
+    rank1.on_data(Stream::err, "bye\n");
+    CHECK(screen.read_err() == "[1] bye\n");
+  }
+
+  TEST_CASE("a bar that clears itself leaves nothing; stdout lines go above a stderr bar") {
+    Screen screen;
+    Terminal terminal(screen.out[1], screen.err[1]);
+    terminal.set_live(Stream::out, true);
+    terminal.set_live(Stream::err, true);
+    RankOutput rank0(prefixed("[0] "), -1, terminal);
+    rank0.on_data(Stream::err, "\repoch 1 [##  ]");
+    CHECK(screen.read_err() == "\r\x1b[K[0] epoch 1 [##  ]");
+    rank0.on_data(Stream::out, "epoch 1: loss 0.3\n");
+    CHECK(screen.read_err() == "\r\x1b[K[0] epoch 1 [##  ]");
+    CHECK(screen.read_out() == "[0] epoch 1: loss 0.3\n");
+    rank0.on_data(Stream::err, "\r\x1b[K");  // the bar clears itself
+    CHECK(screen.read_err() == "\r\x1b[K");
+    rank0.on_data(Stream::out, "epoch 2: loss 0.2\n");  // nothing to put back
+    CHECK(screen.read_err().empty());
+    CHECK(screen.read_out() == "[0] epoch 2: loss 0.2\n");
+    rank0.on_eof(Stream::err);
+    CHECK(screen.read_err().empty());
+  }
+
+  TEST_CASE("not on a terminal: whole lines only, a bar's last state when its line ends") {
+    Screen screen;
+    Terminal terminal(screen.out[1], screen.err[1]);
+    RankOutput rank0(prefixed("[0] "), -1, terminal);
+    rank0.on_data(Stream::err, "\r 10%\r 20%");
+    CHECK(screen.read_err().empty());
+    rank0.on_data(Stream::err, "\r100%\n");
+    CHECK(screen.read_err() == "[0] 100%\n");
+    CHECK(rank0.stderr_tail().back() == "100%");
+  }
+
+  TEST_CASE("a rank that is not shown draws no bar") {
+    Screen screen;
+    Terminal terminal(screen.out[1], screen.err[1]);
+    terminal.set_live(Stream::err, true);
+    auto options = prefixed("[3] ");
+    options.shown = false;
+    RankOutput rank3(options, -1, terminal);
+    rank3.on_data(Stream::err, "\r 10%");
+    rank3.on_data(Stream::err, "\r 20%\n");
+    CHECK(screen.read_err().empty());
+  }
+}
