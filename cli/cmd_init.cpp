@@ -21,15 +21,29 @@ struct InitArgs {
   bool force = false;
 };
 
-// Where this dlrun is installed (PREFIX/bin/dlrun → PREFIX), for the CMAKE_PREFIX_PATH hint.
-std::string install_prefix() {
+// Where find_package(dlrun) finds this dlrun's runtime, for CMAKE_PREFIX_PATH: its install
+// prefix (PREFIX/bin/dlrun → PREFIX), or BUILD/runtime when it runs from its build tree
+// (BUILD/cli/dlrun); empty when neither holds a dlrunConfig.cmake.
+std::string package_prefix() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "PREFIX";
+  if (ec) return {};
   fs::path prefix = exe.parent_path().parent_path();
-  return fs::exists(prefix / "lib" / "cmake" / "dlrun", ec) || fs::exists(prefix / "lib64" / "cmake" / "dlrun", ec)
-             ? prefix.string()
-             : std::string("PREFIX");
+  for (const char* lib : {"lib", "lib64"}) {
+    if (fs::exists(prefix / lib / "cmake" / "dlrun" / "dlrunConfig.cmake", ec)) return prefix.string();
+  }
+  if (fs::exists(prefix / "runtime" / "dlrunConfig.cmake", ec)) return (prefix / "runtime").string();
+  return {};
+}
+
+// The skeleton's text with DLRUN_PREFIX replaced by where the package is, if known.
+std::string with_prefix(std::string text, const std::string& prefix) {
+  if (prefix.empty()) return text;
+  const std::string placeholder = "DLRUN_PREFIX";
+  for (size_t at = text.find(placeholder); at != std::string::npos; at = text.find(placeholder, at + prefix.size())) {
+    text.replace(at, placeholder.size(), prefix);
+  }
+  return text;
 }
 
 int run_init(const InitArgs& args) {
@@ -48,18 +62,22 @@ int run_init(const InitArgs& args) {
   }
   fs::create_directories(dir, ec);
   if (ec) throw ConfigError(fmt::format("cannot create {}: {}", args.dir, ec.message()));
+  const std::string prefix = package_prefix();
   for (const auto& file : project_templates()) {
     std::ofstream out(dir / file.name);
-    out << file.text;
+    out << with_prefix(file.text, prefix);
     if (!out) throw Error(fmt::format("cannot write {}", (dir / file.name).string()));
   }
-  std::string prefix = install_prefix();
   std::cout << fmt::format(
       "Created {0}/ with CMakeLists.txt, train.cpp, job.toml and README.md. Next:\n"
       "  cmake -S {0} -B {0}/build -DCMAKE_PREFIX_PATH={1}\n"
       "  cmake --build {0}/build\n"
       "  dlrun local --nproc 2 {0}/build/train\n",
-      args.dir, prefix);
+      args.dir, prefix.empty() ? "DLRUN_PREFIX" : prefix);
+  if (prefix.empty()) {
+    std::cout << "DLRUN_PREFIX: where dlrun is installed (cmake --install BUILD --prefix DIR), or BUILD/runtime "
+                 "of a build tree: this dlrun runs from neither.\n";
+  }
   return 0;
 }
 

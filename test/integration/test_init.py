@@ -18,6 +18,11 @@ class InstallAndInit(DlrunTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(f"-DCMAKE_PREFIX_PATH={prefix}", r.stdout)
         self.assertEqual(sorted(os.listdir(project)), ["CMakeLists.txt", "README.md", "job.toml", "train.cpp"])
+        with open(os.path.join(project, "README.md")) as f:
+            self.assertIn(f"-DCMAKE_PREFIX_PATH={prefix} ", f.read())
+        # The documentation is installed with it.
+        for doc in ("README.md", "local.md", "job-toml.md", "scheduling.md"):
+            self.assertTrue(os.path.isfile(os.path.join(prefix, "share", "doc", "dlrun", doc)), doc)
         again = subprocess.run([dlrun, "init", project], capture_output=True, text=True, env=self.env)
         self.assertEqual(again.returncode, 2)
         self.assertIn("already exists; nothing was written (--force overwrites)", again.stderr)
@@ -25,11 +30,27 @@ class InstallAndInit(DlrunTestCase):
         for cmd in (["cmake", "-S", project, "-B", build, f"-DCMAKE_PREFIX_PATH={prefix}"], ["cmake", "--build", build]):
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            self.assertIn("CMAKE_BUILD_TYPE:STRING=Release", f.read())  # optimised by default
         r = subprocess.run([dlrun, "local", "--nproc", "2", os.path.join(build, "train")], capture_output=True,
                            text=True, env=self.env, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertRegex(r.stdout.splitlines()[-1], r"^\[0\] final_loss=\d+\.\d{4}$")
         self.assertIn("[0] epoch 5: loss", r.stdout)
+
+    def test_a_project_builds_against_the_build_tree(self):
+        # `dlrun init` run from a build tree names BUILD/runtime (not a placeholder), and
+        # find_package(dlrun) finds the runtime there.
+        dlrun = os.path.join(BUILD_DIR, "cli", "dlrun")
+        project = os.path.join(self.tmp, "fromtree")
+        r = subprocess.run([dlrun, "init", project], capture_output=True, text=True, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        package = os.path.join(os.path.realpath(BUILD_DIR), "runtime")
+        self.assertIn(f"-DCMAKE_PREFIX_PATH={package}\n", r.stdout)
+        self.assertNotIn("DLRUN_PREFIX", r.stdout)
+        r = subprocess.run(["cmake", "-S", project, "-B", os.path.join(project, "build"),
+                            f"-DCMAKE_PREFIX_PATH={package}"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
 
 
 if __name__ == "__main__":
