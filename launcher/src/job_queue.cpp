@@ -19,6 +19,7 @@
 #include "dlrun/launcher/new_job_codec.hpp"
 #include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/job_environment.hpp"
+#include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/log.hpp"
@@ -260,7 +261,7 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
   if (info->state == JobState::running) m_store.mark_running(job.id);
   if (is_terminal(info->state)) {
     if (job.started_at <= 0) m_store.mark_running(job.id);
-    m_store.finish(job.id, info->state, info->exit_code, info->reason);
+    m_store.finish(job.id, info->state, info->exit_code, info->reason, {std::nullopt, read_job_metrics(job.run_dir)});
   }
 }
 
@@ -367,6 +368,10 @@ int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostr
 void JobQueue::sweep() {
   refresh_slurm_jobs();
   Orphans orphans = m_store.sweep();
+  for (int64_t id : orphans.marked_lost) {
+    // What its runtime last measured, as the supervisor would have kept it.
+    if (auto metrics = read_job_metrics(run_dir(id)); !metrics.empty()) m_store.set_final_metrics(id, metrics);
+  }
   for (int64_t id : orphans.pending_without_supervisor) {
     auto job = m_store.get(id);
     if (job) start_supervisor(id, job->submitted.environment);

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -57,9 +56,11 @@ std::string policy_text(const PolicyView* view) {
   return fmt::format("{} ({:.1f}x)", view->gpus, view->speedup);
 }
 
-MetricsSnapshot metrics_if_running(const JobRecord& job) {
-  if (job.state != JobState::running && job.state != JobState::rescaling) return {};
-  return read_latest_metrics(job.run_dir);
+// A running job's from its metrics.jsonl; an ended one's as it ended (kept in the store).
+MetricsSnapshot metrics_of(const JobRecord& job) {
+  if (is_terminal(job.state)) return job.final_metrics;
+  if (job.state == JobState::pending) return {};
+  return read_job_metrics(job.run_dir);
 }
 
 }  // namespace
@@ -90,42 +91,14 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-MetricsSnapshot parse_metrics_line(std::string_view line) {
-  const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) return {};
-  auto number = [&](const char* key) -> std::optional<double> {
-    auto it = json.find(key);
-    if (it == json.end() || !it->is_number()) return std::nullopt;
-    return it->get<double>();
-  };
-  return {number("global_batch"), number("samples_per_sec"), number("step"), number("goodput"),
-          number("noise_scale")};
-}
-
-MetricsSnapshot read_latest_metrics(const std::string& run_dir) {
-  std::ifstream file(run_dir + "/metrics.jsonl", std::ios::binary | std::ios::ate);
-  if (!file) return {};
-  std::streamoff size = file.tellg();
-  std::streamoff start = std::max<std::streamoff>(0, size - 8192);
-  file.seekg(start);
-  std::string tail(static_cast<size_t>(size - start), '\0');
-  file.read(tail.data(), static_cast<std::streamsize>(tail.size()));
-  // The last line may be half-written: use the last one that ends in '\n'.
-  size_t end = tail.rfind('\n');
-  if (end == std::string::npos) return {};
-  size_t begin = tail.rfind('\n', end == 0 ? 0 : end - 1);
-  begin = begin == std::string::npos || begin == end ? 0 : begin + 1;
-  return parse_metrics_line(std::string_view(tail).substr(begin, end - begin));
-}
-
 std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& jobs, double now,
                                                   const PolicyViews& policy) {
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"}};
+      {"ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "RESIZES", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"}};
   for (const auto& job : jobs) {
-    auto metrics = metrics_if_running(job);
+    auto metrics = metrics_of(job);
     rows.push_back({std::to_string(job.id), job.name, to_string(job.state), ranks_of(job), gpus_of(job),
-                    std::to_string(job.restarts), job.started_at > 0 ? format_duration(elapsed(job, now)) : "-",
+                    std::to_string(job.restarts), std::to_string(job.resizes), job.started_at > 0 ? format_duration(elapsed(job, now)) : "-",
                     number_text(metrics.global_batch), number_text(metrics.samples_per_sec),
                     policy_text(policy_of(policy, job))});
   }
@@ -134,7 +107,7 @@ std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& 
 
 std::string status_details(const JobRecord& job, double now, const PolicyViews& policy) {
   const PolicyView* view = policy_of(policy, job);
-  auto metrics = metrics_if_running(job);
+  auto metrics = metrics_of(job);
   std::vector<std::vector<std::string>> rows = {
       {"id:", std::to_string(job.id)},
       {"name:", job.name},
@@ -144,6 +117,8 @@ std::string status_details(const JobRecord& job, double now, const PolicyViews& 
       {"ranks:", ranks_of(job)},
       {"gpus:", gpus_of(job)},
       {"restarts:", std::to_string(job.restarts)},
+      {"resizes:", std::to_string(job.resizes)},
+      {"failed rank:", job.failed_rank ? std::to_string(*job.failed_rank) : "-"},
       {"submitted:", iso_time(job.submitted_at)},
       {"started:", job.started_at > 0 ? iso_time(job.started_at) : "-"},
       {"ended:", job.ended_at > 0 ? iso_time(job.ended_at) : "-"},
@@ -170,7 +145,7 @@ namespace {
 // they are known to be distinct, and `dlrun status --all --json` writes 10,000 objects.
 nlohmann::ordered_json job_object(const JobRecord& job, double now, const PolicyView* view) {
   using Json = nlohmann::ordered_json;
-  auto metrics = metrics_if_running(job);
+  auto metrics = metrics_of(job);
   auto number_or_null = [](std::optional<double> v) { return v ? Json(*v) : Json(); };
   auto time_or_null = [](double t) { return t > 0 ? Json(iso_time(t)) : Json(); };
   Json gpus = Json::array();
@@ -180,7 +155,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const Policy
   }
   Json out = Json::object();
   auto& fields = out.get_ref<Json::object_t&>();
-  fields.reserve(21);
+  fields.reserve(23);
   auto add = [&fields](const char* key, Json value) {
     fields.Json::object_t::Container::emplace_back(key, std::move(value));
   };
@@ -189,9 +164,11 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const Policy
   add("state", to_string(job.state));
   add("exit_code", job.exit_code ? Json(*job.exit_code) : Json());
   add("reason", job.reason);
+  add("failed_rank", job.failed_rank ? Json(*job.failed_rank) : Json());
   add("ranks", job.allocation.ranks);
   add("gpus", std::move(gpus));
   add("restarts", job.restarts);
+  add("resizes", job.resizes);
   add("submitted_at", iso_time(job.submitted_at));
   add("started_at", time_or_null(job.started_at));
   add("ended_at", time_or_null(job.ended_at));

@@ -40,6 +40,14 @@ def supervisor_pid(job_id, home):
     return row[0] if argv[1:2] == [b"_supervise"] else None
 
 
+def line_count(path):
+    try:
+        with open(path) as f:
+            return f.read().count("\n")
+    except FileNotFoundError:
+        return 0
+
+
 class JobsTestCase(DlrunTestCase):
     def setUp(self):
         super().setUp()
@@ -156,8 +164,8 @@ nproc = 1
         r = self.dlrun("status")
         self.assertEqual(r.returncode, 0)
         lines = r.stdout.splitlines()
-        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"])
-        self.assertEqual(lines[1].split()[:6], [str(job_id), "hello", "SUCCEEDED", "2", "-", "0"])
+        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "RESIZES", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"])
+        self.assertEqual(lines[1].split()[:7], [str(job_id), "hello", "SUCCEEDED", "2", "-", "0", "0"])
 
     def test_status_shows_the_runtimes_metrics(self):
         gate = os.path.join(self.tmp, "gate")
@@ -170,7 +178,7 @@ nproc = 1
         self.assertIsNotNone(job)
         self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 1234.5))
         row = [line.split() for line in self.dlrun("status").stdout.splitlines() if line.startswith(str(job_id) + " ")][0]
-        self.assertEqual(row[7:], ["256", "1234.5", "-"])  # BATCH, SAMPLES/S; no POLICY for CPU ranks
+        self.assertEqual(row[8:], ["256", "1234.5", "-"])  # BATCH, SAMPLES/S; no POLICY for CPU ranks
         open(gate, "w").close()
         self.wait_state(job_id, ("SUCCEEDED",))
 
@@ -230,6 +238,52 @@ nproc = 1
         job_id = self.submit(text)
         r = self.dlrun("logs", "-f", "--rank", "0", str(job_id), timeout=60)
         self.assertEqual(r.stdout, "tick 1\ntick 2\ntick 3\n")
+
+
+class StatusColumns(JobsTestCase):
+    """What `dlrun status` tells beside the state (issue 18, point 7)."""
+
+    def test_restarts_count_failures_and_resizes_apart(self):
+        # Attempt 1: rank 0 fails (a restart, spending max_restarts); attempt 2 runs 3 ranks
+        # until `dlrun resize` asks for 2 (a resize, spending nothing).
+        starts, gate = os.path.join(self.tmp, "starts"), os.path.join(self.tmp, "gate")
+        rank = self.script("rank.sh", f"trap 'exit 75' USR1\necho $RANK:$WORLD_SIZE:$DLRUN_RESTART_COUNT >> {starts}\n"
+                                      'if [ "$DLRUN_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then exit 1; fi\n'
+                                      f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
+        job_id = self.submit(f'max_restarts = 1\ncommand = ["{rank}"]\n[resources]\nnproc = "1:3"\n')
+        self.assertTrue(wait_for(lambda: len([w for w in read_words(starts) if w.endswith(":1")]) == 3, 60))
+        r = self.dlrun("resize", str(job_id), "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = self.status(job_id)
+        self.assertEqual((job["ranks"], job["restarts"], job["resizes"]), (2, 1, 1))
+        lines = [line.split() for line in self.dlrun("status").stdout.splitlines()]
+        row = dict(zip(lines[0], [l for l in lines if l[0] == str(job_id)][0]))
+        self.assertEqual((row["RESTARTS"], row["RESIZES"]), ("1", "1"))
+        open(gate, "w").close()
+        job = self.wait_state(job_id, ("SUCCEEDED", "FAILED"))
+        self.assertEqual((job["state"], job["restarts"], job["resizes"]), ("SUCCEEDED", 1, 1))
+
+    def test_batch_and_samples_per_sec_are_smoothed_and_stay_once_the_job_ends(self):
+        # Eleven metrics lines a second apart, the intervals alternating between 1000 and 3000
+        # samples/s: 2000 over the window, whichever was measured last.
+        gate = os.path.join(self.tmp, "gate")
+        rank = self.script("rank.sh", 'if [ "$RANK" = 0 ]; then i=0; while [ $i -le 10 ]; do '
+                                      's=3000; [ $((i % 2)) = 1 ] && s=1000; '
+                                      'echo "{\\"time\\": $((1000 + i)), \\"replicas\\": 2, \\"global_batch\\": 256, '
+                                      '\\"samples_per_sec\\": $s}" >> "$DLRUN_RUN_DIR/metrics.jsonl"; i=$((i + 1)); done; fi\n'
+                                      f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
+        job_id = self.submit(f'command = ["{rank}"]\n[resources]\nnproc = 2\n')
+        self.wait_state(job_id, ("RUNNING",))
+        metrics = os.path.join(self.home, "jobs", str(job_id), "metrics.jsonl")
+        self.assertTrue(wait_for(lambda: line_count(metrics) == 11, 30))
+        job = self.status(job_id)
+        self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 2000))
+        open(gate, "w").close()
+        job = self.wait_state(job_id, ("SUCCEEDED",))
+        self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 2000))
+        row = [line.split() for line in self.dlrun("status").stdout.splitlines() if line.startswith(f"{job_id} ")][0]
+        self.assertIn("256", row)
+        self.assertIn("2000", row)
 
 
 class Validation(JobsTestCase):
