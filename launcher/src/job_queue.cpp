@@ -25,7 +25,6 @@
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/private_files.hpp"
-#include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -237,12 +236,6 @@ void JobQueue::submit_to_slurm(int64_t id, const JobSpec& spec) {
     m_store.finish(id, JobState::failed, e.exit_code(), fmt::format("not submitted to Slurm: {}", e.what()));
     throw;
   }
-}
-
-std::map<int64_t, PolicyView> JobQueue::policy_view(double now, const std::vector<JobRecord>* jobs) {
-  const auto settings = read_scheduler_settings(m_home).policy;
-  if (jobs) return launcher::policy_view(*jobs, capacity().gpus, now, settings);
-  return launcher::policy_view(m_store.list(false, 0), capacity().gpus, now, settings);
 }
 
 void JobQueue::refresh_slurm_jobs() {

@@ -1,5 +1,6 @@
 """`dlrun submit`, `status`, `logs`, `cancel`: the job queue on this machine, with real
 detached supervisors, a real SQLite store and real processes."""
+import calendar
 import json
 import os
 import random
@@ -85,6 +86,19 @@ class JobsTestCase(DlrunTestCase):
         self.assertIsNotNone(job, f"job {job_id} never reached {states}: {self.status(job_id)}")
         return job
 
+    def table_row(self, job_id, env=None):
+        """Job JOB_ID's row of `dlrun status`, by column name (columns are cut where the header's
+        names start: values such as POLICY's "3 (1.5x)" and REASON hold spaces)."""
+        r = self.dlrun("status", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        names = lines[0].split()
+        starts = [lines[0].index(f"{n}") if i == 0 else lines[0].index(f" {n}") + 1 for i, n in enumerate(names)]
+        for line in lines[1:]:
+            if line.split()[0] == str(job_id):
+                return {n: line[a:b].strip() for n, a, b in zip(names, starts, starts[1:] + [len(line)])}
+        self.fail(f"job {job_id} is not listed:\n{r.stdout}")
+
     def all_jobs(self):
         r = self.dlrun("status", "--all", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -164,8 +178,9 @@ nproc = 1
         r = self.dlrun("status")
         self.assertEqual(r.returncode, 0)
         lines = r.stdout.splitlines()
-        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "RESIZES", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"])
-        self.assertEqual(lines[1].split()[:7], [str(job_id), "hello", "SUCCEEDED", "2", "-", "0", "0"])
+        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "EXIT", "RANKS", "GPUS", "RESTARTS", "RESIZES",
+                                            "SUBMITTED", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY", "REASON"])
+        self.assertEqual(lines[1].split()[:8], [str(job_id), "hello", "SUCCEEDED", "0", "2", "-", "0", "0"])
 
     def test_status_shows_the_runtimes_metrics(self):
         gate = os.path.join(self.tmp, "gate")
@@ -177,8 +192,8 @@ nproc = 1
         job = wait_for(lambda: (lambda j: j if j["global_batch"] else None)(self.status(job_id)), 30)
         self.assertIsNotNone(job)
         self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 1234.5))
-        row = [line.split() for line in self.dlrun("status").stdout.splitlines() if line.startswith(str(job_id) + " ")][0]
-        self.assertEqual(row[8:], ["256", "1234.5", "-"])  # BATCH, SAMPLES/S; no POLICY for CPU ranks
+        row = self.table_row(job_id)
+        self.assertEqual((row["BATCH"], row["SAMPLES/S"], row["POLICY"]), ("256", "1234.5", "-"))  # no POLICY for CPU ranks
         open(gate, "w").close()
         self.wait_state(job_id, ("SUCCEEDED",))
 
@@ -217,9 +232,7 @@ nproc = 1
         self.assertEqual(jobs[a]["policy_gpus"], 3)
         self.assertGreater(jobs[a]["predicted_speedup"], 1.0)  # 3 GPUs beat its fair share of 2
         self.assertIsNone(jobs[b]["predicted_speedup"])  # no model: the neutral prediction
-        row = [line.split() for line in self.dlrun("status", env=env).stdout.splitlines() if line.startswith(f"{a} ")][0]
-        self.assertEqual(row[-2], "3")
-        self.assertRegex(row[-1], r"^\(\d+\.\dx\)$")
+        self.assertRegex(self.table_row(a, env=env)["POLICY"], r"^3 \(\d+\.\dx\)$")
         details = self.dlrun("status", str(a), env=env).stdout
         self.assertIn("3 GPUs, predicted speedup", details)
         # The settings are read from $DLRUN_HOME/config.toml: a bad one is said, with its line.
@@ -256,8 +269,7 @@ class StatusColumns(JobsTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         job = self.status(job_id)
         self.assertEqual((job["ranks"], job["restarts"], job["resizes"]), (2, 1, 1))
-        lines = [line.split() for line in self.dlrun("status").stdout.splitlines()]
-        row = dict(zip(lines[0], [l for l in lines if l[0] == str(job_id)][0]))
+        row = self.table_row(job_id)
         self.assertEqual((row["RESTARTS"], row["RESIZES"]), ("1", "1"))
         open(gate, "w").close()
         job = self.wait_state(job_id, ("SUCCEEDED", "FAILED"))
@@ -281,9 +293,80 @@ class StatusColumns(JobsTestCase):
         open(gate, "w").close()
         job = self.wait_state(job_id, ("SUCCEEDED",))
         self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 2000))
-        row = [line.split() for line in self.dlrun("status").stdout.splitlines() if line.startswith(f"{job_id} ")][0]
-        self.assertIn("256", row)
-        self.assertIn("2000", row)
+        row = self.table_row(job_id)
+        self.assertEqual((row["BATCH"], row["SAMPLES/S"]), ("256", "2000"))
+
+    def test_pending_jobs_say_why_they_wait(self):
+        # Job a holds 2 of the 4 GPUs until the test opens its gate: b (4 GPUs) waits for
+        # them, c (CPU) waits behind b (FIFO).
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+        gate = os.path.join(self.tmp, "gate")
+        wait = f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+        a = self.submit(wait + '[resources]\ngpus = 2\n')
+        self.wait_state(a, ("RUNNING",))
+        b = self.submit('command = ["true"]\n[resources]\ngpus = 4\n')
+        c = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
+        self.assertEqual((self.status(b)["state"], self.status(b)["reason"]), ("PENDING", "waiting for 4 GPUs (2 free)"))
+        self.assertEqual(self.status(c)["reason"], f"behind job {b} (fifo)")
+        jobs = {j["id"]: j for j in json.loads(self.dlrun("status", "--json").stdout)}
+        self.assertEqual((jobs[b]["reason"], jobs[c]["reason"], jobs[a]["reason"]),
+                         ("waiting for 4 GPUs (2 free)", f"behind job {b} (fifo)", ""))
+        self.assertEqual(self.table_row(b)["REASON"], "waiting for 4 GPUs (2 free)")
+        self.assertEqual(self.table_row(c)["REASON"], f"behind job {b} (fifo)")
+        self.assertEqual(self.table_row(a)["REASON"], "-")
+        self.assertIn(f"reason:       behind job {b} (fifo)\n", self.dlrun("status", str(c)).stdout)
+        open(gate, "w").close()
+        for job_id in (a, b, c):
+            self.assertEqual(self.wait_state(job_id, ("SUCCEEDED", "FAILED"))["reason"], "")
+        self.assertEqual(self.table_row(c)["REASON"], "-")
+
+    def test_a_goodput_job_waits_for_the_scheduler(self):
+        # A fixed job holds all 4 GPUs: the goodput scheduler has none to give the elastic one.
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+        gate = os.path.join(self.tmp, "gate")
+        wait = f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+        a = self.submit(wait + '[resources]\ngpus = 4\n')
+        self.wait_state(a, ("RUNNING",))
+        b = self.submit('command = ["true"]\n[resources]\ngpus = "1:2"\n')
+        want = "waiting for the scheduler (the policy gives it no GPU now)"
+        self.assertTrue(wait_for(lambda: self.status(b)["reason"] == want, 60), self.status(b))
+        self.assertEqual(self.table_row(b)["REASON"], want)
+        open(gate, "w").close()
+        self.assertEqual(self.wait_state(b, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
+
+    def test_exit_code_and_submit_time(self):
+        ok = self.submit(MINIMAL, "--wait")
+        r = self.dlrun("submit", "--wait", "--parsable", self.job_file(MINIMAL.replace("echo rank", "exit 4; echo")))
+        failed = int(r.stdout.split()[0])
+        self.assertEqual((self.table_row(ok)["EXIT"], self.table_row(failed)["EXIT"]), ("0", "4"))
+        submitted = self.table_row(ok)["SUBMITTED"]
+        self.assertRegex(submitted, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$")  # local time, as squeue
+        utc = time.strptime(self.status(ok)["submitted_at"], "%Y-%m-%dT%H:%M:%SZ")
+        self.assertEqual(submitted, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(calendar.timegm(utc))))
+        self.assertEqual(self.status(failed)["exit_code"], 4)
+
+    def test_watch_redraws_until_interrupted(self):
+        p = self.start("status", "--watch", "0.2")
+        lines, done = [], threading.Event()
+
+        def read():
+            for line in p.stdout:
+                lines.append(line)
+            done.set()
+        reader = threading.Thread(target=read)
+        reader.start()
+        frames = lambda: sum(1 for line in list(lines) if line.startswith("Every 0.2s: dlrun status  "))
+        self.assertTrue(wait_for(lambda: frames() >= 1, 30))
+        job_id = self.submit(MINIMAL, "--wait")
+        # A later frame lists the job submitted meanwhile.
+        self.assertTrue(wait_for(lambda: any(line.startswith(f"{job_id} ") for line in list(lines)), 30))
+        p.send_signal(signal.SIGINT)
+        self.assertEqual(p.wait(timeout=30), 0)
+        self.assertTrue(done.wait(30))
+        reader.join()
+        out = "".join(lines)
+        self.assertGreaterEqual(frames(), 2)
+        self.assertNotIn("\x1b", out)  # not a terminal: no escape codes, the frames follow each other
 
 
 class Validation(JobsTestCase):

@@ -69,9 +69,6 @@ class JobQueue {
 
   // This machine's resources for the local scheduler.
   Capacity capacity() const;
-  // What the goodput policy would give the active GPU jobs now (policy_view.hpp), from
-  // `jobs` when they hold every active one (any listing does), else read from the store.
-  std::map<int64_t, PolicyView> policy_view(double now, const std::vector<JobRecord>* jobs = nullptr);
 
  private:
   void start_supervisor(int64_t id, const std::string& environment_blob);
