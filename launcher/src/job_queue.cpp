@@ -381,15 +381,21 @@ void JobQueue::ensure_scheduler() {
   }
 }
 
-int JobQueue::wait(int64_t id) {
+int JobQueue::wait(int64_t id, const sigset_t* interrupt) {
   auto delay = std::chrono::milliseconds(20);
   int sweeps = 0;
   while (true) {
     auto job = m_store.get(id);
     if (!job) throw ConfigError(fmt::format("no job {}", id));
-    if (is_terminal(job->state)) return job->exit_code.value_or(exit_code::k_internal);
+    if (is_terminal(job->state)) return 0;
     if (job->submitted.slurm && job->slurm_id > 0) refresh_slurm_job(*job);
-    std::this_thread::sleep_for(delay);
+    if (interrupt) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count();
+      timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+      if (int sig = ::sigtimedwait(interrupt, nullptr, &timeout); sig > 0) return sig;
+    } else {
+      std::this_thread::sleep_for(delay);
+    }
     delay = std::min(delay * 2, std::chrono::milliseconds(200));
     if (++sweeps % 25 == 0) sweep();
   }

@@ -4,6 +4,7 @@ import calendar
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -251,6 +252,91 @@ nproc = 1
         job_id = self.submit(text)
         r = self.dlrun("logs", "-f", "--rank", "0", str(job_id), timeout=60)
         self.assertEqual(r.stdout, "tick 1\ntick 2\ntick 3\n")
+
+
+class WaitReport(JobsTestCase):
+    """`dlrun submit --wait` tells CI how the job ended, and does not leave it behind (issue
+    18, point 6)."""
+
+    FAILING = ('command = ["sh", "-c", "if [ $RANK = 1 ]; then i=1; while [ $i -le 30 ]; do echo line $i; '
+               'i=$((i + 1)); done; echo oops >&2; exit 3; fi; sleep 30"]\n[resources]\nnproc = 2\n')
+
+    def test_a_failure_names_the_rank_its_code_and_shows_the_end_of_its_log(self):
+        r = self.dlrun("submit", "--wait", self.job_file(self.FAILING))
+        self.assertEqual(r.returncode, 3, r.stderr)
+        job_id = int(r.stdout.split()[2])
+        lines = r.stdout.splitlines()
+        self.assertRegex(lines[1], rf"^Job {job_id} \(sh\) FAILED after \d+:\d\d with exit code 3: "
+                                   r"rank 1 exited with code 3$")
+        log = os.path.join(self.home, "jobs", str(job_id), "rank-1.log")
+        self.assertEqual(lines[2], f"==> last 20 lines of rank 1's log ({log}) <==")
+        self.assertEqual(lines[3:], [f"line {i}" for i in range(12, 31)] + ["oops"])
+        self.assertEqual(self.status(job_id)["failed_rank"], 1)
+        # --tail N; --parsable keeps standard output to the id and says the rest on stderr.
+        r = self.dlrun("submit", "--wait", "--parsable", "--tail", "2", self.job_file(self.FAILING))
+        self.assertEqual(r.returncode, 3)
+        self.assertRegex(r.stdout, r"^\d+\n$")
+        self.assertEqual(r.stderr.splitlines()[1:], [f"==> last 2 lines of rank 1's log "
+                                                     f"({os.path.join(self.home, 'jobs', r.stdout.strip(), 'rank-1.log')}) <==",
+                                                     "line 30", "oops"])
+
+    def test_a_success_is_one_line(self):
+        r = self.dlrun("submit", "--wait", self.job_file(MINIMAL))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = int(r.stdout.split()[2])
+        self.assertRegex(r.stdout.splitlines()[1], rf"^Job {job_id} \(hello\) SUCCEEDED in \d+:\d\d \(2 ranks\)$")
+        self.assertEqual(len(r.stdout.splitlines()), 2)
+
+    def test_a_lost_job_shows_the_end_of_its_output(self):
+        ready = os.path.join(self.tmp, "ready")
+        p = self.start("submit", "--wait", self.job_file(f'command = ["sh", "-c", "echo hello from $RANK; touch {ready}.$RANK; '
+                                                         'exec sleep 300"]\n[resources]\nnproc = 1\n'))
+        job_id = int(p.stdout.readline().split()[2])
+        self.assertTrue(wait_for(lambda: os.path.exists(ready + ".0"), 30))
+        os.kill(supervisor_pid(job_id, self.home), signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 70, err)
+        output = os.path.join(self.home, "jobs", str(job_id), "output.log")
+        self.assertIn("FAILED after", out)
+        self.assertIn(": lost: its supervisor", out)
+        # No one rank failed: the end of the job's output, all ranks prefixed, the supervisor's lines too.
+        self.assertRegex(out, rf"\n==> last \d+ lines? of the job's output \({re.escape(output)}\) <==\n")
+        self.assertTrue(out.endswith("\n[0] hello from 0\n"), out)
+
+    def interrupted_wait(self, sig, *extra):
+        """Starts `submit --wait` of a job that runs until the test's gate opens, waits until
+        its rank runs, sends `sig` to the submit; returns it, the job id and the gate."""
+        gate, ready = os.path.join(self.tmp, "gate"), os.path.join(self.tmp, "ready")
+        p = self.start("submit", "--wait", *extra, self.job_file(
+            f'command = ["sh", "-c", "touch {ready}; while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+            '[resources]\nnproc = 1\n'))
+        job_id = int(p.stdout.readline().split()[2])
+        self.assertTrue(wait_for(lambda: os.path.exists(ready), 30))
+        p.send_signal(sig)
+        return p, job_id, gate
+
+    def test_sigterm_cancels_the_job(self):
+        p, job_id, _ = self.interrupted_wait(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 143, err)
+        self.assertIn(f"Got SIGTERM: cancelling job {job_id} (--detach-on-interrupt would leave it running)\n", out)
+        self.assertRegex(out, rf"\nJob {job_id} \(sh\) CANCELLED after \d+:\d\d with exit code 143: stopped by SIGTERM\n$")
+        self.assertEqual(self.status(job_id)["state"], "CANCELLED")
+
+    def test_sigint_with_detach_on_interrupt_leaves_the_job_running(self):
+        p, job_id, gate = self.interrupted_wait(signal.SIGINT, "--detach-on-interrupt")
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn(f"Got SIGINT: job {job_id} goes on (--detach-on-interrupt): dlrun status {job_id}, "
+                      f"dlrun cancel {job_id}\n", out)
+        self.assertEqual(self.status(job_id)["state"], "RUNNING")
+        open(gate, "w").close()
+        self.assertEqual(self.wait_state(job_id, ("SUCCEEDED", "FAILED", "CANCELLED"))["state"], "SUCCEEDED")
+
+    def test_detach_on_interrupt_needs_wait(self):
+        r = self.dlrun("submit", "--detach-on-interrupt", self.job_file(MINIMAL))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--detach-on-interrupt requires --wait", r.stderr)
 
 
 class StatusColumns(JobsTestCase):
