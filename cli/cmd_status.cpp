@@ -145,7 +145,8 @@ Command add_status_command(CLI::App& dlrun) {
       ->check(CLI::Range(10, 1000));
   app->add_option("--watch", args->watch,
                   "Redraw the listing (or JOB) every SECONDS (default 2) until Ctrl-C; exits 0. "
-                  "On a terminal each redraw replaces the last; piped, they follow each other")
+                  "On a terminal each redraw replaces the last; piped, they follow each other. Put JOB first: a "
+                  "number right after --watch is its SECONDS")
       ->type_name("[SECONDS]")
       ->expected(0, 1)
       ->default_str("2")

@@ -103,7 +103,7 @@ Command add_submit_command(CLI::App& dlrun) {
   app->add_flag("--detach-on-interrupt", args->detach_on_interrupt,
                 "With --wait: SIGINT, SIGTERM or SIGHUP stop the waiting but leave the job running")
       ->needs(wait);
-  app->add_option("--tail", args->tail, "With --wait: lines of the failing rank's log to print")
+  app->add_option("--tail", args->tail, "With --wait: lines of the failing rank's log to print (0: none)")
       ->type_name("N")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000))
