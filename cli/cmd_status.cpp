@@ -1,7 +1,12 @@
 // `dlrun status [JOB]`: list jobs like squeue, or show one.
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -11,10 +16,13 @@
 #include "commands.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/allocation_trace.hpp"
+#include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/job_report.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/queue_insight.hpp"
+#include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace dlrun::cli {
@@ -29,6 +37,7 @@ struct StatusArgs {
   std::string svg;
   double since = 0;
   int width = 72;
+  double watch = 0;  // seconds between redraws; 0: print once
 };
 
 // --trace / --svg: the machine's allocation history as a picture (docs/scheduling.md).
@@ -56,30 +65,62 @@ int print_trace(launcher::JobQueue& queue, const StatusArgs& args) {
   return 0;
 }
 
+// One listing (or JOB's details) as text, and the exit code it tells.
+std::pair<std::string, int> render_status(launcher::JobQueue& queue, const StatusArgs& args, bool one_job) {
+  const double now = launcher::now_seconds();
+  if (one_job) {
+    auto job = queue.store().get(launcher::submitted_job_number(launcher::parse_job_ref(args.job), "status"));
+    if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", args.job));
+    launcher::QueueInsight insight;
+    if (!launcher::is_terminal(job->state)) insight = launcher::queue_insight(queue, now, queue.store().list(false, 0));
+    std::string text = args.json ? launcher::job_json(*job, now, insight) + "\n"
+                                 : launcher::status_details(*job, now, insight);
+    return {text, launcher::status_exit_code(job->state)};
+  }
+  auto jobs = queue.store().list(args.all, args.recent);
+  const auto insight = launcher::queue_insight(queue, now, jobs);  // a listing holds every active job
+  if (args.json) return {launcher::jobs_json(jobs, now, insight) + "\n", 0};
+  return {launcher::status_table(jobs, now, insight), 0};
+}
+
+// --watch: redraws until SIGINT, SIGTERM or SIGHUP, then exits 0. On a terminal each redraw
+// replaces the last; otherwise (a pipe, a file) they follow each other, each under its header.
+int watch_status(launcher::JobQueue& queue, const StatusArgs& args, bool one_job) {
+  const sigset_t stop = launcher::stop_signal_set();
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  const std::string command = one_job ? "dlrun status " + args.job : "dlrun status";
+  for (bool first = true;; first = false) {
+    if (!first) queue.sweep();
+    const std::string text = render_status(queue, args, one_job).first;
+    const std::string header = fmt::format("Every {:g}s: {}  {}\n\n", args.watch, command,
+                                           launcher::local_iso8601(std::time(nullptr)));
+    std::cout << (terminal ? "\x1b[H\x1b[2J" : first ? "" : "\n") << header << text << std::flush;
+    double whole = 0;
+    const double fraction = std::modf(args.watch, &whole);
+    timespec timeout{static_cast<time_t>(whole), static_cast<long>(fraction * 1e9)};
+    if (::sigtimedwait(&stop, nullptr, &timeout) > 0) return 0;
+  }
+}
+
 int run_status(const StatusArgs& args, const CLI::App& app) {
   launcher::JobQueue queue(launcher::current_environment());
   queue.sweep();
+  const bool one_job = app.count("JOB") > 0;
+  const bool watching = app.count("--watch") > 0;
   if (args.trace || !args.svg.empty()) {
-    if (app.count("JOB") || args.json) throw ConfigError("--trace and --svg draw the whole machine: no JOB, no --json");
+    if (one_job || args.json || watching) {
+      throw ConfigError("--trace and --svg draw the whole machine: no JOB, no --json, no --watch");
+    }
     return print_trace(queue, args);
   }
-  double now = launcher::now_seconds();
-  if (app.count("JOB")) {
-    auto job = queue.store().get(launcher::submitted_job_number(launcher::parse_job_ref(args.job), "status"));
-    if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", args.job));
-    const auto policy = launcher::is_terminal(job->state) ? launcher::PolicyViews{} : queue.policy_view(now);
-    std::cout << (args.json ? launcher::job_json(*job, now, policy) + "\n"
-                            : launcher::status_details(*job, now, policy));
-    return launcher::status_exit_code(job->state);
+  if (watching) {
+    if (args.json) throw ConfigError("--watch redraws the table for people: without --json");
+    return watch_status(queue, args, one_job);
   }
-  auto jobs = queue.store().list(args.all, args.recent);
-  const auto policy = queue.policy_view(now, &jobs);  // a listing holds every active job
-  if (args.json) {
-    std::cout << launcher::jobs_json(jobs, now, policy) << "\n";
-  } else {
-    std::cout << launcher::render_table(launcher::status_rows(jobs, now, policy));
-  }
-  return 0;
+  auto [text, code] = render_status(queue, args, one_job);
+  std::cout << text;
+  return code;
 }
 
 }  // namespace
@@ -102,7 +143,28 @@ Command add_status_command(CLI::App& dlrun) {
   app->add_option("--width", args->width, "With --trace: columns of the time axis")
       ->capture_default_str()
       ->check(CLI::Range(10, 1000));
+  app->add_option("--watch", args->watch,
+                  "Redraw the listing (or JOB) every SECONDS (default 2) until Ctrl-C; exits 0. "
+                  "On a terminal each redraw replaces the last; piped, they follow each other. Put JOB first: a "
+                  "number right after --watch is its SECONDS")
+      ->type_name("[SECONDS]")
+      ->expected(0, 1)
+      ->default_str("2")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            double seconds = 0;
+            if (!CLI::detail::lexical_cast(text, seconds)) {
+              return fmt::format("'{}' is not a number of seconds (dlrun status JOB --watch SECONDS)", text);
+            }
+            if (auto problem = launcher::duration_problem(seconds, text)) return *problem;
+            return seconds < 0.1 ? fmt::format("{} is too often: 0.1 seconds at least", text) : std::string();
+          },
+          "SECONDS"));
   app->footer(
+      "Columns: EXIT is the job's exit code; RESTARTS counts restarts after a failure (they spend "
+      "max_restarts), RESIZES restarts at another size; SAMPLES/S is smoothed over the last 30 s of "
+      "metrics.jsonl; REASON says why a PENDING job waits, or why a job failed or was cancelled "
+      "(docs/jobs.md). No colour, columns of steady width: fit for watch(1) too.\n"
       "With JOB, the exit code tells the job's state: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 PENDING, "
       "5 RUNNING or RESCALING, 2 no such job.");
   return {app, [args, app](const Trailing&) { return run_status(*args, *app); }};

@@ -1,12 +1,21 @@
-// `dlrun submit JOB.toml`: queue a job on this machine and return at once.
+// `dlrun submit JOB.toml`: queue a job on this machine and return at once, or (--wait) wait
+// for its end, say how it ended, and exit with its code.
+
+#include <signal.h>
 
 #include <iostream>
 #include <memory>
 
+#include <fmt/format.h>
+
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/exit_status.hpp"
+#include "dlrun/launcher/job_end_report.hpp"
+#include "dlrun/launcher/job_logs.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/protocol.hpp"
 
 namespace dlrun::cli {
 namespace {
@@ -16,8 +25,38 @@ struct SubmitArgs {
   bool parsable = false;
   bool wait = false;
   bool dry_run = false;
+  bool detach_on_interrupt = false;
+  int tail = 20;
   std::string scheduler;
 };
+
+// How the job ended, with the tail of the failing rank's log.
+void report_end(launcher::JobQueue& queue, int64_t id, int tail_lines, std::ostream& out) {
+  auto job = queue.store().get(id);
+  if (!job) throw ConfigError(fmt::format("no job {}", id));
+  launcher::LogTail tail;
+  if (tail_lines > 0 && job->state == launcher::JobState::failed) {
+    tail = launcher::read_log_tail(launcher::failure_log_path(*job, queue.run_dir(id)), static_cast<size_t>(tail_lines));
+  }
+  out << launcher::job_end_report(*job, tail) << std::flush;
+}
+
+// SIGINT, SIGTERM or SIGHUP while waiting: the job is cancelled (as by dlrun cancel), or left
+// running with --detach-on-interrupt. Exits 128 + the signal, as dlrun does when stopped.
+int interrupted(launcher::JobQueue& queue, int64_t id, int sig, const SubmitArgs& args, std::ostream& out) {
+  const std::string name = launcher::signal_name(sig);
+  if (args.detach_on_interrupt) {
+    out << fmt::format("Got {}: job {} goes on (--detach-on-interrupt): dlrun status {}, dlrun cancel {}\n", name, id,
+                       id, id)
+        << std::flush;
+    return exit_code::k_signal_base + sig;
+  }
+  out << fmt::format("Got {}: cancelling job {} (--detach-on-interrupt would leave it running)\n", name, id)
+      << std::flush;
+  queue.cancel(id, false);  // SIGTERM to its ranks, SIGKILL after its grace: bounded
+  report_end(queue, id, args.tail, out);
+  return exit_code::k_signal_base + sig;
+}
 
 int run_submit(const SubmitArgs& args) {
   launcher::JobQueue queue(launcher::current_environment());
@@ -25,6 +64,10 @@ int run_submit(const SubmitArgs& args) {
     std::cout << queue.sbatch_script(args.job_file, args.scheduler);
     return 0;
   }
+  // With --wait, a stop signal from now on waits for wait() below: one that comes while the
+  // job is being submitted cancels it there, instead of leaving it to run unwatched.
+  const sigset_t stop = launcher::stop_signal_set();
+  if (args.wait) ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   int64_t id = queue.submit(args.job_file, args.scheduler);
   if (args.parsable) {
     std::cout << id << std::endl;
@@ -33,7 +76,11 @@ int run_submit(const SubmitArgs& args) {
   }
   queue.sweep();
   if (!args.wait) return 0;
-  return queue.wait(id);
+  // --parsable keeps standard output to the id alone.
+  std::ostream& out = args.parsable ? std::cerr : std::cout;
+  if (int sig = queue.wait(id, &stop)) return interrupted(queue, id, sig, args, out);
+  report_end(queue, id, args.tail, out);
+  return queue.store().get(id)->exit_code.value_or(exit_code::k_internal);
 }
 
 }  // namespace
@@ -46,14 +93,31 @@ Command add_submit_command(CLI::App& dlrun) {
       "slots are free.\n"
       "  dlrun submit job.toml               prints the job id\n"
       "  id=$(dlrun submit --parsable job.toml)\n"
-      "  dlrun submit --wait job.toml        for CI: exit with the job's exit code");
+      "  dlrun submit --wait job.toml        for CI: wait, say how it ended, exit with the job's exit code");
   app->add_option("JOB_FILE", args->job_file, "The job file (docs/job-toml.md)")->required();
-  app->add_flag("--parsable", args->parsable, "Print only the job id");
-  app->add_flag("--wait", args->wait, "Wait for the job to end and exit with its exit code");
+  app->add_flag("--parsable", args->parsable, "Print only the job id (with --wait, the end report goes to stderr)");
+  CLI::Option* wait = app->add_flag(
+      "--wait", args->wait,
+      "Wait for the job to end, print how it ended (state, exit code, failing rank and the last lines of its "
+      "log) and exit with its exit code. SIGINT, SIGTERM or SIGHUP meanwhile cancel the job");
+  app->add_flag("--detach-on-interrupt", args->detach_on_interrupt,
+                "With --wait: SIGINT, SIGTERM or SIGHUP stop the waiting but leave the job running")
+      ->needs(wait);
+  app->add_option("--tail", args->tail, "With --wait: lines of the failing rank's log to print (0: none)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000))
+      ->needs(wait);
   app->add_option("--scheduler", args->scheduler, "Override [scheduler] kind: local, ssh or slurm")
       ->check(CLI::IsMember({"local", "ssh", "slurm"}));
   app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it");
-  app->footer("The job's state, logs and run directories are under $DLRUN_HOME (default ~/.local/state/dlrun).");
+  app->footer(
+      "Exit codes with --wait: 0 the job succeeded; else the job's exit code: the failing rank's own code "
+      "(128+N when it was killed by signal N), 143 when it was cancelled, 70 when it was lost; 130, 143 or 129 "
+      "when this command got SIGINT, SIGTERM or SIGHUP (the job is then cancelled, or left running with "
+      "--detach-on-interrupt); 1 when it could not be cancelled. Without --wait: 0 once submitted. "
+      "2: bad usage or job file, nothing submitted (docs/exit-codes.md).\n"
+      "The job's state, logs and run directories are under $DLRUN_HOME (default ~/.local/state/dlrun).");
   return {app, [args](const Trailing&) { return run_submit(*args); }};
 }
 

@@ -1,5 +1,6 @@
 #include "dlrun/launcher/job_logs.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -14,6 +15,7 @@ namespace {
 
 constexpr auto k_poll = std::chrono::milliseconds(100);
 constexpr int k_polls_per_sweep = 10;  // a lost supervisor is noticed within a second
+constexpr std::streamoff k_tail_bytes = 65536;
 
 // Copies what `path` has beyond `offset` to `out`; returns the new offset.
 std::streamoff copy_new(const std::string& path, std::streamoff offset, std::ostream& out) {
@@ -49,6 +51,34 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
     std::this_thread::sleep_for(k_poll);
     if (polls % k_polls_per_sweep == 0) queue.sweep();
   }
+}
+
+LogTail read_log_tail(const std::string& path, size_t count) {
+  LogTail tail{path, {}, false};
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) return tail;
+  tail.exists = true;
+  const std::streamoff size = file.tellg();
+  const std::streamoff start = std::max<std::streamoff>(0, size - k_tail_bytes);
+  file.seekg(start);
+  std::string text(static_cast<size_t>(size - start), '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (text.empty()) return tail;
+  // From the end back: `count` lines, not the first one when the tail began inside it.
+  size_t end = text.size();
+  while (tail.lines.size() < count) {
+    const size_t newline = end == 0 ? std::string::npos : text.rfind('\n', end - 1);
+    if (newline == std::string::npos) {
+      if (start == 0) tail.lines.push_back(text.substr(0, end));
+      break;
+    }
+    tail.lines.push_back(text.substr(newline + 1, end - newline - 1));
+    end = newline;
+  }
+  std::reverse(tail.lines.begin(), tail.lines.end());
+  return tail;
 }
 
 }  // namespace dlrun::launcher

@@ -19,12 +19,12 @@
 #include "dlrun/launcher/new_job_codec.hpp"
 #include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/job_environment.hpp"
+#include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/private_files.hpp"
-#include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -238,12 +238,6 @@ void JobQueue::submit_to_slurm(int64_t id, const JobSpec& spec) {
   }
 }
 
-std::map<int64_t, PolicyView> JobQueue::policy_view(double now, const std::vector<JobRecord>* jobs) {
-  const auto settings = read_scheduler_settings(m_home).policy;
-  if (jobs) return launcher::policy_view(*jobs, capacity().gpus, now, settings);
-  return launcher::policy_view(m_store.list(false, 0), capacity().gpus, now, settings);
-}
-
 void JobQueue::refresh_slurm_jobs() {
   for (const auto& job : m_store.list(false, 0)) {
     if (job.submitted.slurm && job.slurm_id > 0 && !is_terminal(job.state)) refresh_slurm_job(job);
@@ -260,7 +254,7 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
   if (info->state == JobState::running) m_store.mark_running(job.id);
   if (is_terminal(info->state)) {
     if (job.started_at <= 0) m_store.mark_running(job.id);
-    m_store.finish(job.id, info->state, info->exit_code, info->reason);
+    m_store.finish(job.id, info->state, info->exit_code, info->reason, {std::nullopt, read_job_metrics(job.run_dir)});
   }
 }
 
@@ -367,6 +361,10 @@ int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostr
 void JobQueue::sweep() {
   refresh_slurm_jobs();
   Orphans orphans = m_store.sweep();
+  for (int64_t id : orphans.marked_lost) {
+    // What its runtime last measured, as the supervisor would have kept it.
+    if (auto metrics = read_job_metrics(run_dir(id)); !metrics.empty()) m_store.set_final_metrics(id, metrics);
+  }
   for (int64_t id : orphans.pending_without_supervisor) {
     auto job = m_store.get(id);
     if (job) start_supervisor(id, job->submitted.environment);
@@ -383,15 +381,21 @@ void JobQueue::ensure_scheduler() {
   }
 }
 
-int JobQueue::wait(int64_t id) {
+int JobQueue::wait(int64_t id, const sigset_t* interrupt) {
   auto delay = std::chrono::milliseconds(20);
   int sweeps = 0;
   while (true) {
     auto job = m_store.get(id);
     if (!job) throw ConfigError(fmt::format("no job {}", id));
-    if (is_terminal(job->state)) return job->exit_code.value_or(exit_code::k_internal);
+    if (is_terminal(job->state)) return 0;
     if (job->submitted.slurm && job->slurm_id > 0) refresh_slurm_job(*job);
-    std::this_thread::sleep_for(delay);
+    if (interrupt) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count();
+      timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+      if (int sig = ::sigtimedwait(interrupt, nullptr, &timeout); sig > 0) return sig;
+    } else {
+      std::this_thread::sleep_for(delay);
+    }
     delay = std::min(delay * 2, std::chrono::milliseconds(200));
     if (++sweeps % 25 == 0) sweep();
   }

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -44,10 +43,20 @@ std::string iso_time(double seconds) {
   return utc_iso8601(static_cast<std::time_t>(seconds));
 }
 
-const PolicyView* policy_of(const PolicyViews& policy, const JobRecord& job) {
-  auto it = policy.find(job.id);
-  return it == policy.end() ? nullptr : &it->second;
+const PolicyView* policy_of(const QueueInsight& insight, const JobRecord& job) {
+  auto it = insight.policy.find(job.id);
+  return it == insight.policy.end() ? nullptr : &it->second;
 }
+
+// Why a pending job waits; why an ended one failed or was cancelled.
+const std::string& reason_of(const QueueInsight& insight, const JobRecord& job) {
+  if (job.state == JobState::pending) {
+    if (auto it = insight.waiting.find(job.id); it != insight.waiting.end()) return it->second;
+  }
+  return job.reason;
+}
+
+std::string exit_text(const JobRecord& job) { return job.exit_code ? std::to_string(*job.exit_code) : "-"; }
 
 // "4 (1.8x)": GPUs and the predicted speedup over the fair share; without a published model
 // only the GPUs (the neutral prediction says nothing of the job).
@@ -57,9 +66,11 @@ std::string policy_text(const PolicyView* view) {
   return fmt::format("{} ({:.1f}x)", view->gpus, view->speedup);
 }
 
-MetricsSnapshot metrics_if_running(const JobRecord& job) {
-  if (job.state != JobState::running && job.state != JobState::rescaling) return {};
-  return read_latest_metrics(job.run_dir);
+// A running job's from its metrics.jsonl; an ended one's as it ended (kept in the store).
+MetricsSnapshot metrics_of(const JobRecord& job) {
+  if (is_terminal(job.state)) return job.final_metrics;
+  if (job.state == JobState::pending) return {};
+  return read_job_metrics(job.run_dir);
 }
 
 }  // namespace
@@ -72,8 +83,8 @@ std::string format_duration(double seconds) {
   return fmt::format("{}:{:02}", minutes, secs);
 }
 
-std::string render_table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
+std::string render_table(const std::vector<std::vector<std::string>>& rows, const std::vector<size_t>& min_widths) {
+  std::vector<size_t> widths = min_widths;
   for (const auto& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
     for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
@@ -90,60 +101,46 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-MetricsSnapshot parse_metrics_line(std::string_view line) {
-  const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) return {};
-  auto number = [&](const char* key) -> std::optional<double> {
-    auto it = json.find(key);
-    if (it == json.end() || !it->is_number()) return std::nullopt;
-    return it->get<double>();
-  };
-  return {number("global_batch"), number("samples_per_sec"), number("step"), number("goodput"),
-          number("noise_scale")};
-}
-
-MetricsSnapshot read_latest_metrics(const std::string& run_dir) {
-  std::ifstream file(run_dir + "/metrics.jsonl", std::ios::binary | std::ios::ate);
-  if (!file) return {};
-  std::streamoff size = file.tellg();
-  std::streamoff start = std::max<std::streamoff>(0, size - 8192);
-  file.seekg(start);
-  std::string tail(static_cast<size_t>(size - start), '\0');
-  file.read(tail.data(), static_cast<std::streamsize>(tail.size()));
-  // The last line may be half-written: use the last one that ends in '\n'.
-  size_t end = tail.rfind('\n');
-  if (end == std::string::npos) return {};
-  size_t begin = tail.rfind('\n', end == 0 ? 0 : end - 1);
-  begin = begin == std::string::npos || begin == end ? 0 : begin + 1;
-  return parse_metrics_line(std::string_view(tail).substr(begin, end - begin));
-}
-
 std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& jobs, double now,
-                                                  const PolicyViews& policy) {
-  std::vector<std::vector<std::string>> rows = {
-      {"ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"}};
+                                                  const QueueInsight& insight) {
+  std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "EXIT", "RANKS", "GPUS", "RESTARTS", "RESIZES",
+                                                 "SUBMITTED", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY", "REASON"}};
+  rows.reserve(jobs.size() + 1);
   for (const auto& job : jobs) {
-    auto metrics = metrics_if_running(job);
-    rows.push_back({std::to_string(job.id), job.name, to_string(job.state), ranks_of(job), gpus_of(job),
-                    std::to_string(job.restarts), job.started_at > 0 ? format_duration(elapsed(job, now)) : "-",
-                    number_text(metrics.global_batch), number_text(metrics.samples_per_sec),
-                    policy_text(policy_of(policy, job))});
+    auto metrics = metrics_of(job);
+    const std::string& reason = reason_of(insight, job);
+    rows.push_back({std::to_string(job.id), job.name, to_string(job.state), exit_text(job), ranks_of(job), gpus_of(job),
+                    std::to_string(job.restarts), std::to_string(job.resizes),
+                    job.submitted_at > 0 ? local_iso8601(static_cast<std::time_t>(job.submitted_at)) : "-",
+                    job.started_at > 0 ? format_duration(elapsed(job, now)) : "-", number_text(metrics.global_batch),
+                    number_text(metrics.samples_per_sec), policy_text(policy_of(insight, job)),
+                    reason.empty() ? "-" : reason});
   }
   return rows;
 }
 
-std::string status_details(const JobRecord& job, double now, const PolicyViews& policy) {
-  const PolicyView* view = policy_of(policy, job);
-  auto metrics = metrics_if_running(job);
+std::string status_table(const std::vector<JobRecord>& jobs, double now, const QueueInsight& insight) {
+  // Room for the values that change as jobs run ("RESCALING", "10:02:03", "12 (1.8x)"), so
+  // that `--watch` and watch(1) redraw the columns in place.
+  static const std::vector<size_t> min_widths = {0, 0, 9, 4, 5, 7, 8, 7, 19, 8, 6, 9, 9, 0};
+  return render_table(status_rows(jobs, now, insight), min_widths);
+}
+
+std::string status_details(const JobRecord& job, double now, const QueueInsight& insight) {
+  const PolicyView* view = policy_of(insight, job);
+  const std::string& reason = reason_of(insight, job);
+  auto metrics = metrics_of(job);
   std::vector<std::vector<std::string>> rows = {
       {"id:", std::to_string(job.id)},
       {"name:", job.name},
       {"state:", to_string(job.state)},
-      {"exit code:", job.exit_code ? std::to_string(*job.exit_code) : "-"},
-      {"reason:", job.reason.empty() ? "-" : job.reason},
+      {"exit code:", exit_text(job)},
+      {"reason:", reason.empty() ? "-" : reason},
       {"ranks:", ranks_of(job)},
       {"gpus:", gpus_of(job)},
       {"restarts:", std::to_string(job.restarts)},
+      {"resizes:", std::to_string(job.resizes)},
+      {"failed rank:", job.failed_rank ? std::to_string(*job.failed_rank) : "-"},
       {"submitted:", iso_time(job.submitted_at)},
       {"started:", job.started_at > 0 ? iso_time(job.started_at) : "-"},
       {"ended:", job.ended_at > 0 ? iso_time(job.ended_at) : "-"},
@@ -168,9 +165,10 @@ namespace {
 
 // Keys in the documented order (docs/jobs.md), appended to the object's storage directly:
 // they are known to be distinct, and `dlrun status --all --json` writes 10,000 objects.
-nlohmann::ordered_json job_object(const JobRecord& job, double now, const PolicyView* view) {
+nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueInsight& insight) {
+  const PolicyView* view = policy_of(insight, job);
   using Json = nlohmann::ordered_json;
-  auto metrics = metrics_if_running(job);
+  auto metrics = metrics_of(job);
   auto number_or_null = [](std::optional<double> v) { return v ? Json(*v) : Json(); };
   auto time_or_null = [](double t) { return t > 0 ? Json(iso_time(t)) : Json(); };
   Json gpus = Json::array();
@@ -180,7 +178,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const Policy
   }
   Json out = Json::object();
   auto& fields = out.get_ref<Json::object_t&>();
-  fields.reserve(21);
+  fields.reserve(23);
   auto add = [&fields](const char* key, Json value) {
     fields.Json::object_t::Container::emplace_back(key, std::move(value));
   };
@@ -188,10 +186,12 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const Policy
   add("name", job.name);
   add("state", to_string(job.state));
   add("exit_code", job.exit_code ? Json(*job.exit_code) : Json());
-  add("reason", job.reason);
+  add("reason", reason_of(insight, job));
+  add("failed_rank", job.failed_rank ? Json(*job.failed_rank) : Json());
   add("ranks", job.allocation.ranks);
   add("gpus", std::move(gpus));
   add("restarts", job.restarts);
+  add("resizes", job.resizes);
   add("submitted_at", iso_time(job.submitted_at));
   add("started_at", time_or_null(job.started_at));
   add("ended_at", time_or_null(job.ended_at));
@@ -215,11 +215,11 @@ std::string dump(const nlohmann::ordered_json& json) {
   return json.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-std::string job_json(const JobRecord& job, double now, const PolicyViews& policy) {
-  return dump(job_object(job, now, policy_of(policy, job)));
+std::string job_json(const JobRecord& job, double now, const QueueInsight& insight) {
+  return dump(job_object(job, now, insight));
 }
 
-std::string jobs_json(const std::vector<JobRecord>& jobs, double now, const PolicyViews& policy) {
+std::string jobs_json(const std::vector<JobRecord>& jobs, double now, const QueueInsight& insight) {
   // One object per line, for people reading it too. One serializer writes them all into `out`
   // (what dump() does for one value, without a serializer and a string per job).
   using Json = nlohmann::ordered_json;
@@ -229,7 +229,7 @@ std::string jobs_json(const std::vector<JobRecord>& jobs, double now, const Poli
                                             Json::error_handler_t::replace);
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (i) out += ",\n ";
-    writer.dump(job_object(jobs[i], now, policy_of(policy, jobs[i])), /*pretty_print=*/false,
+    writer.dump(job_object(jobs[i], now, insight), /*pretty_print=*/false,
                 /*ensure_ascii=*/false, 0);
   }
   return out + "]";

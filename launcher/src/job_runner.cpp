@@ -15,6 +15,7 @@
 #include "dlrun/launcher/cluster_job.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/exit_status.hpp"
+#include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/plan.hpp"
@@ -100,7 +101,8 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   bool stopped = code == exit_code::k_signal_base + SIGTERM || code == exit_code::k_signal_base + SIGINT ||
                  code == exit_code::k_signal_base + SIGHUP;
   JobState state = code == 0 ? JobState::succeeded : stopped ? JobState::cancelled : JobState::failed;
-  queue.store().finish(id, state, code, code == 0 ? "" : fmt::format("dlrun run exited with code {}", code));
+  queue.store().finish(id, state, code, code == 0 ? "" : fmt::format("dlrun run exited with code {}", code),
+                       {std::nullopt, read_job_metrics(run_dir)});
   return code;
 }
 
@@ -140,7 +142,9 @@ int run_submitted_job(int64_t id, const Environment& env) {
     if (spec.remote()) return run_remote(queue, id, spec, base, run_dir);
     Plan job = make_plan(options_for(spec, record->allocation, run_dir), base, std::to_string(id));
     job.program.working_dir = spec.workdir;
-    job.on_restart = [&store, id](int restarts) { store.set_restarts(id, restarts); };
+    job.on_restart = [&store, id](const RestartCounts& counts) {
+      store.set_restarts(id, counts.failures, counts.resizes);
+    };
     job.on_rescale = [&store, id](bool rescaling) { store.set_rescaling(id, rescaling); };
     Supervisor supervisor(job);
     const bool goodput = record->submitted.request.goodput;
@@ -157,12 +161,12 @@ int run_submitted_job(int64_t id, const Environment& env) {
     JobState state = code == 0                   ? JobState::succeeded
                      : supervisor.stop_signal()  ? JobState::cancelled
                                                  : JobState::failed;
-    store.finish(id, state, code, supervisor.summary());
+    store.finish(id, state, code, supervisor.summary(), {supervisor.failed_rank(), read_job_metrics(run_dir)});
     queue.ensure_scheduler();  // its GPUs go to the goodput jobs left, if any
     return code;
   } catch (const Error& e) {
     log::error("{}", e.what());
-    store.finish(id, JobState::failed, e.exit_code(), e.what());
+    store.finish(id, JobState::failed, e.exit_code(), e.what(), {std::nullopt, read_job_metrics(run_dir)});
     return e.exit_code();
   }
 }

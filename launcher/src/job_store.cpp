@@ -47,7 +47,13 @@ CREATE TABLE IF NOT EXISTS jobs (
   owner_uid        INTEGER NOT NULL DEFAULT -1,
   policy           TEXT NOT NULL DEFAULT 'fifo',
   pinned           INTEGER NOT NULL DEFAULT 0,
-  resized_at       REAL NOT NULL DEFAULT 0
+  resized_at       REAL NOT NULL DEFAULT 0,
+  resizes          INTEGER NOT NULL DEFAULT 0,
+  failed_rank      INTEGER,
+  final_batch      REAL,
+  final_samples_per_sec REAL,
+  final_goodput    REAL,
+  final_noise_scale REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 CREATE TABLE IF NOT EXISTS allocations (
@@ -69,7 +75,8 @@ CREATE TABLE IF NOT EXISTS scheduler_lease (
 constexpr const char* k_columns =
     "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
     "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
-    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid, policy, pinned, resized_at";
+    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid, policy, pinned, resized_at, resizes, failed_rank, final_batch, "
+    "final_samples_per_sec, final_goodput, final_noise_scale";
 
 // Columns later versions added, with what rows from before them hold.
 constexpr std::pair<const char*, const char*> k_added_columns[] = {
@@ -77,6 +84,13 @@ constexpr std::pair<const char*, const char*> k_added_columns[] = {
     {"policy", "TEXT NOT NULL DEFAULT 'fifo'"},    // queued in order, as then
     {"pinned", "INTEGER NOT NULL DEFAULT 0"},
     {"resized_at", "REAL NOT NULL DEFAULT 0"},
+    // Before these, `restarts` counted resizes too; the metrics a job ended with were not kept.
+    {"resizes", "INTEGER NOT NULL DEFAULT 0"},
+    {"failed_rank", "INTEGER"},
+    {"final_batch", "REAL"},
+    {"final_samples_per_sec", "REAL"},
+    {"final_goodput", "REAL"},
+    {"final_noise_scale", "REAL"},
 };
 
 // The same columns for a listing: the job file's text, its directory and the environment
@@ -245,6 +259,13 @@ JobRecord JobStore::read_row(Statement& s) {
   r.submitted.request.goodput = s.text(26) == "goodput";
   r.pinned = static_cast<int>(s.int64(27));
   r.resized_at = s.real(28);
+  r.resizes = static_cast<int>(s.int64(29));
+  if (!s.is_null(30)) r.failed_rank = static_cast<int>(s.int64(30));
+  auto number = [&s](int col) { return s.is_null(col) ? std::nullopt : std::optional<double>(s.real(col)); };
+  r.final_metrics.global_batch = number(31);
+  r.final_metrics.samples_per_sec = number(32);
+  r.final_metrics.goodput = number(33);
+  r.final_metrics.noise_scale = number(34);
   return r;
 }
 
@@ -327,9 +348,25 @@ std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capaci
   }
 }
 
-void JobStore::set_restarts(int64_t id, int restarts) {
-  Statement s(m_db, "UPDATE jobs SET restarts = ? WHERE id = ?");
-  s.bind(1, restarts).bind(2, id);
+void JobStore::set_restarts(int64_t id, int restarts, int resizes) {
+  Statement s(m_db, "UPDATE jobs SET restarts = ?, resizes = ? WHERE id = ?");
+  s.bind(1, restarts).bind(2, resizes).bind(3, id);
+  s.step();
+}
+
+void JobStore::bind_metrics(Statement& s, int first, const MetricsSnapshot& m) {
+  int i = first;
+  for (const auto& value : {m.global_batch, m.samples_per_sec, m.goodput, m.noise_scale}) {
+    if (value) s.bind(i, *value); else s.bind_null(i);
+    ++i;
+  }
+}
+
+void JobStore::set_final_metrics(int64_t id, const MetricsSnapshot& metrics) {
+  Statement s(m_db, "UPDATE jobs SET final_batch = ?, final_samples_per_sec = ?, final_goodput = ?, "
+                    "final_noise_scale = ? WHERE id = ?");
+  bind_metrics(s, 1, metrics);
+  s.bind(5, id);
   s.step();
 }
 
@@ -405,15 +442,20 @@ void JobStore::mark_running(int64_t id) {
   s.step();
 }
 
-void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason) {
+void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason,
+                      const EndDetails& details) {
   begin_immediate();
   try {
     record_release_locked(id);
-    Statement s(m_db, "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, ended_at = ? WHERE id = ? "
-                      "AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')");
+    Statement s(m_db, "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, ended_at = ?, failed_rank = ?, "
+                      "final_batch = ?, final_samples_per_sec = ?, final_goodput = ?, final_noise_scale = ? "
+                      "WHERE id = ? AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')");
     s.bind(1, to_string(state));
     if (exit_code) s.bind(2, *exit_code); else s.bind_null(2);
-    s.bind(3, reason).bind(4, now_seconds()).bind(5, id);
+    s.bind(3, reason).bind(4, now_seconds());
+    if (details.failed_rank) s.bind(5, *details.failed_rank); else s.bind_null(5);
+    bind_metrics(s, 6, details.metrics);
+    s.bind(10, id);
     s.step();
     commit();
   } catch (...) {

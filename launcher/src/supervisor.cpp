@@ -278,15 +278,13 @@ void Supervisor::finish_attempt() {
       report_failure(*m_failure);
       leave_out_failing_gpu(*m_failure);
       ++m_failures_restarted;
-      ++m_restart_count;
-      if (m_job.on_restart) m_job.on_restart(m_restart_count);
+      count_restart();
       log::warn("restarting all {} {}s (restart {} of {})", m_group->size(), m_job.member_noun, m_failures_restarted,
                 m_job.options.max_restarts);
       start_attempt();
       return;
     case NextStep::restart_on_request:
-      ++m_restart_count;
-      if (m_job.on_restart) m_job.on_restart(m_restart_count);
+      count_restart();
       if (!m_job.options.quiet) log::info("ranks asked to be restarted: restarting all {} ranks", m_job.world_size);
       start_attempt();
       return;
@@ -344,6 +342,11 @@ void Supervisor::record(const std::string& state, std::optional<int> code) {
   }
 }
 
+void Supervisor::count_restart() {
+  ++m_restart_count;
+  if (m_job.on_restart) m_job.on_restart({m_restart_count, m_failures_restarted, m_resizes});
+}
+
 void Supervisor::finish(int code) {
   m_exit_code = code;
   if (m_stop_signal) {
@@ -352,6 +355,9 @@ void Supervisor::finish(int code) {
     m_summary = m_failure->reason;
   } else if (m_failure) {
     m_summary = fmt::format("{} {}", m_group->member(m_failure->index).name, m_failure->status.describe());
+  }
+  if (!m_stop_signal && m_failure && m_failure->index < m_group->size() && !m_job.planner) {
+    m_failed_rank = m_group->member(m_failure->index).spec.rank;
   }
   m_phase = Phase::done;
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);

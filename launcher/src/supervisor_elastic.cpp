@@ -79,8 +79,8 @@ void Supervisor::apply_resize() {
     m_job.gpu_ids.assign(m_held_gpu_ids.begin(), m_held_gpu_ids.begin() + request.world_size);
   }
   m_job.world_size = request.world_size;
-  ++m_restart_count;
-  if (m_job.on_restart) m_job.on_restart(m_restart_count);
+  ++m_resizes;
+  count_restart();
   start_attempt();
   record("running", std::nullopt);
   if (m_job.on_rescale) m_job.on_rescale(false);

@@ -1,8 +1,10 @@
 """`dlrun submit`, `status`, `logs`, `cancel`: the job queue on this machine, with real
 detached supervisors, a real SQLite store and real processes."""
+import calendar
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -38,6 +40,14 @@ def supervisor_pid(job_id, home):
     except OSError:
         return None
     return row[0] if argv[1:2] == [b"_supervise"] else None
+
+
+def line_count(path):
+    try:
+        with open(path) as f:
+            return f.read().count("\n")
+    except FileNotFoundError:
+        return 0
 
 
 class JobsTestCase(DlrunTestCase):
@@ -76,6 +86,19 @@ class JobsTestCase(DlrunTestCase):
         job = wait_for(lambda: (lambda j: j if j["state"] in states else None)(self.status(job_id)), timeout, 0.05)
         self.assertIsNotNone(job, f"job {job_id} never reached {states}: {self.status(job_id)}")
         return job
+
+    def table_row(self, job_id, env=None):
+        """Job JOB_ID's row of `dlrun status`, by column name (columns are cut where the header's
+        names start: values such as POLICY's "3 (1.5x)" and REASON hold spaces)."""
+        r = self.dlrun("status", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        names = lines[0].split()
+        starts = [lines[0].index(f"{n}") if i == 0 else lines[0].index(f" {n}") + 1 for i, n in enumerate(names)]
+        for line in lines[1:]:
+            if line.split()[0] == str(job_id):
+                return {n: line[a:b].strip() for n, a, b in zip(names, starts, starts[1:] + [len(line)])}
+        self.fail(f"job {job_id} is not listed:\n{r.stdout}")
 
     def all_jobs(self):
         r = self.dlrun("status", "--all", "--json")
@@ -156,8 +179,9 @@ nproc = 1
         r = self.dlrun("status")
         self.assertEqual(r.returncode, 0)
         lines = r.stdout.splitlines()
-        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "RANKS", "GPUS", "RESTARTS", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY"])
-        self.assertEqual(lines[1].split()[:6], [str(job_id), "hello", "SUCCEEDED", "2", "-", "0"])
+        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "EXIT", "RANKS", "GPUS", "RESTARTS", "RESIZES",
+                                            "SUBMITTED", "ELAPSED", "BATCH", "SAMPLES/S", "POLICY", "REASON"])
+        self.assertEqual(lines[1].split()[:8], [str(job_id), "hello", "SUCCEEDED", "0", "2", "-", "0", "0"])
 
     def test_status_shows_the_runtimes_metrics(self):
         gate = os.path.join(self.tmp, "gate")
@@ -169,8 +193,8 @@ nproc = 1
         job = wait_for(lambda: (lambda j: j if j["global_batch"] else None)(self.status(job_id)), 30)
         self.assertIsNotNone(job)
         self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 1234.5))
-        row = [line.split() for line in self.dlrun("status").stdout.splitlines() if line.startswith(str(job_id) + " ")][0]
-        self.assertEqual(row[7:], ["256", "1234.5", "-"])  # BATCH, SAMPLES/S; no POLICY for CPU ranks
+        row = self.table_row(job_id)
+        self.assertEqual((row["BATCH"], row["SAMPLES/S"], row["POLICY"]), ("256", "1234.5", "-"))  # no POLICY for CPU ranks
         open(gate, "w").close()
         self.wait_state(job_id, ("SUCCEEDED",))
 
@@ -209,9 +233,7 @@ nproc = 1
         self.assertEqual(jobs[a]["policy_gpus"], 3)
         self.assertGreater(jobs[a]["predicted_speedup"], 1.0)  # 3 GPUs beat its fair share of 2
         self.assertIsNone(jobs[b]["predicted_speedup"])  # no model: the neutral prediction
-        row = [line.split() for line in self.dlrun("status", env=env).stdout.splitlines() if line.startswith(f"{a} ")][0]
-        self.assertEqual(row[-2], "3")
-        self.assertRegex(row[-1], r"^\(\d+\.\dx\)$")
+        self.assertRegex(self.table_row(a, env=env)["POLICY"], r"^3 \(\d+\.\dx\)$")
         details = self.dlrun("status", str(a), env=env).stdout
         self.assertIn("3 GPUs, predicted speedup", details)
         # The settings are read from $DLRUN_HOME/config.toml: a bad one is said, with its line.
@@ -230,6 +252,207 @@ nproc = 1
         job_id = self.submit(text)
         r = self.dlrun("logs", "-f", "--rank", "0", str(job_id), timeout=60)
         self.assertEqual(r.stdout, "tick 1\ntick 2\ntick 3\n")
+
+
+class WaitReport(JobsTestCase):
+    """`dlrun submit --wait` tells CI how the job ended, and does not leave it behind (issue
+    18, point 6)."""
+
+    FAILING = ('command = ["sh", "-c", "if [ $RANK = 1 ]; then i=1; while [ $i -le 30 ]; do echo line $i; '
+               'i=$((i + 1)); done; echo oops >&2; exit 3; fi; sleep 30"]\n[resources]\nnproc = 2\n')
+
+    def test_a_failure_names_the_rank_its_code_and_shows_the_end_of_its_log(self):
+        r = self.dlrun("submit", "--wait", self.job_file(self.FAILING))
+        self.assertEqual(r.returncode, 3, r.stderr)
+        job_id = int(r.stdout.split()[2])
+        lines = r.stdout.splitlines()
+        self.assertRegex(lines[1], rf"^Job {job_id} \(sh\) FAILED after \d+:\d\d with exit code 3: "
+                                   r"rank 1 exited with code 3$")
+        log = os.path.join(self.home, "jobs", str(job_id), "rank-1.log")
+        self.assertEqual(lines[2], f"==> last 20 lines of rank 1's log ({log}) <==")
+        self.assertEqual(lines[3:], [f"line {i}" for i in range(12, 31)] + ["oops"])
+        self.assertEqual(self.status(job_id)["failed_rank"], 1)
+        # --tail N; --parsable keeps standard output to the id and says the rest on stderr.
+        r = self.dlrun("submit", "--wait", "--parsable", "--tail", "2", self.job_file(self.FAILING))
+        self.assertEqual(r.returncode, 3)
+        self.assertRegex(r.stdout, r"^\d+\n$")
+        self.assertEqual(r.stderr.splitlines()[1:], [f"==> last 2 lines of rank 1's log "
+                                                     f"({os.path.join(self.home, 'jobs', r.stdout.strip(), 'rank-1.log')}) <==",
+                                                     "line 30", "oops"])
+
+    def test_a_success_is_one_line(self):
+        r = self.dlrun("submit", "--wait", self.job_file(MINIMAL))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = int(r.stdout.split()[2])
+        self.assertRegex(r.stdout.splitlines()[1], rf"^Job {job_id} \(hello\) SUCCEEDED in \d+:\d\d \(2 ranks\)$")
+        self.assertEqual(len(r.stdout.splitlines()), 2)
+
+    def test_a_lost_job_shows_the_end_of_its_output(self):
+        ready = os.path.join(self.tmp, "ready")
+        p = self.start("submit", "--wait", self.job_file(f'command = ["sh", "-c", "echo hello from $RANK; touch {ready}.$RANK; '
+                                                         'exec sleep 300"]\n[resources]\nnproc = 1\n'))
+        job_id = int(p.stdout.readline().split()[2])
+        self.assertTrue(wait_for(lambda: os.path.exists(ready + ".0"), 30))
+        os.kill(supervisor_pid(job_id, self.home), signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 70, err)
+        output = os.path.join(self.home, "jobs", str(job_id), "output.log")
+        self.assertIn("FAILED after", out)
+        self.assertIn(": lost: its supervisor", out)
+        # No one rank failed: the end of the job's output, all ranks prefixed, the supervisor's lines too.
+        self.assertRegex(out, rf"\n==> last \d+ lines? of the job's output \({re.escape(output)}\) <==\n")
+        self.assertTrue(out.endswith("\n[0] hello from 0\n"), out)
+
+    def interrupted_wait(self, sig, *extra):
+        """Starts `submit --wait` of a job that runs until the test's gate opens, waits until
+        its rank runs, sends `sig` to the submit; returns it, the job id and the gate."""
+        gate, ready = os.path.join(self.tmp, "gate"), os.path.join(self.tmp, "ready")
+        p = self.start("submit", "--wait", *extra, self.job_file(
+            f'command = ["sh", "-c", "touch {ready}; while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+            '[resources]\nnproc = 1\n'))
+        job_id = int(p.stdout.readline().split()[2])
+        self.assertTrue(wait_for(lambda: os.path.exists(ready), 30))
+        p.send_signal(sig)
+        return p, job_id, gate
+
+    def test_sigterm_cancels_the_job(self):
+        p, job_id, _ = self.interrupted_wait(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 143, err)
+        self.assertIn(f"Got SIGTERM: cancelling job {job_id} (--detach-on-interrupt would leave it running)\n", out)
+        self.assertRegex(out, rf"\nJob {job_id} \(sh\) CANCELLED after \d+:\d\d with exit code 143: stopped by SIGTERM\n$")
+        self.assertEqual(self.status(job_id)["state"], "CANCELLED")
+
+    def test_sigint_with_detach_on_interrupt_leaves_the_job_running(self):
+        p, job_id, gate = self.interrupted_wait(signal.SIGINT, "--detach-on-interrupt")
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn(f"Got SIGINT: job {job_id} goes on (--detach-on-interrupt): dlrun status {job_id}, "
+                      f"dlrun cancel {job_id}\n", out)
+        self.assertEqual(self.status(job_id)["state"], "RUNNING")
+        open(gate, "w").close()
+        self.assertEqual(self.wait_state(job_id, ("SUCCEEDED", "FAILED", "CANCELLED"))["state"], "SUCCEEDED")
+
+    def test_detach_on_interrupt_needs_wait(self):
+        r = self.dlrun("submit", "--detach-on-interrupt", self.job_file(MINIMAL))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--detach-on-interrupt requires --wait", r.stderr)
+
+
+class StatusColumns(JobsTestCase):
+    """What `dlrun status` tells beside the state (issue 18, point 7)."""
+
+    def test_restarts_count_failures_and_resizes_apart(self):
+        # Attempt 1: rank 0 fails (a restart, spending max_restarts); attempt 2 runs 3 ranks
+        # until `dlrun resize` asks for 2 (a resize, spending nothing).
+        starts, gate = os.path.join(self.tmp, "starts"), os.path.join(self.tmp, "gate")
+        rank = self.script("rank.sh", f"trap 'exit 75' USR1\necho $RANK:$WORLD_SIZE:$DLRUN_RESTART_COUNT >> {starts}\n"
+                                      'if [ "$DLRUN_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then exit 1; fi\n'
+                                      f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
+        job_id = self.submit(f'max_restarts = 1\ncommand = ["{rank}"]\n[resources]\nnproc = "1:3"\n')
+        self.assertTrue(wait_for(lambda: len([w for w in read_words(starts) if w.endswith(":1")]) == 3, 60))
+        r = self.dlrun("resize", str(job_id), "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = self.status(job_id)
+        self.assertEqual((job["ranks"], job["restarts"], job["resizes"]), (2, 1, 1))
+        row = self.table_row(job_id)
+        self.assertEqual((row["RESTARTS"], row["RESIZES"]), ("1", "1"))
+        open(gate, "w").close()
+        job = self.wait_state(job_id, ("SUCCEEDED", "FAILED"))
+        self.assertEqual((job["state"], job["restarts"], job["resizes"]), ("SUCCEEDED", 1, 1))
+
+    def test_batch_and_samples_per_sec_are_smoothed_and_stay_once_the_job_ends(self):
+        # Eleven metrics lines a second apart, the intervals alternating between 1000 and 3000
+        # samples/s: 2000 over the window, whichever was measured last.
+        gate = os.path.join(self.tmp, "gate")
+        rank = self.script("rank.sh", 'if [ "$RANK" = 0 ]; then i=0; while [ $i -le 10 ]; do '
+                                      's=3000; [ $((i % 2)) = 1 ] && s=1000; '
+                                      'echo "{\\"time\\": $((1000 + i)), \\"replicas\\": 2, \\"global_batch\\": 256, '
+                                      '\\"samples_per_sec\\": $s}" >> "$DLRUN_RUN_DIR/metrics.jsonl"; i=$((i + 1)); done; fi\n'
+                                      f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
+        job_id = self.submit(f'command = ["{rank}"]\n[resources]\nnproc = 2\n')
+        self.wait_state(job_id, ("RUNNING",))
+        metrics = os.path.join(self.home, "jobs", str(job_id), "metrics.jsonl")
+        self.assertTrue(wait_for(lambda: line_count(metrics) == 11, 30))
+        job = self.status(job_id)
+        self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 2000))
+        open(gate, "w").close()
+        job = self.wait_state(job_id, ("SUCCEEDED",))
+        self.assertEqual((job["global_batch"], job["samples_per_sec"]), (256, 2000))
+        row = self.table_row(job_id)
+        self.assertEqual((row["BATCH"], row["SAMPLES/S"]), ("256", "2000"))
+
+    def test_pending_jobs_say_why_they_wait(self):
+        # Job a holds 2 of the 4 GPUs until the test opens its gate: b (4 GPUs) waits for
+        # them, c (CPU) waits behind b (FIFO).
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+        gate = os.path.join(self.tmp, "gate")
+        wait = f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+        a = self.submit(wait + '[resources]\ngpus = 2\n')
+        self.wait_state(a, ("RUNNING",))
+        b = self.submit('command = ["true"]\n[resources]\ngpus = 4\n')
+        c = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
+        self.assertEqual((self.status(b)["state"], self.status(b)["reason"]), ("PENDING", "waiting for 4 GPUs (2 free)"))
+        self.assertEqual(self.status(c)["reason"], f"behind job {b} (fifo)")
+        jobs = {j["id"]: j for j in json.loads(self.dlrun("status", "--json").stdout)}
+        self.assertEqual((jobs[b]["reason"], jobs[c]["reason"], jobs[a]["reason"]),
+                         ("waiting for 4 GPUs (2 free)", f"behind job {b} (fifo)", ""))
+        self.assertEqual(self.table_row(b)["REASON"], "waiting for 4 GPUs (2 free)")
+        self.assertEqual(self.table_row(c)["REASON"], f"behind job {b} (fifo)")
+        self.assertEqual(self.table_row(a)["REASON"], "-")
+        self.assertIn(f"reason:       behind job {b} (fifo)\n", self.dlrun("status", str(c)).stdout)
+        open(gate, "w").close()
+        for job_id in (a, b, c):
+            self.assertEqual(self.wait_state(job_id, ("SUCCEEDED", "FAILED"))["reason"], "")
+        self.assertEqual(self.table_row(c)["REASON"], "-")
+
+    def test_a_goodput_job_waits_for_the_scheduler(self):
+        # A fixed job holds all 4 GPUs: the goodput scheduler has none to give the elastic one.
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+        gate = os.path.join(self.tmp, "gate")
+        wait = f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+        a = self.submit(wait + '[resources]\ngpus = 4\n')
+        self.wait_state(a, ("RUNNING",))
+        b = self.submit('command = ["true"]\n[resources]\ngpus = "1:2"\n')
+        want = "waiting for the scheduler (the policy gives it no GPU now)"
+        self.assertTrue(wait_for(lambda: self.status(b)["reason"] == want, 60), self.status(b))
+        self.assertEqual(self.table_row(b)["REASON"], want)
+        open(gate, "w").close()
+        self.assertEqual(self.wait_state(b, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
+
+    def test_exit_code_and_submit_time(self):
+        ok = self.submit(MINIMAL, "--wait")
+        r = self.dlrun("submit", "--wait", "--parsable", self.job_file(MINIMAL.replace("echo rank", "exit 4; echo")))
+        failed = int(r.stdout.split()[0])
+        self.assertEqual((self.table_row(ok)["EXIT"], self.table_row(failed)["EXIT"]), ("0", "4"))
+        submitted = self.table_row(ok)["SUBMITTED"]
+        self.assertRegex(submitted, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$")  # local time, as squeue
+        utc = time.strptime(self.status(ok)["submitted_at"], "%Y-%m-%dT%H:%M:%SZ")
+        self.assertEqual(submitted, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(calendar.timegm(utc))))
+        self.assertEqual(self.status(failed)["exit_code"], 4)
+
+    def test_watch_redraws_until_interrupted(self):
+        p = self.start("status", "--watch", "0.2")
+        lines, done = [], threading.Event()
+
+        def read():
+            for line in p.stdout:
+                lines.append(line)
+            done.set()
+        reader = threading.Thread(target=read)
+        reader.start()
+        frames = lambda: sum(1 for line in list(lines) if line.startswith("Every 0.2s: dlrun status  "))
+        self.assertTrue(wait_for(lambda: frames() >= 1, 30))
+        job_id = self.submit(MINIMAL, "--wait")
+        # A later frame lists the job submitted meanwhile.
+        self.assertTrue(wait_for(lambda: any(line.startswith(f"{job_id} ") for line in list(lines)), 30))
+        p.send_signal(signal.SIGINT)
+        self.assertEqual(p.wait(timeout=30), 0)
+        self.assertTrue(done.wait(30))
+        reader.join()
+        out = "".join(lines)
+        self.assertGreaterEqual(frames(), 2)
+        self.assertNotIn("\x1b", out)  # not a terminal: no escape codes, the frames follow each other
 
 
 class Validation(JobsTestCase):

@@ -15,17 +15,6 @@ TEST_SUITE("launcher::JobReport") {
   TEST_CASE("tables are aligned") {
     CHECK(render_table({{"ID", "NAME"}, {"12", "x"}}) == "ID  NAME\n12  x\n");
   }
-  TEST_CASE("metrics lines give batch size and throughput") {
-    auto m = parse_metrics_line(R"({"step": 120, "global_batch": 512, "samples_per_sec": 1834.5, "goodput": 1.2})");
-    CHECK(m.step == 120);
-    CHECK(m.global_batch == 512);
-    CHECK(m.samples_per_sec == 1834.5);
-    CHECK(m.goodput == 1.2);
-    CHECK_FALSE(m.noise_scale);
-    CHECK_FALSE(parse_metrics_line("{}").global_batch);
-    CHECK_FALSE(parse_metrics_line(R"({"global_batch": "x"})").global_batch);
-    CHECK_FALSE(parse_metrics_line(R"({"global_batch": 12)").global_batch);  // half a line
-  }
   TEST_CASE("status exit codes") {
     CHECK(status_exit_code(JobState::succeeded) == 0);
     CHECK(status_exit_code(JobState::failed) == 1);

@@ -84,6 +84,62 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(r->reason == "rank 0 exited with code 7");
     CHECK(r->ended_at > 0);
   }
+  TEST_CASE("a job's end keeps the failing rank and its last metrics; restarts and resizes apart") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    int64_t id = store.submit(job("a", false, 2));
+    store.set_restarts(id, 1, 3);
+    MetricsSnapshot metrics;
+    metrics.global_batch = 512;
+    metrics.samples_per_sec = 1234.5;
+    store.finish(id, JobState::failed, 3, "rank 1 exited with code 3", {1, metrics});
+    auto r = store.get(id);
+    CHECK((r->restarts == 1 && r->resizes == 3));
+    CHECK(r->failed_rank == 1);
+    CHECK(r->final_metrics.global_batch == 512);
+    CHECK(r->final_metrics.samples_per_sec == 1234.5);
+    CHECK_FALSE(r->final_metrics.goodput);
+    auto listed = store.list(true, 0);
+    CHECK(listed[0].failed_rank == 1);
+    CHECK(listed[0].final_metrics.global_batch == 512);
+    int64_t other = store.submit(job("b", false, 1));
+    store.finish(other, JobState::succeeded, 0, "");
+    CHECK_FALSE(store.get(other)->failed_rank);
+    CHECK(store.get(other)->final_metrics.empty());
+    metrics.goodput = 7;
+    store.set_final_metrics(other, metrics);
+    CHECK(store.get(other)->final_metrics.goodput == 7);
+  }
+  TEST_CASE("a store from before the newer columns gets them, its rows their defaults") {
+    TempDir dir;
+    const std::string path = dir.path + "/jobs.db";
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    // The jobs table as the first version wrote it, with one finished job.
+    const char* old = R"sql(
+      CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, state TEXT NOT NULL,
+        spec_text TEXT NOT NULL, spec_path TEXT NOT NULL, base_dir TEXT NOT NULL, environment BLOB NOT NULL,
+        uses_gpus INTEGER NOT NULL, remote INTEGER NOT NULL DEFAULT 0, slurm INTEGER NOT NULL DEFAULT 0,
+        slurm_id INTEGER NOT NULL DEFAULT 0, min_ranks INTEGER NOT NULL, max_ranks INTEGER NOT NULL,
+        gpu_request TEXT NOT NULL DEFAULT '', ranks INTEGER NOT NULL DEFAULT 0, gpu_ids TEXT NOT NULL DEFAULT '',
+        submitted_at REAL NOT NULL, started_at REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0,
+        exit_code INTEGER, reason TEXT NOT NULL DEFAULT '', restarts INTEGER NOT NULL DEFAULT 0,
+        run_dir TEXT NOT NULL DEFAULT '', supervisor_pid INTEGER NOT NULL DEFAULT 0,
+        supervisor_start INTEGER NOT NULL DEFAULT 0);
+      INSERT INTO jobs (name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks,
+        submitted_at, exit_code, restarts) VALUES ('old', 'FAILED', '', '/j.toml', '/', x'', 0, 1, 1, 1, 3, 2);
+    )sql";
+    REQUIRE(sqlite3_exec(db, old, nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+    JobStore store(path);
+    auto r = store.get(1);
+    REQUIRE(r);
+    CHECK((r->name == "old" && r->exit_code == 3 && r->restarts == 2 && r->resizes == 0));
+    CHECK_FALSE(r->failed_rank);
+    CHECK(r->final_metrics.empty());
+    CHECK(r->submitted.owner_uid == -1);
+    CHECK(store.submit(job("new", false, 1)) == 2);
+  }
   TEST_CASE("only the oldest pending job may start, and GPUs are not shared") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");

@@ -194,6 +194,7 @@ TEST_SUITE("launcher::Supervisor") {
     supervisor.begin();
     CHECK(finish(supervisor) == 7);
     CHECK(supervisor.summary() == "rank 1 exited with code 7");
+    CHECK(supervisor.failed_rank() == 1);
     REQUIRE(world.attempts.size() == 1);
     CHECK(world.signals[0] == std::vector<int>{SIGTERM});
     CHECK(read_file("job.json").find("\"state\": \"failed\"") != std::string::npos);
@@ -211,13 +212,20 @@ TEST_SUITE("launcher::Supervisor") {
     };
     Plan j = job(2);
     j.options.max_restarts = 2;
-    std::vector<int> restarts;
-    j.on_restart = [&](int count) { restarts.push_back(count); };
+    std::vector<int> restarts, failures, resizes;
+    j.on_restart = [&](const RestartCounts& counts) {
+      restarts.push_back(counts.all);
+      failures.push_back(counts.failures);
+      resizes.push_back(counts.resizes);
+    };
     Supervisor supervisor(j, runner());
     supervisor.begin();
     CHECK(finish(supervisor) == 5);
     CHECK(world.attempts.size() == 4);
     CHECK(restarts == std::vector<int>{1, 2, 3});
+    CHECK(failures == std::vector<int>{1, 1, 2});
+    CHECK(resizes == std::vector<int>{0, 0, 0});
+    CHECK(supervisor.failed_rank() == 0);
     CHECK(env_of(world.members[3][0], dlrun::env::k_restart_count) == "3");
   }
 
@@ -241,12 +249,15 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(finish(supervisor) == 130);
     CHECK(world.signals[0] == std::vector<int>{SIGINT, SIGKILL});
     CHECK(supervisor.summary() == "stopped by SIGINT");
+    CHECK_FALSE(supervisor.failed_rank());
   }
 
   TEST_CASE_FIXTURE(Fixture, "resize up and down restarts the group at the new size") {
     Plan j = job(2);
     j.min_world_size = 1;
     j.max_world_size = 4;
+    std::vector<RestartCounts> counts;
+    j.on_restart = [&](const RestartCounts& c) { counts.push_back(c); };
     Supervisor supervisor(j, runner());
     supervisor.begin();
     CHECK(supervisor.resize({5, {}}) == std::optional<std::string>("error: 5 ranks is outside the job's range 1:4"));
@@ -266,6 +277,10 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(env_of(world.members[2][0], dlrun::env::k_world_size) == "1");
     world.current().end(0, ExitStatus::exited(0));
     CHECK(finish(supervisor) == 0);
+    // Resizes are restarts (DLRUN_RESTART_COUNT) that spend nothing: counted apart from failures.
+    REQUIRE(counts.size() == 2);
+    CHECK((counts[1].all == 2 && counts[1].failures == 0 && counts[1].resizes == 2));
+    CHECK_FALSE(supervisor.failed_rank());
   }
 
   TEST_CASE_FIXTURE(Fixture, "ranks that finish before a resize reaches them end the job, and the resize says so") {

@@ -2,11 +2,12 @@
 // `dlrun logs JOB [--rank R] [-f]`: a submitted job's output, all ranks prefixed
 // (RUN_DIR/output.log) or one rank's own (RUN_DIR/rank-R.log). Following polls the file
 // and the job's state until the job has ended, then copies what is left. Throws ConfigError
-// for an unknown job or rank.
+// for an unknown job or rank. Also the last lines of a log (`dlrun submit --wait`'s report).
 
 #include <cstdint>
 #include <ostream>
 
+#include "dlrun/launcher/job_end_report.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 
 namespace dlrun::launcher {
@@ -15,5 +16,9 @@ enum class Follow { no, until_the_job_ends };
 
 // rank < 0: the job's combined output.
 void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ostream& out);
+
+// The last `count` lines of the file at `path` (of its last 64 KiB at most); `exists` false
+// when it cannot be read.
+LogTail read_log_tail(const std::string& path, size_t count);
 
 }  // namespace dlrun::launcher

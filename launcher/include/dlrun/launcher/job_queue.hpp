@@ -9,6 +9,8 @@
 // one; a running job whose supervisor died is marked FAILED (lost). Layout and states in
 // docs/jobs.md. Functions here are not thread-safe (they fork).
 
+#include <signal.h>
+
 #include <cstdint>
 #include <iosfwd>
 #include <map>
@@ -56,8 +58,10 @@ class JobQueue {
   // scheduler holds the lease (scheduler_loop.hpp).
   void ensure_scheduler();
 
-  // Blocks until the job ends; returns its exit code (70 if it was lost).
-  int wait(int64_t id);
+  // Blocks until the job ends (returns 0: its record says how), or until a signal of
+  // `interrupt` arrives, which the caller blocks so that it waits for this (returns it; the
+  // job goes on).
+  int wait(int64_t id, const sigset_t* interrupt = nullptr);
 
   // Stops a job: a pending one at once, a running one by SIGTERM to its supervisor (which
   // passes it on to the ranks), and SIGKILL after `grace` more seconds if it is still
@@ -69,9 +73,6 @@ class JobQueue {
 
   // This machine's resources for the local scheduler.
   Capacity capacity() const;
-  // What the goodput policy would give the active GPU jobs now (policy_view.hpp), from
-  // `jobs` when they hold every active one (any listing does), else read from the store.
-  std::map<int64_t, PolicyView> policy_view(double now, const std::vector<JobRecord>* jobs = nullptr);
 
  private:
   void start_supervisor(int64_t id, const std::string& environment_blob);

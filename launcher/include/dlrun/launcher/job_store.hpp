@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dlrun/launcher/allocation_event.hpp"
+#include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/process_identity.hpp"
 #include "dlrun/launcher/scheduling_policy.hpp"
 
@@ -45,7 +46,10 @@ struct JobRecord {
   double submitted_at = 0, started_at = 0, ended_at = 0;  // Unix seconds; 0 = not yet
   std::optional<int> exit_code;
   std::string reason;  // why it failed or was cancelled
-  int restarts = 0;
+  int restarts = 0;    // restarts after a failure (they spend max_restarts)
+  int resizes = 0;     // restarts at a new size (dlrun resize, the scheduler)
+  std::optional<int> failed_rank;  // the rank whose failure ended it, if one did
+  MetricsSnapshot final_metrics;   // its training metrics when it ended (job_metrics.hpp), if any
   std::string run_dir;
   ProcessIdentity supervisor;
   int64_t slurm_id = 0;  // the Slurm job id of a job submitted to Slurm
@@ -53,6 +57,12 @@ struct JobRecord {
   double resized_at = 0; // Unix seconds of its last resize; 0: never
   // Since when it runs at its present size (its start or its last resize).
   double sized_since() const { return std::max(started_at, resized_at); }
+};
+
+// What a job's end leaves beside its state, exit code and reason.
+struct EndDetails {
+  std::optional<int> failed_rank;
+  MetricsSnapshot metrics;  // the last ones it wrote (smoothed as dlrun status shows them)
 };
 
 // What sweep() found: pending jobs that lost (or never got) their supervisor.
@@ -81,7 +91,8 @@ class JobStore {
   bool claim(int64_t id, const ProcessIdentity& me);
   // If the job is the oldest pending one and its resources are free: RUNNING with them.
   std::optional<Allocation> try_start(int64_t id, const Capacity& capacity, const std::string& run_dir);
-  void set_restarts(int64_t id, int restarts);
+  // Restarts after failures, and restarts at a new size.
+  void set_restarts(int64_t id, int restarts, int resizes);
   // A job handed to Slurm: its Slurm id and run directory.
   void set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir);
   // An elastic job's new size: its allocation becomes `world` ranks if that fits beside
@@ -114,7 +125,10 @@ class JobStore {
   void set_rescaling(int64_t id, bool rescaling);
   // A Slurm job seen running (first time: its start time is now).
   void mark_running(int64_t id);
-  void finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason);
+  void finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason,
+              const EndDetails& details = {});
+  // The metrics of a job that ended without its supervisor's word (a lost one).
+  void set_final_metrics(int64_t id, const MetricsSnapshot& metrics);
   // PENDING → CANCELLED in one step; false if the job was not pending.
   bool cancel_pending(int64_t id, const std::string& reason);
 
@@ -132,6 +146,8 @@ class JobStore {
   void commit();
   void rollback();
   JobRecord read_row(Statement& statement);
+  // The final_* columns' values at positions first … first+3.
+  static void bind_metrics(Statement& statement, int first, const MetricsSnapshot& metrics);
   Usage usage_locked();
   // Within a transaction: RUNNING with `allocation`, its start recorded.
   void start_locked(int64_t id, const Allocation& allocation, const std::string& run_dir);

@@ -50,6 +50,13 @@ struct PlanOptions {
   SettingsSource source = SettingsSource::command_line;
 };
 
+// How often a job's group was restarted, and why.
+struct RestartCounts {
+  int all = 0;       // every restart (DLRUN_RESTART_COUNT)
+  int failures = 0;  // after a failed rank: these spend max_restarts
+  int resizes = 0;   // to change the rank count (dlrun resize, the scheduler): spend nothing
+};
+
 struct Plan {
   PlanOptions options;
   ProgramSpec program;
@@ -60,8 +67,8 @@ struct Plan {
   std::string host;
   Environment base_env;
   int cores = 1;
-  // Told each time the group is restarted (the job store counts restarts).
-  std::function<void(int restart_count)> on_restart;
+  // Told each time the group is restarted, with the counts so far (the job store keeps them).
+  std::function<void(const RestartCounts& counts)> on_restart;
 
   // This machine's place in a multi-node job (dlrun agent); the defaults are one node.
   int node_rank = 0;

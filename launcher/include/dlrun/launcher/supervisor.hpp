@@ -61,6 +61,9 @@ class Supervisor {
   int stop_signal() const { return m_stop_signal; }
   // One line on how the job ended ("rank 1 exited with code 7"), empty on success.
   const std::string& summary() const { return m_summary; }
+  // The rank whose failure ended the job, if one did (not a stop signal, not a failure
+  // found elsewhere such as hosts missing from the rendezvous).
+  std::optional<int> failed_rank() const { return m_failed_rank; }
 
  private:
   enum class Phase { running, stopping, draining, done };
@@ -82,6 +85,8 @@ class Supervisor {
   bool all_succeeded() const;
   void record(const std::string& state, std::optional<int> exit_code);
   void finish(int exit_code);
+  // Counts one more restart (of every kind) and tells the plan's on_restart.
+  void count_restart();
 
   // supervisor_elastic.cpp
   void listen_for_resize();
@@ -111,11 +116,13 @@ class Supervisor {
   Phase m_phase = Phase::running;
   int m_restart_count = 0;     // DLRUN_RESTART_COUNT: every restart
   int m_failures_restarted = 0;  // restarts spent from --max-restarts
+  int m_resizes = 0;           // restarts at a new size
   std::optional<Failure> m_failure;
   int m_stop_signal = 0;       // signal that asked dlrun to stop, 0 if none
   bool m_restart_requested = false;
   int m_exit_code = 0;
   std::string m_summary;
+  std::optional<int> m_failed_rank;
 };
 
 }  // namespace dlrun::launcher

@@ -1,0 +1,29 @@
+#pragma once
+// Why a PENDING job waits, in a few words, as squeue's REASON says it: "behind job 3 (fifo)",
+// "waiting for 4 GPUs (2 free)", "waiting for the scheduler (…)". It follows how a job
+// starts: a goodput job when the goodput scheduler starts it (scheduler_loop.hpp), any
+// other only once it is the oldest pending job and fit() finds its resources free
+// (JobStore::try_start). Pure, thread-safe.
+
+#include <string>
+#include <vector>
+
+#include "dlrun/launcher/job_store.hpp"
+#include "dlrun/launcher/policy_view.hpp"
+#include "dlrun/launcher/scheduling_policy.hpp"
+
+namespace dlrun::launcher {
+
+// What running local jobs hold, as the store adds it up when a job starts.
+Usage usage_of(const std::vector<JobRecord>& jobs);
+
+struct QueueState {
+  const std::vector<JobRecord>* active = nullptr;  // every pending and running job (any listing has them)
+  Capacity capacity;
+  bool scheduler_running = false;  // a live goodput scheduler holds the lease
+};
+
+// Why `job` (PENDING) waits. `policy`: what the goodput policy would give it, if known.
+std::string pending_reason(const JobRecord& job, const QueueState& queue, const PolicyView* policy);
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,71 @@
+#include "dlrun/launcher/pending_reason.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace dlrun::launcher {
+namespace {
+
+std::string plural(int n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
+
+std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
+  if (!queue.scheduler_running) return "waiting for the scheduler (none runs yet; its supervisor starts one)";
+  if (!policy) return "waiting for the scheduler";
+  if (policy->gpus == 0) return "waiting for the scheduler (the policy gives it no GPU now)";
+  return fmt::format("waiting for the scheduler (the policy gives it {})", plural(policy->gpus, "GPU"));
+}
+
+// The resources a job at the head of the queue still waits for; empty when they are free.
+std::string resources_reason(const ResourceRequest& request, const QueueState& queue) {
+  const Usage usage = usage_of(*queue.active);
+  if (fit(request, queue.capacity, usage)) return {};
+  if (!request.uses_gpus) {
+    const int free = std::max(0, queue.capacity.cpu_slots - usage.cpu_slots_in_use);
+    return fmt::format("waiting for {} ({} free)", plural(request.min_ranks, "CPU slot"), free);
+  }
+  if (!request.gpu_ids.empty()) {
+    std::string busy;
+    int count = 0;
+    for (const auto& id : request.gpu_ids) {
+      if (!usage.gpus_in_use.count(id)) continue;
+      busy += (busy.empty() ? "" : ",") + id;
+      ++count;
+    }
+    return fmt::format("waiting for GPU{} {} (in use)", count == 1 ? "" : "s", busy);
+  }
+  int free = 0;
+  for (int i = 0; i < queue.capacity.gpus; ++i) free += usage.gpus_in_use.count(std::to_string(i)) ? 0 : 1;
+  return fmt::format("waiting for {} ({} free)", plural(request.min_ranks, "GPU"), free);
+}
+
+}  // namespace
+
+Usage usage_of(const std::vector<JobRecord>& jobs) {
+  Usage usage;
+  for (const auto& job : jobs) {
+    if ((job.state != JobState::running && job.state != JobState::rescaling) || job.submitted.request.remote) continue;
+    if (job.submitted.request.uses_gpus) {
+      usage.gpus_in_use.insert(job.allocation.gpu_ids.begin(), job.allocation.gpu_ids.end());
+    } else {
+      usage.cpu_slots_in_use += job.allocation.ranks;
+    }
+  }
+  return usage;
+}
+
+std::string pending_reason(const JobRecord& job, const QueueState& queue, const PolicyView* policy) {
+  if (job.submitted.slurm) {
+    return job.slurm_id > 0 ? fmt::format("in Slurm's queue (Slurm job {})", job.slurm_id) : "being handed to Slurm";
+  }
+  if (job.submitted.request.goodput) return goodput_reason(queue, policy);
+  int64_t head = job.id;
+  for (const auto& other : *queue.active) {
+    if (other.state == JobState::pending && other.id < head) head = other.id;
+  }
+  if (head != job.id) return fmt::format("behind job {} (fifo)", head);
+  std::string waiting = resources_reason(job.submitted.request, queue);
+  return waiting.empty() ? "starting (its resources are free)" : waiting;
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,27 @@
+#include "dlrun/launcher/queue_insight.hpp"
+
+#include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/pending_reason.hpp"
+#include "dlrun/launcher/scheduler_settings.hpp"
+
+namespace dlrun::launcher {
+
+QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRecord>& jobs) {
+  QueueInsight insight;
+  QueueState state;
+  state.active = &jobs;
+  state.capacity = queue.capacity();
+  insight.policy = policy_view(jobs, state.capacity.gpus, now, read_scheduler_settings(queue.home()).policy);
+  bool any_pending = false;
+  for (const auto& job : jobs) any_pending = any_pending || job.state == JobState::pending;
+  if (!any_pending) return insight;
+  state.scheduler_running = queue.store().scheduler_lease_holder().has_value();
+  for (const auto& job : jobs) {
+    if (job.state != JobState::pending) continue;
+    auto view = insight.policy.find(job.id);
+    insight.waiting[job.id] = pending_reason(job, state, view == insight.policy.end() ? nullptr : &view->second);
+  }
+  return insight;
+}
+
+}  // namespace dlrun::launcher

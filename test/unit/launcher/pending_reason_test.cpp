@@ -1,0 +1,64 @@
+#include "dlrun/launcher/pending_reason.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace dlrun::launcher;
+
+namespace {
+JobRecord record(int64_t id, JobState state, bool gpus, int ranks, std::vector<std::string> held = {}) {
+  JobRecord j;
+  j.id = id;
+  j.state = state;
+  j.submitted.request = {gpus, ranks, ranks, {}};
+  if (state != JobState::pending) j.allocation = {ranks, std::move(held)};
+  return j;
+}
+}  // namespace
+
+TEST_SUITE("launcher::PendingReason") {
+  TEST_CASE("the head of the queue waits for its resources, and says how many are free") {
+    std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "1"}),
+                                   record(2, JobState::pending, true, 4),
+                                   record(3, JobState::pending, false, 1)};
+    QueueState queue{&jobs, Capacity{4, 2}, false};
+    CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for 4 GPUs (2 free)");
+    CHECK(pending_reason(jobs[2], queue, nullptr) == "behind job 2 (fifo)");
+    jobs[1].state = JobState::cancelled;
+    CHECK(pending_reason(jobs[2], queue, nullptr) == "starting (its resources are free)");
+    jobs.push_back(record(4, JobState::running, false, 2));
+    CHECK(pending_reason(jobs[2], queue, nullptr) == "waiting for 1 CPU slot (0 free)");
+  }
+  TEST_CASE("GPUs asked for by number wait for those in use") {
+    std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "1"}), record(2, JobState::pending, true, 2)};
+    jobs[1].submitted.request.gpu_ids = {"1", "2"};
+    QueueState queue{&jobs, Capacity{4, 2}, false};
+    CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for GPU 1 (in use)");
+  }
+  TEST_CASE("a goodput job waits for the scheduler, and says what the policy gives it") {
+    std::vector<JobRecord> jobs = {record(1, JobState::pending, true, 2)};
+    jobs[0].submitted.request.goodput = true;
+    QueueState queue{&jobs, Capacity{4, 2}, false};
+    CHECK(pending_reason(jobs[0], queue, nullptr) == "waiting for the scheduler (none runs yet; its supervisor starts one)");
+    queue.scheduler_running = true;
+    CHECK(pending_reason(jobs[0], queue, nullptr) == "waiting for the scheduler");
+    PolicyView none{0, 0, false}, three{3, 1.2, true};
+    CHECK(pending_reason(jobs[0], queue, &none) == "waiting for the scheduler (the policy gives it no GPU now)");
+    CHECK(pending_reason(jobs[0], queue, &three) == "waiting for the scheduler (the policy gives it 3 GPUs)");
+  }
+  TEST_CASE("a Slurm job waits in Slurm's queue") {
+    std::vector<JobRecord> jobs = {record(1, JobState::pending, false, 1)};
+    jobs[0].submitted.slurm = true;
+    QueueState queue{&jobs, Capacity{0, 1}, false};
+    CHECK(pending_reason(jobs[0], queue, nullptr) == "being handed to Slurm");
+    jobs[0].slurm_id = 77;
+    CHECK(pending_reason(jobs[0], queue, nullptr) == "in Slurm's queue (Slurm job 77)");
+  }
+  TEST_CASE("what running jobs hold; jobs elsewhere hold nothing here") {
+    std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "3"}), record(2, JobState::rescaling, false, 3),
+                                   record(3, JobState::running, false, 5), record(4, JobState::succeeded, false, 2)};
+    jobs[2].submitted.request.remote = true;
+    Usage usage = usage_of(jobs);
+    CHECK(usage.gpus_in_use == std::set<std::string>{"0", "3"});
+    CHECK(usage.cpu_slots_in_use == 3);
+  }
+}
