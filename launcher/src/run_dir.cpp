@@ -68,4 +68,8 @@ std::string rank_log_path(const std::string& run_dir, int rank) {
   return fmt::format("{}/rank-{}.log", run_dir, rank);
 }
 
+bool handles_stop(const std::string& run_dir) {
+  return !run_dir.empty() && ::access((run_dir + "/" + run_files::k_handles_stop).c_str(), F_OK) == 0;
+}
+
 }  // namespace dlrun::launcher
