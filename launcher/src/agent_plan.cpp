@@ -50,6 +50,8 @@ std::string format_agent_plan(const AgentPlan& plan) {
       {"master_addr", o.master_addr},
       {"master_port", optional_json(o.master_port)},
       {"run_dir", o.run_dir},
+      {"log_dir", o.log_dir},
+      {"env", plan.env},
       {"prefix", o.prefix},
       {"prefix_enabled", o.prefix_enabled},
       {"shown_ranks", optional_json(o.shown_ranks)},
@@ -95,6 +97,8 @@ AgentPlan parse_agent_plan(const std::string& text) {
     o.master_addr = json.at("master_addr").get<std::string>();
     o.master_port = optional_from<int>(json, "master_port");
     o.run_dir = json.at("run_dir").get<std::string>();
+    o.log_dir = json.at("log_dir").get<std::string>();
+    plan.env = json.at("env").get<Environment>();
     o.prefix = json.at("prefix").get<std::string>();
     o.prefix_enabled = json.at("prefix_enabled").get<bool>();
     o.shown_ranks = optional_from<std::vector<int>>(json, "shown_ranks");

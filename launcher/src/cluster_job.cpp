@@ -4,6 +4,8 @@
 
 #include "dlrun/launcher/agent_plan.hpp"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
 
@@ -59,7 +61,9 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
     p.nproc = host.slots;
   }
   p.run_dir = run_dir;
+  p.log_dir = g.log_dir;
   p.grace_seconds = g.grace_seconds;
+  p.watchdog_seconds = g.watchdog_seconds;  // each agent watches its own ranks
   p.tail_lines = g.tail_lines;
   p.prefix = g.prefix;
   p.prefix_enabled = g.prefix_enabled;
@@ -67,6 +71,7 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
   p.quiet = g.quiet;
   p.shown_ranks = g.shown_ranks;
   p.command = g.command;
+  plan.env = o.job_env;
   return format_agent_plan(plan);
 }
 
@@ -85,6 +90,10 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   }
   PrefixTemplate check_prefix(options.plan.prefix);
   (void)check_prefix;
+  // The agents write the prefixes, to pipes: whether this terminal wants colour is known here.
+  if (options.plan.color == ColorMode::automatic) {
+    options.plan.color = use_color(ColorMode::automatic, STDOUT_FILENO, env) ? ColorMode::always : ColorMode::never;
+  }
 
   // Every host at once, every unreachable one named: never a silent hang.
   auto unreachable = check_hosts(options.hosts, options.ssh, env);
@@ -118,7 +127,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   // Only where the hosts reach it: 127.0.0.1 for a job on this machine alone.
   server.start(rendezvous_bind_address(contact), 0);
 
-  Plan job = launcher_job(options.plan, world, make_job_id(), env);
+  Plan job = launcher_job(options.plan, world, options.job_id.empty() ? make_job_id() : options.job_id, env);
   std::string workdir = fs::current_path().string();
   std::vector<std::string> plans;
   for (const auto& h : options.hosts) plans.push_back(host_plan(options, h, job.job_id, job.run_dir, workdir));
@@ -140,7 +149,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
       m.spec.env = env;
       m.spec.env[env::k_restart_count] = std::to_string(round);
       m.name = fmt::format("host {} (node {})", host.name, node);
-      m.log_path = fmt::format("{}/node-{}.log", job.run_dir, node);
+      m.log_path = fmt::format("{}/node-{}.log", job.log_dir, node);
       m.label = {static_cast<int>(node), 0, static_cast<int>(node), world, host.name};
       m.stdin_text = server_ptr->secret() + "\n";
       if (host.local) {
@@ -176,8 +185,10 @@ Plan launcher_job(const PlanOptions& plan, int world, const std::string& job_id,
   job.options = plan;
   job.options.prefix_enabled = false;  // agents prefix their ranks' lines with host and rank
   job.options.shown_ranks.reset();
+  job.options.watchdog_seconds = 0;    // the agents watch their ranks; the launcher watches hosts
   job.job_id = job_id;
   job.run_dir = prepare_run_dir(plan.run_dir, job_id, env);
+  job.log_dir = prepare_log_dir(plan.log_dir, job.run_dir);
   job.world_size = world;
   job.base_env = env;
   job.host = "launcher";

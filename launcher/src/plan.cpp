@@ -53,6 +53,13 @@ std::string host_name() {
 
 }  // namespace
 
+bool use_color(ColorMode mode, int fd, const Environment& env) {
+  if (mode != ColorMode::automatic) return mode == ColorMode::always;
+  if (auto it = env.find(env::k_no_color); it != env.end() && !it->second.empty()) return false;
+  if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
+  return ::isatty(fd) == 1;
+}
+
 std::string setting_label(SettingsSource source, std::string_view key, std::string_view value) {
   if (source == SettingsSource::job_file) return fmt::format("the job's {} ({})", key, value);
   std::string flag(key);
@@ -116,6 +123,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
 
   job.job_id = job_id.empty() ? make_job_id() : job_id;
   job.run_dir = prepare_run_dir(options.run_dir, job.job_id, env);
+  job.log_dir = prepare_log_dir(options.log_dir, job.run_dir);
   job.host = host_name();
   job.base_env = env;
   job.cores = usable_cores();
@@ -146,7 +154,7 @@ std::vector<Member> plan_local_members(const Plan& job, int restart_count) {
     spec.env[env::k_max_world_size] = std::to_string(job.max_world_size > 0 ? job.max_world_size : job.world_size);
     Member member;
     member.name = fmt::format("rank {}", spec.rank);
-    member.log_path = rank_log_path(job.run_dir, spec.rank);
+    member.log_path = rank_log_path(job.log_dir, spec.rank);
     member.label = {spec.rank, spec.local_rank, job.node_rank, plan.world_size, job.host};
     member.program = job.program;
     member.spec = std::move(spec);

@@ -144,8 +144,9 @@ void Supervisor::check_watchdog() {
     auto mtime = std::filesystem::last_write_time(progress_file(m_job.run_dir, member.spec.rank), ec);
     if (!ec) idle = std::min(idle, std::chrono::duration<double>(now_wall - mtime).count());
     if (idle < m_job.options.watchdog_seconds) continue;
-    std::string reason = fmt::format("{} made no progress for {:g} s (--watchdog): treating it as failed",
-                                     member.name, m_job.options.watchdog_seconds);
+    std::string reason = fmt::format("{} made no progress for {:g} s ({}): treating it as failed", member.name,
+                                     m_job.options.watchdog_seconds,
+                                     m_job.options.source == SettingsSource::job_file ? "the job's watchdog" : "--watchdog");
     log::error("{}", reason);
     m_failure = Failure{i, ExitStatus::killed(SIGKILL), reason};
     stop_group(SIGTERM);

@@ -59,6 +59,17 @@ class Resize(DlrunTestCase):
         self.assertIn("resizing from 3 to 2 ranks: asking the ranks to checkpoint and stop", err)
         self.assertIn("now running 2 ranks", err)
 
+    def test_quiet_says_nothing_of_a_resize(self):
+        p = self.start("local", "-q", "--nproc", "1:2", self.elastic_rank())
+        job = self.job_id(p)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 2, 30))
+        r = self.dlrun("resize", job, "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual((p.returncode, err), (130, ""))
+
     def test_resize_outside_the_range_is_refused(self):
         p = self.start("local", "--nproc", "2:3", self.elastic_rank())
         job = self.job_id(p)

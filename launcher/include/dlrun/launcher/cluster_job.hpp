@@ -17,7 +17,10 @@
 namespace dlrun::launcher {
 
 struct ClusterOptions {
-  PlanOptions plan;  // command, prefix, grace, max_restarts, run_dir, quiet, colour (the ranks: hosts)
+  // command, prefix, grace, max_restarts, watchdog, run_dir, log_dir, quiet, colour (the ranks: hosts)
+  PlanOptions plan;
+  Environment job_env;          // every rank gets these on every host (agent_plan.hpp)
+  std::string job_id;           // DLRUN_JOB_ID; default: a new one (a submitted job: its number)
   std::vector<Host> hosts;
   bool gpu_slots = false;       // slots are GPUs: one rank per GPU
   SshSettings ssh;
