@@ -16,6 +16,8 @@ TEST_SUITE("launcher::AgentPlan") {
     o.gpus = GpuRequest{4, {}};
     o.min_ranks = 2;
     o.run_dir = "/runs/x";
+    o.log_dir = "/logs/7";
+    plan.env = {{"GREETING", "hello"}, {"DLRUN_CHECKPOINT_DIR", "/ckpt"}};
     o.prefix = "[{host}:{rank}] ";
     o.prefix_enabled = false;
     o.shown_ranks = std::vector<int>{0, 3};
@@ -42,6 +44,8 @@ TEST_SUITE("launcher::AgentPlan") {
     CHECK(b.min_ranks == 2);
     CHECK_FALSE(b.max_ranks);
     CHECK(b.run_dir == "/runs/x");
+    CHECK(b.log_dir == "/logs/7");
+    CHECK(back.env == plan.env);
     CHECK(b.prefix == o.prefix);
     CHECK_FALSE(b.prefix_enabled);
     CHECK(b.shown_ranks == o.shown_ranks);
