@@ -44,6 +44,7 @@ std::string format_agent_plan(const AgentPlan& plan) {
       {"workdir", plan.workdir},
       {"nproc", optional_json(o.nproc)},
       {"gpus", gpus},
+      {"gpus_label", o.gpus_label},
       {"min_ranks", optional_json(o.min_ranks)},
       {"max_ranks", optional_json(o.max_ranks)},
       {"gpu_binding", o.gpu_binding == GpuBinding::all ? "all" : "rank"},
@@ -91,6 +92,7 @@ AgentPlan parse_agent_plan(const std::string& text) {
     if (const Json& gpus = json.at("gpus"); !gpus.is_null()) {
       o.gpus = GpuRequest{optional_from<int>(gpus, "count"), gpus.at("ids").get<std::vector<std::string>>()};
     }
+    o.gpus_label = json.at("gpus_label").get<std::string>();
     o.min_ranks = optional_from<int>(json, "min_ranks");
     o.max_ranks = optional_from<int>(json, "max_ranks");
     o.gpu_binding = json.at("gpu_binding").get<std::string>() == "all" ? GpuBinding::all : GpuBinding::rank;

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dlrun/error.hpp"
 #include "dlrun/log.hpp"
@@ -55,7 +56,10 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
   plan.job_id = job_id;
   plan.workdir = workdir;
   PlanOptions& p = plan.options;
-  if (o.gpu_slots) {
+  if (o.gpu_slots && !o.gpu_ids.empty()) {
+    p.gpus = GpuRequest{std::nullopt, {o.gpu_ids.begin(), o.gpu_ids.begin() + host.slots}};
+    p.gpus_label = fmt::format("--gpu-ids {}", fmt::join(o.gpu_ids, ","));
+  } else if (o.gpu_slots) {
     p.gpus = GpuRequest{host.slots, {}};
   } else {
     p.nproc = host.slots;
@@ -83,6 +87,16 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   mark_local_hosts(options.hosts, own_names());
   int world = 0;
   for (const auto& h : options.hosts) world += h.slots;
+  if (!options.gpu_ids.empty()) {
+    for (const auto& h : options.hosts) {
+      if (h.slots > static_cast<int>(options.gpu_ids.size())) {
+        throw ConfigError(fmt::format("--gpu-ids {} names {} GPU{}, and host {} has {} slots (one rank per GPU): give "
+                                      "each host at most {} slots, or name more GPUs",
+                                      fmt::join(options.gpu_ids, ","), options.gpu_ids.size(),
+                                      options.gpu_ids.size() == 1 ? "" : "s", h.name, h.slots, options.gpu_ids.size()));
+      }
+    }
+  }
   if (options.plan.shown_ranks) {
     for (int r : *options.plan.shown_ranks) {
       if (r >= world) throw ConfigError(fmt::format("--ranks: rank {} does not exist (ranks are 0 to {})", r, world - 1));

@@ -22,8 +22,8 @@ namespace dlrun::launcher {
 namespace {
 
 std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env, std::optional<int> min,
-                                     SettingsSource source) {
-  const std::string spec = setting_label(source, "gpus", format_gpu_request(request));
+                                     SettingsSource source, const std::string& label) {
+  const std::string spec = label.empty() ? setting_label(source, "gpus", format_gpu_request(request)) : label;
   const char* cpu_ranks = source == SettingsSource::job_file ? "nproc = N in [resources]" : "--nproc N";
   GpuInventory inventory = discover_gpus();
   std::optional<std::string> visible;
@@ -42,7 +42,7 @@ std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env,
       static_cast<int>(available.size()) >= *min) {
     request.count = static_cast<int>(available.size());
   }
-  return select_gpus(request, available, spec);
+  return select_gpus(request, available, spec, visible);
 }
 
 std::string host_name() {
@@ -97,7 +97,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
   job.program.argv = options.command;
 
   if (options.gpus) {
-    job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks, options.source);
+    job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks, options.source, options.gpus_label);
     job.world_size = static_cast<int>(job.gpu_ids.size());
   }
   if (options.max_ranks) {

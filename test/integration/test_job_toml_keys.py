@@ -127,6 +127,9 @@ class LocalKeys(KeysTestCase):
             with self.subTest(gpus=gpus):
                 job, _ = self.run_job(text + f"gpus = {gpus}\n")
                 self.assertEqual([self.rank_log(job, r).strip() for r in range(2)], seen)
+        r = self.dlrun("submit", self.job_file(text + "gpus = [0, 7]\n"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("can never run here: it asks for GPU 7, this machine has 4 GPUs (0 to 3)", r.stderr)
 
     def test_scheduler_policy(self):
         # An elastic GPU job is the goodput scheduler's by default; with fifo it starts itself.

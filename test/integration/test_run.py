@@ -345,6 +345,24 @@ class LocalHosts(DlrunTestCase):
         self.assertNotIn("dlrun: job", r.stderr)
         self.assertIn("warning: restarting all 1 hosts", r.stderr)
 
+    def test_gpu_ids_on_every_host(self):
+        env = dict(self.env, DLRUN_FAKE_GPUS="4")
+        r = self.dlrun("run", "--hosts", "localhost:2", "--gpu-ids", "3,1", "--run-dir", self.run_dir(),
+                       "sh", "-c", "echo $RANK $LOCAL_RANK $CUDA_VISIBLE_DEVICES", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stdout.splitlines()), ["[localhost:0] 0 0 3", "[localhost:1] 1 1 1"])
+        # A GPU a host does not have: that host says so, nothing runs.
+        r = self.dlrun("run", "--hosts", "localhost:2", "--gpu-ids", "1,7", "--run-dir", self.run_dir(), "true",
+                       env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("host localhost (node 0) exited with code 2; last 1 line of its stderr", r.stderr)
+        self.assertIn("  | dlrun: error: --gpu-ids 1,7: GPU 7 does not exist: this machine has 4 GPUs (0,1,2,3)\n",
+                      r.stderr)
+        r = self.dlrun("run", "--hosts", "localhost:3", "--gpu-ids", "0,1", "true", env=env)
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, "dlrun: error: --gpu-ids 0,1 names 2 GPUs, and host localhost has 3 slots (one rank "
+                             "per GPU): give each host at most 2 slots, or name more GPUs\n"))
+
     def test_watchdog(self):
         r = self.dlrun("run", "--watchdog", "3", "--grace", "0", "--hosts", "localhost:2", "--run-dir",
                        self.run_dir(), "sh", "-c", "[ $RANK = 1 ] && exec sleep 600; "

@@ -14,6 +14,7 @@ TEST_SUITE("launcher::AgentPlan") {
     plan.workdir = "/work/dir with spaces";
     PlanOptions& o = plan.options;
     o.gpus = GpuRequest{4, {}};
+    o.gpus_label = "--gpu-ids 0,1,2,3";
     o.min_ranks = 2;
     o.run_dir = "/runs/x";
     o.log_dir = "/logs/7";
@@ -41,6 +42,7 @@ TEST_SUITE("launcher::AgentPlan") {
     REQUIRE(b.gpus);
     CHECK(b.gpus->count == 4);
     CHECK(b.gpus->ids.empty());
+    CHECK(b.gpus_label == o.gpus_label);
     CHECK(b.min_ranks == 2);
     CHECK_FALSE(b.max_ranks);
     CHECK(b.run_dir == "/runs/x");

@@ -23,6 +23,7 @@ struct ClusterOptions {
   std::string job_id;           // DLRUN_JOB_ID; default: a new one (a submitted job: its number)
   std::vector<Host> hosts;
   bool gpu_slots = false;       // slots are GPUs: one rank per GPU
+  std::vector<std::string> gpu_ids;  // with gpu_slots: these GPUs on every host (its first `slots` of them)
   SshSettings ssh;
   std::string remote_dlrun;     // dlrun's path on the other hosts; default: this one's
   std::string iface;            // reach the rendezvous through this interface
