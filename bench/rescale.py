@@ -75,6 +75,9 @@ def one_resize(build, tmp, size_from, size_to):
                 job = m.group(1)
         time.sleep(0.01)
     if size_from != max(size_from, size_to):
+        # dlrun resize refuses ranks that have not yet said they handle the stop request.
+        while not os.path.exists(os.path.join(home, "runs", job, "handles-stop")):
+            time.sleep(0.01)
         subprocess.run([os.path.join(build, "cli", "dlrun"), "resize", job, str(size_from)], env=env, check=True,
                        capture_output=True)
     while count_lines(os.path.join(trace, "loss.txt")) < 40:

@@ -72,12 +72,6 @@ Command add_local_command(CLI::App& dlrun) {
                   "(0,2,3); each rank gets its own CUDA_VISIBLE_DEVICES. MIN:MAX: elastic, starts with up to MAX "
                   "free GPUs")
       ->type_name("N|LIST|MIN:MAX");
-  app->add_option("--watchdog", o.watchdog_seconds,
-                  "A rank that reports no progress (DLRUN_PROGRESS_FILE, the runtime does it every step) "
-                  "for this many seconds counts as failed; 0: off")
-      ->check(duration_check())
-      ->type_name("SECONDS")
-      ->capture_default_str();
   app->add_option("--gpu-binding", args->gpu_binding,
                   "rank: each rank sees only its GPU (cuda:0); all: every rank sees the job's "
                   "GPUs and uses cuda:LOCAL_RANK, as under torchrun")

@@ -17,6 +17,7 @@ namespace {
 struct ResizeArgs {
   std::string job;
   std::string ranks;
+  bool force = false;
 };
 
 int run_resize(const ResizeArgs& args) {
@@ -27,12 +28,19 @@ int run_resize(const ResizeArgs& args) {
       throw ConfigError(fmt::format("RANKS: expected a number of ranks or 'auto', not '{}'", args.ranks));
     }
   }
-  launcher::resize_job(launcher::parse_job_ref(args.job), ranks, launcher::current_environment());
-  if (!ranks) {
+  const auto unannounced = args.force ? launcher::Unannounced::restart : launcher::Unannounced::refuse;
+  const auto outcome =
+      launcher::resize_job(launcher::parse_job_ref(args.job), ranks, unannounced, launcher::current_environment());
+  if (outcome == launcher::ResizeOutcome::unpinned) {
     std::cout << "Job " << args.job << " is sized by the goodput scheduler again\n";
-  } else {
-    std::cout << "Job " << args.job << " now runs " << *ranks << (*ranks == 1 ? " rank\n" : " ranks\n");
+    return 0;
   }
+  std::cout << "Job " << args.job << " now runs " << *ranks << (*ranks == 1 ? " rank" : " ranks");
+  if (outcome == launcher::ResizeOutcome::restarted) {
+    std::cout << " (restarted: its program does not handle the stop request, so it starts again from its "
+                 "last checkpoint, if it saves one)";
+  }
+  std::cout << "\n";
   return 0;
 }
 
@@ -43,13 +51,21 @@ Command add_resize_command(CLI::App& dlrun) {
   CLI::App* app = dlrun.add_subcommand(
       "resize",
       "Change the number of ranks of a running elastic job (started with MIN:MAX ranks): the ranks "
-      "checkpoint, stop at the same step, and restart with the new count");
+      "checkpoint, stop at the same step, and restart with the new count. Only a program that handles the "
+      "stop request (the dlrun runtime does) is resized so; see --force");
   app->add_option("JOB", args->job, "A submitted job's id, or the id dlrun local printed ('dlrun: job ID')")
       ->required();
   app->add_option("RANKS", args->ranks,
                   "The new number of ranks, within the job's MIN:MAX. A submitted job the goodput scheduler "
                   "sizes keeps it until 'dlrun resize JOB auto' hands it back to the scheduler")
       ->required();
+  app->add_flag("--force", args->force,
+                "Resize a job whose program has not said that it handles the stop request (docs/elastic.md): "
+                "its ranks are stopped (SIGTERM, SIGKILL after its grace period) and start again at the new "
+                "size, from their last checkpoint if they save one. Without it such a resize is refused");
+  app->footer("Exit code: 0 once the job runs at the new size; 3 when its program has not said that it handles "
+              "the stop request (nothing was done: --force restarts it); 2 for a job that cannot be resized "
+              "(docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_resize(*args); }};
 }
 

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "dlrun/launcher/cluster_job.hpp"
+#include "dlrun/launcher/gpu_selection.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -23,6 +24,7 @@ struct RunArgs {
   std::string hosts;
   std::string hostfile;
   std::string ssh_options;
+  std::string gpu_ids;
 };
 
 int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
@@ -30,6 +32,10 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
   auto& c = args.cluster;
   c.plan = args.group.options;
   c.plan.command = program_words(app, trailing);
+  if (app.count("--gpu-ids")) {
+    c.gpu_ids = launcher::parse_gpu_ids(args.gpu_ids, "--gpu-ids");
+    c.gpu_slots = true;
+  }
   if (app.count("--hosts") == app.count("--hostfile")) {
     throw ConfigError("say where to run: --hosts a:4,b:4 or --hostfile FILE (one of them)");
   }
@@ -62,6 +68,10 @@ Command add_run_command(CLI::App& dlrun) {
       ->type_name("LIST");
   app->add_option("--hostfile", args->hostfile, "A file of 'HOST slots=N' lines; # starts a comment")->type_name("FILE");
   app->add_flag("--gpu", c.gpu_slots, "Each slot is a GPU: one rank per GPU, with its own CUDA_VISIBLE_DEVICES");
+  app->add_option("--gpu-ids", args->gpu_ids,
+                  "Slots are these GPUs, by number as nvidia-smi shows them, on every host: a host with N slots "
+                  "runs its ranks on the first N (implies --gpu)")
+      ->type_name("LIST");
   app->add_option("--master-addr", c.master_addr,
                   "MASTER_ADDR for every rank (default: the address rank 0's host reaches this machine from)");
   app->add_option("--iface", c.iface, "Serve the rendezvous on this interface's address (default: the route to each host)")

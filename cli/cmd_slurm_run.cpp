@@ -38,6 +38,7 @@ Command add_slurm_run_command(CLI::App& dlrun) {
   app->add_option("--ranks-per-node", step.ranks_per_node)->required();
   app->add_flag("--gpu", step.cluster.gpu_slots);
   app->add_option("--join-timeout", step.cluster.join_timeout)->check(duration_check());
+  app->add_option("--log-dir", args->group.options.log_dir);  // job.toml log_dir/ID
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
   return {app, [args, app](const Trailing& trailing) { return run_slurm_step_command(*args, *app, trailing); }};

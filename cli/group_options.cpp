@@ -1,6 +1,7 @@
 #include "group_options.hpp"
 
 #include "dlrun/launcher/duration_limit.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/text.hpp"
 
 namespace dlrun::cli {
@@ -31,7 +32,7 @@ void add_output_options(CLI::App* app, GroupArgs& args) {
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
   app->add_option("--tail", o.tail_lines, "Lines of a failed rank's stderr to show")->type_name("N")->capture_default_str();
-  app->add_flag("-q,--quiet", o.quiet, "Print only errors from dlrun itself");
+  app->add_flag("-q,--quiet", o.quiet, "No informational lines from dlrun itself (its warnings and errors still)");
 }
 
 void add_failure_options(CLI::App* app, GroupArgs& args) {
@@ -44,12 +45,19 @@ void add_failure_options(CLI::App* app, GroupArgs& args) {
                   "Restart the whole group up to K times after a rank fails (counted for the job)")
       ->type_name("K")
       ->capture_default_str();
+  app->add_option("--watchdog", o.watchdog_seconds,
+                  "A rank that reports no progress (DLRUN_PROGRESS_FILE, the runtime does it every step) "
+                  "for this many seconds counts as failed; 0: off")
+      ->check(duration_check())
+      ->type_name("SECONDS")
+      ->capture_default_str();
 }
 
 void apply_group_options(GroupArgs& args, const CLI::App& app) {
   auto& options = args.options;
   if (app.count("--ranks")) options.shown_ranks = launcher::parse_int_list(args.ranks, "--ranks");
   options.prefix_enabled = !args.no_prefix;
+  if (options.quiet && dlrun::log::level() < dlrun::log::Level::warn) dlrun::log::set_level(dlrun::log::Level::warn);
   options.color = args.color == "always"  ? launcher::ColorMode::always
                   : args.color == "never" ? launcher::ColorMode::never
                                           : launcher::ColorMode::automatic;

@@ -78,6 +78,8 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   }
 
   Environment base = env;
+  for (const auto& [key, value] : plan.env) base[key] = value;
+  if (plan.options.quiet && log::level() < log::Level::warn) log::set_level(log::Level::warn);
   // Gloo and NCCL find their interface by the host name, which often resolves to a
   // loopback address: point them at the interface that reaches the launcher.
   std::string iface = interface_of_address(client.local_address());

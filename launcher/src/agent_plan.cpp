@@ -44,12 +44,15 @@ std::string format_agent_plan(const AgentPlan& plan) {
       {"workdir", plan.workdir},
       {"nproc", optional_json(o.nproc)},
       {"gpus", gpus},
+      {"gpus_label", o.gpus_label},
       {"min_ranks", optional_json(o.min_ranks)},
       {"max_ranks", optional_json(o.max_ranks)},
       {"gpu_binding", o.gpu_binding == GpuBinding::all ? "all" : "rank"},
       {"master_addr", o.master_addr},
       {"master_port", optional_json(o.master_port)},
       {"run_dir", o.run_dir},
+      {"log_dir", o.log_dir},
+      {"env", plan.env},
       {"prefix", o.prefix},
       {"prefix_enabled", o.prefix_enabled},
       {"shown_ranks", optional_json(o.shown_ranks)},
@@ -89,12 +92,15 @@ AgentPlan parse_agent_plan(const std::string& text) {
     if (const Json& gpus = json.at("gpus"); !gpus.is_null()) {
       o.gpus = GpuRequest{optional_from<int>(gpus, "count"), gpus.at("ids").get<std::vector<std::string>>()};
     }
+    o.gpus_label = json.at("gpus_label").get<std::string>();
     o.min_ranks = optional_from<int>(json, "min_ranks");
     o.max_ranks = optional_from<int>(json, "max_ranks");
     o.gpu_binding = json.at("gpu_binding").get<std::string>() == "all" ? GpuBinding::all : GpuBinding::rank;
     o.master_addr = json.at("master_addr").get<std::string>();
     o.master_port = optional_from<int>(json, "master_port");
     o.run_dir = json.at("run_dir").get<std::string>();
+    o.log_dir = json.at("log_dir").get<std::string>();
+    plan.env = json.at("env").get<Environment>();
     o.prefix = json.at("prefix").get<std::string>();
     o.prefix_enabled = json.at("prefix_enabled").get<bool>();
     o.shown_ranks = optional_from<std::vector<int>>(json, "shown_ranks");

@@ -4,10 +4,13 @@
 
 #include "dlrun/launcher/agent_plan.hpp"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dlrun/error.hpp"
 #include "dlrun/log.hpp"
@@ -53,13 +56,18 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
   plan.job_id = job_id;
   plan.workdir = workdir;
   PlanOptions& p = plan.options;
-  if (o.gpu_slots) {
+  if (o.gpu_slots && !o.gpu_ids.empty()) {
+    p.gpus = GpuRequest{std::nullopt, {o.gpu_ids.begin(), o.gpu_ids.begin() + host.slots}};
+    p.gpus_label = fmt::format("--gpu-ids {}", fmt::join(o.gpu_ids, ","));
+  } else if (o.gpu_slots) {
     p.gpus = GpuRequest{host.slots, {}};
   } else {
     p.nproc = host.slots;
   }
   p.run_dir = run_dir;
+  p.log_dir = g.log_dir;
   p.grace_seconds = g.grace_seconds;
+  p.watchdog_seconds = g.watchdog_seconds;  // each agent watches its own ranks
   p.tail_lines = g.tail_lines;
   p.prefix = g.prefix;
   p.prefix_enabled = g.prefix_enabled;
@@ -67,6 +75,7 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
   p.quiet = g.quiet;
   p.shown_ranks = g.shown_ranks;
   p.command = g.command;
+  plan.env = o.job_env;
   return format_agent_plan(plan);
 }
 
@@ -78,6 +87,16 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   mark_local_hosts(options.hosts, own_names());
   int world = 0;
   for (const auto& h : options.hosts) world += h.slots;
+  if (!options.gpu_ids.empty()) {
+    for (const auto& h : options.hosts) {
+      if (h.slots > static_cast<int>(options.gpu_ids.size())) {
+        throw ConfigError(fmt::format("--gpu-ids {} names {} GPU{}, and host {} has {} slots (one rank per GPU): give "
+                                      "each host at most {} slots, or name more GPUs",
+                                      fmt::join(options.gpu_ids, ","), options.gpu_ids.size(),
+                                      options.gpu_ids.size() == 1 ? "" : "s", h.name, h.slots, options.gpu_ids.size()));
+      }
+    }
+  }
   if (options.plan.shown_ranks) {
     for (int r : *options.plan.shown_ranks) {
       if (r >= world) throw ConfigError(fmt::format("--ranks: rank {} does not exist (ranks are 0 to {})", r, world - 1));
@@ -85,6 +104,10 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   }
   PrefixTemplate check_prefix(options.plan.prefix);
   (void)check_prefix;
+  // The agents write the prefixes, to pipes: whether this terminal wants colour is known here.
+  if (options.plan.color == ColorMode::automatic) {
+    options.plan.color = use_color(ColorMode::automatic, STDOUT_FILENO, env) ? ColorMode::always : ColorMode::never;
+  }
 
   // Every host at once, every unreachable one named: never a silent hang.
   auto unreachable = check_hosts(options.hosts, options.ssh, env);
@@ -118,7 +141,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   // Only where the hosts reach it: 127.0.0.1 for a job on this machine alone.
   server.start(rendezvous_bind_address(contact), 0);
 
-  Plan job = launcher_job(options.plan, world, make_job_id(), env);
+  Plan job = launcher_job(options.plan, world, options.job_id.empty() ? make_job_id() : options.job_id, env);
   std::string workdir = fs::current_path().string();
   std::vector<std::string> plans;
   for (const auto& h : options.hosts) plans.push_back(host_plan(options, h, job.job_id, job.run_dir, workdir));
@@ -140,7 +163,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
       m.spec.env = env;
       m.spec.env[env::k_restart_count] = std::to_string(round);
       m.name = fmt::format("host {} (node {})", host.name, node);
-      m.log_path = fmt::format("{}/node-{}.log", job.run_dir, node);
+      m.log_path = fmt::format("{}/node-{}.log", job.log_dir, node);
       m.label = {static_cast<int>(node), 0, static_cast<int>(node), world, host.name};
       m.stdin_text = server_ptr->secret() + "\n";
       if (host.local) {
@@ -176,8 +199,10 @@ Plan launcher_job(const PlanOptions& plan, int world, const std::string& job_id,
   job.options = plan;
   job.options.prefix_enabled = false;  // agents prefix their ranks' lines with host and rank
   job.options.shown_ranks.reset();
+  job.options.watchdog_seconds = 0;    // the agents watch their ranks; the launcher watches hosts
   job.job_id = job_id;
   job.run_dir = prepare_run_dir(plan.run_dir, job_id, env);
+  job.log_dir = prepare_log_dir(plan.log_dir, job.run_dir);
   job.world_size = world;
   job.base_env = env;
   job.host = "launcher";

@@ -24,14 +24,21 @@ GpuRequest parse_gpu_request(std::string_view spec) {
       return request;
     }
   }
-  for (auto& id : split(spec, ',')) {
-    if (id.empty()) throw ConfigError(fmt::format("--gpus {}: empty entry in the list", spec));
-    if (std::find(request.ids.begin(), request.ids.end(), id) != request.ids.end()) {
-      throw ConfigError(fmt::format("--gpus {}: GPU {} is listed twice", spec, id));
-    }
-    request.ids.push_back(std::move(id));
-  }
+  request.ids = parse_gpu_ids(spec, "--gpus");
   return request;
+}
+
+std::vector<std::string> parse_gpu_ids(std::string_view spec, std::string_view option) {
+  if (spec.empty()) throw ConfigError(fmt::format("{} needs a list of GPUs, e.g. {} 0,2", option, option));
+  std::vector<std::string> ids;
+  for (auto& id : split(spec, ',')) {
+    if (id.empty()) throw ConfigError(fmt::format("{} {}: empty entry in the list", option, spec));
+    if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
+      throw ConfigError(fmt::format("{} {}: GPU {} is listed twice", option, spec, id));
+    }
+    ids.push_back(std::move(id));
+  }
+  return ids;
 }
 
 std::string format_gpu_request(const GpuRequest& request) {
@@ -57,20 +64,25 @@ std::vector<std::string> available_gpus(int discovered_count,
 }
 
 std::vector<std::string> select_gpus(const GpuRequest& request, const std::vector<std::string>& available,
-                                     const std::string& label) {
+                                     const std::string& label, const std::optional<std::string>& visible_devices) {
+  const std::string listed = available.empty() ? "none" : fmt::format("{}", fmt::join(available, ","));
   if (request.count) {
     if (static_cast<size_t>(*request.count) > available.size()) {
-      throw ConfigError(fmt::format("{}: only {} GPU{} available ({})", label,
-                                    available.size(), available.size() == 1 ? "" : "s",
-                                    available.empty() ? "none" : fmt::format("{}", fmt::join(available, ","))));
+      throw ConfigError(fmt::format("{}: only {} GPU{} available ({})", label, available.size(),
+                                    available.size() == 1 ? "" : "s",
+                                    visible_devices ? "CUDA_VISIBLE_DEVICES=" + *visible_devices : listed));
     }
     return {available.begin(), available.begin() + *request.count};
   }
   for (const auto& id : request.ids) {
-    if (std::find(available.begin(), available.end(), id) == available.end()) {
-      throw ConfigError(fmt::format("{}: GPU {} is not available (available: {})", label, id,
-                                    available.empty() ? "none" : fmt::format("{}", fmt::join(available, ","))));
+    if (std::find(available.begin(), available.end(), id) != available.end()) continue;
+    if (visible_devices) {
+      throw ConfigError(fmt::format("{}: GPU {} is not visible: CUDA_VISIBLE_DEVICES={} (unset it to choose among "
+                                    "all of this machine's GPUs)",
+                                    label, id, *visible_devices));
     }
+    throw ConfigError(fmt::format("{}: GPU {} does not exist: this machine has {} GPU{} ({})", label, id,
+                                  available.size(), available.size() == 1 ? "" : "s", listed));
   }
   return request.ids;
 }

@@ -53,4 +53,23 @@ Environment job_environment(const Environment& submitter, const std::vector<std:
   return kept;
 }
 
+Environment sbatch_environment(const Environment& submitter, const std::vector<std::string>& export_env) {
+  Environment env = job_environment(submitter, export_env);
+  for (const auto& [name, value] : submitter) {
+    if (starts_with(name, "SLURM_") || starts_with(name, "SBATCH_")) env.emplace(name, value);
+  }
+  return env;
+}
+
+Environment exported_by_name(const Environment& env, const std::vector<std::string>& export_env) {
+  Environment named;
+  for (const auto& [name, value] : env) {
+    if (name == env::k_supervisor_id) continue;
+    if (std::any_of(export_env.begin(), export_env.end(), [&](const auto& p) { return matches(name, p); })) {
+      named.emplace(name, value);
+    }
+  }
+  return named;
+}
+
 }  // namespace dlrun::launcher

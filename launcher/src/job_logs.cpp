@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 
 namespace dlrun::launcher {
@@ -39,8 +40,13 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
   if (rank >= 0 && job->allocation.ranks > 0 && rank >= job->allocation.ranks) {
     throw ConfigError(fmt::format("--rank {}: job {} has ranks 0 to {}", rank, id, job->allocation.ranks - 1));
   }
-  const std::string run_dir = queue.run_dir(id);
-  const std::string path = rank >= 0 ? rank_log_path(run_dir, rank) : run_dir + "/output.log";
+  std::string log_dir = queue.run_dir(id);
+  try {
+    log_dir = queue.log_dir(id, submitted_spec(*job));
+  } catch (const ConfigError&) {
+    // A file that no longer parses never ran: its supervisor wrote why in the run directory.
+  }
+  const std::string path = rank >= 0 ? rank_log_path(log_dir, rank) : log_dir + "/output.log";
   std::streamoff offset = copy_new(path, 0, out);
   if (follow == Follow::no) return;
   for (int polls = 1;; ++polls) {

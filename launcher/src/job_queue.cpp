@@ -179,7 +179,18 @@ JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& 
 
 SbatchInput JobQueue::sbatch_input(const JobSpec& spec, const std::string& id) const {
   std::string run = fmt::format("{}/jobs/{}", m_home, id);
-  return {self_executable(), id, run, spec.checkpoint_dir.empty() ? run + "/checkpoints" : spec.checkpoint_dir};
+  std::string logs = spec.log_dir.empty() ? run : fmt::format("{}/{}", spec.log_dir, id);
+  return {self_executable(), id, run, logs, spec.checkpoint_dir.empty() ? run + "/checkpoints" : spec.checkpoint_dir};
+}
+
+std::string JobQueue::log_dir(int64_t id, const JobSpec& spec) const {
+  return spec.log_dir.empty() ? run_dir(id) : fmt::format("{}/{}", spec.log_dir, id);
+}
+
+JobSpec submitted_spec(const JobRecord& job) {
+  // `dlrun submit --scheduler KIND` is not in the file: what the job asks for tells it.
+  const char* kind = job.submitted.slurm ? "slurm" : job.submitted.request.remote ? "ssh" : "local";
+  return parse_job_spec(job.submitted.spec_text, job.submitted.spec_path, job.submitted.base_dir, kind);
 }
 
 std::string JobQueue::sbatch_script(const std::string& job_file, const std::string& kind) {
@@ -224,13 +235,14 @@ void JobQueue::submit_to_slurm(int64_t id, const JobSpec& spec) {
   SbatchInput input = sbatch_input(spec, std::to_string(id));
   std::error_code ec;
   fs::create_directories(input.run_dir, ec);
+  fs::create_directories(input.log_dir, ec);  // Slurm writes output.log there, and makes no directory
   std::string script_path = input.run_dir + "/job.sbatch";
   try {
     std::ofstream script(script_path);
     script << render_sbatch_script(spec, input);
     script.close();
     if (!script) throw Error(fmt::format("cannot write {}", script_path));
-    int64_t slurm_id = slurm_submit(script_path, m_env);
+    int64_t slurm_id = slurm_submit(script_path, sbatch_environment(m_env, spec.export_env));
     m_store.set_slurm_id(id, slurm_id, input.run_dir);
   } catch (const Error& e) {
     m_store.finish(id, JobState::failed, e.exit_code(), fmt::format("not submitted to Slurm: {}", e.what()));

@@ -11,12 +11,25 @@
 namespace dlrun::launcher {
 namespace {
 
-void throw_if_error(const std::string& answer, const std::string& job) {
+// What the supervisor answered, as resize_job's result or its exception.
+ResizeOutcome outcome_of(const std::string& answer, const std::string& job, int ranks) {
   if (answer.rfind("error: ", 0) == 0) throw ConfigError(fmt::format("job {}: {}", job, answer.substr(7)));
+  const std::string refused = k_resize_refused;
+  if (answer.rfind(refused, 0) == 0) {
+    throw Error(fmt::format("job {}: not resized: {}. To restart it at {} rank{} anyway (from its last checkpoint, "
+                            "if it saves one): dlrun resize --force {} {}",
+                            job, answer.substr(refused.size()), ranks, ranks == 1 ? "" : "s", job, ranks),
+                k_resize_refused_exit);
+  }
+  const std::string restarted = std::string(" ") + k_resize_restarted;
+  const bool was_restarted =
+      answer.size() > restarted.size() && answer.compare(answer.size() - restarted.size(), restarted.size(), restarted) == 0;
+  return was_restarted ? ResizeOutcome::restarted : ResizeOutcome::stopped_at_a_step;
 }
 
 // A job started with dlrun local: its run directory's job.json names its supervisor.
-void resize_local_run(const std::string& job, std::optional<int> ranks, const Environment& env, double timeout) {
+ResizeOutcome resize_local_run(const std::string& job, std::optional<int> ranks, Unannounced unannounced,
+                               const Environment& env, double timeout) {
   const std::string run_dir = fmt::format("{}/runs/{}", dlrun_home(env), job);
   auto record = read_run_record(run_dir);
   if (!record) {
@@ -25,10 +38,12 @@ void resize_local_run(const std::string& job, std::optional<int> ranks, const En
   }
   if (!ranks) throw ConfigError(fmt::format("job {}: 'auto' is for submitted jobs the goodput scheduler sizes", job));
   if (record->state != "running" || record->dlrun_pid <= 0) throw ConfigError(fmt::format("job {} is not running", job));
-  throw_if_error(request_resize(run_dir, static_cast<int>(record->dlrun_pid), {*ranks, {}}, timeout), job);
+  ResizeRequest request{*ranks, {}, unannounced};
+  return outcome_of(request_resize(run_dir, static_cast<int>(record->dlrun_pid), request, timeout), job, *ranks);
 }
 
-void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, double timeout) {
+ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, Unannounced unannounced,
+                               double timeout) {
   auto job = queue.store().get(id);
   check_owner(*job, "resize");
   const auto& request = job->submitted.request;
@@ -41,7 +56,7 @@ void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, dou
     if (is_terminal(job->state)) throw ConfigError(fmt::format("job {} has ended ({})", id, to_string(job->state)));
     queue.store().set_pinned(id, 0);
     queue.ensure_scheduler();
-    return;
+    return ResizeOutcome::unpinned;
   }
   if (job->state != JobState::running) {
     throw ConfigError(fmt::format("job {} is {}, not RUNNING", id, to_string(job->state)));
@@ -62,9 +77,11 @@ void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, dou
     throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now", id,
                                   request.uses_gpus ? "GPUs" : "CPU slots", *ranks));
   }
+  ResizeRequest resize_request = step->request();
+  resize_request.unannounced = unannounced;
   std::string answer;
   try {
-    answer = request_resize(step->run_dir, step->supervisor_pid, step->request(), timeout);
+    answer = request_resize(step->run_dir, step->supervisor_pid, resize_request, timeout);
   } catch (...) {
     end_resize(queue, *step, "", "resize");
     unpin();
@@ -72,7 +89,7 @@ void resize_submitted(JobQueue& queue, int64_t id, std::optional<int> ranks, dou
   }
   end_resize(queue, *step, answer, "resize");
   if (answer.rfind("ok", 0) != 0) unpin();
-  throw_if_error(answer, std::to_string(id));
+  return outcome_of(answer, std::to_string(id), *ranks);
 }
 
 }  // namespace
@@ -105,17 +122,21 @@ void end_resize(JobQueue& queue, const ResizeStep& step, const std::string& answ
   if (!step.grow && ok && step.after.ranks != step.before.ranks) queue.store().set_allocation(step.id, step.after, cause);
 }
 
-void resize_job(const JobRef& job, std::optional<int> ranks, const Environment& env, double answer_timeout) {
+ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounced unannounced, const Environment& env,
+                         double answer_timeout) {
   if (ranks && *ranks < 1) throw ConfigError(fmt::format("resize to {} ranks: must be at least 1", *ranks));
+  if (!ranks && unannounced == Unannounced::restart) {
+    throw ConfigError("--force goes with a number of ranks: the goodput scheduler resizes only programs that "
+                      "handle the stop request");
+  }
   if (job.number) {
     JobQueue queue(env);
     if (!queue.store().get(*job.number)) {
       throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", job.text));
     }
-    resize_submitted(queue, *job.number, ranks, answer_timeout);
-    return;
+    return resize_submitted(queue, *job.number, ranks, unannounced, answer_timeout);
   }
-  resize_local_run(job.text, ranks, env, answer_timeout);
+  return resize_local_run(job.text, ranks, unannounced, env, answer_timeout);
 }
 
 }  // namespace dlrun::launcher

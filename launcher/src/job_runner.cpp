@@ -9,12 +9,14 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "dlrun/launcher/cluster_job.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/exit_status.hpp"
+#include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_spec.hpp"
@@ -64,7 +66,8 @@ void send_output_to(const std::string& path) {
   ::close(fd);
 }
 
-PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const std::string& run_dir) {
+PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const std::string& run_dir,
+                        const std::string& log_dir) {
   PlanOptions options;
   if (spec.gpus) {
     options.gpus = GpuRequest{std::nullopt, allocation.gpu_ids};  // the scheduler's choice
@@ -77,7 +80,9 @@ PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const
   options.max_ranks = range.max;
   options.grace_seconds = spec.grace;
   options.max_restarts = spec.max_restarts;
+  options.watchdog_seconds = spec.watchdog;
   options.run_dir = run_dir;
+  options.log_dir = log_dir;
   options.color = ColorMode::never;
   options.command = spec.command;
   options.source = SettingsSource::job_file;
@@ -85,13 +90,21 @@ PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const
 }
 
 // A job of scheduler kind "ssh": `dlrun run` from here, recorded in the store.
-int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environment& env, const std::string& run_dir) {
+int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environment& env, const std::string& run_dir,
+               const std::string& log_dir) {
   ClusterOptions cluster;
   cluster.plan.command = spec.command;
   cluster.plan.source = SettingsSource::job_file;
   cluster.plan.grace_seconds = spec.grace;
   cluster.plan.max_restarts = spec.max_restarts;
+  cluster.plan.watchdog_seconds = spec.watchdog;
   cluster.plan.run_dir = run_dir;
+  cluster.plan.log_dir = log_dir;
+  cluster.job_id = std::to_string(id);
+  // What the job file gives the ranks reaches them on every host (ssh carries no environment).
+  cluster.job_env = exported_by_name(env, spec.export_env);
+  for (const auto& [key, value] : spec.env) cluster.job_env[key] = value;
+  cluster.job_env[env::k_checkpoint_dir] = env.at(env::k_checkpoint_dir);
   cluster.plan.color = ColorMode::never;
   cluster.plan.prefix = "[{host}:{rank}] ";
   cluster.hosts = hosts_of(spec);
@@ -127,10 +140,19 @@ int run_submitted_job(int64_t id, const Environment& env) {
   fs::create_directories(run_dir, ec);
   if (!wait_for_resources(queue, id, queue.capacity())) return 0;
   record = store.get(id);
-  send_output_to(run_dir + "/output.log");
+  std::optional<JobSpec> parsed;
+  std::string parse_error;
   try {
-    JobSpec spec = parse_job_spec(record->submitted.spec_text, record->submitted.spec_path,
-                                  record->submitted.base_dir);
+    parsed = submitted_spec(*record);
+  } catch (const Error& e) {
+    parse_error = e.what();
+  }
+  const std::string log_dir = parsed ? queue.log_dir(id, *parsed) : run_dir;
+  fs::create_directories(log_dir, ec);
+  send_output_to(log_dir + "/output.log");
+  try {
+    if (!parsed) throw ConfigError(parse_error);
+    const JobSpec& spec = *parsed;
     Environment base = decode_environment(record->submitted.environment);
     base.erase(env::k_umask);  // this process's own: the ranks get it as their umask
     for (const auto& [key, value] : spec.env) base[key] = value;
@@ -139,8 +161,8 @@ int run_submitted_job(int64_t id, const Environment& env) {
     if (::chdir(spec.workdir.c_str()) != 0) {
       throw ConfigError(fmt::format("cannot enter workdir {}: {}", spec.workdir, std::strerror(errno)));
     }
-    if (spec.remote()) return run_remote(queue, id, spec, base, run_dir);
-    Plan job = make_plan(options_for(spec, record->allocation, run_dir), base, std::to_string(id));
+    if (spec.remote()) return run_remote(queue, id, spec, base, run_dir, log_dir);
+    Plan job = make_plan(options_for(spec, record->allocation, run_dir, log_dir), base, std::to_string(id));
     job.program.working_dir = spec.workdir;
     job.on_restart = [&store, id](const RestartCounts& counts) {
       store.set_restarts(id, counts.failures, counts.resizes);

@@ -177,7 +177,9 @@ class Checker {
     if (!text || text->empty()) return {};
     std::filesystem::path p(*text);
     if (p.is_relative()) p = std::filesystem::path(m_base) / p;
-    return p.lexically_normal().string();
+    p = p.lexically_normal();
+    if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();  // "dir/." is "dir"
+    return p.string();
   }
 
   void finish() const {
@@ -251,6 +253,31 @@ void parse_export_env(Checker& check, const toml::node* node, JobSpec& spec) {
   }
 }
 
+void add_gpu_id(Checker& check, const toml::node& where, const std::string& id, JobSpec& spec) {
+  if (std::find(spec.gpu_ids.begin(), spec.gpu_ids.end(), id) != spec.gpu_ids.end()) {
+    check.error(where.source(), fmt::format("GPU {} is listed twice in 'gpus'", id));
+  }
+  spec.gpu_ids.push_back(id);
+}
+
+// gpus = "0,2": these GPUs, as `dlrun local --gpus 0,2` (the same as gpus = [0, 2]).
+void parse_gpu_list(Checker& check, const toml::node& node, const std::string& text, JobSpec& spec) {
+  if (text.find(',') == std::string::npos) {
+    check.error(node.source(), fmt::format("'gpus' = \"{}\": a count is a number (gpus = {}), one GPU by its number "
+                                           "a list (gpus = [{}]), an elastic range \"MIN:MAX\"",
+                                           text, text, text));
+    return;
+  }
+  for (const auto& word : split(text, ',')) {
+    auto n = parse_int(trim(word));
+    if (!n || *n < 0) {
+      check.error(node.source(), fmt::format("'gpus' = \"{}\": '{}' is not a GPU number (0, 1, …)", text, trim(word)));
+      return;
+    }
+    add_gpu_id(check, node, std::to_string(*n), spec);
+  }
+}
+
 void parse_resources(Checker& check, const toml::node* node, JobSpec& spec) {
   const toml::table* table = node ? node->as_table() : nullptr;
   if (node && !table) {
@@ -267,21 +294,20 @@ void parse_resources(Checker& check, const toml::node* node, JobSpec& spec) {
     if (const toml::array* ids = gpus->as_array()) {
       for (const auto& id : *ids) {
         if (auto n = id.value<int64_t>(); n && id.is_integer() && *n >= 0) {
-          if (std::find(spec.gpu_ids.begin(), spec.gpu_ids.end(), std::to_string(*n)) != spec.gpu_ids.end()) {
-            check.error(id.source(), fmt::format("GPU {} is listed twice in 'gpus'", *n));
-          }
-          spec.gpu_ids.push_back(std::to_string(*n));
+          add_gpu_id(check, id, std::to_string(*n), spec);
         } else {
           check.error(id.source(), "'gpus' list items must be GPU numbers (0, 1, …)");
         }
       }
       if (ids->empty()) check.error(gpus->source(), "'gpus' = []: list at least one GPU, or use nproc");
-      if (!spec.gpu_ids.empty()) {
-        int n = static_cast<int>(spec.gpu_ids.size());
-        spec.gpus = RankRange{n, n};
-      }
+    } else if (auto text = gpus->value<std::string>(); text && gpus->is_string() && text->find(':') == std::string::npos) {
+      parse_gpu_list(check, *gpus, *text, spec);
     } else {
       spec.gpus = check.rank_range(gpus, "gpus");
+    }
+    if (!spec.gpu_ids.empty()) {
+      int n = static_cast<int>(spec.gpu_ids.size());
+      spec.gpus = RankRange{n, n};
     }
   }
   if (table->contains("nproc") && table->contains("gpus")) {

@@ -22,8 +22,8 @@ namespace dlrun::launcher {
 namespace {
 
 std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env, std::optional<int> min,
-                                     SettingsSource source) {
-  const std::string spec = setting_label(source, "gpus", format_gpu_request(request));
+                                     SettingsSource source, const std::string& label) {
+  const std::string spec = label.empty() ? setting_label(source, "gpus", format_gpu_request(request)) : label;
   const char* cpu_ranks = source == SettingsSource::job_file ? "nproc = N in [resources]" : "--nproc N";
   GpuInventory inventory = discover_gpus();
   std::optional<std::string> visible;
@@ -42,7 +42,7 @@ std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env,
       static_cast<int>(available.size()) >= *min) {
     request.count = static_cast<int>(available.size());
   }
-  return select_gpus(request, available, spec);
+  return select_gpus(request, available, spec, visible);
 }
 
 std::string host_name() {
@@ -52,6 +52,13 @@ std::string host_name() {
 }
 
 }  // namespace
+
+bool use_color(ColorMode mode, int fd, const Environment& env) {
+  if (mode != ColorMode::automatic) return mode == ColorMode::always;
+  if (auto it = env.find(env::k_no_color); it != env.end() && !it->second.empty()) return false;
+  if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
+  return ::isatty(fd) == 1;
+}
 
 std::string setting_label(SettingsSource source, std::string_view key, std::string_view value) {
   if (source == SettingsSource::job_file) return fmt::format("the job's {} ({})", key, value);
@@ -90,7 +97,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
   job.program.argv = options.command;
 
   if (options.gpus) {
-    job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks, options.source);
+    job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks, options.source, options.gpus_label);
     job.world_size = static_cast<int>(job.gpu_ids.size());
   }
   if (options.max_ranks) {
@@ -116,6 +123,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
 
   job.job_id = job_id.empty() ? make_job_id() : job_id;
   job.run_dir = prepare_run_dir(options.run_dir, job.job_id, env);
+  job.log_dir = prepare_log_dir(options.log_dir, job.run_dir);
   job.host = host_name();
   job.base_env = env;
   job.cores = usable_cores();
@@ -146,7 +154,7 @@ std::vector<Member> plan_local_members(const Plan& job, int restart_count) {
     spec.env[env::k_max_world_size] = std::to_string(job.max_world_size > 0 ? job.max_world_size : job.world_size);
     Member member;
     member.name = fmt::format("rank {}", spec.rank);
-    member.log_path = rank_log_path(job.run_dir, spec.rank);
+    member.log_path = rank_log_path(job.log_dir, spec.rank);
     member.label = {spec.rank, spec.local_rank, job.node_rank, plan.world_size, job.host};
     member.program = job.program;
     member.spec = std::move(spec);

@@ -1,7 +1,5 @@
 #include "dlrun/launcher/policy_view.hpp"
 
-#include <unistd.h>
-
 #include <stdexcept>
 
 #include "dlrun/launcher/fd_io.hpp"
@@ -19,10 +17,6 @@ std::vector<double> published_goodput(const std::string& run_dir, int max_gpus) 
   std::vector<double> goodput(max_gpus + 1, 0);
   for (int g = 1; g <= max_gpus; ++g) goodput[g] = runtime::predict_goodput(*model, g);
   return goodput;
-}
-
-bool handles_stop(const std::string& run_dir) {
-  return !run_dir.empty() && ::access((run_dir + "/" + run_files::k_handles_stop).c_str(), F_OK) == 0;
 }
 
 PolicyInput policy_input(const std::vector<JobRecord>& jobs, double now) {

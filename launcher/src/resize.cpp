@@ -40,7 +40,9 @@ std::optional<std::string> take(const std::string& path) {
 std::string format_resize_request(const ResizeRequest& request) {
   std::string ids;
   for (const auto& id : request.gpu_ids) ids += (ids.empty() ? "" : ",") + id;
-  return fmt::format("{}\n{}\n", request.world_size, ids);
+  // A third line only when it says something: a supervisor of an older version reads two.
+  return fmt::format("{}\n{}\n{}", request.world_size, ids,
+                     request.unannounced == Unannounced::restart ? "restart\n" : "");
 }
 
 std::optional<ResizeRequest> parse_resize_request(std::string_view text) {
@@ -52,6 +54,7 @@ std::optional<ResizeRequest> parse_resize_request(std::string_view text) {
     for (const auto& id : split(trim(lines[1]), ',')) request.gpu_ids.push_back(id);
     if (static_cast<int>(request.gpu_ids.size()) != *n) return std::nullopt;
   }
+  if (lines.size() > 2 && trim(lines[2]) == "restart") request.unannounced = Unannounced::restart;
   return request;
 }
 

@@ -64,8 +64,23 @@ std::string prepare_run_dir(const std::string& requested, const std::string& job
   return dir.string();
 }
 
-std::string rank_log_path(const std::string& run_dir, int rank) {
-  return fmt::format("{}/rank-{}.log", run_dir, rank);
+std::string prepare_log_dir(const std::string& requested, const std::string& run_dir) {
+  if (requested.empty()) return run_dir;
+  std::error_code ec;
+  fs::create_directories(requested, ec);
+  if (ec || !fs::is_directory(requested)) {
+    throw ConfigError(fmt::format("cannot create the log directory {}: {}", requested,
+                                  ec ? ec.message() : "it is not a directory"));
+  }
+  return requested;
+}
+
+std::string rank_log_path(const std::string& log_dir, int rank) {
+  return fmt::format("{}/rank-{}.log", log_dir, rank);
+}
+
+bool handles_stop(const std::string& run_dir) {
+  return !run_dir.empty() && ::access((run_dir + "/" + run_files::k_handles_stop).c_str(), F_OK) == 0;
 }
 
 }  // namespace dlrun::launcher

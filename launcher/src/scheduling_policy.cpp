@@ -48,7 +48,9 @@ std::string never_fits(const ResourceRequest& request, const Capacity& capacity)
     char* end = nullptr;
     long n = std::strtol(id.c_str(), &end, 10);
     if (*end != '\0' || n < 0 || n >= capacity.gpus) {
-      return fmt::format("asks for GPU {}, this machine has {} GPU{}", id, capacity.gpus, capacity.gpus == 1 ? "" : "s");
+      if (capacity.gpus == 0) return fmt::format("asks for GPU {}, this machine has no GPU", id);
+      return fmt::format("asks for GPU {}, this machine has {} GPU{} ({})", id, capacity.gpus,
+                         capacity.gpus == 1 ? "" : "s", capacity.gpus == 1 ? "0" : fmt::format("0 to {}", capacity.gpus - 1));
     }
   }
   if (request.gpu_ids.empty() && request.min_ranks > capacity.gpus) {

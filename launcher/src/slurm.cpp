@@ -66,7 +66,7 @@ std::string render_sbatch_script(const JobSpec& spec, const SbatchInput& in) {
   if (!s.partition.empty()) line("--partition=" + s.partition);
   if (!s.time_limit.empty()) line("--time=" + s.time_limit);
   if (!s.account.empty()) line("--account=" + s.account);
-  line("--output=" + in.run_dir + "/output.log");
+  line("--output=" + in.log_dir + "/output.log");
   line("--chdir=" + spec.workdir);
   for (const auto& option : s.sbatch_options) script += "#SBATCH " + one_sbatch_line(option) + "\n";  // verbatim
   for (const auto& [key, value] : spec.env) script += fmt::format("export {}={}\n", key, shell_quote(value));
@@ -74,6 +74,8 @@ std::string render_sbatch_script(const JobSpec& spec, const SbatchInput& in) {
   std::vector<std::string> args = {in.dlrun, "_slurm-run", "--job-id", in.job_id, "--run-dir", in.run_dir,
                                    "--grace", fmt::format("{}", spec.grace), "--max-restarts",
                                    std::to_string(spec.max_restarts)};
+  if (spec.watchdog > 0) args.insert(args.end(), {"--watchdog", fmt::format("{}", spec.watchdog)});
+  if (in.log_dir != in.run_dir) args.insert(args.end(), {"--log-dir", in.log_dir});
   if (s.gpus_per_node > 0) {
     args.insert(args.end(), {"--gpu", "--ranks-per-node", std::to_string(s.gpus_per_node)});
   } else {

@@ -85,7 +85,7 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
     m.spec.env = env;
     m.spec.env[env::k_restart_count] = std::to_string(round);
     m.name = fmt::format("srun of {} agent{}", nodes, nodes == 1 ? "" : "s");
-    m.log_path = job.run_dir + "/srun.log";
+    m.log_path = job.log_dir + "/srun.log";
     m.label = {0, 0, 0, world, "slurm"};
     m.stdin_text = server.secret() + "\n";
     // One agent per node; stdin (the secret, then the launcher's liveness) to all of them.

@@ -33,13 +33,6 @@ namespace {
 
 constexpr auto k_drain_timeout = 2s;  // output still held by a rank's escaped children
 
-bool use_color(ColorMode mode, int fd, const Environment& env) {
-  if (mode != ColorMode::automatic) return mode == ColorMode::always;
-  if (auto it = env.find(env::k_no_color); it != env.end() && !it->second.empty()) return false;
-  if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
-  return ::isatty(fd) == 1;
-}
-
 // A terminal that redraws a progress line in place ("\r\x1b[K").
 bool live_terminal(int fd, const Environment& env) {
   if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
@@ -84,7 +77,8 @@ void Supervisor::begin() {
   record("running", std::nullopt);
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
     log::info("job {}: {} rank{} of {}, logs in {}", m_job.job_id, m_job.world_size,
-              m_job.world_size == 1 ? "" : "s", m_job.program.argv[0], m_job.run_dir);
+              m_job.world_size == 1 ? "" : "s", m_job.program.argv[0],
+              m_job.log_dir.empty() ? m_job.run_dir : m_job.log_dir);
   }
   start_attempt();
 }

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/log.hpp"
+#include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/supervisor.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -53,12 +54,29 @@ std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
   if (request.world_size == m_job.world_size && request.gpu_ids.empty()) {
     return fmt::format("ok {}", m_job.world_size);
   }
-  log::info("resizing from {} to {} ranks: asking the ranks to checkpoint and stop", m_job.world_size,
-            request.world_size);
+  const bool announced = handles_stop(m_job.run_dir);
+  if (!announced && request.unannounced == Unannounced::refuse) {
+    return std::string(k_resize_refused) +
+           "its ranks have not said that they handle the stop request (no " + run_files::k_handles_stop +
+           " in its run directory): resizing would kill them and restart them from their last checkpoint, "
+           "if they save one. A program on the dlrun runtime says so at its first step: try again in a "
+           "moment; any other program can say so (docs/elastic.md)";
+  }
   m_pending_resize = request;
-  // The runtime stops every rank at the same step, checkpoints and exits with
-  // exit_code::k_restart_me; whatever does not stop in the grace period is killed.
-  m_group->signal_leaders(signals::k_stop_request);
+  m_resize_restarts = !announced;
+  if (announced) {
+    log::info("resizing from {} to {} ranks: asking the ranks to checkpoint and stop", m_job.world_size,
+              request.world_size);
+    // The runtime stops every rank at the same step, checkpoints and exits with
+    // exit_code::k_restart_me; whatever does not stop in the grace period is killed.
+    m_group->signal_leaders(signals::k_stop_request);
+  } else {
+    log::warn("resizing from {} to {} ranks by restarting the ranks: they have not said that they handle the "
+              "stop request, so they get SIGTERM (SIGKILL after {:g} s) and start again from their last "
+              "checkpoint, if they save one",
+              m_job.world_size, request.world_size, m_job.options.grace_seconds);
+    signal_members(SIGTERM);
+  }
   m_phase = Phase::stopping;
   m_grace_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(m_job.options.grace_seconds)));
@@ -85,7 +103,7 @@ void Supervisor::apply_resize() {
   record("running", std::nullopt);
   if (m_job.on_rescale) m_job.on_rescale(false);
   log::info("now running {} rank{}", m_job.world_size, m_job.world_size == 1 ? "" : "s");
-  answer_resize(fmt::format("ok {}", m_job.world_size));
+  answer_resize(fmt::format("ok {}{}", m_job.world_size, m_resize_restarts ? std::string(" ") + k_resize_restarted : ""));
 }
 
 bool Supervisor::leave_out_failing_gpu(const Failure& failure) {
@@ -127,8 +145,9 @@ void Supervisor::check_watchdog() {
     auto mtime = std::filesystem::last_write_time(progress_file(m_job.run_dir, member.spec.rank), ec);
     if (!ec) idle = std::min(idle, std::chrono::duration<double>(now_wall - mtime).count());
     if (idle < m_job.options.watchdog_seconds) continue;
-    std::string reason = fmt::format("{} made no progress for {:g} s (--watchdog): treating it as failed",
-                                     member.name, m_job.options.watchdog_seconds);
+    std::string reason = fmt::format("{} made no progress for {:g} s ({}): treating it as failed", member.name,
+                                     m_job.options.watchdog_seconds,
+                                     m_job.options.source == SettingsSource::job_file ? "the job's watchdog" : "--watchdog");
     log::error("{}", reason);
     m_failure = Failure{i, ExitStatus::killed(SIGKILL), reason};
     stop_group(SIGTERM);

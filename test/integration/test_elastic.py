@@ -1,6 +1,8 @@
 """Elastic jobs, the launcher's side: `dlrun resize`, GPUs left out, the watchdog. The
-ranks here are small scripts that follow the runtime's protocol (docs/elastic.md): on
-SIGUSR1 they "checkpoint" and exit with 75; they touch DLRUN_PROGRESS_FILE as they go."""
+ranks here are small scripts that follow the runtime's protocol (docs/elastic.md): they say
+that they handle the stop request (RUN_DIR/handles-stop), on SIGUSR1 they "checkpoint" and
+exit with 75; they touch DLRUN_PROGRESS_FILE as they go. Programs that do not say so are
+not resized unless --force."""
 import json
 import os
 import re
@@ -8,10 +10,11 @@ import signal
 import time
 import unittest
 
-from harness import DlrunTestCase, read_words, wait_for
+from harness import PYTHON, DlrunTestCase, read_words, wait_for
 
 ELASTIC_RANK = """#!/bin/sh
 trap 'echo "$RANK:$WORLD_SIZE" >> {stops}; exit 75' USR1
+[ "$RANK" = 0 ] && : > "$DLRUN_RUN_DIR/handles-stop"
 echo "$RANK:$WORLD_SIZE:$DLRUN_RESTART_COUNT" >> {starts}
 while true; do sleep 0.05; done
 """
@@ -80,6 +83,17 @@ class Resize(DlrunTestCase):
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=60)
 
+    def test_quiet_says_nothing_of_a_resize(self):
+        p = self.start("local", "-q", "--nproc", "1:2", self.elastic_rank())
+        job = self.job_id(p)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 2, 30))
+        r = self.dlrun("resize", job, "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual((p.returncode, err), (130, ""))
+
     def test_resize_outside_the_range_is_refused(self):
         p = self.start("local", "--nproc", "2:3", self.elastic_rank())
         job = self.job_id(p)
@@ -124,6 +138,111 @@ class Resize(DlrunTestCase):
             r = self.dlrun("resize", job, "4")
             self.assertEqual(r.returncode, 2)
             self.assertIn("4 ranks is outside the job's range 1:3", r.stderr)
+        finally:
+            self.dlrun("cancel", job)
+
+
+# A program that knows nothing of dlrun: no handler, no handles-stop. Each start appends
+# RANK:WORLD_SIZE:RESTART_COUNT; SIGTERM is written down before it ends.
+PLAIN_RANK = """trap 'echo "$RANK:$WORLD_SIZE" >> {stops}; exit 143' TERM
+echo "$RANK:$WORLD_SIZE:$DLRUN_RESTART_COUNT" >> {starts}
+while true; do sleep 0.05; done
+"""
+
+
+class Unannounced(DlrunTestCase):
+    """Point 5 of issue 18: `dlrun resize` of a program that has not said it handles the stop
+    request killed its ranks with SIGUSR1 and restarted them from scratch, printing success."""
+
+    def plain_rank(self):
+        self.starts = os.path.join(self.tmp, "starts")
+        self.stops = os.path.join(self.tmp, "stops")
+        return self.script("plain.sh", PLAIN_RANK.format(starts=self.starts, stops=self.stops))
+
+    def test_a_local_run_is_refused_then_restarted_with_force(self):
+        p = self.start("local", "--nproc", "1:2", "--run-dir", self.run_dir(), self.plain_rank())
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 2, 30))
+        with open(os.path.join(self.run_dir(), "job.json")) as f:
+            job = json.load(f)["id"]
+        r = self.dlrun("resize", job, "1")
+        self.assertEqual((r.returncode, r.stdout), (3, ""), r.stderr)
+        self.assertEqual(
+            r.stderr,
+            f"dlrun: error: job {job}: not resized: its ranks have not said that they handle the stop request (no "
+            "handles-stop in its run directory): resizing would kill them and restart them from their last "
+            "checkpoint, if they save one. A program on the dlrun runtime says so at its first step: try again "
+            "in a moment; any other program can say so (docs/elastic.md). To restart it at 1 rank anyway (from "
+            f"its last checkpoint, if it saves one): dlrun resize --force {job} 1\n")
+        # Nothing happened to the ranks.
+        self.assertEqual(sorted(read_words(self.starts)), ["0:2:0", "1:2:0"])
+        self.assertEqual(read_words(self.stops), [])
+        with open(os.path.join(self.run_dir(), "job.json")) as f:
+            self.assertEqual((json.load(f)["state"], p.poll()), ("running", None))
+        r = self.dlrun("resize", "--force", job, "1")
+        self.assertEqual((r.returncode, r.stdout),
+                         (0, f"Job {job} now runs 1 rank (restarted: its program does not handle the stop request, "
+                             "so it starts again from its last checkpoint, if it saves one)\n"), r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+        self.assertEqual(read_words(self.starts)[2], "0:1:1")
+        self.assertEqual(sorted(read_words(self.stops)), ["0:2", "1:2"])  # SIGTERM, as a stop
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130)
+        self.assertIn("resizing from 2 to 1 ranks by restarting the ranks: they have not said that they handle "
+                      "the stop request", err)
+
+    def test_a_program_that_writes_handles_stop_is_resized_at_a_step(self):
+        # The channel docs/channels.md gives any program (here a Python one, as a user would
+        # write it): write $DLRUN_RUN_DIR/handles-stop once the SIGUSR1 handler is installed.
+        starts = os.path.join(self.tmp, "starts")
+        program = os.path.join(self.tmp, "train.py")
+        with open(program, "w") as f:
+            f.write(f"""import os, signal, sys, time
+def stop(signum, frame):
+    sys.exit(75)  # "restart me": a real program saves its checkpoint first
+signal.signal(signal.SIGUSR1, stop)
+if os.environ["RANK"] == "0":
+    open(os.path.join(os.environ["DLRUN_RUN_DIR"], "handles-stop"), "w").close()
+with open({starts!r}, "a") as f:
+    f.write(os.environ["RANK"] + ":" + os.environ["WORLD_SIZE"] + "\\n")
+while True:
+    time.sleep(0.05)
+""")
+        p = self.start("local", "--nproc", "1:2", "--run-dir", self.run_dir(), PYTHON, program)
+        self.assertTrue(wait_for(lambda: len(read_words(starts)) == 2, 60))
+        with open(os.path.join(self.run_dir(), "job.json")) as f:
+            job = json.load(f)["id"]
+        r = self.dlrun("resize", job, "1")
+        self.assertEqual((r.returncode, r.stdout), (0, f"Job {job} now runs 1 rank\n"), r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(starts)) == 3, 60))
+        self.assertEqual(read_words(starts)[2], "0:1")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertIn("resizing from 2 to 1 ranks: asking the ranks to checkpoint and stop", err)
+
+    def test_a_submitted_job_is_refused_and_keeps_its_slots(self):
+        self.env["DLRUN_CPU_SLOTS"] = "4"
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write(f'command = ["{self.plain_rank()}"]\n[resources]\nnproc = "1:3"\n')
+        r = self.dlrun("submit", "--parsable", job_file)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = r.stdout.strip()
+        try:
+            self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+            r = self.dlrun("resize", job, "1")
+            self.assertEqual(r.returncode, 3, r.stderr)
+            self.assertIn(f"dlrun resize --force {job} 1", r.stderr)
+            status = json.loads(self.dlrun("status", "--json", job).stdout)
+            self.assertEqual((status["state"], status["ranks"], status["restarts"]), ("RUNNING", 3, 0))
+            r = self.dlrun("resize", "--force", job, "2")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("(restarted:", r.stdout)
+            status = json.loads(self.dlrun("status", "--json", job).stdout)
+            self.assertEqual((status["state"], status["ranks"], status["restarts"]), ("RUNNING", 2, 1))
+            r = self.dlrun("resize", "--force", job, "auto")
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--force goes with a number of ranks", r.stderr)
         finally:
             self.dlrun("cancel", job)
 

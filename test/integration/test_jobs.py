@@ -203,7 +203,10 @@ nproc = 1
         # does and says it handles the stop request (the files are the channel, docs/adaptive.md,
         # docs/scheduling.md); alone it gets all 4 GPUs. Job 2 (1 GPU) arrives: the scheduler
         # shrinks job 1 to 3 so that job 2 starts, and status says what and why.
-        env = dict(self.env, DLRUN_FAKE_GPUS="4")
+        # Every dlrun command here sees the 4 fake GPUs: any of them may start the scheduler
+        # (status sweeps the queue), which counts the GPUs of its own environment.
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+        env = self.env
         gate = os.path.join(self.tmp, "gate")
         model = json.dumps({"version": 1, "params": {"alpha_c": 0.02, "beta_c": 0.0005, "alpha_n": 0.01,
                             "beta_n": 0.001, "alpha_r": 0.01, "beta_r": 0.001, "gamma": 3.0},

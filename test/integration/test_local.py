@@ -565,13 +565,32 @@ class Gpus(DlrunTestCase):
         self.assertEqual(self.visible("--gpus", "2", env=self.gpu_env()), {0: "0", 1: "1"})
         self.assertEqual(self.visible("--gpus", "1,3", env=self.gpu_env()), {0: "1", 1: "3"})
 
+    def test_gpus_by_number_map_to_ranks_in_order(self):
+        # Rank R runs on the R-th GPU listed: its CUDA_VISIBLE_DEVICES is that GPU, LOCAL_RANK
+        # is R; with --gpu-binding all, every rank sees them all and cuda:LOCAL_RANK is its own.
+        r = self.dlrun("local", "--gpus", "3,0,2", "--", *PRINT_ENV, env=self.gpu_env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        seen = {rank: json.loads(lines[0]) for rank, lines in rank_lines(r.stdout).items()}
+        self.assertEqual({rank: (e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for rank, e in seen.items()},
+                         {0: ("0", "3"), 1: ("1", "0"), 2: ("2", "2")})
+        r = self.dlrun("local", "--gpus", "3,1", "--gpu-binding", "all", "--", *PRINT_ENV, env=self.gpu_env())
+        seen = {rank: json.loads(lines[0]) for rank, lines in rank_lines(r.stdout).items()}
+        self.assertEqual({rank: (e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for rank, e in seen.items()},
+                         {0: ("0", "3,1"), 1: ("1", "3,1")})
+
+    def test_a_gpu_that_does_not_exist_is_named(self):
+        r = self.dlrun("local", "--gpus", "0,7", "true", env=self.gpu_env())
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, "dlrun: error: --gpus 0,7: GPU 7 does not exist: this machine has 4 GPUs (0,1,2,3)\n"))
+
     def test_existing_cuda_visible_devices_is_honoured(self):
         env = self.gpu_env(CUDA_VISIBLE_DEVICES="2,3")
         self.assertEqual(self.visible("--gpus", "2", env=env), {0: "2", 1: "3"})
         r = self.dlrun("local", "--gpus", "0", "true", env=env)
         self.assertEqual(r.returncode, 2)
         r = self.dlrun("local", "--gpus", "1,2", "true", env=env)
-        self.assertIn("GPU 1 is not available (available: 2,3)", r.stderr)
+        self.assertIn("--gpus 1,2: GPU 1 is not visible: CUDA_VISIBLE_DEVICES=2,3 (unset it to choose among all "
+                      "of this machine's GPUs)", r.stderr)
 
     def test_gpu_binding_all_shows_every_rank_all_devices(self):
         self.assertEqual(self.visible("--gpus", "2", "--gpu-binding", "all", env=self.gpu_env()), {0: "0,1", 1: "0,1"})

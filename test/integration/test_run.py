@@ -121,6 +121,27 @@ class Submitted(ClusterTestCase):
         status = self.dlrun("status", "--json", job_id, env=env)
         self.assertEqual(json.loads(status.stdout)["ranks"], 2)
 
+    def test_what_the_job_file_gives_the_ranks_reaches_other_hosts(self):
+        # [env], checkpoint_dir, export_env and log_dir reach the ranks on another host: ssh
+        # carries no environment, the agent's plan does (issue 18: they were ignored there).
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write('command = ["sh", "-c", "echo job=$DLRUN_JOB_ID env=$GREETING kept=$MY_TOKEN '
+                    'ckpt=$DLRUN_CHECKPOINT_DIR"]\n'
+                    'checkpoint_dir = "ckpt"\nlog_dir = "logs"\nexport_env = ["MY_TOKEN"]\n'
+                    f'[scheduler]\nkind = "ssh"\nhosts = "{self.host(1)}"\n'
+                    f'ssh_config = "{self.cluster.ssh_config}"\n'
+                    '[env]\nGREETING = "hello"\n')
+        env = dict(self.env, DLRUN_CPU_SLOTS="1", MY_TOKEN="t0k3n")
+        r = self.dlrun("submit", "--wait", "--parsable", job, env=env, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        line = f"job={job_id} env=hello kept=t0k3n ckpt={os.path.join(self.tmp, 'ckpt')}"
+        self.assertIn(f"[{self.cluster.addresses[1]}:0] {line}", self.dlrun("logs", job_id, env=env).stdout)
+        # The host shares this file system: its rank log is in log_dir/ID.
+        with open(os.path.join(self.tmp, "logs", job_id, "rank-0.log")) as f:
+            self.assertEqual(f.read(), line + "\n")
+
 
 class Failures(ClusterTestCase):
     hosts = 2
@@ -295,6 +316,59 @@ def wrong_secret(port):
             return s.recv(200)
     except OSError:
         return b""
+
+
+class LocalHosts(DlrunTestCase):
+    """`dlrun run` options with this machine as the hosts (no ssh, no namespaces): each does
+    what it says (issue 18: --color auto never coloured, -q let informational lines through)."""
+
+    def test_color_auto_colours_on_the_launchers_terminal(self):
+        import pty
+        env = dict(self.env, TERM="xterm")
+        env.pop("NO_COLOR")
+        master, slave = pty.openpty()
+        try:
+            p = subprocess.run([DLRUN, "run", "-q", "--hosts", "localhost:1", "--run-dir", self.run_dir(),
+                                "echo", "x"], stdout=slave, stderr=subprocess.PIPE, env=env, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(os.read(master, 4096).decode(), "\x1b[36m[localhost:0]\x1b[0m x\r\n")
+        finally:
+            os.close(master)
+            os.close(slave)
+        r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "echo", "x")
+        self.assertEqual(r.stdout, "[localhost:0] x\n")  # a pipe: no colour
+
+    def test_quiet_leaves_only_warnings_and_errors(self):
+        r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "--max-restarts", "1",
+                       "sh", "-c", "[ $DLRUN_RESTART_COUNT = 1 ] || exit 3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("dlrun: job", r.stderr)
+        self.assertIn("warning: restarting all 1 hosts", r.stderr)
+
+    def test_gpu_ids_on_every_host(self):
+        env = dict(self.env, DLRUN_FAKE_GPUS="4")
+        r = self.dlrun("run", "--hosts", "localhost:2", "--gpu-ids", "3,1", "--run-dir", self.run_dir(),
+                       "sh", "-c", "echo $RANK $LOCAL_RANK $CUDA_VISIBLE_DEVICES", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stdout.splitlines()), ["[localhost:0] 0 0 3", "[localhost:1] 1 1 1"])
+        # A GPU a host does not have: that host says so, nothing runs.
+        r = self.dlrun("run", "--hosts", "localhost:2", "--gpu-ids", "1,7", "--run-dir", self.run_dir(), "true",
+                       env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("host localhost (node 0) exited with code 2; last 1 line of its stderr", r.stderr)
+        self.assertIn("  | dlrun: error: --gpu-ids 1,7: GPU 7 does not exist: this machine has 4 GPUs (0,1,2,3)\n",
+                      r.stderr)
+        r = self.dlrun("run", "--hosts", "localhost:3", "--gpu-ids", "0,1", "true", env=env)
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, "dlrun: error: --gpu-ids 0,1 names 2 GPUs, and host localhost has 3 slots (one rank "
+                             "per GPU): give each host at most 2 slots, or name more GPUs\n"))
+
+    def test_watchdog(self):
+        r = self.dlrun("run", "--watchdog", "3", "--grace", "0", "--hosts", "localhost:2", "--run-dir",
+                       self.run_dir(), "sh", "-c", "[ $RANK = 1 ] && exec sleep 600; "
+                       "while true; do touch $DLRUN_PROGRESS_FILE; sleep 0.1; done")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("dlrun[localhost]: error: rank 1 made no progress for 3 s (--watchdog)", r.stderr)
 
 
 class RendezvousFlood(DlrunTestCase):

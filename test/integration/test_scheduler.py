@@ -139,6 +139,9 @@ class Sharing(SchedulerTestCase):
     def test_a_pinned_job_keeps_its_size_until_auto(self):
         a, done_a = self.job("a", "1:4")
         self.wait_ranks(a, 4)
+        # dlrun resize, as the scheduler, resizes only ranks that said they handle the stop request.
+        run_dir = self.status(a)["run_dir"]
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "handles-stop")), 30))
         r = self.dlrun("resize", str(a), "2")
         self.assertEqual(r.returncode, 0, r.stderr)
         # A second job (fifo, 1 GPU) arrives after the resize: the scheduler weighs the queue

@@ -32,10 +32,10 @@ class OnSlurm(DlrunTestCase):
         super().setUp()
         self.env = self.slurm.env(self.env)
 
-    def job(self, command, extra=""):
+    def job(self, command, extra="", top=""):
         path = os.path.join(self.tmp, f"job{time.monotonic_ns()}.toml")
         with open(path, "w") as f:
-            f.write(f'name = "on-slurm"\ncommand = {json.dumps(command)}\n[scheduler]\nkind = "slurm"\n'
+            f.write(f'name = "on-slurm"\ncommand = {json.dumps(command)}\n{top}[scheduler]\nkind = "slurm"\n'
                     f'nodes = 1\nranks_per_node = 2\n{extra}')
         return path
 
@@ -65,6 +65,28 @@ class OnSlurm(DlrunTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         job_id = r.stdout.strip()
         self.assertEqual(self.dlrun("logs", job_id, "--rank", "1").stdout, f"1 2 1 0 {job_id}\n")
+
+    def test_export_env_and_log_dir(self):
+        # sbatch hands the job whatever environment it is run with: only what the job keeps
+        # (export_env) may reach it. The logs go to log_dir/ID, where dlrun logs finds them.
+        env = dict(self.env, MY_TOKEN="t0k3n", MY_SECRET="s3cret")
+        r = self.dlrun("submit", "--wait", "--parsable",
+                       self.job(["sh", "-c", "echo [$MY_TOKEN] [$MY_SECRET]"],
+                                top='export_env = ["MY_TOKEN"]\nlog_dir = "logs"\n'), env=env, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        self.assertEqual(self.dlrun("logs", job_id, "--rank", "1").stdout, "[t0k3n] []\n")
+        with open(os.path.join(self.tmp, "logs", job_id, "rank-1.log")) as f:
+            self.assertEqual(f.read(), "[t0k3n] []\n")
+        self.assertIn("[t0k3n] []", self.dlrun("logs", job_id).stdout)  # output.log, sbatch's --output
+
+    def test_watchdog(self):
+        r = self.dlrun("submit", "--wait", "--parsable", self.job(["sleep", "600"], top="watchdog = 1\ngrace = 0\n"),
+                       timeout=180)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        self.assertEqual(self.status(job_id)["state"], "FAILED")
+        self.assertIn("made no progress for 1 s", self.dlrun("logs", job_id).stdout)
 
     def test_failing_rank_fails_the_job_with_its_code(self):
         r = self.dlrun("submit", "--wait", "--parsable",

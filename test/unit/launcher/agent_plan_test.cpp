@@ -14,8 +14,11 @@ TEST_SUITE("launcher::AgentPlan") {
     plan.workdir = "/work/dir with spaces";
     PlanOptions& o = plan.options;
     o.gpus = GpuRequest{4, {}};
+    o.gpus_label = "--gpu-ids 0,1,2,3";
     o.min_ranks = 2;
     o.run_dir = "/runs/x";
+    o.log_dir = "/logs/7";
+    plan.env = {{"GREETING", "hello"}, {"DLRUN_CHECKPOINT_DIR", "/ckpt"}};
     o.prefix = "[{host}:{rank}] ";
     o.prefix_enabled = false;
     o.shown_ranks = std::vector<int>{0, 3};
@@ -39,9 +42,12 @@ TEST_SUITE("launcher::AgentPlan") {
     REQUIRE(b.gpus);
     CHECK(b.gpus->count == 4);
     CHECK(b.gpus->ids.empty());
+    CHECK(b.gpus_label == o.gpus_label);
     CHECK(b.min_ranks == 2);
     CHECK_FALSE(b.max_ranks);
     CHECK(b.run_dir == "/runs/x");
+    CHECK(b.log_dir == "/logs/7");
+    CHECK(back.env == plan.env);
     CHECK(b.prefix == o.prefix);
     CHECK_FALSE(b.prefix_enabled);
     CHECK(b.shown_ranks == o.shown_ranks);

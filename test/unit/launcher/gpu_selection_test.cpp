@@ -40,7 +40,21 @@ TEST_SUITE("launcher::GpuSelection") {
     CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("3"), {"0", "1"}, "--gpus 3"),
                          "--gpus 3: only 2 GPUs available (0,1)", dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("0,7"), {"0", "1"}, "the job's gpus (0,7)"),
-                         "the job's gpus (0,7): GPU 7 is not available (available: 0,1)", dlrun::ConfigError);
+                         "the job's gpus (0,7): GPU 7 does not exist: this machine has 2 GPUs (0,1)",
+                         dlrun::ConfigError);
+  }
+  TEST_CASE("a GPU that CUDA_VISIBLE_DEVICES hides is said to be hidden, not missing") {
+    CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("1,2"), {"2", "3"}, "--gpus 1,2", std::string("2,3")),
+                         "--gpus 1,2: GPU 1 is not visible: CUDA_VISIBLE_DEVICES=2,3 (unset it to choose among all "
+                         "of this machine's GPUs)",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("3"), {"2", "3"}, "--gpus 3", std::string("2,3")),
+                         "--gpus 3: only 2 GPUs available (CUDA_VISIBLE_DEVICES=2,3)", dlrun::ConfigError);
+  }
+  TEST_CASE("a list of GPU ids for another option") {
+    CHECK(parse_gpu_ids("2", "--gpu-ids") == std::vector<std::string>{"2"});  // one GPU, not a count
+    CHECK(parse_gpu_ids("3,0", "--gpu-ids") == std::vector<std::string>{"3", "0"});
+    CHECK_THROWS_WITH_AS(parse_gpu_ids("0,0", "--gpu-ids"), "--gpu-ids 0,0: GPU 0 is listed twice", dlrun::ConfigError);
   }
   TEST_CASE("a list keeps the user's order") {
     CHECK(select_gpus(parse_gpu_request("3,1"), {"0", "1", "2", "3"}, "--gpus 3,1") ==

@@ -22,6 +22,20 @@ TEST_SUITE("launcher::job_environment") {
     submitter["DLRUN_SUPERVISOR_ID"] = "123-456";
     CHECK(job_environment(submitter, {"*"}).count("DLRUN_SUPERVISOR_ID") == 0);
   }
+  TEST_CASE("another host gets only what export_env names") {
+    Environment env = {{"PATH", "/here/bin"}, {"HF_TOKEN", "t"}, {"HF_HOME", "/h"}, {"SECRET", "s"},
+                       {"DLRUN_SUPERVISOR_ID", "1-2"}};
+    CHECK(exported_by_name(env, {"HF_*"}) == Environment{{"HF_HOME", "/h"}, {"HF_TOKEN", "t"}});
+    CHECK(exported_by_name(env, {}).empty());
+    CHECK(exported_by_name(env, {"*"}).count("DLRUN_SUPERVISOR_ID") == 0);
+  }
+  TEST_CASE("sbatch is run with what the job keeps and with Slurm's own settings") {
+    Environment submitter = {{"PATH", "/bin"}, {"SLURM_CONF", "/etc/slurm.conf"}, {"SBATCH_PARTITION", "gpu"},
+                             {"AWS_SECRET_ACCESS_KEY", "x"}, {"WANDB_API_KEY", "w"}};
+    CHECK(sbatch_environment(submitter, {"WANDB_API_KEY"}) ==
+          Environment{{"PATH", "/bin"}, {"SBATCH_PARTITION", "gpu"}, {"SLURM_CONF", "/etc/slurm.conf"},
+                      {"WANDB_API_KEY", "w"}});
+  }
   TEST_CASE("export_env takes names, prefixes and everything") {
     for (const char* good : {"A", "_X1", "HF_*", "*"}) CHECK(valid_export_pattern(good));
     for (const char* bad : {"", "1A", "A B", "*X", "A*B", "**", "A-B"}) {

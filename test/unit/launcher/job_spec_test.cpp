@@ -72,6 +72,23 @@ kind = "local"
     CHECK(spec.ranks() == 2);
     CHECK(spec.name == "x");
   }
+  TEST_CASE("GPUs by number in a string, as on the command line") {
+    const std::string head = "command = [\"x\"]\n[resources]\n";
+    auto spec = parse(head + "gpus = \"3, 0,2\"\n");
+    CHECK(spec.gpu_ids == std::vector<std::string>{"3", "0", "2"});
+    CHECK(spec.ranks() == 3);
+    CHECK_FALSE(spec.gpus->elastic());
+    CHECK(error_of(head + "gpus = \"3\"\n") ==
+          "job.toml:3:8: 'gpus' = \"3\": a count is a number (gpus = 3), one GPU by its number a list (gpus = [3]), "
+          "an elastic range \"MIN:MAX\"");
+    CHECK(error_of(head + "gpus = \"0,x\"\n") == "job.toml:3:8: 'gpus' = \"0,x\": 'x' is not a GPU number (0, 1, …)");
+    CHECK(error_of(head + "gpus = \"1,1\"\n") == "job.toml:3:8: GPU 1 is listed twice in 'gpus'");
+  }
+  TEST_CASE("a directory given as \".\" is the job file's own, without a trailing slash") {
+    auto spec = parse("command = [\"x\"]\nworkdir = \".\"\nlog_dir = \"logs/\"\n[resources]\nnproc = 1\n");
+    CHECK(spec.workdir == "/jobs");
+    CHECK(spec.log_dir == "/jobs/logs");
+  }
   TEST_CASE("a misspelt key is reported with its position and a suggestion") {
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\ngpu = 2\n") ==
           "job.toml:4:1: unknown key 'gpu' in [resources] (did you mean 'gpus'?)");

@@ -19,11 +19,15 @@ TEST_SUITE("launcher::Plan") {
     options.gpus = GpuRequest{std::nullopt, {"0", "5"}};
     options.command = {"/bin/true"};
     options.source = SettingsSource::job_file;
-    CHECK_THROWS_WITH_AS(make_plan(options, {}, "t"), "the job's gpus (0,5): GPU 5 is not available (available: 0,1)",
+    CHECK_THROWS_WITH_AS(make_plan(options, {}, "t"),
+                         "the job's gpus (0,5): GPU 5 does not exist: this machine has 2 GPUs (0,1)",
                          dlrun::ConfigError);
     options.source = SettingsSource::command_line;
-    CHECK_THROWS_WITH_AS(make_plan(options, {}, "t"), "--gpus 0,5: GPU 5 is not available (available: 0,1)",
+    CHECK_THROWS_WITH_AS(make_plan(options, {}, "t"), "--gpus 0,5: GPU 5 does not exist: this machine has 2 GPUs (0,1)",
                          dlrun::ConfigError);
+    options.gpus_label = "--gpu-ids 0,5";  // dlrun run's agents: as the user wrote it
+    CHECK_THROWS_WITH_AS(make_plan(options, {}, "t"),
+                         "--gpu-ids 0,5: GPU 5 does not exist: this machine has 2 GPUs (0,1)", dlrun::ConfigError);
     ::unsetenv("DLRUN_FAKE_GPUS");
   }
 }

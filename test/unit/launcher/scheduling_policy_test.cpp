@@ -41,7 +41,7 @@ TEST_SUITE("launcher::SchedulingPolicy") {
     CHECK(never_fits(cpus(9, 9), machine) ==
           "needs 9 CPU slots, this machine has 8 (set DLRUN_CPU_SLOTS to allow more)");
     ResourceRequest missing{true, 1, 1, {"7"}};
-    CHECK(never_fits(missing, machine) == "asks for GPU 7, this machine has 4 GPUs");
+    CHECK(never_fits(missing, machine) == "asks for GPU 7, this machine has 4 GPUs (0 to 3)");
     CHECK(never_fits(gpus(2, 8), machine).empty());
   }
 }

@@ -1,6 +1,8 @@
 // The Supervisor's decisions, driven through a fake ProcessRunner: no process is started.
 // The fake's members end when the test says so, or as a cooperative program would when
-// signalled (SIGTERM ends them, SIGUSR1 makes them exit 75), unless told to ignore it.
+// signalled (SIGTERM ends them, SIGUSR1 makes them exit 75), unless told to ignore it. Like
+// the runtime, they say at their start that they handle the stop request (RUN_DIR/handles-stop),
+// unless told not to.
 
 #include "dlrun/launcher/supervisor.hpp"
 
@@ -69,6 +71,8 @@ struct FakeWorld {
   std::vector<std::vector<Member>> members;
   std::set<size_t> ignore_sigterm;       // members (by index) that ignore stop signals
   bool ignore_stop_request = false;      // members do not answer SIGUSR1 with exit 75
+  bool announce_stop_handling = true;    // each attempt writes RUN_DIR/handles-stop at its start
+  std::string run_dir;
   std::function<void(size_t attempt, FakeGroup& group)> on_start;
 
   FakeGroup& current() { return *attempts.back(); }
@@ -109,6 +113,7 @@ class FakeRunner : public ProcessRunner {
     m_world.attempts.push_back(group.get());
     m_world.signals.emplace_back();
     m_world.members.push_back(members);
+    if (m_world.announce_stop_handling) std::ofstream(m_world.run_dir + "/" + dlrun::run_files::k_handles_stop).flush();
     if (m_world.on_start) m_world.on_start(m_world.attempts.size() - 1, *group);
     return group;
   }
@@ -121,6 +126,7 @@ struct Fixture {
   Fixture() {
     char pattern[] = "/tmp/dlrun-supervisor-test-XXXXXX";
     run_dir = ::mkdtemp(pattern);
+    world.run_dir = run_dir;
     dlrun::log::set_level(dlrun::log::Level::off);
   }
   ~Fixture() {
@@ -281,6 +287,38 @@ TEST_SUITE("launcher::Supervisor") {
     REQUIRE(counts.size() == 2);
     CHECK((counts[1].all == 2 && counts[1].failures == 0 && counts[1].resizes == 2));
     CHECK_FALSE(supervisor.failed_rank());
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "ranks that have not said they handle the stop request are resized only by a restart") {
+    world.announce_stop_handling = false;
+    Plan j = job(2);
+    j.min_world_size = 1;
+    j.max_world_size = 4;
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    auto answer = supervisor.resize({1, {}});
+    REQUIRE(answer);
+    CHECK(answer->rfind("refused: its ranks have not said that they handle the stop request", 0) == 0);
+    CHECK(world.signals[0].empty());  // nothing happened to them
+    CHECK(supervisor.resize({2, {}}) == std::optional<std::string>("ok 2"));  // the same size needs nothing
+
+    CHECK_FALSE(supervisor.resize({1, {}, Unannounced::restart}));
+    CHECK(world.signals[0] == std::vector<int>{SIGTERM});  // a stop, not the stop request
+    REQUIRE(run_until(supervisor, [&] { return world.attempts.size() == 2; }));
+    CHECK(world.members[1].size() == 1);
+    CHECK(read_file("resize.result") == "ok 1 restarted\n");
+
+    // Once the ranks say it, the stop request goes out again.
+    std::ofstream(run_dir + "/" + dlrun::run_files::k_handles_stop).flush();
+    CHECK_FALSE(supervisor.resize({2, {}, Unannounced::restart}));
+    CHECK(world.signals[1] == std::vector<int>{dlrun::signals::k_stop_request});
+    REQUIRE(run_until(supervisor, [&] { return world.attempts.size() == 3; }));
+    CHECK(read_file("resize.result") == "ok 2\n");
+    // Each attempt starts unannounced: the file is removed before its ranks start.
+    CHECK_FALSE(fs::exists(run_dir + "/" + dlrun::run_files::k_handles_stop));
+    world.current().end(0, ExitStatus::exited(0));
+    world.current().end(1, ExitStatus::exited(0));
+    CHECK(finish(supervisor) == 0);
   }
 
   TEST_CASE_FIXTURE(Fixture, "ranks that finish before a resize reaches them end the job, and the resize says so") {

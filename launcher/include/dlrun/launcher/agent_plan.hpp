@@ -3,7 +3,7 @@
 // assignment (docs/channels.md): the host's PlanOptions (its rank count, the program, the
 // output and failure policy), the job id and the working directory. The agent's command
 // line carries only where to meet (--rendezvous, --round, which node it is): nothing of
-// the plan is spelt out as flags and parsed again. One JSON object on one line
+// the plan is spelt out as flags and parsed again. The job's own variables travel in it too. One JSON object on one line
 // (nlohmann::json). Pure functions.
 
 #include <string>
@@ -16,6 +16,10 @@ struct AgentPlan {
   PlanOptions options;
   std::string job_id;
   std::string workdir;
+  // Variables every rank of the job gets on every host, over what the agent's own
+  // environment holds (a submitted job's [env], DLRUN_CHECKPOINT_DIR, export_env): ssh does
+  // not carry the launcher's environment to another host.
+  Environment env;
 };
 
 // One line of JSON, without a newline.

@@ -17,9 +17,13 @@
 namespace dlrun::launcher {
 
 struct ClusterOptions {
-  PlanOptions plan;  // command, prefix, grace, max_restarts, run_dir, quiet, colour (the ranks: hosts)
+  // command, prefix, grace, max_restarts, watchdog, run_dir, log_dir, quiet, colour (the ranks: hosts)
+  PlanOptions plan;
+  Environment job_env;          // every rank gets these on every host (agent_plan.hpp)
+  std::string job_id;           // DLRUN_JOB_ID; default: a new one (a submitted job: its number)
   std::vector<Host> hosts;
   bool gpu_slots = false;       // slots are GPUs: one rank per GPU
+  std::vector<std::string> gpu_ids;  // with gpu_slots: these GPUs on every host (its first `slots` of them)
   SshSettings ssh;
   std::string remote_dlrun;     // dlrun's path on the other hosts; default: this one's
   std::string iface;            // reach the rendezvous through this interface

@@ -19,6 +19,8 @@ struct GpuRequest {
 
 // Throws ConfigError naming the bad spec.
 GpuRequest parse_gpu_request(std::string_view spec);
+// "0,2,3": GPU ids, in order; `option` names the list in messages ("--gpu-ids").
+std::vector<std::string> parse_gpu_ids(std::string_view spec, std::string_view option);
 // As a user would write it: "4" or "0,2,3".
 std::string format_gpu_request(const GpuRequest& request);
 
@@ -33,7 +35,9 @@ std::vector<std::string> available_gpus(int discovered_count,
 
 // The devices for the ranks, one per rank, in rank order. Throws ConfigError when the
 // request cannot be met, naming what is available; `label` names the request in it ("--gpus 4").
+// `visible_devices`: CUDA_VISIBLE_DEVICES when it decided `available` (the message says so).
 std::vector<std::string> select_gpus(const GpuRequest& request, const std::vector<std::string>& available,
-                                     const std::string& label);
+                                     const std::string& label,
+                                     const std::optional<std::string>& visible_devices = std::nullopt);
 
 }  // namespace dlrun::launcher

@@ -22,4 +22,13 @@ bool valid_export_pattern(std::string_view pattern);
 
 Environment job_environment(const Environment& submitter, const std::vector<std::string>& export_env);
 
+// What sbatch is run with for a Slurm job: sbatch hands its whole environment to the job
+// (--export=ALL), so it gets the job's (job_environment) and the submitter's Slurm settings
+// (SLURM_*, SBATCH_*), which sbatch itself reads.
+Environment sbatch_environment(const Environment& submitter, const std::vector<std::string>& export_env);
+
+// Only what export_env names of `env` (not what is kept by default): what a job's ranks on
+// other hosts get of it (the paths and the rest belong to each host).
+Environment exported_by_name(const Environment& env, const std::vector<std::string>& export_env);
+
 }  // namespace dlrun::launcher

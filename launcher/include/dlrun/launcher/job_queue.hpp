@@ -43,6 +43,9 @@ class JobQueue {
   JobStore& store() { return m_store; }
   const std::string& home() const { return m_home; }
   std::string run_dir(int64_t id) const;
+  // Where job `id`'s logs go (output.log, rank-N.log): LOG_DIR/ID with the job file's
+  // log_dir, else its run directory.
+  std::string log_dir(int64_t id, const JobSpec& spec) const;
 
   // Checks the job file (ConfigError with FILE:LINE:COL on any problem) and whether it
   // could ever run here, records it and starts its supervisor (or hands it to Slurm with
@@ -102,6 +105,10 @@ int run_submitted_job(int64_t id, const Environment& env);
 // claims it, writing its id (or "error: …") to `answer`. Returns the id, 0 when nothing was
 // recorded.
 int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostream& answer);
+
+// A recorded job's file, parsed as it was submitted (with `dlrun submit --scheduler`'s kind).
+// Throws ConfigError when it no longer parses.
+JobSpec submitted_spec(const JobRecord& job);
 
 // The hosts of a scheduler kind "ssh" job: its hosts string or its hostfile (read now).
 std::vector<Host> hosts_of(const JobSpec& spec);

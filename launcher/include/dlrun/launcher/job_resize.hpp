@@ -4,7 +4,9 @@
 // (its run directory's job.json gives the supervisor). Waits for the supervisor's answer:
 // the ranks checkpoint, stop at the same step and restart at the new size. Throws
 // ConfigError with what went wrong (no such job, not running, out of range, not enough free
-// GPUs, the supervisor's own "error: …").
+// GPUs, the supervisor's own "error: …"), and an Error with k_resize_refused_exit when the
+// job's ranks have not said that they handle the stop request (unless Unannounced::restart:
+// then they are stopped and restarted at the new size).
 //
 // A submitted job's GPUs move so that no two jobs' ranks ever share one: a grow takes the
 // new GPUs in the store before its ranks restart on them; a shrink gives GPUs back only once
@@ -28,10 +30,20 @@ class JobQueue;
 // to checkpoint.
 inline constexpr double k_resize_answer_timeout = 600;
 
+// dlrun's exit code when a resize is refused because the job's program has not said that it
+// handles the stop request (docs/exit-codes.md): nothing was done.
+inline constexpr int k_resize_refused_exit = 3;
+
+enum class ResizeOutcome {
+  stopped_at_a_step,  // the ranks stopped at a step they agreed on and run at the new size
+  restarted,          // they were stopped (Unannounced::restart) and started again at the new size
+  unpinned,           // "auto": the goodput scheduler sizes the job again
+};
+
 // `ranks` empty: "auto", the goodput scheduler may size the job again (its pin is removed).
 // A number pins a goodput job at it (docs/scheduling.md).
-void resize_job(const JobRef& job, std::optional<int> ranks, const Environment& env,
-                double answer_timeout = k_resize_answer_timeout);
+ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounced unannounced, const Environment& env,
+                         double answer_timeout = k_resize_answer_timeout);
 
 // One resize of a running submitted job, in steps.
 struct ResizeStep {
@@ -46,7 +58,7 @@ struct ResizeStep {
 // a shrink keeps (its first ones). `cause` is recorded with the change.
 std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, int ranks, const Capacity& capacity,
                                        const std::string& cause);
-// After the supervisor's answer ("ok N" or "error: …"; empty: none came): a shrink's GPUs
+// After the supervisor's answer (resize.hpp; empty: none came): a shrink's GPUs
 // are given back on "ok", a grow's on anything else.
 void end_resize(JobQueue& queue, const ResizeStep& step, const std::string& answer, const std::string& cause);
 

@@ -20,6 +20,8 @@
 namespace dlrun::launcher {
 
 enum class ColorMode { automatic, always, never };
+// Whether output to `fd` is coloured: `automatic` on a terminal, unless NO_COLOR or TERM=dumb.
+bool use_color(ColorMode mode, int fd, const Environment& env);
 
 // Where the options were written, so that an error names a setting as its user wrote it:
 // `--gpus 4` on the command line, `gpus` in a job file.
@@ -30,12 +32,14 @@ std::string setting_label(SettingsSource source, std::string_view key, std::stri
 struct PlanOptions {
   std::optional<int> nproc;         // CPU ranks to start
   std::optional<GpuRequest> gpus;   // one rank per GPU: a count of the visible ones, or these ids
+  std::string gpus_label;           // names `gpus` in messages ("--gpu-ids 0,2"); empty: --gpus / gpus
   std::optional<int> min_ranks;     // elastic: the fewest ranks the job may run with
   std::optional<int> max_ranks;     // elastic: the most (default: as many as it starts with)
   GpuBinding gpu_binding = GpuBinding::rank;
   std::string master_addr = "127.0.0.1";
   std::optional<int> master_port;   // default: a free port, new for each restart
   std::string run_dir;              // default: $DLRUN_HOME/runs/<job id>
+  std::string log_dir;              // rank-N.log here; default: the run directory
   std::string prefix = PrefixTemplate::k_default;
   bool prefix_enabled = true;
   std::optional<std::vector<int>> shown_ranks;  // --ranks: on the terminal; all are logged
@@ -64,6 +68,7 @@ struct Plan {
   std::vector<std::string> gpu_ids;  // one per rank, or empty
   std::string job_id;
   std::string run_dir;
+  std::string log_dir;  // the members' logs: options.log_dir, else run_dir
   std::string host;
   Environment base_env;
   int cores = 1;

@@ -12,6 +12,7 @@
 
 #include "dlrun/launcher/goodput_policy.hpp"
 #include "dlrun/launcher/job_store.hpp"
+#include "dlrun/launcher/run_dir.hpp"
 
 namespace dlrun::launcher {
 
@@ -24,10 +25,6 @@ struct PolicyView {
 // The predicted goodput at 0 … max_gpus GPUs from RUN_DIR/goodput-model.json; empty when
 // the job published none (or it cannot be read).
 std::vector<double> published_goodput(const std::string& run_dir, int max_gpus);
-
-// True once the job's program has shown it handles the stop request (RUN_DIR/handles-stop,
-// written by the runtime): only then may it be resized without losing its progress.
-bool handles_stop(const std::string& run_dir);
 
 // The pending and running GPU jobs on this machine (not Slurm's, not ssh ones), as the
 // policy's input, with the records they came from (pointers into `jobs`):

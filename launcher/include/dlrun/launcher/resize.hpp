@@ -12,10 +12,26 @@
 
 namespace dlrun::launcher {
 
+// What the supervisor does when the job's ranks have not said that they handle the stop
+// request (RUN_DIR/handles-stop, see handles_stop() in run_dir.hpp): a stop request would end
+// them (SIGUSR1's default action), and they would restart from their last checkpoint, if any.
+enum class Unannounced {
+  refuse,   // answer "refused: …" and leave the ranks running (dlrun resize, the scheduler)
+  restart,  // stop them (SIGTERM, SIGKILL after the grace period) and restart them at the new size
+};
+
 struct ResizeRequest {
   int world_size = 0;
   std::vector<std::string> gpu_ids;  // the GPUs to use (submitted GPU jobs: the scheduler's choice)
+  Unannounced unannounced = Unannounced::refuse;  // `dlrun resize --force`: restart
 };
+
+// The supervisor's answers (RUN_DIR/resize.result): "ok N" (the ranks stopped at a step they
+// agreed on and run N now), "ok N restarted" (they were stopped and restarted: Unannounced::
+// restart), "refused: WHY" (they have not said that they handle the stop request; nothing was
+// done), "error: WHY".
+inline constexpr const char* k_resize_restarted = "restarted";
+inline constexpr const char* k_resize_refused = "refused: ";
 
 std::string format_resize_request(const ResizeRequest& request);
 std::optional<ResizeRequest> parse_resize_request(std::string_view text);
@@ -30,7 +46,7 @@ void write_resize_result(const std::string& run_dir, const std::string& result);
 std::optional<std::string> take_resize_result(const std::string& run_dir);
 
 // Sends the request to the supervisor `pid` and waits up to `timeout_seconds` for its
-// answer: "ok N" or "error: …". Throws Error when it does not answer.
+// answer (above). Throws Error when it does not answer.
 std::string request_resize(const std::string& run_dir, int pid, const ResizeRequest& request, double timeout_seconds);
 
 }  // namespace dlrun::launcher

@@ -25,6 +25,16 @@ std::string dlrun_home(const Environment& env);
 std::string prepare_run_dir(const std::string& requested, const std::string& job_id,
                             const Environment& env);
 
-std::string rank_log_path(const std::string& run_dir, int rank);
+// Where a job's logs go: `requested` if not empty (created, with its parents), else the run
+// directory. Throws ConfigError when it cannot be created.
+std::string prepare_log_dir(const std::string& requested, const std::string& run_dir);
+
+std::string rank_log_path(const std::string& log_dir, int rank);
+
+// True once the job's current ranks have said that they handle the stop request
+// (RUN_DIR/handles-stop, run_files::k_handles_stop: the runtime writes it, any program can;
+// the supervisor removes it at each attempt's start): only then may the job be resized
+// without losing its progress (docs/elastic.md).
+bool handles_stop(const std::string& run_dir);
 
 }  // namespace dlrun::launcher

@@ -22,7 +22,8 @@ namespace dlrun::launcher {
 struct SbatchInput {
   std::string dlrun;     // dlrun's path on the cluster's nodes
   std::string job_id;    // dlrun's job id
-  std::string run_dir;   // shared by the nodes: output.log and rank logs go there
+  std::string run_dir;   // shared by the nodes
+  std::string log_dir;   // output.log and the rank logs: the run directory, or job.toml's log_dir/ID
   std::string checkpoint_dir;
 };
 

@@ -51,8 +51,11 @@ class Supervisor {
   int exit_code() const { return m_exit_code; }
   // What SIGINT, SIGTERM and SIGHUP to dlrun do: pass it on, and kill at the second one.
   void handle_stop_signal(int signal);
-  // What `dlrun resize` asks for. Returns the answer at once ("ok N", "error: …"), or
-  // nothing while the resize is under way (the answer comes once the new group runs).
+  // What `dlrun resize` asks for. Returns the answer at once ("ok N", "refused: …", "error: …";
+  // resize.hpp), or nothing while the resize is under way (the answer comes once the new
+  // group runs). Ranks that have not said they handle the stop request (handles_stop()) are
+  // resized only with Unannounced::restart: SIGTERM to their process groups instead of the
+  // stop request, and a restart at the new size.
   std::optional<std::string> resize(const ResizeRequest& request);
   // Thread-safe: fail the current attempt (stop the group) for a reason found elsewhere,
   // e.g. hosts that never joined the rendezvous. Counts like a failed rank.
@@ -106,6 +109,7 @@ class Supervisor {
   boost::asio::signal_set m_resize_signal;
   boost::asio::steady_timer m_watchdog_timer;
   std::optional<ResizeRequest> m_pending_resize;
+  bool m_resize_restarts = false;  // the pending resize stops ranks that do not handle the stop request
   GpuFailures m_gpu_failures;
   // The GPUs this job holds: a `dlrun local` job keeps the ones it started with while it runs
   // on fewer, so it can grow back onto them; a submitted job's are what the queue handed it.

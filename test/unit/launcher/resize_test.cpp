@@ -1,0 +1,33 @@
+#include "dlrun/launcher/resize.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace dlrun::launcher;
+
+TEST_SUITE("launcher::Resize") {
+  TEST_CASE("a request goes through its file and back") {
+    auto plain = parse_resize_request(format_resize_request({2, {}}));
+    REQUIRE(plain);
+    CHECK(plain->world_size == 2);
+    CHECK(plain->gpu_ids.empty());
+    CHECK(plain->unannounced == Unannounced::refuse);
+
+    auto forced = parse_resize_request(format_resize_request({2, {"0", "3"}, Unannounced::restart}));
+    REQUIRE(forced);
+    CHECK(forced->gpu_ids == std::vector<std::string>{"0", "3"});
+    CHECK(forced->unannounced == Unannounced::restart);
+  }
+
+  TEST_CASE("a request without its third line refuses, as before --force existed") {
+    CHECK(format_resize_request({3, {}}) == "3\n\n");
+    auto request = parse_resize_request("3\n\n");
+    REQUIRE(request);
+    CHECK(request->unannounced == Unannounced::refuse);
+  }
+
+  TEST_CASE("a request that does not hold together is none") {
+    CHECK_FALSE(parse_resize_request("0\n\n"));
+    CHECK_FALSE(parse_resize_request("x\n"));
+    CHECK_FALSE(parse_resize_request("2\n0\n"));  // two ranks, one GPU
+  }
+}
