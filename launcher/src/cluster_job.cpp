@@ -60,6 +60,7 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
   }
   p.run_dir = run_dir;
   p.grace_seconds = g.grace_seconds;
+  p.max_restarts = g.max_restarts;  // for TORCHELASTIC_MAX_RESTARTS: the launcher restarts the hosts
   p.tail_lines = g.tail_lines;
   p.prefix = g.prefix;
   p.prefix_enabled = g.prefix_enabled;

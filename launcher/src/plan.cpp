@@ -135,6 +135,7 @@ std::vector<Member> plan_local_members(const Plan& job, int restart_count) {
   plan.run_dir = job.run_dir;
   plan.job_id = job.job_id;
   plan.restart_count = job.restarts_before + restart_count;
+  plan.max_restarts = job.job_max_restarts.value_or(options.max_restarts);
   plan.cores = job.cores;
   plan.gpu_ids = job.gpu_ids;
   plan.gpu_binding = options.gpu_binding;

@@ -71,6 +71,9 @@ struct Plan {
   // Restarts of the job before this supervisor's first attempt (an agent of `dlrun run` is
   // started anew for each of the launcher's attempts): added to DLRUN_RESTART_COUNT.
   int restarts_before = 0;
+  // The job's restart budget where another process counts the restarts (an agent's launcher):
+  // TORCHELASTIC_MAX_RESTARTS. Empty: options.max_restarts.
+  std::optional<int> job_max_restarts;
   // Elastic bounds: the rank count may change within them (dlrun resize, a lost GPU).
   int min_world_size = 0;
   int max_world_size = 0;
