@@ -30,7 +30,7 @@ void add_output_options(CLI::App* app, GroupArgs& args) {
   app->add_option("--color", args.color, "Colour the prefixes: auto (on a terminal, unless NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
-  app->add_option("--tail", o.tail_lines, "Lines of a failed rank's stderr to show")->type_name("N")->capture_default_str();
+  app->add_option("--tail", o.tail_lines, "Lines of a failed rank's stderr to show (a traceback from its error file: whole, up to 100 lines; 0: neither)")->type_name("N")->capture_default_str();
   app->add_flag("-q,--quiet", o.quiet, "Print only errors from dlrun itself");
 }
 

@@ -129,7 +129,7 @@ void Supervisor::check_watchdog() {
     std::string reason = fmt::format("{} made no progress for {:g} s (--watchdog): treating it as failed",
                                      member.name, m_job.options.watchdog_seconds);
     log::error("{}", reason);
-    m_failure = Failure{i, ExitStatus::killed(SIGKILL), reason};
+    m_failure = Failure{i, ExitStatus::killed(SIGKILL), reason, {}, {}};
     stop_group(SIGTERM);
     return;
   }

@@ -57,6 +57,8 @@ struct Plan {
   std::vector<std::string> gpu_ids;  // one per rank, or empty
   std::string job_id;
   std::string run_dir;
+  // prepare_run_dir() made run_dir: it holds no file of an earlier run (rank error files).
+  bool fresh_run_dir = false;
   std::string host;
   Environment base_env;
   int cores = 1;
