@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
@@ -86,8 +87,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
   (void)check_prefix;
 
   auto path_it = env.find("PATH");
-  job.program.path = resolve_program(options.command[0], path_it == env.end() ? "" : path_it->second);
-  job.program.argv = options.command;
+  job.program = resolve_command(options.command, path_it == env.end() ? "" : path_it->second);
 
   if (options.gpus) {
     job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks, options.source);

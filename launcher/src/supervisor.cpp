@@ -82,8 +82,12 @@ void Supervisor::begin() {
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   record("running", std::nullopt);
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
+    // The program as the user named it: train.py, not the python3 that runs it; python3 -m pkg.
+    const auto& command = m_job.options.command.empty() ? m_job.program.argv : m_job.options.command;
+    const std::string program =
+        command.size() > 2 && command[1] == "-m" ? fmt::format("{} -m {}", command[0], command[2]) : command.at(0);
     log::info("job {}: {} rank{} of {}, logs in {}", m_job.job_id, m_job.world_size,
-              m_job.world_size == 1 ? "" : "s", m_job.program.argv[0], m_job.run_dir);
+              m_job.world_size == 1 ? "" : "s", program, m_job.run_dir);
   }
   start_attempt();
 }

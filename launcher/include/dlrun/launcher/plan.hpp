@@ -2,9 +2,10 @@
 // The plan: what to run on this machine, as one typed value. PlanOptions is what a front-end
 // gives (the CLI's flags of `dlrun local`, a submitted job.toml with its allocation, an
 // agent's options from `dlrun run`), each turned into typed values once; make_plan() checks
-// it and resolves it against the machine (the program in PATH, the GPUs, a port, the run
-// directory) into the Plan that the Supervisor runs. make_plan() starts nothing: every input
-// error is found here, before any rank exists. Glossary: docs/architecture.md.
+// it and resolves it against the machine (the program as command_resolution.hpp says, the
+// GPUs, a port, the run directory) into the Plan that the Supervisor runs. make_plan() starts
+// nothing: every input error is found here, before any rank exists. Glossary:
+// docs/architecture.md.
 
 #include <functional>
 #include <optional>
