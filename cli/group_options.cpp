@@ -1,5 +1,6 @@
 #include "group_options.hpp"
 
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/text.hpp"
 
@@ -13,6 +14,11 @@ CLI::Validator duration_check() {
         return launcher::duration_problem(seconds, text).value_or("");
       },
       "SECONDS");
+}
+
+void add_program_options(CLI::App* app, GroupArgs& args) {
+  app->add_flag("-m,--module", args.module,
+                "PROGRAM is a Python module: run python3 -m PROGRAM ARGS (as torchrun -m)");
 }
 
 void add_output_options(CLI::App* app, GroupArgs& args) {
@@ -40,14 +46,16 @@ void add_failure_options(CLI::App* app, GroupArgs& args) {
       ->check(duration_check())
       ->type_name("SECONDS")
       ->capture_default_str();
-  app->add_option("--max-restarts", o.max_restarts,
+  app->add_option("--max-restarts,--max_restarts", o.max_restarts,
                   "Restart the whole group up to K times after a rank fails (counted for the job)")
       ->type_name("K")
       ->capture_default_str();
 }
 
-void apply_group_options(GroupArgs& args, const CLI::App& app) {
+void apply_group_options(GroupArgs& args, const CLI::App& app, const Trailing& trailing) {
   auto& options = args.options;
+  options.command = program_words(app, trailing);
+  if (args.module) options.command = launcher::python_module_command(options.command);
   if (app.count("--ranks")) options.shown_ranks = launcher::parse_int_list(args.ranks, "--ranks");
   options.prefix_enabled = !args.no_prefix;
   options.color = args.color == "always"  ? launcher::ColorMode::always
