@@ -85,6 +85,14 @@ class PythonPrograms(TorchrunTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, "[0] shell 0\n")
 
+    def test_script_without_interpreter_says_how_to_name_one(self):
+        self.write("train", "echo hi\n", mode=0o755)
+        r = self.run_here("local", "--nproc", "1", "./train")
+        self.assertEqual(r.returncode, 70, r.stderr)
+        self.assertIn("dlrun: error: cannot start ./train: Exec format error (neither a binary nor a script whose "
+                      "first line names its interpreter: start it with a #! line such as #!/bin/sh, or put the "
+                      "interpreter before it)", r.stderr)
+
     def test_explicit_python3_still_works(self):
         self.write("train.py", SHOW)
         r = self.run_here("local", "--nproc", "1", "python3", "train.py", "a")
