@@ -1,10 +1,9 @@
 #include "dlrun/launcher/command_resolution.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -21,7 +20,8 @@ std::string in_dir(const std::string& name, const std::string& working_dir) {
 // An executable regular file that starts with "#!" names its own interpreter.
 bool names_its_interpreter(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) return false;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0)
+    return false;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char start[2] = {};
@@ -32,7 +32,8 @@ bool names_its_interpreter(const std::string& path) {
 
 // Where the script is, as the rank names it: as written if it exists (relative to the
 // working directory, as python3 looks for it), else an executable of that name in PATH.
-std::string locate_script(const std::string& name, const std::string& path_env, const std::string& working_dir) {
+std::string locate_script(const std::string& name, const std::string& path_env,
+                          const std::string& working_dir) {
   struct stat st;
   if (::stat(in_dir(name, working_dir).c_str(), &st) == 0) return name;
   if (name.find('/') != std::string::npos) {
@@ -41,14 +42,16 @@ std::string locate_script(const std::string& name, const std::string& path_env, 
   try {
     return resolve_program(name, path_env);
   } catch (const ConfigError&) {
-    throw ConfigError(fmt::format("Python script '{}' not found in {} nor in PATH", name,
-                                  working_dir.empty() ? std::string("this directory") : working_dir));
+    throw ConfigError(
+        fmt::format("Python script '{}' not found in {} nor in PATH", name,
+                    working_dir.empty() ? std::string("this directory") : working_dir));
   }
 }
 
 // A program named without a '/' is looked for in PATH only, as execvp does; the hint says
 // so when it is in the working directory.
-std::string find_in_path(const std::string& name, const std::string& path_env, const std::string& working_dir) {
+std::string find_in_path(const std::string& name, const std::string& path_env,
+                         const std::string& working_dir) {
   try {
     return resolve_program(name, path_env);
   } catch (const ConfigError&) {
@@ -56,8 +59,9 @@ std::string find_in_path(const std::string& name, const std::string& path_env, c
     if (::stat(in_dir(name, working_dir).c_str(), &st) != 0) {
       throw ConfigError(fmt::format("program '{}' not found in PATH", name));
     }
-    throw ConfigError(fmt::format("program '{}' not found in PATH; to run the one in {}, write ./{}", name,
-                                  working_dir.empty() ? std::string("this directory") : working_dir, name));
+    throw ConfigError(
+        fmt::format("program '{}' not found in PATH; to run the one in {}, write ./{}", name,
+                    working_dir.empty() ? std::string("this directory") : working_dir, name));
   }
 }
 
@@ -68,7 +72,9 @@ bool is_python_script(std::string_view program) {
 }
 
 std::vector<std::string> python_module_command(const std::vector<std::string>& words) {
-  if (words.empty()) throw ConfigError("-m: no module given: put the module after the options, e.g. -m pkg.train ARGS");
+  if (words.empty())
+    throw ConfigError(
+        "-m: no module given: put the module after the options, e.g. -m pkg.train ARGS");
   std::vector<std::string> command = {k_python, "-m"};
   command.insert(command.end(), words.begin(), words.end());
   return command;
@@ -81,7 +87,8 @@ ProgramSpec resolve_command(const std::vector<std::string>& command, const std::
   }
   const std::string& name = command.front();
   if (!is_python_script(name)) {
-    if (name.find('/') == std::string::npos) return {find_in_path(name, path_env, working_dir), command, {}};
+    if (name.find('/') == std::string::npos)
+      return {find_in_path(name, path_env, working_dir), command, {}};
     resolve_program(in_dir(name, working_dir), path_env);  // throws when it cannot run there
     return {name, command, {}};
   }
@@ -93,9 +100,10 @@ ProgramSpec resolve_command(const std::vector<std::string>& command, const std::
   try {
     python.path = resolve_program(k_python, path_env);
   } catch (const ConfigError&) {
-    throw ConfigError(fmt::format("'{}' is a Python script, run with {} from PATH (as torchrun does), but PATH "
-                                  "has no {}: put the interpreter before the script, e.g. /usr/bin/python3 {}",
-                                  name, k_python, k_python, name));
+    throw ConfigError(
+        fmt::format("'{}' is a Python script, run with {} from PATH (as torchrun does), but PATH "
+                    "has no {}: put the interpreter before the script, e.g. /usr/bin/python3 {}",
+                    name, k_python, k_python, name));
   }
   python.argv = {k_python, script};
   python.argv.insert(python.argv.end(), command.begin() + 1, command.end());

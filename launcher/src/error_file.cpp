@@ -1,8 +1,8 @@
 #include "dlrun/launcher/error_file.hpp"
 
-#include <fstream>
-
 #include <fmt/format.h>
+
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "dlrun/launcher/text.hpp"

@@ -1,13 +1,12 @@
 #include "dlrun/launcher/command_resolution.hpp"
 
+#include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
-#include <doctest/doctest.h>
 
 #include "dlrun/error.hpp"
 
@@ -51,7 +50,8 @@ TEST_SUITE("launcher::CommandResolution") {
   TEST_CASE("-m MODULE runs python3 -m MODULE with the arguments after it") {
     CHECK(python_module_command({"pkg.train", "--lr", "1"}) ==
           std::vector<std::string>{"python3", "-m", "pkg.train", "--lr", "1"});
-    CHECK_THROWS_WITH_AS(python_module_command({}), doctest::Contains("-m: no module given"), dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(python_module_command({}), doctest::Contains("-m: no module given"),
+                         dlrun::ConfigError);
   }
   TEST_CASE("a script runs with python3 from PATH, with its arguments") {
     Scratch s;
@@ -61,7 +61,8 @@ TEST_SUITE("launcher::CommandResolution") {
     CHECK(program.argv == std::vector<std::string>{"python3", "train.py", "--lr", "1"});
     // Executable without a #! line: still python3's.
     s.write("exec.py", "print(1)\n", 0755);
-    CHECK(resolve_command({"./exec.py"}, s.path(), s.work()).argv == std::vector<std::string>{"python3", "./exec.py"});
+    CHECK(resolve_command({"./exec.py"}, s.path(), s.work()).argv ==
+          std::vector<std::string>{"python3", "./exec.py"});
   }
   TEST_CASE("an executable script with a #! line runs itself") {
     Scratch s;
@@ -81,27 +82,33 @@ TEST_SUITE("launcher::CommandResolution") {
   }
   TEST_CASE("missing scripts and interpreters are named") {
     Scratch s;
-    CHECK_THROWS_WITH_AS(resolve_command({"nope.py"}, s.path(), s.work()),
-                         ("Python script 'nope.py' not found in " + s.work() + " nor in PATH").c_str(),
-                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(
+        resolve_command({"nope.py"}, s.path(), s.work()),
+        ("Python script 'nope.py' not found in " + s.work() + " nor in PATH").c_str(),
+        dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(resolve_command({"./sub/nope.py"}, s.path(), s.work()),
-                         ("program '" + s.work() + "/./sub/nope.py' does not exist").c_str(), dlrun::ConfigError);
-    s.write("train.py", "print(1)\n");
-    CHECK_THROWS_WITH_AS(resolve_command({"train.py"}, "/nonexistent", s.work()),
-                         doctest::Contains("'train.py' is a Python script, run with python3 from PATH"),
+                         ("program '" + s.work() + "/./sub/nope.py' does not exist").c_str(),
                          dlrun::ConfigError);
+    s.write("train.py", "print(1)\n");
+    CHECK_THROWS_WITH_AS(
+        resolve_command({"train.py"}, "/nonexistent", s.work()),
+        doctest::Contains("'train.py' is a Python script, run with python3 from PATH"),
+        dlrun::ConfigError);
   }
   TEST_CASE("other programs are found in PATH, and the hint names one in the working directory") {
     Scratch s;
     s.write("bin/tool", "#!/bin/sh\n", 0755);
     CHECK(resolve_command({"tool", "a"}, s.path(), s.work()).path == s.path() + "/tool");
-    CHECK(resolve_command({"tool", "a"}, s.path(), s.work()).argv == std::vector<std::string>{"tool", "a"});
-    CHECK_THROWS_WITH_AS(resolve_command({"trian"}, s.path(), s.work()), "program 'trian' not found in PATH",
-                         dlrun::ConfigError);
+    CHECK(resolve_command({"tool", "a"}, s.path(), s.work()).argv ==
+          std::vector<std::string>{"tool", "a"});
+    CHECK_THROWS_WITH_AS(resolve_command({"trian"}, s.path(), s.work()),
+                         "program 'trian' not found in PATH", dlrun::ConfigError);
     s.write("train", "#!/bin/sh\n", 0755);
-    CHECK_THROWS_WITH_AS(resolve_command({"train"}, s.path(), s.work()),
-                         ("program 'train' not found in PATH; to run the one in " + s.work() + ", write ./train").c_str(),
-                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(
+        resolve_command({"train"}, s.path(), s.work()),
+        ("program 'train' not found in PATH; to run the one in " + s.work() + ", write ./train")
+            .c_str(),
+        dlrun::ConfigError);
     CHECK(resolve_command({"./train"}, s.path(), s.work()).path == "./train");
   }
 }

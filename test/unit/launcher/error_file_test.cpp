@@ -16,7 +16,9 @@ TEST_SUITE("launcher::ErrorFile") {
         R"("timestamp": "1700000000"}}})");
     REQUIRE(error);
     CHECK(error->message == "ValueError: boom");
-    CHECK(error->traceback == "Traceback (most recent call last):\n  File \"t.py\", line 3, in main\nValueError: boom\n");
+    CHECK(
+        error->traceback ==
+        "Traceback (most recent call last):\n  File \"t.py\", line 3, in main\nValueError: boom\n");
   }
   TEST_CASE("a message alone is enough") {
     auto error = parse_error_file(R"({"message": "RuntimeError: lost"})");
@@ -34,7 +36,8 @@ TEST_SUITE("launcher::ErrorFile") {
   }
   TEST_CASE("a long traceback keeps its end") {
     CHECK(traceback_lines("a\nb\nc\n\n", 5) == std::vector<std::string>{"a", "b", "c"});
-    CHECK(traceback_lines("a\nb\nc\nd\n", 2) == std::vector<std::string>{"… 2 lines left out …", "c", "d"});
+    CHECK(traceback_lines("a\nb\nc\nd\n", 2) ==
+          std::vector<std::string>{"… 2 lines left out …", "c", "d"});
     CHECK(traceback_lines("a\nb\n", 1) == std::vector<std::string>{"… 1 line left out …", "b"});
   }
 }
