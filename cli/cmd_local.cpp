@@ -25,9 +25,8 @@ struct LocalArgs {
 };
 
 int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
-  apply_group_options(args.group, app);
+  apply_group_options(args.group, app, trailing);
   auto& options = args.group.options;
-  options.command = program_words(app, trailing);
   if (app.count("--nproc")) {
     auto [min, max] = launcher::parse_count_range(args.nproc, "--nproc");
     options.nproc = max;
@@ -58,12 +57,13 @@ Command add_local_command(CLI::App& dlrun) {
       "Start the ranks of a training program on this machine.\n"
       "  dlrun local --nproc 2 ./train          two CPU ranks\n"
       "  dlrun local --gpus 4 ./train           one rank per GPU\n"
-      "  dlrun local --nproc 2 python3 train.py any torch.distributed (env://) script");
+      "  dlrun local --nproc 2 train.py         any torch.distributed (env://) script, run with python3\n"
+      "  dlrun local --nproc 2 -m pkg.train     a Python module: python3 -m pkg.train");
   app->prefix_command();
-  set_usage(app, "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [--] PROGRAM [ARGS...]");
+  set_usage(app, "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [-m] [--] PROGRAM [ARGS...]");
   auto& o = args->group.options;
 
-  app->add_option("--nproc", args->nproc,
+  app->add_option("--nproc,--nproc-per-node,--nproc_per_node", args->nproc,
                   "Start N ranks (CPU; OMP_NUM_THREADS = cores / N); MIN:MAX for an elastic job that "
                   "starts at MAX and may be resized (dlrun resize)")
       ->type_name("N|MIN:MAX");
@@ -77,17 +77,21 @@ Command add_local_command(CLI::App& dlrun) {
                   "GPUs and uses cuda:LOCAL_RANK, as under torchrun")
       ->check(CLI::IsMember({"rank", "all"}))
       ->capture_default_str();
-  app->add_option("--master-addr", o.master_addr, "Address of the rendezvous (MASTER_ADDR)")
+  app->add_option("--master-addr,--master_addr", o.master_addr, "Address of the rendezvous (MASTER_ADDR)")
       ->capture_default_str();
-  app->add_option("--master-port", args->master_port,
+  app->add_option("--master-port,--master_port", args->master_port,
                   "Port of the rendezvous (MASTER_PORT); default: a free port, new each restart")
       ->type_name("PORT");
+  add_program_options(app, args->group);
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
   app->footer(
+      "PROGRAM ending in .py runs with python3 from PATH (as under torchrun), unless it is executable "
+      "with a #! line. torchrun's --nproc_per_node, --master_addr, --master_port, --max_restarts work too.\n"
       "Each rank gets RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK "
-      "MASTER_ADDR MASTER_PORT DLRUN_RUN_DIR DLRUN_RESTART_COUNT DLRUN_JOB_ID, and "
-      "OMP_NUM_THREADS unless set (docs/channels.md).\n"
+      "MASTER_ADDR MASTER_PORT DLRUN_RUN_DIR DLRUN_RESTART_COUNT DLRUN_JOB_ID, torchrun's TORCHELASTIC_* "
+      "GROUP_WORLD_SIZE ROLE_*, and OMP_NUM_THREADS unless set (docs/channels.md). A rank that fails with "
+      "a TORCHELASTIC_ERROR_FILE (@record) is reported with its traceback.\n"
       "Exit code: 0, or the failing rank's own code (128+N if killed by signal N), "
       "130/143 after SIGINT/SIGTERM, 2 for bad usage (docs/exit-codes.md).");
   return {app, [args, app](const Trailing& trailing) { return run_local(*args, *app, trailing); }};

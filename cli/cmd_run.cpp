@@ -28,10 +28,9 @@ struct RunArgs {
 };
 
 int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
-  apply_group_options(args.group, app);
+  apply_group_options(args.group, app, trailing);
   auto& c = args.cluster;
   c.plan = args.group.options;
-  c.plan.command = program_words(app, trailing);
   if (app.count("--gpu-ids")) {
     c.gpu_ids = launcher::parse_gpu_ids(args.gpu_ids, "--gpu-ids");
     c.gpu_slots = true;
@@ -62,7 +61,7 @@ Command add_run_command(CLI::App& dlrun) {
       "  dlrun run --hosts a:4,b:4 ./train      4 ranks on a, 4 on b\n"
       "  dlrun run --hostfile hosts ./train     lines 'HOST slots=N' (Open MPI / DeepSpeed format)");
   app->prefix_command();
-  set_usage(app, "dlrun run (--hosts H:N,… | --hostfile FILE) [OPTIONS] [--] PROGRAM [ARGS...]");
+  set_usage(app, "dlrun run (--hosts H:N,… | --hostfile FILE) [OPTIONS] [-m] [--] PROGRAM [ARGS...]");
   auto& c = args->cluster;
   app->add_option("--hosts", args->hosts, "Hosts and ranks on each: a:4,b:4 (user@host works; localhost runs without ssh)")
       ->type_name("LIST");
@@ -86,12 +85,14 @@ Command add_run_command(CLI::App& dlrun) {
       ->capture_default_str();
   app->add_option("--remote-dlrun", c.remote_dlrun, "dlrun's path on the other hosts (default: this one's)")
       ->type_name("PATH");
+  add_program_options(app, args->group);
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
   args->group.options.prefix = "[{host}:{rank}] ";
   app->footer(
       "Before starting anything, every host is checked over ssh at once (BatchMode: keys, no passwords); all "
-      "unreachable hosts are named. Ranks get the env of dlrun local with global RANK, NODE_RANK and a MASTER_ADDR "
+      "unreachable hosts are named. The program is found on each host as dlrun local finds it (PROGRAM.py runs "
+      "with python3). Ranks get the env of dlrun local with global RANK, NODE_RANK and a MASTER_ADDR "
       "the other hosts reach. Exit code: the failing rank's own, 69 if hosts cannot be reached or do not join "
       "(docs/run.md).");
   return {app, [args, app](const Trailing& trailing) { return run_run(*args, *app, trailing); }};

@@ -17,10 +17,9 @@ struct SlurmRunArgs {
 };
 
 int run_slurm_step_command(SlurmRunArgs& args, CLI::App& app, const Trailing& trailing) {
-  apply_group_options(args.group, app);
+  apply_group_options(args.group, app, trailing);
   auto& step = args.step;
   step.cluster.plan = args.group.options;
-  step.cluster.plan.command = program_words(app, trailing);
   step.cluster.plan.prefix = "[{host}:{rank}] ";
   step.cluster.plan.color = launcher::ColorMode::never;
   return launcher::run_slurm_step(step, launcher::current_environment());

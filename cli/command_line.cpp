@@ -1,6 +1,7 @@
-// The program a subcommand runs (what CLI11 left over plus what followed "--") and the
-// usage line that says so in --help.
+// The program a subcommand runs (what CLI11 left over plus what followed "--"), the usage
+// line that says so in --help, and the wording of every usage error, the same for each verb.
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -12,7 +13,24 @@
 namespace dlrun::cli {
 namespace {
 
-void reject_unknown_option(const std::string& word, const CLI::App& app) {
+bool looks_like_option(const std::string& word) { return word.size() > 1 && word[0] == '-'; }
+
+// The names of the verbs --help lists (the internal ones are hidden).
+std::vector<std::string> visible_verbs(const CLI::App& dlrun) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : dlrun.get_subcommands([](const CLI::App* s) { return !s->get_group().empty(); })) {
+    names.push_back(sub->get_name());
+  }
+  return names;
+}
+
+}  // namespace
+
+std::string help_hint(const CLI::App& app) {
+  return fmt::format("; see '{} --help'", app.get_parent() ? "dlrun " + app.get_name() : "dlrun");
+}
+
+std::string unknown_option_message(const std::string& word, const CLI::App& app) {
   std::vector<std::string> names;
   for (const CLI::Option* option : app.get_options()) {
     for (const auto& name : option->get_lnames()) names.push_back("--" + name);
@@ -20,17 +38,28 @@ void reject_unknown_option(const std::string& word, const CLI::App& app) {
   }
   std::string bare = word.substr(0, word.find('='));
   auto hint = launcher::closest_match(bare, names);
-  throw ConfigError(fmt::format("unknown option '{}'{}; put '--' before a program whose name "
-                                "starts with '-'",
-                                bare, hint ? fmt::format(" (did you mean '{}'?)", *hint) : ""));
+  return fmt::format("unknown option '{}'{}{}", bare, hint ? fmt::format(" (did you mean '{}'?)", *hint) : "",
+                     app.get_prefix_command() ? "; put '--' before a program whose name starts with '-'" : "");
 }
 
-}  // namespace
+std::optional<std::string> unexpected_words_message(const CLI::App& app) {
+  // A verb that ends in a program leaves the program's words over: they are not unexpected.
+  if (app.get_prefix_command()) return std::nullopt;
+  const std::vector<std::string> words = app.remaining();
+  if (words.empty()) return std::nullopt;
+  const std::string& word = words.front();
+  if (looks_like_option(word)) return unknown_option_message(word, app);
+  if (!app.get_parent()) {
+    auto hint = launcher::closest_match(word, visible_verbs(app));
+    return fmt::format("unknown command '{}'{}", word, hint ? fmt::format(" (did you mean '{}'?)", *hint) : "");
+  }
+  return fmt::format("unexpected argument '{}'", word);
+}
 
 std::vector<std::string> program_words(const CLI::App& app, const Trailing& trailing) {
   std::vector<std::string> words = app.remaining();
-  if (!words.empty() && words.front().size() > 1 && words.front()[0] == '-') {
-    reject_unknown_option(words.front(), app);
+  if (!words.empty() && looks_like_option(words.front())) {
+    throw ConfigError(unknown_option_message(words.front(), app) + help_hint(app));
   }
   // "--" after the program's name belongs to the program: put it back.
   if (!words.empty() && trailing.present) words.push_back("--");
@@ -51,6 +80,21 @@ std::string Formatter::make_usage(const CLI::App* app, std::string name) const {
   auto it = usages().find(app);
   if (it == usages().end()) return CLI::Formatter::make_usage(app, std::move(name));
   return "Usage: " + it->second + "\n";
+}
+
+std::string Formatter::make_option_name(const CLI::Option* option, bool is_positional) const {
+  if (is_positional) return CLI::Formatter::make_option_name(option, is_positional);
+  // torchrun's spellings with '_' (--nproc_per_node) are accepted, not listed beside the '-' ones.
+  const auto& long_names = option->get_lnames();
+  std::string names;
+  for (const auto& name : option->get_snames()) names += (names.empty() ? "-" : ",-") + name;
+  for (const auto& name : long_names) {
+    std::string dashed = name;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    if (dashed != name && std::find(long_names.begin(), long_names.end(), dashed) != long_names.end()) continue;
+    names += (names.empty() ? "--" : ",--") + name;
+  }
+  return names;
 }
 
 }  // namespace dlrun::cli

@@ -4,6 +4,7 @@
 // itself is in the launcher library. main.cpp is the one place that catches and prints.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ struct Command {
 // leftover word that looks like an option is a typo of ours, reported with a suggestion.
 std::vector<std::string> program_words(const CLI::App& app, const Trailing& trailing);
 
+// Usage errors read the same for every verb: "unknown option '--jsn' (did you mean
+// '--json'?)", "unknown command 'lcoal' (did you mean 'local'?)", then help_hint().
+std::string unknown_option_message(const std::string& word, const CLI::App& app);
+// What CLI11 could not place among `app`'s words, as such a message; nothing when all fit
+// (or `app` ends in a program, whose words are its own).
+std::optional<std::string> unexpected_words_message(const CLI::App& app);
+// "; see 'dlrun local --help'" ("dlrun --help" for dlrun itself).
+std::string help_hint(const CLI::App& app);
+
 Command add_local_command(CLI::App& dlrun);
 Command add_init_command(CLI::App& dlrun);
 Command add_run_command(CLI::App& dlrun);
@@ -43,10 +53,12 @@ Command add_schedule_command(CLI::App& dlrun);
 // The "Usage:" line CLI11 cannot derive for commands that end in a program to run.
 void set_usage(const CLI::App* app, std::string usage);
 
-// Prints usage lines registered with set_usage(); otherwise CLI11's own.
+// Prints usage lines registered with set_usage(); otherwise CLI11's own. Leaves out the
+// spellings with '_' (torchrun's) of options that have one with '-'.
 class Formatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App* app, std::string name) const override;
+  std::string make_option_name(const CLI::Option* option, bool is_positional) const override;
 };
 
 }  // namespace dlrun::cli

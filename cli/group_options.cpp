@@ -1,5 +1,6 @@
 #include "group_options.hpp"
 
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -14,6 +15,11 @@ CLI::Validator duration_check() {
         return launcher::duration_problem(seconds, text).value_or("");
       },
       "SECONDS");
+}
+
+void add_program_options(CLI::App* app, GroupArgs& args) {
+  app->add_flag("-m,--module", args.module,
+                "PROGRAM is a Python module: run python3 -m PROGRAM ARGS (as torchrun -m)");
 }
 
 void add_output_options(CLI::App* app, GroupArgs& args) {
@@ -31,7 +37,7 @@ void add_output_options(CLI::App* app, GroupArgs& args) {
   app->add_option("--color", args.color, "Colour the prefixes: auto (on a terminal, unless NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
-  app->add_option("--tail", o.tail_lines, "Lines of a failed rank's stderr to show")->type_name("N")->capture_default_str();
+  app->add_option("--tail", o.tail_lines, "Lines of a failed rank's stderr to show (a traceback from its error file: whole, up to 100 lines; 0: neither)")->type_name("N")->capture_default_str();
   app->add_flag("-q,--quiet", o.quiet, "No informational lines from dlrun itself (its warnings and errors still)");
 }
 
@@ -41,7 +47,7 @@ void add_failure_options(CLI::App* app, GroupArgs& args) {
       ->check(duration_check())
       ->type_name("SECONDS")
       ->capture_default_str();
-  app->add_option("--max-restarts", o.max_restarts,
+  app->add_option("--max-restarts,--max_restarts", o.max_restarts,
                   "Restart the whole group up to K times after a rank fails (counted for the job)")
       ->type_name("K")
       ->capture_default_str();
@@ -53,8 +59,10 @@ void add_failure_options(CLI::App* app, GroupArgs& args) {
       ->capture_default_str();
 }
 
-void apply_group_options(GroupArgs& args, const CLI::App& app) {
+void apply_group_options(GroupArgs& args, const CLI::App& app, const Trailing& trailing) {
   auto& options = args.options;
+  options.command = program_words(app, trailing);
+  if (args.module) options.command = launcher::python_module_command(options.command);
   if (app.count("--ranks")) options.shown_ranks = launcher::parse_int_list(args.ranks, "--ranks");
   options.prefix_enabled = !args.no_prefix;
   if (options.quiet && dlrun::log::level() < dlrun::log::Level::warn) dlrun::log::set_level(dlrun::log::Level::warn);

@@ -20,11 +20,12 @@
 
 namespace {
 
-int usage_error(const std::string& message, const CLI::App* where) {
-  std::string hint = where ? fmt::format("; see '{} --help'",
-                                         where->get_parent() ? "dlrun " + where->get_name() : "dlrun")
-                           : "";
-  std::cerr << "dlrun: error: " << message << hint << "\n";
+// Every verb's usage errors read alike: what was wrong (an unknown option or command named
+// with the closest one, before CLI11's own complaints, which it may have caused), and where
+// to read more.
+int usage_error(const CLI::ParseError& error, const CLI::App& where) {
+  std::string message = dlrun::cli::unexpected_words_message(where).value_or(error.what());
+  std::cerr << "dlrun: error: " << message << dlrun::cli::help_hint(where) << "\n";
   return dlrun::exit_code::k_usage;
 }
 
@@ -89,9 +90,9 @@ int main(int argc, char** argv) {
       std::cerr << app.help();
       return dlrun::exit_code::k_usage;
     }
-    return usage_error(e.what(), innermost(app));
+    return usage_error(e, *innermost(app));
   } catch (const CLI::ParseError& e) {
-    return usage_error(e.what(), innermost(app));
+    return usage_error(e, *innermost(app));
   }
 
   try {

@@ -102,6 +102,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   job.global_world_size = assignment.world_size;
   job.host = options.host_label;
   job.restarts_before = options.round;  // the launcher's attempt: DLRUN_RESTART_COUNT counts the job's
+  job.job_max_restarts = plan.options.max_restarts;
 
   stop_when_stdin_closes();
   client.watch([](int signal) { ::kill(::getpid(), signal); });

@@ -68,6 +68,7 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
   p.log_dir = g.log_dir;
   p.grace_seconds = g.grace_seconds;
   p.watchdog_seconds = g.watchdog_seconds;  // each agent watches its own ranks
+  p.max_restarts = g.max_restarts;  // for TORCHELASTIC_MAX_RESTARTS: the launcher restarts the hosts
   p.tail_lines = g.tail_lines;
   p.prefix = g.prefix;
   p.prefix_enabled = g.prefix_enabled;

@@ -23,6 +23,7 @@
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/log.hpp"
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/run_dir.hpp"
@@ -165,12 +166,8 @@ JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& 
   // (kinds "ssh" and "slurm") that cannot be checked from here.
   Environment job_env = m_env;
   for (const auto& [key, value] : spec.env) job_env[key] = value;
-  std::string program = spec.command[0];
-  if (program.find('/') != std::string::npos && fs::path(program).is_relative()) {
-    program = (fs::path(spec.workdir) / program).string();
-  }
   try {
-    if (spec.scheduler == "local") resolve_program(program, job_env["PATH"]);
+    if (spec.scheduler == "local") resolve_command(spec.command, job_env["PATH"], spec.workdir);
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", job_file, e.what()));
   }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
@@ -93,8 +94,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
   (void)check_prefix;
 
   auto path_it = env.find("PATH");
-  job.program.path = resolve_program(options.command[0], path_it == env.end() ? "" : path_it->second);
-  job.program.argv = options.command;
+  job.program = resolve_command(options.command, path_it == env.end() ? "" : path_it->second);
 
   if (options.gpus) {
     job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks, options.source, options.gpus_label);
@@ -122,7 +122,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
   if (options.master_port && options.check_master_port) ensure_port_free(options.master_addr, *options.master_port);
 
   job.job_id = job_id.empty() ? make_job_id() : job_id;
-  job.run_dir = prepare_run_dir(options.run_dir, job.job_id, env);
+  job.run_dir = prepare_run_dir(options.run_dir, job.job_id, env, &job.fresh_run_dir);
   job.log_dir = prepare_log_dir(options.log_dir, job.run_dir);
   job.host = host_name();
   job.base_env = env;
@@ -143,6 +143,7 @@ std::vector<Member> plan_local_members(const Plan& job, int restart_count) {
   plan.run_dir = job.run_dir;
   plan.job_id = job.job_id;
   plan.restart_count = job.restarts_before + restart_count;
+  plan.max_restarts = job.job_max_restarts.value_or(options.max_restarts);
   plan.cores = job.cores;
   plan.gpu_ids = job.gpu_ids;
   plan.gpu_binding = options.gpu_binding;

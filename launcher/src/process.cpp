@@ -131,7 +131,12 @@ void await_exec(SpawnedProcess& process, const std::string& program) {
   } while (n < 0 && errno == EINTR);
   close_fd(process.exec_status_fd);
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
-    throw SpawnError(fmt::format("cannot start {}: {}", program, std::strerror(child_errno)));
+    // ENOEXEC: a script without a #! line (a shell would have guessed /bin/sh; exec does not).
+    const char* hint = child_errno == ENOEXEC
+                           ? " (neither a binary nor a script whose first line names its interpreter: start it "
+                             "with a #! line such as #!/bin/sh, or put the interpreter before it)"
+                           : "";
+    throw SpawnError(fmt::format("cannot start {}: {}{}", program, std::strerror(child_errno), hint));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dlrun/launcher/error_file.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
@@ -35,6 +36,15 @@ std::vector<RankSpec> plan_node_ranks(const NodePlanInput& in) {
     env[env::k_run_dir] = in.run_dir;
     env[env::k_restart_count] = std::to_string(in.restart_count);
     env[env::k_job_id] = in.job_id;
+    // torchrun's names for the same facts (one role: ROLE_* are the global ones).
+    env[env::k_group_world_size] = std::to_string(in.num_nodes);
+    env[env::k_role_name] = "default";
+    env[env::k_role_rank] = env[env::k_rank];
+    env[env::k_role_world_size] = env[env::k_world_size];
+    env[env::k_torchelastic_run_id] = in.job_id;
+    env[env::k_torchelastic_restart_count] = env[env::k_restart_count];
+    env[env::k_torchelastic_max_restarts] = std::to_string(in.max_restarts);
+    env[env::k_torchelastic_error_file] = error_file_path(in.run_dir, spec.rank);
     if (in.base.count(env::k_omp_num_threads) == 0) {
       env[env::k_omp_num_threads] = std::to_string(threads_per_rank(in.cores, in.local_world_size));
     }

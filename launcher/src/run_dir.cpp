@@ -38,11 +38,12 @@ std::string dlrun_home(const Environment& env) {
 }
 
 std::string prepare_run_dir(const std::string& requested, const std::string& job_id,
-                            const Environment& env) {
+                            const Environment& env, bool* created) {
   const bool is_default = requested.empty();
   fs::path dir = is_default ? fs::path(dlrun_home(env)) / "runs" / job_id : fs::path(requested);
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  const bool made = fs::create_directories(dir, ec);
+  if (created) *created = made;
   if (ec) {
     throw ConfigError(fmt::format("cannot create run directory {}: {}{}", dir.string(), ec.message(),
                                   is_default ? fmt::format(" (set {} or --run-dir)", env::k_home) : ""));

@@ -33,6 +33,17 @@ namespace {
 
 constexpr auto k_drain_timeout = 2s;  // output still held by a rank's escaped children
 
+// A traceback from a rank's error file is shown whole up to this many lines (its end beyond).
+constexpr size_t k_max_traceback_lines = 100;
+
+// The member's TORCHELASTIC_ERROR_FILE, or null (the ssh sessions of dlrun run have none).
+const std::string* error_file_of(const Member& member) {
+  auto it = member.spec.env.find(env::k_torchelastic_error_file);
+  return it == member.spec.env.end() ? nullptr : &it->second;
+}
+
+std::string_view first_line(std::string_view text) { return text.substr(0, text.find('\n')); }
+
 // A terminal that redraws a progress line in place ("\r\x1b[K").
 bool live_terminal(int fd, const Environment& env) {
   if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
@@ -76,8 +87,12 @@ void Supervisor::begin() {
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   record("running", std::nullopt);
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
+    // The program as the user named it: train.py, not the python3 that runs it; python3 -m pkg.
+    const auto& command = m_job.options.command.empty() ? m_job.program.argv : m_job.options.command;
+    const std::string program =
+        command.size() > 2 && command[1] == "-m" ? fmt::format("{} -m {}", command[0], command[2]) : command.at(0);
     log::info("job {}: {} rank{} of {}, logs in {}", m_job.job_id, m_job.world_size,
-              m_job.world_size == 1 ? "" : "s", m_job.program.argv[0],
+              m_job.world_size == 1 ? "" : "s", program,
               m_job.log_dir.empty() ? m_job.run_dir : m_job.log_dir);
   }
   start_attempt();
@@ -135,6 +150,13 @@ void Supervisor::start_attempt() {
   // scheduler does not resize the job (docs/scheduling.md).
   std::error_code ignored;
   std::filesystem::remove(m_job.run_dir + "/" + run_files::k_handles_stop, ignored);
+  // An error file left by an earlier attempt (or run, in a run directory given again) would
+  // be taken for this one's. A new run directory holds none: nothing to do at a job's start.
+  if (m_restart_count > 0 || !m_job.fresh_run_dir) {
+    for (const Member& member : members) {
+      if (const std::string* path = error_file_of(member)) ::unlink(path->c_str());
+    }
+  }
   m_group = m_runner->start(members, make_output);
   m_attempt_started = std::chrono::steady_clock::now();
   arm_watchdog();
@@ -162,7 +184,7 @@ void Supervisor::on_children_ended() {
       continue;
     }
     if (m_phase == Phase::running && !m_failure) {
-      m_failure = Failure{index, status, {}};
+      m_failure = Failure{index, status, {}, {}, {}};
       size_t others = m_group->running();
       log::error("{} {}{}", member.name, status.describe(),
                  others ? fmt::format("; stopping the other {} {}{}", others, m_job.member_noun, others == 1 ? "" : "s")
@@ -205,7 +227,7 @@ void Supervisor::request_stop(const std::string& reason, int code) {
   asio::post(m_io, [this, reason, code] {
     if (m_phase != Phase::running || m_failure || !m_group) return;
     log::error("{}", reason);
-    m_failure = Failure{SIZE_MAX, ExitStatus::exited(code), reason};
+    m_failure = Failure{SIZE_MAX, ExitStatus::exited(code), reason, {}, {}};
     stop_group(SIGTERM);
     if (m_group->all_exited()) begin_drain();
   });
@@ -254,7 +276,10 @@ void Supervisor::finish_attempt() {
   end.stop_signal = m_stop_signal;
   end.resize_pending = m_pending_resize.has_value();
   end.restart_requested = m_restart_requested;
-  if (m_failure) end.failure_code = m_failure->status.shell_code();
+  if (m_failure) {
+    end.failure_code = m_failure->status.shell_code();
+    read_error_file_of(*m_failure);
+  }
   end.all_succeeded = all_succeeded();
   end.failures_restarted = m_failures_restarted;
   end.max_restarts = m_job.options.max_restarts;
@@ -301,18 +326,34 @@ bool Supervisor::all_succeeded() const {
   return true;
 }
 
+void Supervisor::read_error_file_of(Failure& failure) const {
+  if (!failure.reason.empty()) return;
+  if (const std::string* path = error_file_of(m_group->member(failure.index))) {
+    failure.error = read_error_file(*path);
+    failure.error_path = *path;
+  }
+}
+
 void Supervisor::report_failure(const Failure& failure) const {
   if (!failure.reason.empty()) return;  // said when it happened
   const Member& member = m_group->member(failure.index);
   const auto& tail = m_group->stderr_tail(failure.index);
   const std::string& log_path = member.log_path;
-  if (tail.empty()) {
-    log::error("{} {}; it wrote nothing to stderr (its log: {})", member.name,
-               failure.status.describe(), log_path);
+  std::string what = fmt::format("{} {}", member.name, failure.status.describe());
+  if (failure.error && !failure.error->message.empty()) what += fmt::format(": {}", first_line(failure.error->message));
+  if (failure.error && !failure.error->traceback.empty() && m_job.options.tail_lines > 0) {
+    // The exception the rank recorded (@record): its traceback says more than its stderr's tail.
+    std::string text = fmt::format("{}; its traceback (from {}; all its output in {}):", what,
+                                   failure.error_path, log_path);
+    for (const auto& line : traceback_lines(failure.error->traceback, k_max_traceback_lines)) text += "\n  | " + line;
+    log::error("{}", text);
     return;
   }
-  std::string text = fmt::format("{} {}; last {} line{} of its stderr (all in {}):",
-                                 member.name, failure.status.describe(), tail.size(),
+  if (tail.empty()) {
+    log::error("{}; it wrote nothing to stderr (its log: {})", what, log_path);
+    return;
+  }
+  std::string text = fmt::format("{}; last {} line{} of its stderr (all in {}):", what, tail.size(),
                                  tail.size() == 1 ? "" : "s", log_path);
   for (const auto& line : tail) text += "\n  | " + line;
   log::error("{}", text);
@@ -349,6 +390,9 @@ void Supervisor::finish(int code) {
     m_summary = m_failure->reason;
   } else if (m_failure) {
     m_summary = fmt::format("{} {}", m_group->member(m_failure->index).name, m_failure->status.describe());
+    if (m_failure->error && !m_failure->error->message.empty()) {
+      m_summary += fmt::format(": {}", first_line(m_failure->error->message));
+    }
   }
   if (!m_stop_signal && m_failure && m_failure->index < m_group->size() && !m_job.planner) {
     m_failed_rank = m_group->member(m_failure->index).spec.rank;

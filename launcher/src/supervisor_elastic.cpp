@@ -149,7 +149,7 @@ void Supervisor::check_watchdog() {
                                      m_job.options.watchdog_seconds,
                                      m_job.options.source == SettingsSource::job_file ? "the job's watchdog" : "--watchdog");
     log::error("{}", reason);
-    m_failure = Failure{i, ExitStatus::killed(SIGKILL), reason};
+    m_failure = Failure{i, ExitStatus::killed(SIGKILL), reason, {}, {}};
     stop_group(SIGTERM);
     return;
   }

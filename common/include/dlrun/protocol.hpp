@@ -17,6 +17,20 @@ inline constexpr const char* k_group_rank = "GROUP_RANK";
 inline constexpr const char* k_master_addr = "MASTER_ADDR";
 inline constexpr const char* k_master_port = "MASTER_PORT";
 
+// What torchrun (torch.distributed.elastic) sets as well, for scripts and libraries that read
+// them: the number of nodes, the rank within the role (one role, "default": the global rank),
+// the run's id, its restart count and budget, and the file where
+// torch.distributed.elastic.multiprocessing.errors.record writes the rank's exception (read by
+// dlrun when the rank fails: error_file.hpp).
+inline constexpr const char* k_group_world_size = "GROUP_WORLD_SIZE";
+inline constexpr const char* k_role_name = "ROLE_NAME";
+inline constexpr const char* k_role_rank = "ROLE_RANK";
+inline constexpr const char* k_role_world_size = "ROLE_WORLD_SIZE";
+inline constexpr const char* k_torchelastic_run_id = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* k_torchelastic_restart_count = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* k_torchelastic_max_restarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* k_torchelastic_error_file = "TORCHELASTIC_ERROR_FILE";
+
 // Set by dlrun for every rank.
 inline constexpr const char* k_run_dir = "DLRUN_RUN_DIR";
 inline constexpr const char* k_restart_count = "DLRUN_RESTART_COUNT";

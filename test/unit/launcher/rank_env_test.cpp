@@ -38,6 +38,27 @@ TEST_SUITE("launcher::RankEnv") {
     CHECK(env.at("DLRUN_RESTART_COUNT") == "0");
     CHECK(env.at("PATH") == "/usr/bin");
   }
+  TEST_CASE("each rank gets torchrun's other variables") {
+    auto in = two_ranks();
+    in.node_rank = 1;
+    in.num_nodes = 3;
+    in.first_rank = 4;
+    in.world_size = 6;
+    in.restart_count = 2;
+    in.max_restarts = 5;
+    auto ranks = plan_node_ranks(in);
+    const auto& env = ranks[1].env;
+    CHECK(env.at("GROUP_RANK") == "1");
+    CHECK(env.at("GROUP_WORLD_SIZE") == "3");
+    CHECK(env.at("LOCAL_WORLD_SIZE") == "2");
+    CHECK(env.at("ROLE_NAME") == "default");
+    CHECK(env.at("ROLE_RANK") == "5");
+    CHECK(env.at("ROLE_WORLD_SIZE") == "6");
+    CHECK(env.at("TORCHELASTIC_RUN_ID") == "j1");
+    CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "2");
+    CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == "5");
+    CHECK(env.at("TORCHELASTIC_ERROR_FILE") == "/runs/j1/rank-5.error.json");
+  }
   TEST_CASE("OMP_NUM_THREADS divides the cores unless the user set it") {
     auto ranks = plan_node_ranks(two_ranks());
     CHECK(ranks[0].env.at("OMP_NUM_THREADS") == "4");

@@ -206,6 +206,50 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(read_file("job.json").find("\"state\": \"failed\"") != std::string::npos);
   }
 
+  TEST_CASE_FIXTURE(Fixture, "a failing rank's error file (@record) names its exception") {
+    world.on_start = [](size_t, FakeGroup& group) {
+      std::ofstream(env_of(group.member(1), dlrun::env::k_torchelastic_error_file))
+          << R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback\nValueError: boom\n"}}})";
+      group.end(1, ExitStatus::exited(1));
+    };
+    Supervisor supervisor(job(2), runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 1);
+    CHECK(supervisor.summary() == "rank 1 exited with code 1: ValueError: boom");
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "an error file of an earlier attempt is not taken for the failure's") {
+    world.on_start = [](size_t attempt, FakeGroup& group) {
+      if (attempt == 0) {
+        std::ofstream(env_of(group.member(1), dlrun::env::k_torchelastic_error_file))
+            << R"({"message": "ValueError: first attempt"})";
+        group.end(1, ExitStatus::exited(1));
+      } else {
+        group.end(1, ExitStatus::exited(3));  // without an error file
+      }
+    };
+    Plan j = job(2);
+    j.options.max_restarts = 1;
+    j.fresh_run_dir = true;
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 3);
+    CHECK(world.attempts.size() == 2);
+    CHECK(supervisor.summary() == "rank 1 exited with code 3");
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "an error file in a run directory given again is not taken for the failure's") {
+    std::ofstream(run_dir + "/rank-0.error.json") << R"({"message": "OldError: from before"})";
+    world.on_start = [](size_t, FakeGroup& group) { group.end(0, ExitStatus::exited(3)); };
+    Plan j = job(2);
+    j.fresh_run_dir = false;  // it existed before
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 3);
+    CHECK(supervisor.summary() == "rank 0 exited with code 3");
+    CHECK_FALSE(fs::exists(run_dir + "/rank-0.error.json"));
+  }
+
   TEST_CASE_FIXTURE(Fixture, "the restart budget is the job's, and a restart request does not spend it") {
     // Attempts: failure, restart request (every rank exits 75), failure, failure: the budget
     // of 2 is spent by the first and third; the fourth ends the job.

@@ -2,9 +2,10 @@
 // The plan: what to run on this machine, as one typed value. PlanOptions is what a front-end
 // gives (the CLI's flags of `dlrun local`, a submitted job.toml with its allocation, an
 // agent's options from `dlrun run`), each turned into typed values once; make_plan() checks
-// it and resolves it against the machine (the program in PATH, the GPUs, a port, the run
-// directory) into the Plan that the Supervisor runs. make_plan() starts nothing: every input
-// error is found here, before any rank exists. Glossary: docs/architecture.md.
+// it and resolves it against the machine (the program as command_resolution.hpp says, the
+// GPUs, a port, the run directory) into the Plan that the Supervisor runs. make_plan() starts
+// nothing: every input error is found here, before any rank exists. Glossary:
+// docs/architecture.md.
 
 #include <functional>
 #include <optional>
@@ -69,6 +70,8 @@ struct Plan {
   std::string job_id;
   std::string run_dir;
   std::string log_dir;  // the members' logs: options.log_dir, else run_dir
+  // prepare_run_dir() made run_dir: it holds no file of an earlier run (rank error files).
+  bool fresh_run_dir = false;
   std::string host;
   Environment base_env;
   int cores = 1;
@@ -83,6 +86,9 @@ struct Plan {
   // Restarts of the job before this supervisor's first attempt (an agent of `dlrun run` is
   // started anew for each of the launcher's attempts): added to DLRUN_RESTART_COUNT.
   int restarts_before = 0;
+  // The job's restart budget where another process counts the restarts (an agent's launcher):
+  // TORCHELASTIC_MAX_RESTARTS. Empty: options.max_restarts.
+  std::optional<int> job_max_restarts;
   // Elastic bounds: the rank count may change within them (dlrun resize, a lost GPU).
   int min_world_size = 0;
   int max_world_size = 0;

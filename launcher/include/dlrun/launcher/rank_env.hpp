@@ -1,6 +1,7 @@
 #pragma once
 // Plans the ranks of one node: which rank numbers run here and the environment each one
-// gets (the torch.distributed env:// variables plus dlrun's own, see docs/channels.md).
+// gets (the torch.distributed env:// variables, torchrun's other ones, and dlrun's own, see
+// docs/channels.md).
 // Pure: the caller passes in everything read from the machine, so tests need no processes.
 
 #include <map>
@@ -29,6 +30,7 @@ struct NodePlanInput {
   std::string run_dir;
   std::string job_id;
   int restart_count = 0;
+  int max_restarts = 0;              // the job's restart budget (TORCHELASTIC_MAX_RESTARTS)
   int cores = 1;                     // cores this node may use
   std::vector<std::string> gpu_ids;  // one per local rank, or empty for CPU ranks
   GpuBinding gpu_binding = GpuBinding::rank;

@@ -21,9 +21,9 @@ std::string dlrun_home(const Environment& env);
 // `requested` if not empty, else $DLRUN_HOME/runs/<job_id>. Creates it (and parents),
 // points $DLRUN_HOME/runs/latest at it when it is the default, and otherwise links
 // $DLRUN_HOME/runs/<job_id> to it, so that every run can be found by its job id. Throws ConfigError when
-// it cannot be created.
+// it cannot be created. `created`, when given, says whether it did not exist before.
 std::string prepare_run_dir(const std::string& requested, const std::string& job_id,
-                            const Environment& env);
+                            const Environment& env, bool* created = nullptr);
 
 // Where a job's logs go: `requested` if not empty (created, with its parents), else the run
 // directory. Throws ConfigError when it cannot be created.

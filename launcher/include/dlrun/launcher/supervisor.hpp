@@ -1,7 +1,8 @@
 #pragma once
 // Runs a Plan to its end: starts the worker group, watches it, and applies the
 // policy: one failing rank stops the whole group (SIGTERM, then SIGKILL after the grace
-// period); the group restarts while the job's restart budget lasts; ranks that all exit
+// period) and is reported (its stderr's tail, or the exception in its error file,
+// error_file.hpp); the group restarts while the job's restart budget lasts; ranks that all exit
 // with exit_code::k_restart_me are restarted without spending it; SIGINT, SIGTERM and SIGHUP
 // are passed on to every rank's process group, a second one kills at once. Elastic jobs
 // change their rank count on request (dlrun resize) and leave out a GPU whose rank keeps
@@ -23,6 +24,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "dlrun/launcher/error_file.hpp"
 #include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/member_group.hpp"
 #include "dlrun/launcher/rank_output.hpp"
@@ -74,6 +76,8 @@ class Supervisor {
     size_t index;
     ExitStatus status;
     std::string reason;  // set for request_stop(): no member failed by itself
+    std::optional<RankError> error;  // what the member's error file says (error_file.hpp)
+    std::string error_path;
   };
 
   void start_attempt();
@@ -84,6 +88,7 @@ class Supervisor {
   void on_grace_expired();
   void begin_drain();
   void finish_attempt();
+  void read_error_file_of(Failure& failure) const;
   void report_failure(const Failure& failure) const;
   bool all_succeeded() const;
   void record(const std::string& state, std::optional<int> exit_code);

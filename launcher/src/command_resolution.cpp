@@ -1,0 +1,113 @@
+#include "dlrun/launcher/command_resolution.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dlrun/error.hpp"
+#include "dlrun/launcher/process.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+// `name` as the process in `working_dir` will see it.
+std::string in_dir(const std::string& name, const std::string& working_dir) {
+  if (working_dir.empty() || name.front() == '/') return name;
+  return working_dir + "/" + name;
+}
+
+// An executable regular file that starts with "#!" names its own interpreter.
+bool names_its_interpreter(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0)
+    return false;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char start[2] = {};
+  ssize_t n = ::read(fd, start, sizeof start);
+  ::close(fd);
+  return n == 2 && start[0] == '#' && start[1] == '!';
+}
+
+// Where the script is, as the rank names it: as written if it exists (relative to the
+// working directory, as python3 looks for it), else an executable of that name in PATH.
+std::string locate_script(const std::string& name, const std::string& path_env,
+                          const std::string& working_dir) {
+  struct stat st;
+  if (::stat(in_dir(name, working_dir).c_str(), &st) == 0) return name;
+  if (name.find('/') != std::string::npos) {
+    throw ConfigError(fmt::format("program '{}' does not exist", in_dir(name, working_dir)));
+  }
+  try {
+    return resolve_program(name, path_env);
+  } catch (const ConfigError&) {
+    throw ConfigError(
+        fmt::format("Python script '{}' not found in {} nor in PATH", name,
+                    working_dir.empty() ? std::string("this directory") : working_dir));
+  }
+}
+
+// A program named without a '/' is looked for in PATH only, as execvp does; the hint says
+// so when it is in the working directory.
+std::string find_in_path(const std::string& name, const std::string& path_env,
+                         const std::string& working_dir) {
+  try {
+    return resolve_program(name, path_env);
+  } catch (const ConfigError&) {
+    struct stat st;
+    if (::stat(in_dir(name, working_dir).c_str(), &st) != 0) {
+      throw ConfigError(fmt::format("program '{}' not found in PATH", name));
+    }
+    throw ConfigError(
+        fmt::format("program '{}' not found in PATH; to run the one in {}, write ./{}", name,
+                    working_dir.empty() ? std::string("this directory") : working_dir, name));
+  }
+}
+
+}  // namespace
+
+bool is_python_script(std::string_view program) {
+  return program.size() > 3 && program.substr(program.size() - 3) == ".py";
+}
+
+std::vector<std::string> python_module_command(const std::vector<std::string>& words) {
+  if (words.empty())
+    throw ConfigError(
+        "-m: no module given: put the module after the options, e.g. -m pkg.train ARGS");
+  std::vector<std::string> command = {k_python, "-m"};
+  command.insert(command.end(), words.begin(), words.end());
+  return command;
+}
+
+ProgramSpec resolve_command(const std::vector<std::string>& command, const std::string& path_env,
+                            const std::string& working_dir) {
+  if (command.empty() || command.front().empty()) {
+    throw ConfigError("no program given: put the program to run after the options");
+  }
+  const std::string& name = command.front();
+  if (!is_python_script(name)) {
+    if (name.find('/') == std::string::npos)
+      return {find_in_path(name, path_env, working_dir), command, {}};
+    resolve_program(in_dir(name, working_dir), path_env);  // throws when it cannot run there
+    return {name, command, {}};
+  }
+  std::string script = locate_script(name, path_env, working_dir);
+  if (names_its_interpreter(in_dir(script, working_dir))) {
+    return {script.find('/') == std::string::npos ? "./" + script : script, command, {}};
+  }
+  ProgramSpec python;
+  try {
+    python.path = resolve_program(k_python, path_env);
+  } catch (const ConfigError&) {
+    throw ConfigError(
+        fmt::format("'{}' is a Python script, run with {} from PATH (as torchrun does), but PATH "
+                    "has no {}: put the interpreter before the script, e.g. /usr/bin/python3 {}",
+                    name, k_python, k_python, name));
+  }
+  python.argv = {k_python, script};
+  python.argv.insert(python.argv.end(), command.begin() + 1, command.end());
+  return python;
+}
+
+}  // namespace dlrun::launcher

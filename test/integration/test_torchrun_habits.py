@@ -1,0 +1,273 @@
+"""What a torchrun user types and expects: `train.py` run through python3, `-m module`,
+`--nproc_per_node`, torchrun's environment variables, the traceback a rank's @record wrote,
+and usage errors that say what was meant."""
+import json
+import os
+import re
+import subprocess
+import unittest
+
+from harness import PYTHON, DlrunTestCase
+
+TORCHELASTIC_KEYS = ["RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
+                     "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+                     "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE"]
+
+
+def rank_lines(stdout):
+    """{rank: [lines]} from output prefixed [RANK] or [HOST:RANK]."""
+    out = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^\[(?:[^\]]*:)?(\d+)\] (.*)$", line)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(m.group(2))
+    return out
+
+
+def torch_importable():
+    r = subprocess.run([PYTHON, "-c", "import torch.distributed.elastic.multiprocessing.errors"],
+                       capture_output=True, timeout=120)
+    return r.returncode == 0
+
+
+class TorchrunTestCase(DlrunTestCase):
+    """Runs in a scratch directory whose bin/python3 (the test's Python) is first in PATH."""
+
+    def setUp(self):
+        super().setUp()
+        self.bin = os.path.join(self.tmp, "bin")
+        os.makedirs(self.bin)
+        os.symlink(PYTHON, os.path.join(self.bin, "python3"))
+        self.env["PATH"] = self.bin + os.pathsep + self.env.get("PATH", "")
+
+    def write(self, name, text, mode=0o644):
+        path = os.path.join(self.tmp, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        return path
+
+    def run_here(self, *args, **kwargs):
+        return self.dlrun(*args, cwd=self.tmp, **kwargs)
+
+    def assert_usage_error(self, r, message):
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stdout, "")
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("dlrun: error: "), lines[0])
+        self.assertIn(message, lines[0])
+
+
+SHOW = "import os, sys\nprint(sys.executable, os.environ['RANK'], *sys.argv[1:])\n"
+
+
+class PythonPrograms(TorchrunTestCase):
+    def test_script_runs_with_python3_from_path(self):
+        self.write("train.py", SHOW)
+        r = self.run_here("local", "--nproc", "2", "train.py", "--lr", "0.1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        python = os.path.join(self.bin, "python3")
+        self.assertEqual(sorted(r.stdout.splitlines()), [f"[0] {python} 0 --lr 0.1", f"[1] {python} 1 --lr 0.1"])
+        self.assertIn("2 ranks of train.py,", r.stderr)
+
+    def test_dot_slash_script_without_shebang(self):
+        self.write("train.py", SHOW, mode=0o755)  # executable, but no #! line
+        r = self.run_here("local", "--nproc", "2", "./train.py", "x")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(line.split()[-2] for line in r.stdout.splitlines()), ["0", "1"])
+        self.assertNotIn("Exec format error", r.stderr)
+
+    def test_script_with_its_own_interpreter_runs_itself(self):
+        self.write("tool.py", "#!/bin/sh\necho shell $RANK\n", mode=0o755)
+        r = self.run_here("local", "--nproc", "1", "./tool.py")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "[0] shell 0\n")
+
+    def test_script_without_interpreter_says_how_to_name_one(self):
+        self.write("train", "echo hi\n", mode=0o755)
+        r = self.run_here("local", "--nproc", "1", "./train")
+        self.assertEqual(r.returncode, 70, r.stderr)
+        self.assertIn("dlrun: error: cannot start ./train: Exec format error (neither a binary nor a script whose "
+                      "first line names its interpreter: start it with a #! line such as #!/bin/sh, or put the "
+                      "interpreter before it)", r.stderr)
+
+    def test_explicit_python3_still_works(self):
+        self.write("train.py", SHOW)
+        r = self.run_here("local", "--nproc", "1", "python3", "train.py", "a")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, f"[0] {os.path.join(self.bin, 'python3')} 0 a\n")
+
+    def test_missing_script_and_program_are_named(self):
+        self.assert_usage_error(self.run_here("local", "--nproc", "2", "trian.py"),
+                                "Python script 'trian.py' not found in this directory nor in PATH")
+        self.write("train", "#!/bin/sh\n", mode=0o755)
+        self.assert_usage_error(self.run_here("local", "--nproc", "2", "train"),
+                                "program 'train' not found in PATH; to run the one in this directory, write ./train")
+
+    def test_module(self):
+        self.write("pkg/__init__.py", "")
+        self.write("pkg/train.py", "import os, sys\nprint('module', os.environ['RANK'], *sys.argv[1:])\n")
+        r = self.run_here("local", "--nproc", "2", "-m", "pkg.train", "--epochs", "3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stdout.splitlines()), ["[0] module 0 --epochs 3", "[1] module 1 --epochs 3"])
+        self.assertIn("2 ranks of python3 -m pkg.train,", r.stderr)
+        self.assert_usage_error(self.run_here("local", "--nproc", "2", "--module"), "-m: no module given")
+
+    def test_submitted_job_runs_a_script(self):
+        self.write("train.py", SHOW)
+        job = self.write("job.toml", 'command = ["train.py", "a"]\n[resources]\nnproc = 2\n')
+        env = dict(self.env, DLRUN_CPU_SLOTS="4")
+        r = self.dlrun("submit", "--wait", "--parsable", job, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for rank in range(2):
+            logs = self.dlrun("logs", r.stdout.strip(), "--rank", str(rank), env=env)
+            self.assertEqual(logs.stdout, f"{os.path.join(self.bin, 'python3')} {rank} a\n")
+        missing = self.write("missing.toml", 'command = ["trian.py"]\n[resources]\nnproc = 1\n')
+        r = self.dlrun("submit", missing, env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(f"Python script 'trian.py' not found in {self.tmp} nor in PATH", r.stderr)
+
+    def test_run_over_hosts_finds_the_script_as_local_does(self):
+        self.write("train.py", SHOW)
+        r = self.run_here("run", "--hosts", "localhost:2", "train.py", "b")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(line.split()[-2:] for line in r.stdout.splitlines()), [["0", "b"], ["1", "b"]])
+        self.write("pkg/__init__.py", "")
+        self.write("pkg/train.py", "import os\nprint('module', os.environ['RANK'])\n")
+        r = self.run_here("run", "--hosts", "localhost:1", "-m", "pkg.train")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "[localhost:0] module 0\n")
+
+
+class TorchrunOptions(TorchrunTestCase):
+    def test_nproc_per_node_spellings(self):
+        for args in (["--nproc_per_node", "2"], ["--nproc-per-node", "2"], ["--nproc_per_node=2"]):
+            r = self.run_here("local", *args, "sh", "-c", "echo $WORLD_SIZE")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sorted(r.stdout.splitlines()), ["[0] 2", "[1] 2"])
+
+    def test_other_underscore_spellings(self):
+        r = self.run_here("local", "--nproc", "1", "--master_addr", "127.0.0.1", "--max_restarts", "1",
+                          "sh", "-c", "echo $MASTER_ADDR $TORCHELASTIC_MAX_RESTARTS")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "[0] 127.0.0.1 1\n")
+
+    def test_help_lists_the_dash_spellings(self):
+        r = self.dlrun("local", "--help")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("--nproc,--nproc-per-node N|MIN:MAX", r.stdout)
+        self.assertIn("-m,--module", r.stdout)
+
+
+class TorchelasticEnvironment(TorchrunTestCase):
+    def test_each_rank_gets_torchruns_variables(self):
+        self.write("env.py", "import json, os, sys\n"
+                             "if os.environ['DLRUN_RESTART_COUNT'] == '0': sys.exit(1)\n"
+                             f"print(json.dumps({{k: os.environ.get(k) for k in {TORCHELASTIC_KEYS!r}}}))\n")
+        run_dir = self.run_dir()
+        r = self.run_here("local", "--nproc", "2", "--max-restarts", "2", "--run-dir", run_dir, "env.py")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = re.search(r"^dlrun: job (\S+):", r.stderr, re.M).group(1)
+        envs = {rank: json.loads(lines[0]) for rank, lines in rank_lines(r.stdout).items()}
+        self.assertEqual(sorted(envs), [0, 1])
+        for rank, e in envs.items():
+            self.assertEqual(e, {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+                                 "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default", "ROLE_RANK": str(rank),
+                                 "ROLE_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": job,
+                                 "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_MAX_RESTARTS": "2",
+                                 "TORCHELASTIC_ERROR_FILE": os.path.join(run_dir, f"rank-{rank}.error.json")})
+
+    def test_hosts_of_dlrun_run_are_torchruns_groups(self):
+        r = self.run_here("run", "--hosts", "localhost:1,127.0.0.1:2", "--max-restarts", "3", "sh", "-c",
+                          "echo $GROUP_RANK $GROUP_WORLD_SIZE $LOCAL_WORLD_SIZE $ROLE_RANK $TORCHELASTIC_MAX_RESTARTS")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = sorted(line.split("] ", 1)[1] for line in r.stdout.splitlines())
+        self.assertEqual(rows, ["0 2 1 0 3", "1 2 2 1 3", "1 2 2 2 3"])
+
+
+RECORDED = """import os, sys
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    if os.environ["RANK"] == "1":
+        sys.stderr = open(os.devnull, "w")  # only the error file tells what happened
+        raise ValueError("bad batch size 7 on rank 1")
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@unittest.skipUnless(torch_importable(), f"torch.distributed.elastic is not importable by {PYTHON}")
+class ErrorFile(TorchrunTestCase):
+    def test_recorded_exception_is_reported(self):
+        self.write("train.py", RECORDED)
+        run_dir = self.run_dir()
+        r = self.run_here("local", "--nproc", "2", "--run-dir", run_dir, "train.py", timeout=180)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        error_file = os.path.join(run_dir, "rank-1.error.json")
+        self.assertIn(f"dlrun: error: rank 1 exited with code 1: ValueError: bad batch size 7 on rank 1; its traceback "
+                      f"(from {error_file}; all its output in {os.path.join(run_dir, 'rank-1.log')}):", r.stderr)
+        report = r.stderr.split("its traceback (from", 1)[1]
+        self.assertIn('\n  |     raise ValueError("bad batch size 7 on rank 1")\n', report)
+        self.assertTrue(report.rstrip("\n").endswith("\n  | ValueError: bad batch size 7 on rank 1"), report)
+
+    def test_submitted_jobs_reason_names_the_exception(self):
+        self.write("train.py", RECORDED)
+        job = self.write("job.toml", 'command = ["train.py"]\n[resources]\nnproc = 2\n')
+        env = dict(self.env, DLRUN_CPU_SLOTS="4")
+        r = self.dlrun("submit", "--wait", "--parsable", job, env=env, timeout=180)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        status = json.loads(self.dlrun("status", "--json", r.stdout.strip(), env=env).stdout)
+        self.assertEqual(status["reason"], "rank 1 exited with code 1: ValueError: bad batch size 7 on rank 1")
+
+    def test_an_earlier_attempts_error_file_is_not_reported_again(self):
+        self.write("train.py", RECORDED.replace('    if os.environ["RANK"] == "1":',
+                                                '    if os.environ["TORCHELASTIC_RESTART_COUNT"] == "1":\n'
+                                                '        os._exit(3)\n'
+                                                '    if os.environ["RANK"] == "1":'))
+        r = self.run_here("local", "--nproc", "2", "--max-restarts", "1", "train.py", timeout=180)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("rank 1 exited with code 1: ValueError: bad batch size 7 on rank 1; its traceback", r.stderr)
+        self.assertRegex(r.stderr, r"rank \d exited with code 3; it wrote nothing to stderr")
+        self.assertNotIn("exited with code 3: ValueError", r.stderr)
+
+    def test_torch_sees_a_torchelastic_launch(self):
+        self.write("check.py", "import torch.distributed as dist\nprint(dist.is_torchelastic_launched())\n")
+        r = self.run_here("local", "--nproc", "1", "check.py", timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "[0] True\n")
+
+
+class UsageErrors(TorchrunTestCase):
+    def test_misspelt_command_gets_a_suggestion(self):
+        for word, meant in (("lcoal", "local"), ("stauts", "status"), ("sbumit", "submit"), ("canel", "cancel")):
+            self.assert_usage_error(self.dlrun(word, "1"),
+                                    f"unknown command '{word}' (did you mean '{meant}'?); see 'dlrun --help'")
+        self.assert_usage_error(self.dlrun("frobnicate"), "unknown command 'frobnicate'; see 'dlrun --help'")
+
+    def test_every_command_names_an_unknown_option_and_the_closest_one(self):
+        cases = [
+            (["local", "--nprocs", "2", "true"], "unknown option '--nprocs' (did you mean '--nproc'?)", "local"),
+            (["run", "--host", "a:1", "true"], "unknown option '--host' (did you mean '--hosts'?)", "run"),
+            (["status", "--jsn"], "unknown option '--jsn' (did you mean '--json'?)", "status"),
+            (["logs", "--folow", "1"], "unknown option '--folow' (did you mean '--follow'?)", "logs"),
+            (["submit", "--wiat", "job.toml"], "unknown option '--wiat' (did you mean '--wait'?)", "submit"),
+            (["cancel", "--forec"], "unknown option '--forec' (did you mean '--force'?)", "cancel"),
+            (["init", "--froce", "dir"], "unknown option '--froce' (did you mean '--force'?)", "init"),
+            (["resize", "--bogus", "1", "2"], "unknown option '--bogus'", "resize"),
+        ]
+        for args, message, verb in cases:
+            r = self.dlrun(*args)
+            self.assert_usage_error(r, message)
+            self.assertTrue(r.stderr.rstrip("\n").endswith(f"; see 'dlrun {verb} --help'"), r.stderr)
+
+    def test_unexpected_argument(self):
+        self.assert_usage_error(self.dlrun("status", "1", "2"), "unexpected argument '2'; see 'dlrun status --help'")
+
+
+if __name__ == "__main__":
+    unittest.main()

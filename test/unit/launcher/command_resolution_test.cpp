@@ -1,0 +1,114 @@
+#include "dlrun/launcher/command_resolution.hpp"
+
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "dlrun/error.hpp"
+
+using namespace dlrun::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A scratch directory with a bin/ holding an executable python3, removed at the end.
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    std::string pattern = (fs::temp_directory_path() / "dlrun-resolve-XXXXXX").string();
+    dir = ::mkdtemp(pattern.data());
+    fs::create_directories(dir / "bin");
+    write("bin/python3", "#!/bin/sh\n", 0755);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  void write(const std::string& name, const std::string& text, mode_t mode = 0644) const {
+    std::ofstream(dir / name) << text;
+    ::chmod((dir / name).c_str(), mode);
+  }
+  std::string path() const { return (dir / "bin").string(); }
+  std::string work() const { return dir.string(); }
+};
+
+}  // namespace
+
+TEST_SUITE("launcher::CommandResolution") {
+  TEST_CASE("a name ending in .py is a Python script") {
+    CHECK(is_python_script("train.py"));
+    CHECK(is_python_script("./a/b.py"));
+    CHECK_FALSE(is_python_script("train"));
+    CHECK_FALSE(is_python_script("python3"));
+    CHECK_FALSE(is_python_script(".py"));
+    CHECK_FALSE(is_python_script("train.pyc"));
+  }
+  TEST_CASE("-m MODULE runs python3 -m MODULE with the arguments after it") {
+    CHECK(python_module_command({"pkg.train", "--lr", "1"}) ==
+          std::vector<std::string>{"python3", "-m", "pkg.train", "--lr", "1"});
+    CHECK_THROWS_WITH_AS(python_module_command({}), doctest::Contains("-m: no module given"),
+                         dlrun::ConfigError);
+  }
+  TEST_CASE("a script runs with python3 from PATH, with its arguments") {
+    Scratch s;
+    s.write("train.py", "print(1)\n");
+    auto program = resolve_command({"train.py", "--lr", "1"}, s.path(), s.work());
+    CHECK(program.path == s.path() + "/python3");
+    CHECK(program.argv == std::vector<std::string>{"python3", "train.py", "--lr", "1"});
+    // Executable without a #! line: still python3's.
+    s.write("exec.py", "print(1)\n", 0755);
+    CHECK(resolve_command({"./exec.py"}, s.path(), s.work()).argv ==
+          std::vector<std::string>{"python3", "./exec.py"});
+  }
+  TEST_CASE("an executable script with a #! line runs itself") {
+    Scratch s;
+    s.write("own.py", "#!/bin/sh\necho hi\n", 0755);
+    auto program = resolve_command({"own.py", "x"}, s.path(), s.work());
+    CHECK(program.path == "./own.py");
+    CHECK(program.argv == std::vector<std::string>{"own.py", "x"});
+    // Not executable: the #! line cannot be used, python3 runs it.
+    s.write("plain.py", "#!/bin/sh\necho hi\n", 0644);
+    CHECK(resolve_command({"plain.py"}, s.path(), s.work()).argv.front() == "python3");
+  }
+  TEST_CASE("a script not in the working directory is looked for in PATH") {
+    Scratch s;
+    s.write("bin/tool.py", "print(1)\n", 0755);
+    auto program = resolve_command({"tool.py"}, s.path(), s.work());
+    CHECK(program.argv == std::vector<std::string>{"python3", s.path() + "/tool.py"});
+  }
+  TEST_CASE("missing scripts and interpreters are named") {
+    Scratch s;
+    CHECK_THROWS_WITH_AS(
+        resolve_command({"nope.py"}, s.path(), s.work()),
+        ("Python script 'nope.py' not found in " + s.work() + " nor in PATH").c_str(),
+        dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(resolve_command({"./sub/nope.py"}, s.path(), s.work()),
+                         ("program '" + s.work() + "/./sub/nope.py' does not exist").c_str(),
+                         dlrun::ConfigError);
+    s.write("train.py", "print(1)\n");
+    CHECK_THROWS_WITH_AS(
+        resolve_command({"train.py"}, "/nonexistent", s.work()),
+        doctest::Contains("'train.py' is a Python script, run with python3 from PATH"),
+        dlrun::ConfigError);
+  }
+  TEST_CASE("other programs are found in PATH, and the hint names one in the working directory") {
+    Scratch s;
+    s.write("bin/tool", "#!/bin/sh\n", 0755);
+    CHECK(resolve_command({"tool", "a"}, s.path(), s.work()).path == s.path() + "/tool");
+    CHECK(resolve_command({"tool", "a"}, s.path(), s.work()).argv ==
+          std::vector<std::string>{"tool", "a"});
+    CHECK_THROWS_WITH_AS(resolve_command({"trian"}, s.path(), s.work()),
+                         "program 'trian' not found in PATH", dlrun::ConfigError);
+    s.write("train", "#!/bin/sh\n", 0755);
+    CHECK_THROWS_WITH_AS(
+        resolve_command({"train"}, s.path(), s.work()),
+        ("program 'train' not found in PATH; to run the one in " + s.work() + ", write ./train")
+            .c_str(),
+        dlrun::ConfigError);
+    CHECK(resolve_command({"./train"}, s.path(), s.work()).path == "./train");
+  }
+}
