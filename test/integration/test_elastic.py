@@ -234,12 +234,14 @@ while True:
             self.assertEqual(r.returncode, 3, r.stderr)
             self.assertIn(f"dlrun resize --force {job} 1", r.stderr)
             status = json.loads(self.dlrun("status", "--json", job).stdout)
-            self.assertEqual((status["state"], status["ranks"], status["restarts"]), ("RUNNING", 3, 0))
+            self.assertEqual((status["state"], status["ranks"], status["restarts"], status["resizes"]),
+                             ("RUNNING", 3, 0, 0))
             r = self.dlrun("resize", "--force", job, "2")
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("(restarted:", r.stdout)
             status = json.loads(self.dlrun("status", "--json", job).stdout)
-            self.assertEqual((status["state"], status["ranks"], status["restarts"]), ("RUNNING", 2, 1))
+            self.assertEqual((status["state"], status["ranks"], status["restarts"], status["resizes"]),
+                             ("RUNNING", 2, 0, 1))  # a resize by restart spends no max_restarts
             r = self.dlrun("resize", "--force", job, "auto")
             self.assertEqual(r.returncode, 2)
             self.assertIn("--force goes with a number of ranks", r.stderr)

@@ -349,7 +349,8 @@ class StatusColumns(JobsTestCase):
         # Attempt 1: rank 0 fails (a restart, spending max_restarts); attempt 2 runs 3 ranks
         # until `dlrun resize` asks for 2 (a resize, spending nothing).
         starts, gate = os.path.join(self.tmp, "starts"), os.path.join(self.tmp, "gate")
-        rank = self.script("rank.sh", f"trap 'exit 75' USR1\necho $RANK:$WORLD_SIZE:$DLRUN_RESTART_COUNT >> {starts}\n"
+        rank = self.script("rank.sh", "trap 'exit 75' USR1\n: > \"$DLRUN_RUN_DIR/handles-stop\"\n"
+                                      f"echo $RANK:$WORLD_SIZE:$DLRUN_RESTART_COUNT >> {starts}\n"
                                       'if [ "$DLRUN_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then exit 1; fi\n'
                                       f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
         job_id = self.submit(f'max_restarts = 1\ncommand = ["{rank}"]\n[resources]\nnproc = "1:3"\n')
