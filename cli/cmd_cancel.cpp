@@ -20,7 +20,7 @@ struct CancelArgs {
 int run_cancel(const CancelArgs& args) {
   launcher::JobQueue queue(launcher::current_environment());
   std::vector<int64_t> ids;
-  for (const auto& job : args.jobs) ids.push_back(launcher::submitted_job_number(launcher::parse_job_ref(job), "cancel"));
+  for (const auto& job : args.jobs) ids.push_back(launcher::job_number(queue.store(), launcher::parse_job_ref(job), "cancel"));
   for (int64_t id : ids) {
     auto before = queue.store().get(id);
     auto state = queue.cancel(id, args.force);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "foreground.hpp"
 #include "group_options.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/plan.hpp"
@@ -18,6 +19,7 @@ namespace {
 
 struct LocalArgs {
   GroupArgs group;
+  ForegroundArgs foreground;
   std::string nproc;
   std::string gpus;
   std::string gpu_binding = "rank";
@@ -44,7 +46,9 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
   if (app.count("--master-port")) options.master_port = args.master_port;
   options.gpu_binding = args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
   launcher::raise_fd_limit();
-  auto job = launcher::make_plan(options, launcher::current_environment());
+  auto record = start_foreground(args.foreground, app, launcher::JobOrigin::local, options, options.gpus.has_value());
+  auto job = launcher::make_plan(options, launcher::current_environment(), record->job_id());
+  record->attach(job);
   return launcher::run_plan(job);
 }
 
@@ -58,9 +62,11 @@ Command add_local_command(CLI::App& dlrun) {
       "  dlrun local --nproc 2 ./train          two CPU ranks\n"
       "  dlrun local --gpus 4 ./train           one rank per GPU\n"
       "  dlrun local --nproc 2 train.py         any torch.distributed (env://) script, run with python3\n"
-      "  dlrun local --nproc 2 -m pkg.train     a Python module: python3 -m pkg.train");
+      "  dlrun local --nproc 2 -m pkg.train     a Python module: python3 -m pkg.train\n"
+      "  dlrun local --resume 12                job 12 again, from its checkpoint (dlrun prints this when it stops)");
   app->prefix_command();
-  set_usage(app, "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [-m] [--] PROGRAM [ARGS...]");
+  set_usage(app, "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [-m] [--] PROGRAM [ARGS...]\n"
+                 "       dlrun local --resume JOB [OPTIONS PROGRAM [ARGS...]]");
   auto& o = args->group.options;
 
   app->add_option("--nproc,--nproc-per-node,--nproc_per_node", args->nproc,
@@ -83,11 +89,15 @@ Command add_local_command(CLI::App& dlrun) {
                   "Port of the rendezvous (MASTER_PORT); default: a free port, new each restart")
       ->type_name("PORT");
   add_program_options(app, args->group);
+  add_foreground_options(app, args->foreground);
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
   app->footer(
       "PROGRAM ending in .py runs with python3 from PATH (as under torchrun), unless it is executable "
       "with a #! line. torchrun's --nproc_per_node, --master_addr, --master_port, --max_restarts work too.\n"
+      "Every run is a job: dlrun status, logs, cancel and resize know it by the number it prints "
+      "('dlrun: job 12: …'); after a stop or a failure, 'dlrun local --resume 12' runs it again in the same run "
+      "directory, so a program that checkpoints there (the dlrun runtime does) continues.\n"
       "Each rank gets RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK "
       "MASTER_ADDR MASTER_PORT DLRUN_RUN_DIR DLRUN_RESTART_COUNT DLRUN_JOB_ID, torchrun's TORCHELASTIC_* "
       "GROUP_WORLD_SIZE ROLE_*, and OMP_NUM_THREADS unless set (docs/channels.md). A rank that fails with "

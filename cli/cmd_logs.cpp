@@ -19,7 +19,7 @@ struct LogsArgs {
 
 int run_logs(const LogsArgs& args) {
   launcher::JobQueue queue(launcher::current_environment());
-  launcher::copy_job_log(queue, launcher::submitted_job_number(launcher::parse_job_ref(args.job), "logs"), args.rank,
+  launcher::copy_job_log(queue, launcher::job_number(queue.store(), launcher::parse_job_ref(args.job), "logs"), args.rank,
                          args.follow ? launcher::Follow::until_the_job_ends : launcher::Follow::no, std::cout);
   return 0;
 }

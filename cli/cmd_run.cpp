@@ -13,6 +13,7 @@
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "foreground.hpp"
 #include "group_options.hpp"
 
 namespace dlrun::cli {
@@ -20,6 +21,7 @@ namespace {
 
 struct RunArgs {
   GroupArgs group;
+  ForegroundArgs foreground;
   launcher::ClusterOptions cluster;
   std::string hosts;
   std::string hostfile;
@@ -48,6 +50,9 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);
   }
   launcher::raise_fd_limit();
+  auto record = start_foreground(args.foreground, app, launcher::JobOrigin::run, c.plan, c.gpu_slots);
+  c.job_id = record->job_id();
+  c.attach = [&record](launcher::Plan& plan) { record->attach(plan); };
   return launcher::run_cluster_job(c, launcher::current_environment());
 }
 
@@ -86,6 +91,7 @@ Command add_run_command(CLI::App& dlrun) {
   app->add_option("--remote-dlrun", c.remote_dlrun, "dlrun's path on the other hosts (default: this one's)")
       ->type_name("PATH");
   add_program_options(app, args->group);
+  add_foreground_options(app, args->foreground);
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
   args->group.options.prefix = "[{host}:{rank}] ";

@@ -56,6 +56,16 @@ std::optional<std::string> unexpected_words_message(const CLI::App& app) {
   return fmt::format("unexpected argument '{}'", word);
 }
 
+namespace {
+std::vector<std::string>& invocation_words() {
+  static std::vector<std::string> words;
+  return words;
+}
+}  // namespace
+
+void set_invocation(std::vector<std::string> words) { invocation_words() = std::move(words); }
+const std::vector<std::string>& invocation() { return invocation_words(); }
+
 std::vector<std::string> program_words(const CLI::App& app, const Trailing& trailing) {
   std::vector<std::string> words = app.remaining();
   if (!words.empty() && looks_like_option(words.front())) {

@@ -37,7 +37,13 @@ std::optional<std::string> unexpected_words_message(const CLI::App& app);
 // "; see 'dlrun local --help'" ("dlrun --help" for dlrun itself).
 std::string help_hint(const CLI::App& app);
 
+// dlrun's own words (argv without its name), as main() got them: what a foreground run keeps
+// to be resumed by (foreground.hpp).
+void set_invocation(std::vector<std::string> words);
+const std::vector<std::string>& invocation();
+
 Command add_local_command(CLI::App& dlrun);
+Command add_clean_command(CLI::App& dlrun);
 Command add_init_command(CLI::App& dlrun);
 Command add_run_command(CLI::App& dlrun);
 Command add_agent_command(CLI::App& dlrun);

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   app.formatter(std::make_shared<dlrun::cli::Formatter>());
   app.footer("Run 'dlrun COMMAND --help' for a command's options. Exit codes: docs/exit-codes.md.");
 
+  dlrun::cli::set_invocation(std::vector<std::string>(argv + 1, argv + argc));
   std::vector<dlrun::cli::Command> commands;
   commands.push_back(dlrun::cli::add_local_command(app));
   commands.push_back(dlrun::cli::add_run_command(app));
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
   commands.push_back(dlrun::cli::add_status_command(app));
   commands.push_back(dlrun::cli::add_logs_command(app));
   commands.push_back(dlrun::cli::add_cancel_command(app));
+  commands.push_back(dlrun::cli::add_clean_command(app));
   commands.push_back(dlrun::cli::add_resize_command(app));
   commands.push_back(dlrun::cli::add_init_command(app));
   commands.push_back(dlrun::cli::add_supervise_command(app));

@@ -143,6 +143,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   server.start(rendezvous_bind_address(contact), 0);
 
   Plan job = launcher_job(options.plan, world, options.job_id.empty() ? make_job_id() : options.job_id, env);
+  if (options.attach) options.attach(job);
   std::string workdir = fs::current_path().string();
   std::vector<std::string> plans;
   for (const auto& h : options.hosts) plans.push_back(host_plan(options, h, job.job_id, job.run_dir, workdir));

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -10,6 +12,9 @@
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/text.hpp"
+
+namespace fs = std::filesystem;
 
 namespace dlrun::launcher {
 namespace {
@@ -32,6 +37,81 @@ std::streamoff copy_new(const std::string& path, std::streamoff offset, std::ost
   return offset;
 }
 
+// Complete lines of several logs, each prefixed ("[R] "), as they grow: a foreground job's
+// output, which went to its terminal, is in its members' logs only.
+class PrefixedLogs {
+ public:
+  void add(std::string path, std::string prefix) { m_logs.push_back({std::move(path), std::move(prefix), 0, {}}); }
+  // Copies what each log has gained; `flush` also its last line without a newline.
+  void copy(std::ostream& out, bool flush) {
+    for (auto& log : m_logs) {
+      std::ostringstream fresh;
+      log.offset = copy_new(log.path, log.offset, fresh);
+      log.partial += fresh.str();
+      size_t start = 0;
+      for (size_t end; (end = log.partial.find('\n', start)) != std::string::npos; start = end + 1) {
+        out << log.prefix << std::string_view(log.partial).substr(start, end + 1 - start);
+      }
+      log.partial.erase(0, start);
+      if (flush && !log.partial.empty()) {
+        out << log.prefix << log.partial << "\n";
+        log.partial.clear();
+      }
+    }
+    out.flush();
+  }
+
+ private:
+  struct Log {
+    std::string path, prefix;
+    std::streamoff offset;
+    std::string partial;
+  };
+  std::vector<Log> m_logs;
+};
+
+// rank-N.log of each rank a dlrun local job may have had, prefixed as dlrun local prefixes by
+// default; node-N.log of each host of a dlrun run job, whose lines its agents prefixed.
+PrefixedLogs foreground_logs(const JobRecord& job) {
+  PrefixedLogs logs;
+  const int ranks = std::max({job.allocation.ranks, job.submitted.request.max_ranks, 1});
+  if (job.submitted.origin == JobOrigin::local) {
+    for (int rank = 0; rank < ranks; ++rank) logs.add(rank_log_path(job.run_dir, rank), fmt::format("[{}] ", rank));
+    return logs;
+  }
+  std::vector<int> nodes;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(job.run_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("node-", 0) == 0 && name.size() > 9 && name.compare(name.size() - 4, 4, ".log") == 0) {
+      if (auto n = parse_int(name.substr(5, name.size() - 9))) nodes.push_back(static_cast<int>(*n));
+    }
+  }
+  std::sort(nodes.begin(), nodes.end());
+  for (int node : nodes) logs.add(fmt::format("{}/node-{}.log", job.run_dir, node), "");
+  return logs;
+}
+
+void follow_foreground(JobQueue& queue, const JobRecord& job, Follow follow, std::ostream& out) {
+  std::error_code ec;
+  if (!fs::is_directory(job.run_dir, ec)) {
+    throw ConfigError(fmt::format("job {}: its run directory {} is gone (dlrun clean removes old ones)", job.id,
+                                  job.run_dir));
+  }
+  PrefixedLogs logs = foreground_logs(job);
+  if (follow == Follow::no) {
+    logs.copy(out, true);
+    return;
+  }
+  for (int polls = 1;; ++polls) {
+    const bool ended = is_terminal(queue.store().get(job.id)->state);
+    logs.copy(out, ended);
+    if (ended) return;
+    std::this_thread::sleep_for(k_poll);
+    if (polls % k_polls_per_sweep == 0) queue.sweep();
+  }
+}
+
 }  // namespace
 
 void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ostream& out) {
@@ -40,9 +120,11 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
   if (rank >= 0 && job->allocation.ranks > 0 && rank >= job->allocation.ranks) {
     throw ConfigError(fmt::format("--rank {}: job {} has ranks 0 to {}", rank, id, job->allocation.ranks - 1));
   }
-  std::string log_dir = queue.run_dir(id);
+  const bool foreground = job->submitted.origin != JobOrigin::submit;
+  if (foreground && rank < 0) return follow_foreground(queue, *job, follow, out);
+  std::string log_dir = foreground ? job->run_dir : queue.run_dir(id);
   try {
-    log_dir = queue.log_dir(id, submitted_spec(*job));
+    if (!foreground) log_dir = queue.log_dir(id, submitted_spec(*job));
   } catch (const ConfigError&) {
     // A file that no longer parses never ran: its supervisor wrote why in the run directory.
   }

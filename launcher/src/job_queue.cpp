@@ -26,7 +26,9 @@
 #include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/private_files.hpp"
+#include "dlrun/launcher/foreground_job.hpp"
 #include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/run_retention.hpp"
 #include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
@@ -372,7 +374,9 @@ void JobQueue::sweep() {
   Orphans orphans = m_store.sweep();
   for (int64_t id : orphans.marked_lost) {
     // What its runtime last measured, as the supervisor would have kept it.
-    if (auto metrics = read_job_metrics(run_dir(id)); !metrics.empty()) m_store.set_final_metrics(id, metrics);
+    auto job = m_store.get(id);
+    const std::string dir = job && !job->run_dir.empty() ? job->run_dir : run_dir(id);
+    if (auto metrics = read_job_metrics(dir); !metrics.empty()) m_store.set_final_metrics(id, metrics);
   }
   for (int64_t id : orphans.pending_without_supervisor) {
     auto job = m_store.get(id);
@@ -387,6 +391,16 @@ void JobQueue::ensure_scheduler() {
     spawn_detached({"_schedule"}, encode_environment(m_env), nullptr);
   } catch (const Error& e) {
     log::warn("{} (the goodput scheduler; the next dlrun command tries again)", e.what());
+  }
+}
+
+void JobQueue::maybe_start_retention() {
+  if (!retention_due(m_home)) return;
+  mark_retention_started(m_home);
+  try {
+    spawn_detached({"clean", "--auto"}, encode_environment(m_env), nullptr);
+  } catch (const Error& e) {
+    log::warn("{} (the daily clean of old run directories)", e.what());
   }
 }
 
@@ -428,7 +442,10 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   }
   job = m_store.get(id);
   if (is_terminal(job->state)) return job->state;
-  JobSpec spec = parse_job_spec(job->submitted.spec_text, job->submitted.spec_path, job->submitted.base_dir);
+  // A foreground run (dlrun local, dlrun run) keeps its grace with its command line.
+  const double grace = job->submitted.origin == JobOrigin::submit
+                           ? parse_job_spec(job->submitted.spec_text, job->submitted.spec_path, job->submitted.base_dir).grace
+                           : decode_foreground_grace(job->submitted.spec_text);
   const ProcessIdentity supervisor = job->supervisor;
   // What could not be done is said (exit 1), and the job's state is left as it is: its ranks
   // may run, so its slots are not handed on.
@@ -443,7 +460,7 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   signal_supervisor(force ? SIGKILL : SIGTERM);
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(force ? 5.0 : spec.grace + 5.0));
+                      std::chrono::duration<double>(force ? 5.0 : grace + 5.0));
   while (std::chrono::steady_clock::now() < deadline) {
     job = m_store.get(id);
     if (is_terminal(job->state)) return job->state;  // the supervisor stopped the ranks and said how
@@ -451,7 +468,7 @@ JobState JobQueue::cancel(int64_t id, bool force) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (supervisor.alive()) {
-    log::warn("job {} did not stop within {} s: killing it", id, spec.grace + 5.0);
+    log::warn("job {} did not stop within {} s: killing it", id, grace + 5.0);
     signal_supervisor(SIGKILL);  // its orphan guard then kills the ranks' process groups
     for (int i = 0; i < 250 && supervisor.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (supervisor.alive()) {

@@ -1,5 +1,7 @@
 #include "dlrun/launcher/job_ref.hpp"
 
+#include "dlrun/launcher/job_store.hpp"
+
 #include <algorithm>
 #include <cctype>
 
@@ -19,8 +21,8 @@ JobRef parse_job_ref(std::string_view text) {
   auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; };
   if (!std::all_of(text.begin(), text.end(), allowed) || text.find("..") != std::string_view::npos ||
       text.front() == '.') {
-    throw ConfigError(fmt::format("'{}': not a job id (a number such as 17, or the id dlrun local printed, "
-                                  "such as 20261123-120000-ab12)",
+    throw ConfigError(fmt::format("'{}': not a job id (a job's number such as 17, or its name: dlrun "
+                                  "status lists them)",
                                   text));
   }
   JobRef job{std::string(text), std::nullopt};
@@ -32,11 +34,16 @@ JobRef parse_job_ref(std::string_view text) {
   return job;
 }
 
-int64_t submitted_job_number(const JobRef& job, std::string_view verb) {
+int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb) {
   if (job.number) return *job.number;
-  throw ConfigError(fmt::format("job {}: dlrun {} knows submitted jobs (numbered, as dlrun status lists them); "
-                                "this is a dlrun local or dlrun run job, whose output is in $DLRUN_HOME/runs/{}",
-                                job.text, verb, job.text));
+  if (auto named = store.find_by_name(job.text)) return named->id;
+  if (job.text.size() == 20 && job.text[8] == '-' && job.text[15] == '-') {
+    throw ConfigError(fmt::format("job {}: a run without a job number (from an older dlrun, or one whose job store "
+                                  "could not be opened): dlrun {} does not know it; its files are in "
+                                  "$DLRUN_HOME/runs/{}",
+                                  job.text, verb, job.text));
+  }
+  throw ConfigError(fmt::format("no job numbered or named '{}' (dlrun status --all lists every job)", job.text));
 }
 
 }  // namespace dlrun::launcher

@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "dlrun/error.hpp"
+#include "dlrun/launcher/foreground_job.hpp"
+#include "dlrun/launcher/ssh.hpp"
 #include "dlrun/launcher/text.hpp"
 
 #include "dlrun/launcher/time_stamp.hpp"
@@ -126,6 +129,22 @@ std::string status_table(const std::vector<JobRecord>& jobs, double now, const Q
   return render_table(status_rows(jobs, now, insight), min_widths);
 }
 
+namespace {
+
+// The command that started the job: `dlrun submit FILE`, or a foreground run's command line.
+std::string started_by(const JobRecord& job) {
+  if (job.submitted.origin == JobOrigin::submit) return "dlrun submit " + job.submitted.spec_path;
+  std::string text = job.submitted.origin == JobOrigin::run ? "dlrun run" : "dlrun local";
+  try {
+    for (const auto& word : decode_foreground_words(job.submitted.spec_text)) text += " " + shell_quote(word);
+  } catch (const ConfigError&) {
+  }
+  if (!job.submitted.base_dir.empty()) text += "  (in " + job.submitted.base_dir + ")";
+  return text;
+}
+
+}  // namespace
+
 std::string status_details(const JobRecord& job, double now, const QueueInsight& insight) {
   const PolicyView* view = policy_of(insight, job);
   const std::string& reason = reason_of(insight, job);
@@ -154,7 +173,7 @@ std::string status_details(const JobRecord& job, double now, const QueueInsight&
                       ? fmt::format("{} GPUs, predicted speedup {:.2f}x over the fair share (published model)",
                                     view->gpus, view->speedup)
                       : fmt::format("{} GPUs (no published model yet: neutral prediction)", view->gpus)},
-      {"job file:", job.submitted.spec_path},
+      {"started by:", started_by(job)},
       {"slurm job:", job.slurm_id > 0 ? std::to_string(job.slurm_id) : "-"},
       {"run dir:", job.run_dir.empty() ? "-" : job.run_dir},
   };
@@ -202,6 +221,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   add("noise_scale", number_or_null(metrics.noise_scale));
   add("run_dir", job.run_dir);
   add("job_file", job.submitted.spec_path);
+  add("origin", to_string(job.submitted.origin));
   add("slurm_id", job.slurm_id > 0 ? Json(job.slurm_id) : Json());
   add("policy_gpus", view ? Json(view->gpus) : Json());
   add("predicted_speedup", view && view->modelled ? Json(std::round(view->speedup * 1000) / 1000) : Json());

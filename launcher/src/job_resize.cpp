@@ -71,6 +71,11 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   auto unpin = [&] {
     if (request.goodput) queue.store().set_pinned(id, job->pinned);
   };
+  if (job->submitted.origin != JobOrigin::submit) {
+    // A run in the foreground: its own supervisor holds its GPUs and records its new size.
+    ResizeRequest direct{*ranks, {}, unannounced};
+    return outcome_of(request_resize(job->run_dir, job->supervisor.pid, direct, timeout), std::to_string(id), *ranks);
+  }
   auto step = begin_resize(queue, *job, *ranks, queue.capacity(), "resize");
   if (!step) {
     unpin();
@@ -129,13 +134,18 @@ ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounce
     throw ConfigError("--force goes with a number of ranks: the goodput scheduler resizes only programs that "
                       "handle the stop request");
   }
-  if (job.number) {
-    JobQueue queue(env);
-    if (!queue.store().get(*job.number)) {
+  JobQueue queue(env);
+  std::optional<int64_t> number = job.number;
+  if (!number) {
+    if (auto named = queue.store().find_by_name(job.text)) number = named->id;
+  }
+  if (number) {
+    if (!queue.store().get(*number)) {
       throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", job.text));
     }
-    return resize_submitted(queue, *job.number, ranks, unannounced, answer_timeout);
+    return resize_submitted(queue, *number, ranks, unannounced, answer_timeout);
   }
+  // A run without a number (an older dlrun's, or one whose store could not be opened).
   return resize_local_run(job.text, ranks, unannounced, env, answer_timeout);
 }
 

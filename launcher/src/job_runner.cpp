@@ -167,7 +167,7 @@ int run_submitted_job(int64_t id, const Environment& env) {
     job.on_restart = [&store, id](const RestartCounts& counts) {
       store.set_restarts(id, counts.failures, counts.resizes);
     };
-    job.on_rescale = [&store, id](bool rescaling) { store.set_rescaling(id, rescaling); };
+    job.on_rescale = [&store, id](bool rescaling, int) { store.set_rescaling(id, rescaling); };
     Supervisor supervisor(job);
     const bool goodput = record->submitted.request.goodput;
     supervisor.begin();
@@ -185,6 +185,7 @@ int run_submitted_job(int64_t id, const Environment& env) {
                                                  : JobState::failed;
     store.finish(id, state, code, supervisor.summary(), {supervisor.failed_rank(), read_job_metrics(run_dir)});
     queue.ensure_scheduler();  // its GPUs go to the goodput jobs left, if any
+    queue.maybe_start_retention();
     return code;
   } catch (const Error& e) {
     log::error("{}", e.what());

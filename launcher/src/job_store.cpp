@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   final_batch      REAL,
   final_samples_per_sec REAL,
   final_goodput    REAL,
-  final_noise_scale REAL
+  final_noise_scale REAL,
+  origin           TEXT NOT NULL DEFAULT 'submit'
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 CREATE TABLE IF NOT EXISTS allocations (
@@ -72,11 +73,8 @@ CREATE TABLE IF NOT EXISTS scheduler_lease (
 );
 )sql";
 
-constexpr const char* k_columns =
-    "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
-    "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
-    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid, policy, pinned, resized_at, resizes, failed_rank, final_batch, "
-    "final_samples_per_sec, final_goodput, final_noise_scale";
+// The schema's version, kept in the store's user_version: raise it with every change below.
+constexpr int k_schema_version = 1;
 
 // Columns later versions added, with what rows from before them hold.
 constexpr std::pair<const char*, const char*> k_added_columns[] = {
@@ -91,13 +89,15 @@ constexpr std::pair<const char*, const char*> k_added_columns[] = {
     {"final_samples_per_sec", "REAL"},
     {"final_goodput", "REAL"},
     {"final_noise_scale", "REAL"},
+    // Before it, only submitted jobs were recorded.
+    {"origin", "TEXT NOT NULL DEFAULT 'submit'"},
 };
 
-// The same columns for a listing: the job file's text, its directory and the environment
-// (kilobytes a job) are left empty, in their places, so read_row() reads both.
-const std::string& list_columns() {
+}  // namespace
+
+const std::string& job_list_columns() {
   static const std::string columns = [] {
-    std::string c = k_columns;
+    std::string c = k_job_columns;
     for (auto [column, empty] : {std::pair{"spec_text,", "'',"}, {"base_dir,", "'',"}, {"environment,", "x'',"}}) {
       c.replace(c.find(column), std::strlen(column), empty);
     }
@@ -105,8 +105,6 @@ const std::string& list_columns() {
   }();
   return columns;
 }
-
-}  // namespace
 
 double now_seconds() {
   using namespace std::chrono;
@@ -133,6 +131,21 @@ std::optional<JobState> parse_job_state(const std::string& text) {
   return std::nullopt;
 }
 
+std::string to_string(JobOrigin origin) {
+  switch (origin) {
+    case JobOrigin::submit: return "submit";
+    case JobOrigin::local: return "local";
+    case JobOrigin::run: return "run";
+  }
+  return "submit";
+}
+
+JobOrigin parse_job_origin(const std::string& text) {
+  if (text == "local") return JobOrigin::local;
+  if (text == "run") return JobOrigin::run;
+  return JobOrigin::submit;
+}
+
 bool is_terminal(JobState state) {
   return state == JobState::succeeded || state == JobState::failed || state == JobState::cancelled;
 }
@@ -146,6 +159,10 @@ JobStore::JobStore(const std::string& path) : m_path(path) {
     throw Error(fmt::format("cannot open the job store {}: {} (check DLRUN_HOME)", path, message));
   }
   sqlite3_busy_timeout(m_db, 30000);
+  // The last connection to close would checkpoint the WAL into the database, with several
+  // fsyncs: milliseconds at the end of every dlrun command. SQLite's automatic checkpoint
+  // (every 1000 pages of WAL) does it instead, and the next open reads the WAL as it is.
+  sqlite3_db_config(m_db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   // Many dlrun processes may open a new store at once (50 concurrent submits): switching it
   // to WAL and creating the schema can then answer SQLITE_BUSY at once, without waiting in
   // the busy handler. Such an answer is retried, with backoff, for as long as the busy
@@ -176,7 +193,12 @@ int JobStore::open_schema(std::string& error) {
   };
   // WAL: readers never block the writer; NORMAL sync is crash-safe for the database
   // (a power cut may lose the last transaction, never corrupt the file).
-  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "BEGIN IMMEDIATE"}) {
+  if (int rc = run("PRAGMA synchronous=NORMAL"); rc != SQLITE_OK) return rc;
+  // A store this version made or brought up to date says so in its user_version: nothing to
+  // check, and it is in WAL mode already, which the file keeps (every dlrun command opens the
+  // store; `dlrun local` must start in milliseconds).
+  if (schema_version() == k_schema_version) return SQLITE_OK;
+  for (const char* sql : {"PRAGMA journal_mode=WAL", "BEGIN IMMEDIATE"}) {
     if (int rc = run(sql); rc != SQLITE_OK) return rc;
   }
   int rc = run(k_schema);
@@ -191,9 +213,21 @@ int JobStore::open_schema(std::string& error) {
     sqlite3_finalize(has);
     if (missing) rc = run(fmt::format("ALTER TABLE jobs ADD COLUMN {} {}", column, type).c_str());
   }
+  if (rc == SQLITE_OK) rc = run(fmt::format("PRAGMA user_version = {}", k_schema_version).c_str());
   if (rc == SQLITE_OK) rc = run("COMMIT");
   if (rc != SQLITE_OK) rollback();
   return rc;
+}
+
+int JobStore::schema_version() {
+  sqlite3_stmt* statement = nullptr;
+  int version = -1;
+  if (sqlite3_prepare_v2(m_db, "PRAGMA user_version", -1, &statement, nullptr) == SQLITE_OK &&
+      sqlite3_step(statement) == SQLITE_ROW) {
+    version = sqlite3_column_int(statement, 0);
+  }
+  sqlite3_finalize(statement);
+  return version;
 }
 
 JobStore::~JobStore() { sqlite3_close(m_db); }
@@ -266,11 +300,12 @@ JobRecord JobStore::read_row(Statement& s) {
   r.final_metrics.samples_per_sec = number(32);
   r.final_metrics.goodput = number(33);
   r.final_metrics.noise_scale = number(34);
+  r.submitted.origin = parse_job_origin(s.text(35));
   return r;
 }
 
 std::optional<JobRecord> JobStore::get(int64_t id) {
-  Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE id = ?", k_columns));
+  Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE id = ?", k_job_columns));
   s.bind(1, id);
   if (!s.step()) return std::nullopt;
   return read_row(s);
@@ -279,11 +314,11 @@ std::optional<JobRecord> JobStore::get(int64_t id) {
 std::vector<JobRecord> JobStore::list(bool all, int recent) {
   std::vector<JobRecord> jobs;
   std::string sql =
-      all ? fmt::format("SELECT {} FROM jobs ORDER BY id", list_columns())
+      all ? fmt::format("SELECT {} FROM jobs ORDER BY id", job_list_columns())
           : fmt::format("SELECT * FROM (SELECT {0} FROM jobs WHERE state IN ('SUCCEEDED','FAILED','CANCELLED') "
                         "ORDER BY id DESC LIMIT {1}) UNION ALL SELECT {0} FROM jobs WHERE state IN "
                         "('PENDING','RUNNING','RESCALING') ORDER BY id",
-                        list_columns(), recent);
+                        job_list_columns(), recent);
   if (all) {
     Statement count(m_db, "SELECT count(*) FROM jobs");
     if (count.step()) jobs.reserve(static_cast<size_t>(count.int64(0)));
@@ -316,7 +351,10 @@ bool JobStore::claim(int64_t id, const ProcessIdentity& me) {
 
 Usage JobStore::usage_locked() {
   Usage usage;
-  Statement s(m_db, "SELECT uses_gpus, ranks, gpu_ids FROM jobs WHERE state IN ('RUNNING','RESCALING') AND remote = 0");
+  // A run in the foreground (dlrun local) holds its GPUs, so that no queued job's ranks share them,
+  // but no CPU slots: it never waited for them, and CPU ranks share cores as the kernel schedules.
+  Statement s(m_db, "SELECT uses_gpus, ranks, gpu_ids FROM jobs WHERE state IN ('RUNNING','RESCALING') "
+                    "AND remote = 0 AND (uses_gpus = 1 OR origin = 'submit')");
   while (s.step()) {
     if (s.int64(0)) {
       for (auto& id : split_ids(s.text(2))) usage.gpus_in_use.insert(id);
@@ -475,7 +513,7 @@ Orphans JobStore::sweep(double pending_grace_seconds) {
   Orphans orphans;
   std::vector<JobRecord> active;
   {
-    Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING','RUNNING','RESCALING') AND slurm = 0", k_columns));
+    Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING','RUNNING','RESCALING') AND slurm = 0", k_job_columns));
     while (s.step()) active.push_back(read_row(s));
   }
   double now = now_seconds();

@@ -61,6 +61,17 @@ class JobStore::Statement {
 };
 
 
+// Every column of a job, in the order JobStore::read_row() reads them.
+inline constexpr const char* k_job_columns =
+    "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
+    "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
+    "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid, policy, pinned, resized_at, resizes, failed_rank, final_batch, "
+    "final_samples_per_sec, final_goodput, final_noise_scale, origin";
+
+// The same for a listing: the job file's text, its directory and the environment (kilobytes a
+// job) are left empty, in their places, so read_row() reads both.
+const std::string& job_list_columns();
+
 // "0,3,5" <-> {"0","3","5"}: the gpu_ids and gpu_request columns.
 inline std::string join(const std::vector<std::string>& ids) {
   std::string out;

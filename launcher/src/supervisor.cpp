@@ -96,6 +96,7 @@ void Supervisor::begin() {
               m_job.log_dir.empty() ? m_job.run_dir : m_job.log_dir);
   }
   start_attempt();
+  if (m_job.on_started) m_job.on_started();
 }
 
 bool Supervisor::poll_once(std::optional<std::chrono::milliseconds> max_wait) {
@@ -399,6 +400,7 @@ void Supervisor::finish(int code) {
   }
   m_phase = Phase::done;
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
+  if (m_job.on_end) m_job.on_end({code, m_stop_signal, m_summary, m_failed_rank});
   m_stop_signals.cancel();
   m_resize_signal.cancel();
   m_watchdog_timer.cancel();

@@ -211,7 +211,8 @@ class ErrorFile(TorchrunTestCase):
         error_file = os.path.join(run_dir, "rank-1.error.json")
         self.assertIn(f"dlrun: error: rank 1 exited with code 1: ValueError: bad batch size 7 on rank 1; its traceback "
                       f"(from {error_file}; all its output in {os.path.join(run_dir, 'rank-1.log')}):", r.stderr)
-        report = r.stderr.split("its traceback (from", 1)[1]
+        report, hint = r.stderr.split("its traceback (from", 1)[1].split("\ndlrun: job ", 1)
+        self.assertIn("'dlrun local --resume ", hint)  # how to run it again, after the report
         self.assertIn('\n  |     raise ValueError("bad batch size 7 on rank 1")\n', report)
         self.assertTrue(report.rstrip("\n").endswith("\n  | ValueError: bad batch size 7 on rank 1"), report)
 

@@ -7,15 +7,13 @@
 using namespace dlrun::launcher;
 
 TEST_SUITE("launcher::JobRef") {
-  TEST_CASE("a number is a submitted job, a time-stamped id a run") {
-    auto submitted = parse_job_ref("17");
-    CHECK(submitted.number == 17);
-    CHECK(submitted_job_number(submitted, "logs") == 17);
+  TEST_CASE("a number is a job's number, other text a name or a time-stamped id") {
+    auto numbered = parse_job_ref("17");
+    CHECK(numbered.number == 17);
     auto run = parse_job_ref("20261123-120000-ab12");
     CHECK_FALSE(run.number);
     CHECK(run.text == "20261123-120000-ab12");
-    CHECK_THROWS_WITH_AS(submitted_job_number(run, "logs"),
-                         doctest::Contains("dlrun logs knows submitted jobs"), dlrun::ConfigError);
+    CHECK_FALSE(parse_job_ref("mnist-small").number);
   }
   TEST_CASE("text that names no job is refused before anything looks for it") {
     for (const char* bad : {"", "../../etc", "a/b", ".hidden", "x y", "17;rm", "99999999999999999999"}) {

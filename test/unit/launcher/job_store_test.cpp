@@ -270,3 +270,86 @@ TEST_SUITE("launcher::JobStore") {
     CHECK_FALSE(store.scheduler_lease_holder());
   }
 }
+
+TEST_SUITE("launcher::JobStore foreground") {
+  NewJob foreground(const std::string& name, bool gpu) {
+    NewJob j;
+    j.name = name;
+    j.spec_text = R"({"command_line":["--nproc","2","./train"],"grace":10})";
+    j.base_dir = "/work";
+    j.request = {gpu, 1, 1, {}};
+    j.origin = JobOrigin::local;
+    return j;
+  }
+
+  TEST_CASE("a foreground run is RUNNING from its start, numbered with submitted jobs") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    int64_t submitted = store.submit(job("queued", false, 1));
+    int64_t run = store.record_foreground(foreground("train", false), ProcessIdentity::self());
+    CHECK(run == submitted + 1);
+    auto record = store.get(run);
+    CHECK(record->state == JobState::running);
+    CHECK(record->submitted.origin == JobOrigin::local);
+    CHECK(record->started_at > 0);
+    CHECK(record->supervisor.pid == ::getpid());
+    CHECK(store.get(submitted)->submitted.origin == JobOrigin::submit);
+    store.set_foreground_start(run, {2, {}}, "/runs/2", 1, 3);
+    record = store.get(run);
+    CHECK(record->allocation.ranks == 2);
+    CHECK(record->run_dir == "/runs/2");
+    CHECK(record->submitted.request.min_ranks == 1);
+    CHECK(record->submitted.request.max_ranks == 3);
+    CHECK(store.find_by_name("train")->id == run);
+    CHECK_FALSE(store.find_by_name("nosuch"));
+  }
+
+  TEST_CASE("its GPUs are held against queued jobs, its CPU ranks take no slot") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    int64_t gpu_run = store.record_foreground(foreground("gpu", true), ProcessIdentity::self());
+    store.set_foreground_start(gpu_run, {1, {"0"}}, "/runs/1", 1, 1);
+    int64_t cpu_run = store.record_foreground(foreground("cpu", false), ProcessIdentity::self());
+    store.set_foreground_start(cpu_run, {4, {}}, "/runs/2", 4, 4);
+    Capacity capacity{1, 4};
+    int64_t gpu_job = store.submit(job("g", true, 1));
+    CHECK_FALSE(store.try_start(gpu_job, capacity, "/run/g"));  // GPU 0 is the run's
+    store.finish(gpu_run, JobState::succeeded, 0, "");
+    CHECK(store.try_start(gpu_job, capacity, "/run/g"));
+    int64_t cpu_job = store.submit(job("c", false, 4));
+    CHECK(store.try_start(cpu_job, capacity, "/run/c"));
+  }
+
+  TEST_CASE("reopen takes an ended job up again, never a running one, and forget removes a job") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    int64_t run = store.record_foreground(foreground("train", false), ProcessIdentity::self());
+    CHECK_FALSE(store.reopen(run, ProcessIdentity::self(), "{}"));
+    store.finish(run, JobState::cancelled, 130, "stopped by SIGINT", {1, {}});
+    CHECK(store.reopen(run, ProcessIdentity::self(), R"({"command_line":["x"]})"));
+    auto record = store.get(run);
+    CHECK(record->state == JobState::running);
+    CHECK_FALSE(record->exit_code);
+    CHECK(record->reason.empty());
+    CHECK_FALSE(record->failed_rank);
+    CHECK(record->ended_at == 0);
+    CHECK(record->submitted.spec_text == R"({"command_line":["x"]})");
+    store.forget(run);
+    CHECK_FALSE(store.get(run));
+  }
+
+  TEST_CASE("ended_before leaves the newest ended jobs and the active ones") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 4; ++i) {
+      ids.push_back(store.record_foreground(foreground("j", false), ProcessIdentity::self()));
+      if (i < 3) store.finish(ids.back(), JobState::succeeded, 0, "");
+    }
+    const double later = now_seconds() + 10;
+    std::vector<int64_t> old;
+    for (const auto& j : store.ended_before(later, 1)) old.push_back(j.id);
+    CHECK(old == std::vector<int64_t>{ids[1], ids[0]});
+    CHECK(store.ended_before(later - 3600, 0).empty());
+  }
+}

@@ -7,6 +7,7 @@
 // A failing rank ends its agent, which ends its ssh session, which stops the job on every
 // host; written up in docs/run.md.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct ClusterOptions {
   std::string iface;            // reach the rendezvous through this interface
   std::string master_addr;      // MASTER_ADDR for every rank; default: rank 0's host
   double join_timeout = 60;     // seconds for every agent to join
+  // Told the launcher's plan before anything starts (dlrun run records it as a job:
+  // foreground_job.hpp). Empty: nothing.
+  std::function<void(Plan& plan)> attach;
 };
 
 // Throws ConfigError for bad options and unreachable hosts (all named at once).

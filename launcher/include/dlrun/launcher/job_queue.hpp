@@ -61,6 +61,10 @@ class JobQueue {
   // scheduler holds the lease (scheduler_loop.hpp).
   void ensure_scheduler();
 
+  // Starts `dlrun clean --auto` (detached) when the daily retention pass is due
+  // (run_retention.hpp).
+  void maybe_start_retention();
+
   // Blocks until the job ends (returns 0: its record says how), or until a signal of
   // `interrupt` arrives, which the caller blocks so that it waits for this (returns it; the
   // job goes on).

@@ -1,8 +1,9 @@
 #pragma once
 // How a user names a job on the command line, one value for every verb (status, logs,
-// cancel, resize): a submitted job's number, given by the job store (`17`), or the id a
-// `dlrun local` or `dlrun run` job printed (`20261123-120000-ab12`), which names its run
-// directory under $DLRUN_HOME/runs. Parsed once, here: a verb never guesses what it got.
+// cancel, resize, clean, --resume): its number, given by the job store to every job, submitted
+// or run in the foreground (`17`), or its name (the newest job of that name). A time-stamped id
+// (`20261123-120000-ab12`) is a run of a dlrun from before every run had a number, or one
+// whose store could not be opened: its files are in $DLRUN_HOME/runs/ID. Parsed once, here.
 
 #include <cstdint>
 #include <optional>
@@ -13,15 +14,17 @@ namespace dlrun::launcher {
 
 struct JobRef {
   std::string text;               // as the user wrote it
-  std::optional<int64_t> number;  // a submitted job's; empty: a run's id
+  std::optional<int64_t> number;  // the job's number; empty: a name or a time-stamped id
 };
+
+class JobStore;
 
 // Throws ConfigError for text that names no job: empty, longer than 128 bytes, or with a
 // character no id has (ids are letters, digits, '-', '_' and '.', never a path: "..", "/").
 JobRef parse_job_ref(std::string_view text);
 
-// The submitted job's number; ConfigError for a run's id where `verb` knows submitted jobs
-// only, saying so.
-int64_t submitted_job_number(const JobRef& job, std::string_view verb);
+// The job's number: its own, or the newest job's of that name. ConfigError when no job has
+// that name, saying where an unnumbered run's files are when `job` is a time-stamped id.
+int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb);
 
 }  // namespace dlrun::launcher

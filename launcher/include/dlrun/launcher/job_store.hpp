@@ -26,6 +26,13 @@ std::string to_string(JobState state);  // "PENDING" …
 std::optional<JobState> parse_job_state(const std::string& text);
 bool is_terminal(JobState state);
 
+// Where a job came from: `dlrun submit` (a detached supervisor runs it when its turn comes), or
+// a run in the foreground, `dlrun local` or `dlrun run`, which is its own supervisor and is
+// recorded from its start to its end (foreground_job.hpp). One numbering for all of them.
+enum class JobOrigin { submit, local, run };
+std::string to_string(JobOrigin origin);  // "submit", "local", "run"
+JobOrigin parse_job_origin(const std::string& text);
+
 struct NewJob {
   std::string name;
   std::string spec_text;  // the job file as submitted
@@ -35,6 +42,9 @@ struct NewJob {
   ResourceRequest request;
   bool slurm = false;  // queued on a Slurm cluster: no supervisor here, state from Slurm
   int owner_uid = -1;  // who submitted it (-1: a store from before owners were kept)
+  // A foreground run keeps its command line (dlrun's words after the verb, a JSON array) in
+  // spec_text and its working directory in base_dir: `--resume` runs it again from them.
+  JobOrigin origin = JobOrigin::submit;
 };
 
 struct JobRecord {
@@ -121,6 +131,25 @@ class JobStore {
   // The live holder of the lease, if any.
   std::optional<ProcessIdentity> scheduler_lease_holder();
   void release_scheduler_lease(const ProcessIdentity& me);
+  // A run in the foreground (job_store_foreground.cpp): recorded RUNNING with `supervisor`
+  // (the dlrun local or dlrun run process) from the start, so it is never PENDING.
+  int64_t record_foreground(const NewJob& job, const ProcessIdentity& supervisor);
+  // Its ranks, GPUs, run directory and elastic bounds, once its plan has them (an allocation
+  // event).
+  void set_foreground_start(int64_t id, const Allocation& allocation, const std::string& run_dir, int min_ranks,
+                            int max_ranks);
+  // An ended job taken up again under its own number (`dlrun local --resume`): RUNNING with
+  // `supervisor`, its end, exit code, reason and final metrics cleared; `spec_text` replaces
+  // the command line it keeps. False (nothing changed) when the job is not ended.
+  bool reopen(int64_t id, const ProcessIdentity& supervisor, const std::string& spec_text);
+  // Removes a job that never ran (its plan was refused) and its allocation events.
+  void forget(int64_t id);
+  // The newest job called `name`, if any.
+  std::optional<JobRecord> find_by_name(const std::string& name);
+  // Jobs that ended before `before` (Unix seconds), newest first, except the `keep` newest
+  // ended jobs: what retention may clean (run_retention.hpp).
+  std::vector<JobRecord> ended_before(double before, int keep);
+
   // RUNNING ⇄ RESCALING while a resize is under way.
   void set_rescaling(int64_t id, bool rescaling);
   // A Slurm job seen running (first time: its start time is now).
@@ -142,6 +171,8 @@ class JobStore {
   void exec(const char* sql);
   // WAL mode and the schema; SQLITE_OK or the failing statement's code (`error` says what).
   int open_schema(std::string& error);
+  // The store's user_version (0: a store from before versions were kept); -1 if unreadable.
+  int schema_version();
   void begin_immediate();
   void commit();
   void rollback();

@@ -62,6 +62,14 @@ struct RestartCounts {
   int resizes = 0;   // to change the rank count (dlrun resize, the scheduler): spend nothing
 };
 
+// How a job's run ended, as its Supervisor tells it.
+struct RunEnd {
+  int exit_code = 0;                // dlrun's (docs/exit-codes.md)
+  int stop_signal = 0;              // the signal that stopped it (SIGINT, SIGTERM, SIGHUP), or 0
+  std::string summary;              // why it failed or stopped; empty on success
+  std::optional<int> failed_rank;   // the rank whose failure ended it, if one did
+};
+
 struct Plan {
   PlanOptions options;
   ProgramSpec program;
@@ -102,8 +110,13 @@ struct Plan {
   // to their process groups. Empty: signal their process groups. `dlrun run` sends it
   // over the rendezvous instead, so that remote ranks get it before their ssh ends.
   std::function<void(int signal)> deliver_signal;
-  // Told when a resize starts (true) and when the new group runs (false).
-  std::function<void(bool rescaling)> on_rescale;
+  // Told when a resize starts (true) and when the new group runs (false), with the rank count
+  // it runs at then.
+  std::function<void(bool rescaling, int world_size)> on_rescale;
+  // Told once when the first attempt's members have been started (while they start up).
+  std::function<void()> on_started;
+  // Told once when the job has ended (every rank has exited), before run() returns.
+  std::function<void(const RunEnd& end)> on_end;
 };
 
 // The ranks of this machine for one attempt: env:// variables, a fresh MASTER_PORT

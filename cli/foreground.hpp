@@ -1,0 +1,30 @@
+#pragma once
+// What `dlrun local` and `dlrun run` share as runs in the foreground: each is a job in the
+// store (launcher/foreground_job.hpp) that --name names and --resume takes up again.
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "dlrun/launcher/foreground_job.hpp"
+#include "dlrun/launcher/plan.hpp"
+
+namespace dlrun::cli {
+
+struct ForegroundArgs {
+  std::string name;
+  std::string resume;
+};
+
+void add_foreground_options(CLI::App* app, ForegroundArgs& args);
+
+// Before the plan is made. With --resume and no program, runs the job's own command line
+// again in its working directory (this process is replaced: never returns then). Otherwise
+// the job to plan with: options.run_dir becomes a resumed job's run directory.
+std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& args,
+                                                          const CLI::App& app,
+                                                          launcher::JobOrigin origin,
+                                                          launcher::PlanOptions& options,
+                                                          bool uses_gpus);
+
+}  // namespace dlrun::cli

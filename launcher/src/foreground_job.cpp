@@ -1,0 +1,207 @@
+#include "dlrun/launcher/foreground_job.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "dlrun/error.hpp"
+#include "dlrun/launcher/job_metrics.hpp"
+#include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_ref.hpp"
+#include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dlrun::launcher {
+
+struct ForegroundJob::Store {
+  explicit Store(const Environment& env) : queue(env) {}
+  JobQueue queue;
+};
+
+std::string encode_foreground_command(const std::vector<std::string>& words, double grace_seconds) {
+  return nlohmann::json{{"command_line", words}, {"grace", grace_seconds}}.dump();
+}
+
+namespace {
+
+nlohmann::json parse_foreground(const std::string& spec_text) {
+  auto json = nlohmann::json::parse(spec_text, nullptr, false);
+  if (!json.is_object() || !json.contains("command_line") || !json["command_line"].is_array()) {
+    throw ConfigError("the job keeps no command line dlrun can read");
+  }
+  return json;
+}
+
+const char* verb_of(JobOrigin origin) {
+  return origin == JobOrigin::run ? "run" : "local";
+}
+
+}  // namespace
+
+std::vector<std::string> decode_foreground_words(const std::string& spec_text) {
+  std::vector<std::string> words;
+  const nlohmann::json json = parse_foreground(spec_text);
+  for (const auto& word : json["command_line"]) {
+    if (!word.is_string()) throw ConfigError("the job keeps no command line dlrun can read");
+    words.push_back(word.get<std::string>());
+  }
+  return words;
+}
+
+double decode_foreground_grace(const std::string& spec_text) {
+  auto json = parse_foreground(spec_text);
+  return json.contains("grace") && json["grace"].is_number() ? json["grace"].get<double>() : 10.0;
+}
+
+std::string resume_hint(JobOrigin origin, const std::string& job_id) {
+  return fmt::format("dlrun {} --resume {}", verb_of(origin), job_id);
+}
+
+ResumeTarget find_resume_target(const Environment& env, const std::string& text, JobOrigin origin) {
+  JobQueue queue(env);
+  const JobRef ref = parse_job_ref(text);
+  std::optional<JobRecord> job =
+      ref.number ? queue.store().get(*ref.number) : queue.store().find_by_name(text);
+  if (!job) {
+    throw ConfigError(fmt::format("--resume {}: no job {} (dlrun status --all lists every job)",
+                                  text, ref.number ? "numbered " + text : "named '" + text + "'"));
+  }
+  check_owner(*job, "resume");
+  if (job->submitted.origin != origin) {
+    throw ConfigError(fmt::format(
+        "--resume {}: job {} was started by {}, not dlrun {}{}", text, job->id,
+        job->submitted.origin == JobOrigin::submit
+            ? "dlrun submit"
+            : fmt::format("dlrun {}", verb_of(job->submitted.origin)),
+        verb_of(origin),
+        job->submitted.origin == JobOrigin::submit ? " (submit its job file again)" : ""));
+  }
+  if (!is_terminal(job->state)) {
+    throw ConfigError(
+        fmt::format("--resume {}: job {} is {}: it has not ended (dlrun cancel {} stops it)", text,
+                    job->id, to_string(job->state), job->id));
+  }
+  std::error_code ec;
+  if (job->run_dir.empty() || !fs::is_directory(job->run_dir, ec)) {
+    throw ConfigError(fmt::format(
+        "--resume {}: job {}'s run directory {} is gone (removed by retention or by hand): "
+        "nothing to resume from",
+        text, job->id, job->run_dir.empty() ? "(none)" : job->run_dir));
+  }
+  ResumeTarget target;
+  target.id = job->id;
+  target.name = job->name;
+  target.run_dir = job->run_dir;
+  target.workdir = job->submitted.base_dir;
+  target.words = decode_foreground_words(job->submitted.spec_text);
+  return target;
+}
+
+ForegroundJob::ForegroundJob(const Environment& env, const ForegroundCommand& command,
+                             std::optional<ResumeTarget> resume)
+    : m_command(command), m_resume(std::move(resume)) {
+  try {
+    m_store = std::make_unique<Store>(env);
+    if (m_resume) {
+      m_number = m_resume->id;
+    } else {
+      NewJob job;
+      job.name = command.name;
+      job.spec_text = encode_foreground_command(command.words, command.grace_seconds);
+      job.base_dir = command.workdir;
+      job.request.uses_gpus = command.uses_gpus;
+      job.request.remote = command.remote;
+      job.owner_uid = static_cast<int>(::geteuid());
+      job.origin = command.origin;
+      m_number = m_store->queue.store().record_foreground(job, ProcessIdentity::self());
+    }
+    m_job_id = std::to_string(*m_number);
+  } catch (const Error& e) {
+    if (m_resume) throw;  // a resume needs its record
+    m_store.reset();
+    m_job_id = make_job_id();
+    log::warn(
+        "this run is not recorded, so dlrun status, logs, cancel and resize do not know it ({}); "
+        "its id "
+        "is {}",
+        e.what(), m_job_id);
+  }
+}
+
+ForegroundJob::~ForegroundJob() {
+  if (!m_store || m_ended) return;
+  try {
+    if (!m_started) {
+      if (!m_resume) m_store->queue.store().forget(*m_number);
+      return;
+    }
+    m_store->queue.store().finish(
+        *m_number, JobState::failed, std::nullopt,
+        fmt::format("dlrun {} ended with an error before its ranks did (see its output)",
+                    verb_of(m_command.origin)));
+  } catch (const std::exception& e) {
+    log::warn("job {}: its end could not be recorded: {}", m_job_id, e.what());
+  }
+}
+
+void ForegroundJob::attach(Plan& plan) {
+  if (!m_store) return;
+  JobStore& store = m_store->queue.store();
+  if (m_resume &&
+      !store.reopen(*m_number, ProcessIdentity::self(),
+                    encode_foreground_command(m_command.words, m_command.grace_seconds))) {
+    throw ConfigError(fmt::format("--resume {}: job {} was taken up by another dlrun meanwhile",
+                                  m_job_id, m_job_id));
+  }
+  m_started = true;
+  // Recorded while the ranks start: the store's few hundred microseconds overlap their exec.
+  Allocation allocation;
+  allocation.ranks = plan.global_world_size > 0 ? plan.global_world_size : plan.world_size;
+  allocation.gpu_ids = plan.gpu_ids;
+  plan.on_started = [&store, id = *m_number, allocation, run_dir = plan.run_dir,
+                     min = plan.min_world_size, max = plan.max_world_size, job_id = m_job_id] {
+    try {
+      store.set_foreground_start(id, allocation, run_dir, min, max);
+    } catch (const std::exception& e) {
+      log::warn("job {}: its start could not be recorded: {}", job_id, e.what());
+    }
+  };
+  const int64_t id = *m_number;
+  plan.on_restart = [&store, id](const RestartCounts& counts) {
+    store.set_restarts(id, counts.failures, counts.resizes);
+  };
+  // Its own supervisor resizes it, within the GPUs it started with: it keeps holding them all
+  // (a shrunk job grows back onto them), while its rank count changes.
+  const std::vector<std::string> held = plan.gpu_ids;
+  plan.on_rescale = [&store, id, held](bool rescaling, int world_size) {
+    if (!rescaling) store.set_allocation(id, {world_size, held}, "resize");
+    store.set_rescaling(id, rescaling);
+  };
+  const std::string run_dir = plan.run_dir;
+  const bool quiet = plan.options.quiet;
+  plan.on_end = [this, run_dir, quiet](const RunEnd& end) {
+    try {
+      JobState state = end.exit_code == 0 ? JobState::succeeded
+                       : end.stop_signal  ? JobState::cancelled
+                                          : JobState::failed;
+      m_store->queue.store().finish(*m_number, state, end.exit_code, end.summary,
+                                    {end.failed_rank, read_job_metrics(run_dir)});
+      m_ended = true;
+    } catch (const std::exception& e) {
+      log::warn("job {}: its end could not be recorded: {}", m_job_id, e.what());
+    }
+    if (end.exit_code != 0 && !quiet) {
+      log::info(
+          "job {} {}; '{}' runs it again in its run directory, from its checkpoint if it saved one",
+          m_job_id, end.stop_signal ? "stopped" : "failed",
+          resume_hint(m_command.origin, m_job_id));
+    }
+    m_store->queue.maybe_start_retention();
+  };
+}
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,282 @@
+"""One job model (issue 18, points 3 and 4): every run of dlrun local and dlrun run is a job
+with a number, listed, followed, cancelled and resized like a submitted one; a stopped run is
+resumed by that number (or its name) in its own run directory; old run directories go by
+retention (dlrun clean)."""
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import time
+import unittest
+
+from harness import DlrunTestCase, wait_for
+
+# Counts to 40 steps, keeping its step in the run directory; stops on SIGTERM/SIGINT by saving
+# it and exiting 75, as the runtime does. At step 10 it waits until the test creates
+# RUN_DIR/release (so a stop lands there, whatever the machine's speed).
+COUNTER = """
+f="$DLRUN_RUN_DIR/step-$RANK"
+s=$(cat "$f" 2>/dev/null || echo 0)
+echo "rank $RANK starts at $s"
+trap 'echo "$s" > "$f"; exit 75' TERM INT
+while [ "$s" -lt 40 ]; do
+  s=$((s+1))
+  if [ "$s" -eq 10 ]; then
+    touch "$DLRUN_RUN_DIR/waiting-$RANK"
+    while [ ! -e "$DLRUN_RUN_DIR/release" ]; do sleep 0.05; done
+  fi
+done
+echo "$s" > "$f"
+echo "rank $RANK done at $s"
+"""
+
+
+def job_number(stderr):
+    m = re.search(r"^dlrun: job (\d+):", stderr, re.M)
+    assert m, stderr
+    return int(m.group(1))
+
+
+class Listed(DlrunTestCase):
+    def status(self, *args):
+        r = self.dlrun("status", "--json", *args)
+        self.assertEqual(r.returncode if not args else 0, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_a_local_run_is_a_numbered_job(self):
+        r = self.dlrun("local", "--nproc", "2", "sh", "-c", "echo out $RANK; echo err $RANK >&2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = job_number(r.stderr)
+        jobs = self.status()
+        self.assertEqual([j["id"] for j in jobs], [job])
+        self.assertEqual(jobs[0]["state"], "SUCCEEDED")
+        self.assertEqual(jobs[0]["origin"], "local")
+        self.assertEqual(jobs[0]["name"], "sh")
+        self.assertEqual(jobs[0]["exit_code"], 0)
+        self.assertEqual(jobs[0]["ranks"], 2)
+        self.assertEqual(jobs[0]["run_dir"], os.path.join(self.home, "runs", str(job)))
+        # The same id in the ranks' environment, and the logs by it.
+        logs = self.dlrun("logs", str(job))
+        self.assertEqual(logs.returncode, 0, logs.stderr)
+        self.assertEqual(sorted(logs.stdout.splitlines()), ["[0] err 0", "[0] out 0", "[1] err 1", "[1] out 1"])
+        one = self.dlrun("logs", str(job), "--rank", "1")
+        self.assertEqual(sorted(one.stdout.splitlines()), ["err 1", "out 1"])
+        details = self.dlrun("status", str(job))
+        self.assertEqual(details.returncode, 0)
+        self.assertIn("started by:   dlrun local --nproc 2 sh -c", details.stdout)
+
+    def test_one_numbering_for_local_and_submitted_jobs(self):
+        first = job_number(self.dlrun("local", "--nproc", "1", "true").stderr)
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write('command = ["true"]\n[resources]\nnproc = 1\n')
+        submitted = self.dlrun("submit", "--wait", "--parsable", job_file)
+        self.assertEqual(submitted.returncode, 0, submitted.stderr)
+        self.assertEqual(int(submitted.stdout.split()[0]), first + 1)
+        r = self.dlrun("local", "--nproc", "1", "--name", "third", "true")
+        self.assertEqual(job_number(r.stderr), first + 2)
+        jobs = {j["id"]: j for j in self.status("--all")}
+        self.assertEqual([jobs[i]["origin"] for i in sorted(jobs)], ["local", "submit", "local"])
+        self.assertEqual(jobs[first + 2]["name"], "third")
+        self.assertEqual(self.dlrun("status", "third", "--json").returncode, 0)
+
+    def test_a_failed_run_says_how_it_ended_and_how_to_resume(self):
+        r = self.dlrun("local", "--nproc", "2", "sh", "-c", 'exit $((RANK * 3))')
+        self.assertEqual(r.returncode, 3)
+        job = job_number(r.stderr)
+        self.assertIn(f"dlrun local --resume {job}", r.stderr)
+        [record] = self.status()
+        self.assertEqual(record["state"], "FAILED")
+        self.assertEqual(record["exit_code"], 3)
+        self.assertEqual(record["failed_rank"], 1)
+
+    def test_a_refused_plan_leaves_no_job(self):
+        r = self.dlrun("local", "--nproc", "2", "--ranks", "5", "true")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(self.status("--all"), [])
+        ok = self.dlrun("local", "--nproc", "1", "true")
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+
+    def test_without_a_store_the_run_goes_on_unlisted(self):
+        os.makedirs(os.path.join(self.home, "jobs.db"))  # a directory: SQLite cannot open it
+        r = self.dlrun("local", "--nproc", "1", "sh", "-c", "echo id $DLRUN_JOB_ID")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("this run is not recorded", r.stderr)
+        self.assertRegex(r.stdout, r"\[0\] id \d{8}-\d{6}-[0-9a-f]{4}")
+
+    def test_dlrun_run_is_a_job_too(self):
+        r = self.dlrun("run", "--hosts", "localhost:2", "sh", "-c", "echo from $RANK")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        [record] = self.status()
+        self.assertEqual(record["origin"], "run")
+        self.assertEqual(record["state"], "SUCCEEDED")
+        logs = self.dlrun("logs", str(record["id"]))
+        self.assertEqual(sorted(logs.stdout.splitlines()), ["[localhost:0] from 0", "[localhost:1] from 1"])
+
+
+class Steered(DlrunTestCase):
+    def test_cancel_and_resize_a_local_run_by_its_number(self):
+        program = self.script("elastic.sh", """
+touch "$DLRUN_RUN_DIR/handles-stop"
+echo "$WORLD_SIZE" >> "$DLRUN_RUN_DIR/sizes-$RANK"
+trap 'exit 75' USR1 TERM INT
+while :; do sleep 0.05; done
+""")
+        p = self.start("local", "--nproc", "1:3", program)
+        run_dir = os.path.join(self.home, "runs", "1")
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "sizes-2")), 30))
+        [record] = json.loads(self.dlrun("status", "--json").stdout)
+        self.assertEqual((record["id"], record["state"], record["ranks"]), (1, "RUNNING", 3))
+        r = self.dlrun("resize", "1", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(run_dir, "sizes-0")) as f:
+            self.assertEqual(f.read().split(), ["3", "2"])
+        record = json.loads(self.dlrun("status", "1", "--json").stdout)
+        self.assertEqual((record["ranks"], record["resizes"], record["restarts"]), (2, 1, 0))
+        r = self.dlrun("cancel", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "Job 1 CANCELLED")
+        p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 143)
+        self.assertEqual(json.loads(self.dlrun("status", "1", "--json").stdout)["state"], "CANCELLED")
+
+    def test_kill_9_of_dlrun_local_marks_its_job_lost(self):
+        p = self.start("local", "--nproc", "1", "sh", "-c", "touch $DLRUN_RUN_DIR/up; sleep 60")
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.home, "runs", "1", "up")), 30))
+        p.kill()
+        p.communicate()
+        record = json.loads(self.dlrun("status", "1", "--json").stdout)
+        self.assertEqual(record["state"], "FAILED")
+        self.assertIn("lost", record["reason"])
+
+
+class Resume(DlrunTestCase):
+    def stop_counter(self, *extra):
+        """Starts the counter on 2 ranks, stops dlrun with SIGINT midway; returns (job, stderr)."""
+        program = self.script("counter.sh", COUNTER)
+        p = self.start("local", "--nproc", "2", *extra, program, cwd=self.tmp)
+        run_dir = os.path.join(self.home, "runs", "1")
+        self.assertTrue(wait_for(lambda: all(os.path.exists(os.path.join(run_dir, f"waiting-{r}")) for r in (0, 1)), 60))
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        open(os.path.join(run_dir, "release"), "w").close()
+        return job_number(err), err, run_dir
+
+    def test_ctrl_c_then_resume_by_number_continues_in_the_same_run_directory(self):
+        job, err, run_dir = self.stop_counter()
+        self.assertIn(f"'dlrun local --resume {job}' runs it again", err)
+        saved = {}
+        for rank in (0, 1):
+            with open(os.path.join(run_dir, f"step-{rank}")) as f:
+                saved[rank] = int(f.read())
+        self.assertEqual(saved, {0: 10, 1: 10})
+        # From another directory, with nothing but the number: the job's own command line.
+        r = self.dlrun("local", "--resume", str(job), cwd="/")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(job_number(r.stderr), job)
+        for rank in (0, 1):
+            self.assertIn(f"[{rank}] rank {rank} starts at {saved[rank]}", r.stdout)
+            self.assertIn(f"[{rank}] rank {rank} done at 40", r.stdout)
+        jobs = json.loads(self.dlrun("status", "--all", "--json").stdout)
+        self.assertEqual([(j["id"], j["state"], j["run_dir"]) for j in jobs], [(job, "SUCCEEDED", run_dir)])
+
+    def test_resume_by_name_with_a_command_line(self):
+        job, _, run_dir = self.stop_counter("--name", "count")
+        program = os.path.join(self.tmp, "counter.sh")
+        r = self.dlrun("local", "--resume", "count", "--nproc", "2", program)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(job_number(r.stderr), job)
+        self.assertNotIn("starts at 0", r.stdout)
+        self.assertIn(f"dlrun local --nproc 2 {program}", self.dlrun("status", "count").stdout)
+
+    def test_what_cannot_be_resumed_is_refused(self):
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write('command = ["true"]\n[resources]\nnproc = 1\n')
+        self.assertEqual(self.dlrun("submit", "--wait", job_file).returncode, 0)
+        cases = [
+            (["--resume", "1"], "job 1 was started by dlrun submit, not dlrun local"),
+            (["--resume", "7"], "no job numbered 7"),
+            (["--resume", "nosuch"], "no job named 'nosuch'"),
+        ]
+        for args, message in cases:
+            r = self.dlrun("local", *args)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(message, r.stderr)
+        p = self.start("local", "--nproc", "1", "sh", "-c", "touch $DLRUN_RUN_DIR/up; sleep 60")
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.home, "runs", "2", "up")), 30))
+        r = self.dlrun("local", "--resume", "2")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("job 2 is RUNNING: it has not ended", r.stderr)
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate(timeout=30)
+        r = self.dlrun("local", "--resume", "2", "--nproc", "3")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("give the whole command line", r.stderr)
+
+
+class Retention(DlrunTestCase):
+    def run_jobs(self, count):
+        for _ in range(count):
+            self.assertEqual(self.dlrun("local", "--nproc", "1", "sh", "-c", "echo x > $DLRUN_RUN_DIR/ckpt").returncode, 0)
+
+    def age(self, job, days):
+        with sqlite3.connect(os.path.join(self.home, "jobs.db")) as db:
+            db.execute("UPDATE jobs SET ended_at = ended_at - ? WHERE id = ?", (days * 86400, job))
+
+    def test_clean_by_age_keeps_the_newest(self):
+        self.run_jobs(4)
+        for job in (1, 2, 3):
+            self.age(job, 30)
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[retention]\ndays = 7\nkeep = 1\n")
+        dry = self.dlrun("clean", "--dry-run")
+        self.assertEqual(dry.returncode, 0, dry.stderr)
+        self.assertIn("Would remove 3 run directories", dry.stdout)
+        self.assertTrue(os.path.isdir(os.path.join(self.home, "runs", "1")))
+        r = self.dlrun("clean")
+        self.assertIn("Removed 3 run directories", r.stdout)
+        self.assertIn("jobs 3, 2, 1", r.stdout)
+        self.assertEqual(sorted(d for d in os.listdir(os.path.join(self.home, "runs")) if d != "latest"), ["4"])
+        # The records stay; what needs the directory says it is gone.
+        self.assertEqual(len(json.loads(self.dlrun("status", "--all", "--json").stdout)), 4)
+        logs = self.dlrun("logs", "1")
+        self.assertEqual(logs.returncode, 2)
+        self.assertIn("is gone", logs.stderr)
+        resume = self.dlrun("local", "--resume", "1")
+        self.assertIn("nothing to resume from", resume.stderr)
+        # keep = 1 holds the newest even when it is old too.
+        self.age(4, 30)
+        self.assertIn("Nothing to remove", self.dlrun("clean").stdout)
+
+    def test_clean_named_jobs_and_never_a_directory_outside_the_home(self):
+        mine = os.path.join(self.tmp, "mine")
+        self.assertEqual(self.dlrun("local", "--nproc", "1", "--run-dir", mine, "true").returncode, 0)
+        self.run_jobs(1)
+        r = self.dlrun("clean", "1", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.isdir(mine))
+        self.assertFalse(os.path.lexists(os.path.join(self.home, "runs", "1")))
+        self.assertFalse(os.path.exists(os.path.join(self.home, "runs", "2")))
+        p = self.start("local", "--nproc", "1", "sh", "-c", "touch $DLRUN_RUN_DIR/up; sleep 60")
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.home, "runs", "3", "up")), 30))
+        running = self.dlrun("clean", "3")
+        self.assertEqual(running.returncode, 2)
+        self.assertIn("job 3 is RUNNING: only an ended job's run directory is removed", running.stderr)
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate(timeout=30)
+
+    def test_bad_settings_are_named_with_their_line(self):
+        os.makedirs(self.home, exist_ok=True)
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[retention]\ndays = -1\n")
+        r = self.dlrun("clean")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("config.toml:2:8: 'days' must be from 0 (never) to 36500", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
