@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
-#include <toml++/toml.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <set>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/config_file.hpp"
 #include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 
@@ -22,11 +22,6 @@ namespace {
 
 constexpr double k_day = 24 * 3600;
 constexpr const char* k_stamp = ".last-clean";
-
-[[noreturn]] void fail(const std::string& path, const toml::source_region& where,
-                       const std::string& what) {
-  throw ConfigError(fmt::format("{}:{}:{}: {}", path, where.begin.line, where.begin.column, what));
-}
 
 // True when `path` lies inside `dir` (both made absolute and normal, no symlink followed).
 bool inside(const fs::path& path, const fs::path& dir) {
@@ -75,35 +70,28 @@ bool time_stamped(const std::string& name) {
 }  // namespace
 
 RetentionSettings parse_retention_settings(std::string_view text, const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    fail(path, e.source(), std::string(e.description()));
-  }
   RetentionSettings settings;
-  const toml::node* node = root.get("retention");
-  if (!node) return settings;
-  const toml::table* table = node->as_table();
-  if (!table) fail(path, node->source(), "'retention' must be a table: [retention]");
+  const toml::table root = parse_config(text, path);
+  const toml::table* table = config_table(root, path, "retention");
+  if (!table) return settings;
   for (const auto& [key, value] : *table) {
     const std::string name(key.str());
     auto number = value.value<double>();
     if (!number || !(value.is_integer() || value.is_floating_point())) {
-      fail(path, value.source(), fmt::format("'{}' must be a number", name));
+      config_error(path, value.source(), fmt::format("'{}' must be a number", name));
     }
     if (name == "days") {
       if (!(*number >= 0 && *number <= 36500))
-        fail(path, value.source(), "'days' must be from 0 (never) to 36500");
+        config_error(path, value.source(), "'days' must be from 0 (never) to 36500");
       settings.days = *number;
     } else if (name == "keep") {
       if (!value.is_integer() || *number < 0 || *number > 1e6) {
-        fail(path, value.source(), "'keep' must be a whole number of jobs, 0 or more");
+        config_error(path, value.source(), "'keep' must be a whole number of jobs, 0 or more");
       }
       settings.keep = static_cast<int>(*number);
     } else {
-      fail(path, key.source(),
-           fmt::format("unknown key '{}' in [retention] (known: days, keep)", name));
+      config_error(path, key.source(),
+                   fmt::format("unknown key '{}' in [retention] (known: days, keep)", name));
     }
   }
   return settings;

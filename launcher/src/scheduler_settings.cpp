@@ -4,47 +4,37 @@
 #include <toml++/toml.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/config_file.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/fd_io.hpp"
 
 namespace dlrun::launcher {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const toml::source_region& where, const std::string& what) {
-  throw ConfigError(fmt::format("{}:{}:{}: {}", path, where.begin.line, where.begin.column, what));
-}
-
 double number(const toml::node& node, const std::string& path, const std::string& key) {
   auto value = node.value<double>();
-  if (!value || !(node.is_integer() || node.is_floating_point())) fail(path, node.source(), fmt::format("'{}' must be a number", key));
+  if (!value || !(node.is_integer() || node.is_floating_point())) config_error(path, node.source(), fmt::format("'{}' must be a number", key));
   return *value;
 }
 
 double duration(const toml::node& node, const std::string& path, const std::string& key) {
   double seconds = number(node, path, key);
-  if (auto why = duration_problem(seconds)) fail(path, node.source(), fmt::format("'{}' = {}", key, *why));
+  if (auto why = duration_problem(seconds)) config_error(path, node.source(), fmt::format("'{}' = {}", key, *why));
   return seconds;
 }
 
 }  // namespace
 
 SchedulerSettings parse_scheduler_settings(std::string_view text, const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    fail(path, e.source(), std::string(e.description()));
-  }
   SchedulerSettings settings;
-  const toml::node* node = root.get("scheduler");
-  if (!node) return settings;
-  const toml::table* table = node->as_table();
-  if (!table) fail(path, node->source(), "'scheduler' must be a table: [scheduler]");
+  const toml::table root = parse_config(text, path);
+  const toml::table* table = config_table(root, path, "scheduler");
+  if (!table) return settings;
   for (const auto& [key, value] : *table) {
     const std::string name(key.str());
     if (name == "fairness") {
       double p = number(value, path, name);
-      if (!(p >= -10 && p <= 1)) fail(path, value.source(), fmt::format("'fairness' = {}: must be from -10 to 1", p));
+      if (!(p >= -10 && p <= 1)) config_error(path, value.source(), fmt::format("'fairness' = {}: must be from -10 to 1", p));
       settings.policy.fairness = p;
     } else if (name == "restart_seconds") {
       settings.policy.restart_seconds = duration(value, path, name);
@@ -52,9 +42,9 @@ SchedulerSettings parse_scheduler_settings(std::string_view text, const std::str
       settings.policy.starvation_seconds = duration(value, path, name);
     } else if (name == "interval_seconds") {
       settings.interval_seconds = duration(value, path, name);
-      if (settings.interval_seconds < 1) fail(path, value.source(), "'interval_seconds' must be at least 1");
+      if (settings.interval_seconds < 1) config_error(path, value.source(), "'interval_seconds' must be at least 1");
     } else {
-      fail(path, key.source(), fmt::format("unknown key '{}' in [scheduler] (known: fairness, restart_seconds, "
+      config_error(path, key.source(), fmt::format("unknown key '{}' in [scheduler] (known: fairness, restart_seconds, "
                                            "starvation_seconds, interval_seconds)", name));
     }
   }
