@@ -197,7 +197,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   }
   Json out = Json::object();
   auto& fields = out.get_ref<Json::object_t&>();
-  fields.reserve(23);
+  fields.reserve(24);  // every key below: no reallocation (10,000 objects for status --all --json)
   auto add = [&fields](const char* key, Json value) {
     fields.Json::object_t::Container::emplace_back(key, std::move(value));
   };
