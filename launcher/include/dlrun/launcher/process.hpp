@@ -1,10 +1,11 @@
 #pragma once
-// Starting one rank process: fork and exec with its own process group (so that signals
+// Starting one rank process: clone (sharing dlrun's memory until exec, as vfork and
+// posix_spawn do) and exec, with its own process group (so that signals
 // reach its children too), a parent-death signal (so that it dies with dlrun), stdin from
 // /dev/null and stdout/stderr into pipes that dlrun reads. Errors in exec (not found,
 // permission) come back through a close-on-exec pipe, so they are reported by dlrun and
-// not printed by a half-started child. Functions here are not thread-safe: dlrun forks
-// from its single supervising thread.
+// not printed by a half-started child. Functions here are not thread-safe: dlrun starts
+// ranks from its single supervising thread.
 
 #include <signal.h>
 #include <sys/types.h>
