@@ -3,8 +3,8 @@
 and reports average and p95 job completion time (JCT), makespan and GPU utilisation:
 
   fifo-fixed   each job asks for a fixed number of GPUs and the queue starts them in order
-               (policy = "fifo", gpus = N): N is each kind's best size when it runs alone (KINDS;
-               a user who measured), or with fifo-fixed:N the same N for every job (a guess);
+               (policy = "fifo", gpus = N): N is what each kind's user asks for (KINDS), or with
+               fifo-fixed:N the same N for every job;
   fifo-greedy  each job is elastic (gpus = "1:8") and takes every free GPU when it starts,
                keeping them to its end (policy = "fifo": dlrun before the goodput scheduler);
   goodput      the same elastic jobs, shared by the goodput scheduler (policy = "goodput").
@@ -33,7 +33,7 @@ DLRUN = os.path.join(BUILD, "cli", "dlrun")
 SYNTHETIC = os.path.join(BUILD, "examples", "synthetic", "dlrun_synthetic")
 GPUS = 8
 
-# kind: (its best fixed GPU count when it runs alone, synthetic options). Alone on 8 fake GPUs
+# kind: (the fixed GPU count its user asks for under fifo-fixed, synthetic options). Alone on 8 fake GPUs
 # (dlrun local, this machine): scalable 106 s on 1 GPU, 67 on 2, 42 on 4, 35 on 8; sync-bound
 # 36 s on 1, 47 on 2, 74 on 4, 121 on 8; medium 56 s on 1.
 KINDS = {
