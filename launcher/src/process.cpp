@@ -1,14 +1,15 @@
 #include "dlrun/launcher/process.hpp"
 
 #include <fcntl.h>
-#include <sched.h>
-#include <signal.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,10 +17,8 @@
 #include <cstring>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -73,7 +72,8 @@ int exec_child(void* arg) {
   for (int sig = 1; sig < NSIG; ++sig) {
     struct sigaction action {};
     if (::sigaction(sig, nullptr, &action) != 0 || action.sa_handler == SIG_DFL) continue;
-    if (action.sa_handler != SIG_IGN) ::sigaction(sig, &default_action, nullptr);  // one of dlrun's handlers
+    if (action.sa_handler != SIG_IGN)
+      ::sigaction(sig, &default_action, nullptr);  // one of dlrun's handlers
   }
   // These the ranks always get as the default, even if dlrun was started with them ignored
   // (a background job of a shell ignores SIGINT): dlrun passes them on.
@@ -127,10 +127,12 @@ SpawnedProcess spawn_process(const SpawnRequest& request) {
     err = make_pipe();
     status = make_pipe();
   } catch (...) {
-    for (int* fd : {&null_fd, &in.write, &out.read, &out.write, &err.read, &err.write}) close_fd(*fd);
+    for (int* fd : {&null_fd, &in.write, &out.read, &out.write, &err.read, &err.write})
+      close_fd(*fd);
     throw;
   }
-  ChildArgs child{&request, argv.data(), envp.data(), ::getpid(), null_fd, &out, &err, &status, started_umask()};
+  ChildArgs child{&request, argv.data(), envp.data(), ::getpid(),     null_fd,
+                  &out,     &err,        &status,     started_umask()};
   // As posix_spawn does: the child shares dlrun's memory until its exec (no page tables to
   // copy, no copy-on-write faults after: a rank starts in a fraction of fork's time), on a
   // stack of its own, with dlrun stopped meanwhile and every signal blocked across it.
@@ -139,13 +141,15 @@ SpawnedProcess spawn_process(const SpawnRequest& request) {
   sigset_t all, before;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &before);
-  pid_t pid = ::clone(exec_child, stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD, &child);
+  pid_t pid =
+      ::clone(exec_child, stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD, &child);
   int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   for (int* fd : {&null_fd, &out.write, &err.write, &status.write}) close_fd(*fd);
   if (pid < 0) {
     for (int* fd : {&out.read, &err.read, &status.read, &in.write}) close_fd(*fd);
-    throw SpawnError(fmt::format("cannot start {}: clone: {}", request.path, std::strerror(fork_errno)));
+    throw SpawnError(
+        fmt::format("cannot start {}: clone: {}", request.path, std::strerror(fork_errno)));
   }
   ::setpgid(pid, pid);  // also in the child: whichever runs first wins the race
   if (request.stdin_text && !request.stdin_text->empty()) {
@@ -165,11 +169,13 @@ void await_exec(SpawnedProcess& process, const std::string& program) {
   close_fd(process.exec_status_fd);
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
     // ENOEXEC: a script without a #! line (a shell would have guessed /bin/sh; exec does not).
-    const char* hint = child_errno == ENOEXEC
-                           ? " (neither a binary nor a script whose first line names its interpreter: start it "
-                             "with a #! line such as #!/bin/sh, or put the interpreter before it)"
-                           : "";
-    throw SpawnError(fmt::format("cannot start {}: {}{}", program, std::strerror(child_errno), hint));
+    const char* hint =
+        child_errno == ENOEXEC
+            ? " (neither a binary nor a script whose first line names its interpreter: start it "
+              "with a #! line such as #!/bin/sh, or put the interpreter before it)"
+            : "";
+    throw SpawnError(
+        fmt::format("cannot start {}: {}{}", program, std::strerror(child_errno), hint));
   }
 }
 
@@ -187,7 +193,8 @@ std::string resolve_program(const std::string& name, const std::string& path_env
     if (e == 0) return name;
     if (e == ENOENT) throw ConfigError(fmt::format("program '{}' does not exist", name));
     if (e == EACCES) {
-      throw ConfigError(fmt::format("program '{}' is not executable (try chmod +x {})", name, name));
+      throw ConfigError(
+          fmt::format("program '{}' is not executable (try chmod +x {})", name, name));
     }
     throw ConfigError(fmt::format("program '{}' cannot be run: {}", name, std::strerror(e)));
   }
@@ -196,19 +203,20 @@ std::string resolve_program(const std::string& name, const std::string& path_env
     if (check(candidate) == 0) return candidate;
   }
   throw ConfigError(fmt::format(
-      "program '{}' not found in PATH (give a path such as ./{} if it is in this directory)",
-      name, name));
+      "program '{}' not found in PATH (give a path such as ./{} if it is in this directory)", name,
+      name));
 }
 
-CommandResult run_and_capture(const std::string& path, const std::vector<std::string>& argv, const Environment& env,
-                              double timeout_seconds) {
+CommandResult run_and_capture(const std::string& path, const std::vector<std::string>& argv,
+                              const Environment& env, double timeout_seconds) {
   SpawnedProcess process = spawn_process({path, argv, env, "", std::nullopt});
   await_exec(process, argv.at(0));
   CommandResult result;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   int* fds[2] = {&process.stdout_fd, &process.stderr_fd};
   std::string* sinks[2] = {&result.out, &result.err};
-  while ((process.stdout_fd >= 0 || process.stderr_fd >= 0) && std::chrono::steady_clock::now() < deadline) {
+  while ((process.stdout_fd >= 0 || process.stderr_fd >= 0) &&
+         std::chrono::steady_clock::now() < deadline) {
     pollfd polls[2];
     int n = 0;
     for (int i = 0; i < 2; ++i) {
@@ -229,7 +237,8 @@ CommandResult run_and_capture(const std::string& path, const std::vector<std::st
     }
   }
   for (int i = 0; i < 2; ++i) close_fd(*fds[i]);
-  auto status = wait_for_exit(process.pid, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline));
+  auto status = wait_for_exit(
+      process.pid, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline));
   if (!status) {
     ::kill(-process.pid, SIGKILL);
     status = 0;
