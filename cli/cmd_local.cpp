@@ -1,18 +1,18 @@
 // `dlrun local`: parse the options into PlanOptions and hand over to the launcher.
 
+#include <fmt/format.h>
+
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "commands.hpp"
-#include "foreground.hpp"
-#include "group_options.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "foreground.hpp"
+#include "group_options.hpp"
 
 namespace dlrun::cli {
 namespace {
@@ -44,9 +44,13 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
     }
   }
   if (app.count("--master-port")) options.master_port = args.master_port;
-  options.gpu_binding = args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
+  options.gpu_binding =
+      args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
   launcher::raise_fd_limit();
-  auto record = start_foreground(args.foreground, app, launcher::JobOrigin::local, options, options.gpus.has_value());
+  auto record = start_foreground(args.foreground, app, launcher::JobOrigin::local, options,
+                                 options.gpus.has_value());
+  if (options.gpus && options.gpus->count)
+    options.gpus_in_use = record->gpus_held_elsewhere(launcher::current_environment());
   auto job = launcher::make_plan(options, launcher::current_environment(), record->job_id());
   record->attach(job);
   return launcher::run_plan(job);
@@ -61,21 +65,26 @@ Command add_local_command(CLI::App& dlrun) {
       "Start the ranks of a training program on this machine.\n"
       "  dlrun local --nproc 2 ./train          two CPU ranks\n"
       "  dlrun local --gpus 4 ./train           one rank per GPU\n"
-      "  dlrun local --nproc 2 train.py         any torch.distributed (env://) script, run with python3\n"
+      "  dlrun local --nproc 2 train.py         any torch.distributed (env://) script, run with "
+      "python3\n"
       "  dlrun local --nproc 2 -m pkg.train     a Python module: python3 -m pkg.train\n"
-      "  dlrun local --resume 12                job 12 again, from its checkpoint (dlrun prints this when it stops)");
+      "  dlrun local --resume 12                job 12 again, from its checkpoint (dlrun prints "
+      "this when it stops)");
   app->prefix_command();
-  set_usage(app, "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [-m] [--] PROGRAM [ARGS...]\n"
-                 "       dlrun local --resume JOB [OPTIONS PROGRAM [ARGS...]]");
+  set_usage(app,
+            "dlrun local (--nproc N | --gpus N|LIST) [OPTIONS] [-m] [--] PROGRAM [ARGS...]\n"
+            "       dlrun local --resume JOB [OPTIONS PROGRAM [ARGS...]]");
   auto& o = args->group.options;
 
-  app->add_option("--nproc,--nproc-per-node,--nproc_per_node", args->nproc,
-                  "Start N ranks (CPU; OMP_NUM_THREADS = cores / N); MIN:MAX for an elastic job that "
-                  "starts at MAX and may be resized (dlrun resize)")
+  app->add_option(
+         "--nproc,--nproc-per-node,--nproc_per_node", args->nproc,
+         "Start N ranks (CPU; OMP_NUM_THREADS = cores / N); MIN:MAX for an elastic job that "
+         "starts at MAX and may be resized (dlrun resize)")
       ->type_name("N|MIN:MAX");
   app->add_option("--gpus", args->gpus,
                   "One rank per GPU: a count (4) or GPU numbers as nvidia-smi shows them "
-                  "(0,2,3); each rank gets its own CUDA_VISIBLE_DEVICES. MIN:MAX: elastic, starts with up to MAX "
+                  "(0,2,3); each rank gets its own CUDA_VISIBLE_DEVICES. MIN:MAX: elastic, starts "
+                  "with up to MAX "
                   "free GPUs")
       ->type_name("N|LIST|MIN:MAX");
   app->add_option("--gpu-binding", args->gpu_binding,
@@ -83,7 +92,8 @@ Command add_local_command(CLI::App& dlrun) {
                   "GPUs and uses cuda:LOCAL_RANK, as under torchrun")
       ->check(CLI::IsMember({"rank", "all"}))
       ->capture_default_str();
-  app->add_option("--master-addr,--master_addr", o.master_addr, "Address of the rendezvous (MASTER_ADDR)")
+  app->add_option("--master-addr,--master_addr", o.master_addr,
+                  "Address of the rendezvous (MASTER_ADDR)")
       ->capture_default_str();
   app->add_option("--master-port,--master_port", args->master_port,
                   "Port of the rendezvous (MASTER_PORT); default: a free port, new each restart")
@@ -93,14 +103,19 @@ Command add_local_command(CLI::App& dlrun) {
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
   app->footer(
-      "PROGRAM ending in .py runs with python3 from PATH (as under torchrun), unless it is executable "
-      "with a #! line. torchrun's --nproc_per_node, --master_addr, --master_port, --max_restarts work too.\n"
+      "PROGRAM ending in .py runs with python3 from PATH (as under torchrun), unless it is "
+      "executable "
+      "with a #! line. torchrun's --nproc_per_node, --master_addr, --master_port, --max_restarts "
+      "work too.\n"
       "Every run is a job: dlrun status, logs, cancel and resize know it by the number it prints "
-      "('dlrun: job 12: …'); after a stop or a failure, 'dlrun local --resume 12' runs it again in the same run "
+      "('dlrun: job 12: …'); after a stop or a failure, 'dlrun local --resume 12' runs it again in "
+      "the same run "
       "directory, so a program that checkpoints there (the dlrun runtime does) continues.\n"
       "Each rank gets RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK "
-      "MASTER_ADDR MASTER_PORT DLRUN_RUN_DIR DLRUN_RESTART_COUNT DLRUN_JOB_ID, torchrun's TORCHELASTIC_* "
-      "GROUP_WORLD_SIZE ROLE_*, and OMP_NUM_THREADS unless set (docs/channels.md). A rank that fails with "
+      "MASTER_ADDR MASTER_PORT DLRUN_RUN_DIR DLRUN_RESTART_COUNT DLRUN_JOB_ID, torchrun's "
+      "TORCHELASTIC_* "
+      "GROUP_WORLD_SIZE ROLE_*, and OMP_NUM_THREADS unless set (docs/channels.md). A rank that "
+      "fails with "
       "a TORCHELASTIC_ERROR_FILE (@record) is reported with its traceback.\n"
       "Exit code: 0, or the failing rank's own code (128+N if killed by signal N), "
       "130/143 after SIGINT/SIGTERM, 2 for bad usage (docs/exit-codes.md).");

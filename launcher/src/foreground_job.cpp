@@ -11,7 +11,9 @@
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/text.hpp"
 #include "dlrun/log.hpp"
+#include "dlrun/protocol.hpp"
 
 namespace fs = std::filesystem;
 
@@ -145,6 +147,20 @@ ForegroundJob::~ForegroundJob() {
                     verb_of(m_command.origin)));
   } catch (const std::exception& e) {
     log::warn("job {}: its end could not be recorded: {}", m_job_id, e.what());
+  }
+}
+
+std::vector<std::string> ForegroundJob::gpus_held_elsewhere(const Environment& env) const {
+  if (!m_store) return {};
+  std::vector<int64_t> except = {*m_number};
+  if (auto it = env.find(env::k_job_id); it != env.end()) {
+    if (auto parent = parse_int(it->second)) except.push_back(*parent);
+  }
+  try {
+    return m_store->queue.store().gpus_held(except);
+  } catch (const Error& e) {
+    log::warn("which GPUs other jobs hold is not known ({}): choosing among all", e.what());
+    return {};
   }
 }
 

@@ -2,6 +2,8 @@
 // like submitted ones, recorded from their start (job_store.hpp, foreground_job.hpp), and the
 // look-ups that `--resume` and retention need.
 
+#include <algorithm>
+
 #include "dlrun/launcher/job_store.hpp"
 #include "job_store_statement.hpp"
 
@@ -63,6 +65,20 @@ bool JobStore::reopen(int64_t id, const ProcessIdentity& supervisor, const std::
       .bind(5, id);
   s.step();
   return sqlite3_changes(m_db) > 0;
+}
+
+std::vector<std::string> JobStore::gpus_held(const std::vector<int64_t>& except) {
+  std::vector<std::string> gpus;
+  Statement s(m_db,
+              "SELECT id, gpu_ids FROM jobs WHERE state IN ('RUNNING','RESCALING') AND remote = 0 "
+              "AND uses_gpus = 1");
+  while (s.step()) {
+    if (std::find(except.begin(), except.end(), s.int64(0)) != except.end()) continue;
+    for (auto& id : split_ids(s.text(1))) {
+      if (std::find(gpus.begin(), gpus.end(), id) == gpus.end()) gpus.push_back(id);
+    }
+  }
+  return gpus;
 }
 
 void JobStore::forget(int64_t id) {

@@ -23,7 +23,8 @@ namespace dlrun::launcher {
 namespace {
 
 std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env, std::optional<int> min,
-                                     SettingsSource source, const std::string& label) {
+                                     SettingsSource source, const std::string& label,
+                                     const std::vector<std::string>& busy) {
   const std::string spec = label.empty() ? setting_label(source, "gpus", format_gpu_request(request)) : label;
   const char* cpu_ranks = source == SettingsSource::job_file ? "nproc = N in [resources]" : "--nproc N";
   GpuInventory inventory = discover_gpus();
@@ -37,6 +38,25 @@ std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env,
   if (available.empty()) {
     throw ConfigError(fmt::format("{}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; "
                                   "unset it or use {} to run CPU ranks", spec, cpu_ranks));
+  }
+  // A count takes only GPUs no other job holds (a list names them: the user's choice).
+  if (request.count && !busy.empty()) {
+    std::vector<std::string> free;
+    for (const auto& id : available) {
+      if (std::find(busy.begin(), busy.end(), id) == busy.end()) free.push_back(id);
+    }
+    const int wanted = min ? *min : *request.count;
+    if (static_cast<int>(free.size()) < wanted) {
+      std::vector<std::string> held;
+      for (const auto& id : available) {
+        if (std::find(free.begin(), free.end(), id) == free.end()) held.push_back(id);
+      }
+      throw ConfigError(fmt::format("{}: only {} of the {} GPUs here {} free: {} {} held by other jobs (dlrun "
+                                    "status lists them); wait, or name GPUs to share them (--gpus {})",
+                                    spec, free.size(), available.size(), free.size() == 1 ? "is" : "are",
+                                    fmt::join(held, ","), held.size() == 1 ? "is" : "are", fmt::join(held, ",")));
+    }
+    available = free;
   }
   // Elastic: start with what is there, if that is at least MIN.
   if (min && request.count && static_cast<int>(available.size()) < *request.count &&
@@ -97,7 +117,8 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
   job.program = resolve_command(options.command, path_it == env.end() ? "" : path_it->second);
 
   if (options.gpus) {
-    job.gpu_ids = choose_gpus(*options.gpus, env, options.min_ranks, options.source, options.gpus_label);
+    job.gpu_ids =
+        choose_gpus(*options.gpus, env, options.min_ranks, options.source, options.gpus_label, options.gpus_in_use);
     job.world_size = static_cast<int>(job.gpu_ids.size());
   }
   if (options.max_ranks) {

@@ -11,7 +11,7 @@ import sqlite3
 import time
 import unittest
 
-from harness import DlrunTestCase, wait_for
+from harness import DLRUN, DlrunTestCase, wait_for
 
 # Counts to 40 steps, keeping its step in the run directory; stops on SIGTERM/SIGINT by saving
 # it and exiting 75, as the runtime does. At step 10 it waits until the test creates
@@ -141,6 +141,32 @@ while :; do sleep 0.05; done
         p.communicate(timeout=30)
         self.assertEqual(p.returncode, 143)
         self.assertEqual(json.loads(self.dlrun("status", "1", "--json").stdout)["state"], "CANCELLED")
+
+    def test_a_gpu_count_takes_only_gpus_no_other_job_holds(self):
+        env = dict(self.env, DLRUN_FAKE_GPUS="4")
+        p = self.start("local", "--gpus", "3", "sh", "-c", "touch $DLRUN_RUN_DIR/up-$RANK; sleep 60", env=env)
+        self.assertTrue(wait_for(lambda: all(os.path.exists(os.path.join(self.home, "runs", "1", f"up-{r}"))
+                                             for r in range(3)), 30))
+        r = self.dlrun("local", "--gpus", "2", "true", env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--gpus 2: only 1 of the 4 GPUs here is free: 0,1,2 are held by other jobs", r.stderr)
+        r = self.dlrun("local", "--gpus", "1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=env)
+        self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 3\n"), r.stderr)
+        r = self.dlrun("local", "--gpus", "0,1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)  # named GPUs: the user's choice
+        self.assertEqual(sorted(r.stdout.splitlines()), ["[0] gpu 0", "[1] gpu 1"])
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate(timeout=30)
+
+    def test_a_run_inside_a_gpu_job_uses_that_jobs_gpus(self):
+        env = dict(self.env, DLRUN_FAKE_GPUS="2")
+        job_file = os.path.join(self.tmp, "job.toml")
+        inner = [DLRUN, "local", "--gpus", "1", "sh", "-c", "echo inner $CUDA_VISIBLE_DEVICES"]
+        with open(job_file, "w") as f:
+            f.write(f"command = {json.dumps(inner)}\n[resources]\ngpus = 1\n")
+        r = self.dlrun("submit", "--wait", "--parsable", job_file, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("[0] [0] inner 0", self.dlrun("logs", "1", env=env).stdout)
 
     def test_kill_9_of_dlrun_local_marks_its_job_lost(self):
         p = self.start("local", "--nproc", "1", "sh", "-c", "touch $DLRUN_RUN_DIR/up; sleep 60")

@@ -68,6 +68,9 @@ class ForegroundJob {
   // The id to plan with: the job's number, or a time-stamped id when it is not recorded.
   const std::string& job_id() const { return m_job_id; }
   bool recorded() const { return m_number.has_value(); }
+  // GPUs that other running jobs hold, leaving out the job this run is nested in (a rank of
+  // it runs dlrun local: DLRUN_JOB_ID), whose GPUs are this run's to use. Empty unrecorded.
+  std::vector<std::string> gpus_held_elsewhere(const Environment& env) const;
   // The plan is made: its ranks, GPUs and run directory are recorded, and its hooks keep the
   // store up to date (restarts, resizes, the end). Throws ConfigError when a resumed job was
   // taken up by someone else meanwhile.

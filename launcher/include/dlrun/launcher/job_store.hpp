@@ -142,6 +142,8 @@ class JobStore {
   // `supervisor`, its end, exit code, reason and final metrics cleared; `spec_text` replaces
   // the command line it keeps. False (nothing changed) when the job is not ended.
   bool reopen(int64_t id, const ProcessIdentity& supervisor, const std::string& spec_text);
+  // GPUs that running jobs other than `except` hold (their allocations), in id order.
+  std::vector<std::string> gpus_held(const std::vector<int64_t>& except);
   // Removes a job that never ran (its plan was refused) and its allocation events.
   void forget(int64_t id);
   // The newest job called `name`, if any.

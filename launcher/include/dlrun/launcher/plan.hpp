@@ -33,6 +33,8 @@ std::string setting_label(SettingsSource source, std::string_view key, std::stri
 struct PlanOptions {
   std::optional<int> nproc;         // CPU ranks to start
   std::optional<GpuRequest> gpus;   // one rank per GPU: a count of the visible ones, or these ids
+  // GPUs other jobs hold (the job store's): a count takes none of them. A list is the user's.
+  std::vector<std::string> gpus_in_use;
   std::string gpus_label;           // names `gpus` in messages ("--gpu-ids 0,2"); empty: --gpus / gpus
   std::optional<int> min_ranks;     // elastic: the fewest ranks the job may run with
   std::optional<int> max_ranks;     // elastic: the most (default: as many as it starts with)
