@@ -35,14 +35,16 @@ std::string size_text(uint64_t bytes) {
 int run_clean(const CleanArgs& args, const CLI::App& app) {
   launcher::JobQueue queue(launcher::current_environment());
   auto settings = launcher::read_retention_settings(queue.home());
-  if (app.count("--older-than")) settings.days = args.days;
+  // On the command line 0 days means every ended job (beyond --keep); in config.toml, never.
+  if (app.count("--older-than")) settings.days = args.days > 0 ? args.days : 1e-9;
   if (app.count("--keep")) settings.keep = args.keep;
   std::vector<int64_t> only;
   for (const auto& job : args.jobs)
     only.push_back(launcher::job_number(queue.store(), launcher::parse_job_ref(job), "clean"));
   if (only.empty() && settings.days <= 0 && !args.automatic) {
-    std::cout << "Nothing to do: retention by age is off ([retention] days = 0); name jobs, or "
-                 "give --older-than\n";
+    std::cout << "Nothing to do: retention by age is off (config.toml: [retention] days = 0); name "
+                 "jobs, or give "
+                 "--older-than DAYS\n";
     return 0;
   }
   const auto report =
@@ -55,9 +57,11 @@ int run_clean(const CleanArgs& args, const CLI::App& app) {
   }
   std::string jobs;
   for (int64_t id : report.jobs) jobs += (jobs.empty() ? "" : ", ") + std::to_string(id);
-  std::cout << fmt::format("{} {} run director{} and link{} ({}){}\n", verb, report.paths.size(),
-                           report.paths.size() == 1 ? "y" : "ies",
-                           report.paths.size() == 1 ? "" : "s", size_text(report.bytes),
+  const size_t links = report.links;
+  const size_t dirs = report.paths.size() - links;
+  std::string what = fmt::format("{} run director{}", dirs, dirs == 1 ? "y" : "ies");
+  if (links > 0) what += fmt::format(" and {} link{}", links, links == 1 ? "" : "s");
+  std::cout << fmt::format("{} {} ({}){}\n", verb, what, size_text(report.bytes),
                            jobs.empty() ? "" : "; jobs " + jobs);
   for (const auto& path : report.paths) std::cout << "  " << path << "\n";
   return 0;
@@ -80,7 +84,7 @@ Command add_clean_command(CLI::App& dlrun) {
   app->add_option("--keep", args->keep,
                   "Always keep the N jobs that ended last (default: [retention] keep)")
       ->type_name("N")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000000));
   app->add_flag("-n,--dry-run", args->dry_run, "Say what would be removed, remove nothing");
   app->add_flag("--auto", args->automatic,
                 "The daily pass a job's end starts: the settings, no output")
@@ -93,7 +97,11 @@ Command add_clean_command(CLI::App& dlrun) {
       "under $DLRUN_HOME are removed; a --run-dir elsewhere loses only its link in "
       "$DLRUN_HOME/runs "
       "(docs/jobs.md, Retention).\n"
-      "Exit code: 0; 2 for a job that does not exist or has not ended (docs/exit-codes.md).");
+      "--older-than 0 takes every ended job (beyond --keep); days = 0 in config.toml turns the age "
+      "rule off.\n"
+      "Exit code: 0; 2 for a job that does not exist or has not ended, or a bad [retention] "
+      "setting; 1 when a "
+      "directory could not be removed (docs/exit-codes.md).");
   return {app, [args, app](const Trailing&) { return run_clean(*args, *app); }};
 }
 

@@ -33,6 +33,7 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
   apply_group_options(args.group, app, trailing);
   auto& c = args.cluster;
   c.plan = args.group.options;
+  run_again_if_resume_alone(args.foreground, app, launcher::JobOrigin::run, c.plan);
   if (app.count("--gpu-ids")) {
     c.gpu_ids = launcher::parse_gpu_ids(args.gpu_ids, "--gpu-ids");
     c.gpu_slots = true;

@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 
@@ -78,24 +79,30 @@ void add_foreground_options(CLI::App* app, ForegroundArgs& args) {
       ->type_name("JOB");
 }
 
+void run_again_if_resume_alone(const ForegroundArgs& args, const CLI::App& app,
+                               launcher::JobOrigin origin, const launcher::PlanOptions& options) {
+  if (args.resume.empty() || !options.command.empty()) return;
+  auto target = launcher::find_resume_target(launcher::current_environment(), args.resume, origin);
+  if (!kept_words().empty()) {
+    throw ConfigError(
+        fmt::format("--resume {} with options but no program: give the whole command line after "
+                    "--resume {}, or nothing else to run the job's own again",
+                    args.resume, args.resume));
+  }
+  run_again(app.get_name(), target);
+}
+
 std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& args,
                                                           const CLI::App& app,
                                                           launcher::JobOrigin origin,
                                                           launcher::PlanOptions& options,
                                                           bool uses_gpus) {
   const auto env = launcher::current_environment();
+  if (!args.name.empty()) launcher::check_job_name(args.name);
   std::optional<launcher::ResumeTarget> resume;
   if (!args.resume.empty()) {
+    run_again_if_resume_alone(args, app, origin, options);
     resume = launcher::find_resume_target(env, args.resume, origin);
-    if (options.command.empty()) {
-      if (!kept_words().empty()) {
-        throw ConfigError(fmt::format(
-            "--resume {} with options but no program: give the whole command line after "
-            "--resume {}, or nothing else to run the job's own again",
-            args.resume, args.resume));
-      }
-      run_again(app.get_name(), *resume);
-    }
     // The default run directory of the job's number is found again by it; another is named.
     const std::string home = launcher::dlrun_home(env);
     if (fs::path(resume->run_dir) != fs::path(home) / "runs" / std::to_string(resume->id))

@@ -18,6 +18,12 @@ struct ForegroundArgs {
 
 void add_foreground_options(CLI::App* app, ForegroundArgs& args);
 
+// `--resume JOB` with no program: runs the job's own command line again in its working
+// directory (this process is replaced); otherwise returns. Call it before checking anything
+// else the command line lacks then (dlrun run's hosts).
+void run_again_if_resume_alone(const ForegroundArgs& args, const CLI::App& app, launcher::JobOrigin origin,
+                               const launcher::PlanOptions& options);
+
 // Before the plan is made. With --resume and no program, runs the job's own command line
 // again in its working directory (this process is replaced: never returns then). Otherwise
 // the job to plan with: options.run_dir becomes a resumed job's run directory.

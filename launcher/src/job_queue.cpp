@@ -398,6 +398,12 @@ void JobQueue::maybe_start_retention() {
   if (!retention_due(m_home)) return;
   mark_retention_started(m_home);
   try {
+    read_retention_settings(m_home);
+  } catch (const ConfigError& e) {
+    log::warn("{}: old run directories are not cleaned until it is fixed (dlrun clean --dry-run checks it)", e.what());
+    return;
+  }
+  try {
     spawn_detached({"clean", "--auto"}, encode_environment(m_env), nullptr);
   } catch (const Error& e) {
     log::warn("{} (the daily clean of old run directories)", e.what());

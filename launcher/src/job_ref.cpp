@@ -1,13 +1,12 @@
 #include "dlrun/launcher/job_ref.hpp"
 
-#include "dlrun/launcher/job_store.hpp"
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
 
-#include <fmt/format.h>
-
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/job_store.hpp"
 #include "dlrun/launcher/text.hpp"
 
 namespace dlrun::launcher {
@@ -16,34 +15,55 @@ JobRef parse_job_ref(std::string_view text) {
   constexpr size_t k_max_length = 128;
   if (text.empty()) throw ConfigError("a job id is empty (dlrun status lists the jobs)");
   if (text.size() > k_max_length) {
-    throw ConfigError(fmt::format("'{}…': not a job id (longer than {} bytes)", text.substr(0, 32), k_max_length));
+    throw ConfigError(fmt::format("'{}…': not a job id (longer than {} bytes)", text.substr(0, 32),
+                                  k_max_length));
   }
-  auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; };
-  if (!std::all_of(text.begin(), text.end(), allowed) || text.find("..") != std::string_view::npos ||
-      text.front() == '.') {
-    throw ConfigError(fmt::format("'{}': not a job id (a job's number such as 17, or its name: dlrun "
-                                  "status lists them)",
-                                  text));
+  auto allowed = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  };
+  if (!std::all_of(text.begin(), text.end(), allowed) ||
+      text.find("..") != std::string_view::npos || text.front() == '.') {
+    throw ConfigError(
+        fmt::format("'{}': not a job id (a job's number such as 17, or its name: dlrun "
+                    "status lists them)",
+                    text));
   }
   JobRef job{std::string(text), std::nullopt};
   if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     auto number = parse_int(text);
-    if (!number) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", text));
+    if (!number)
+      throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", text));
     job.number = *number;
   }
   return job;
+}
+
+void check_job_name(std::string_view name) {
+  JobRef ref;
+  try {
+    ref = parse_job_ref(name);
+  } catch (const ConfigError&) {
+    throw ConfigError(
+        fmt::format("--name '{}': a name is letters, digits, '-', '_' and '.' (not first), at most "
+                    "128 bytes, so that every verb can name the job by it",
+                    name));
+  }
+  if (ref.number)
+    throw ConfigError(fmt::format("--name {}: a number is a job's number; add a letter", name));
 }
 
 int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb) {
   if (job.number) return *job.number;
   if (auto named = store.find_by_name(job.text)) return named->id;
   if (job.text.size() == 20 && job.text[8] == '-' && job.text[15] == '-') {
-    throw ConfigError(fmt::format("job {}: a run without a job number (from an older dlrun, or one whose job store "
-                                  "could not be opened): dlrun {} does not know it; its files are in "
-                                  "$DLRUN_HOME/runs/{}",
-                                  job.text, verb, job.text));
+    throw ConfigError(fmt::format(
+        "job {}: a run without a job number (from an older dlrun, or one whose job store "
+        "could not be opened): dlrun {} does not know it; its files are in "
+        "$DLRUN_HOME/runs/{}",
+        job.text, verb, job.text));
   }
-  throw ConfigError(fmt::format("no job numbered or named '{}' (dlrun status --all lists every job)", job.text));
+  throw ConfigError(
+      fmt::format("no job numbered or named '{}' (dlrun status --all lists every job)", job.text));
 }
 
 }  // namespace dlrun::launcher

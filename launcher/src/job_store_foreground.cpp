@@ -90,6 +90,11 @@ void JobStore::forget(int64_t id) {
     Statement job(m_db, "DELETE FROM jobs WHERE id = ?");
     job.bind(1, id);
     job.step();
+    // Its number goes to the next job, unless a later one took a number meanwhile.
+    Statement number(m_db,
+                     "UPDATE sqlite_sequence SET seq = seq - 1 WHERE name = 'jobs' AND seq = ?");
+    number.bind(1, id);
+    number.step();
     commit();
   } catch (...) {
     rollback();

@@ -47,6 +47,7 @@ void remove_path(const fs::path& path, bool dry_run, CleanReport& report) {
   std::error_code ec;
   const bool link = fs::is_symlink(path, ec);
   if (!link) report.bytes += size_of(path);
+  if (link) ++report.links;
   report.paths.push_back(path.string());
   if (dry_run) return;
   if (link) {

@@ -98,6 +98,15 @@ class Listed(DlrunTestCase):
         self.assertEqual(self.status("--all"), [])
         ok = self.dlrun("local", "--nproc", "1", "true")
         self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertEqual(job_number(ok.stderr), 1)  # the refused run's number went to the next job
+
+    def test_names_every_verb_can_use(self):
+        for name, message in [("a b", "--name 'a b': a name is letters, digits"), ("12", "--name 12: a number is"),
+                              ("x/y", "--name 'x/y': a name is")]:
+            r = self.dlrun("local", "--nproc", "1", "--name", name, "true")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(message, r.stderr)
+        self.assertEqual(self.status("--all"), [])
 
     def test_without_a_store_the_run_goes_on_unlisted(self):
         os.makedirs(os.path.join(self.home, "jobs.db"))  # a directory: SQLite cannot open it
@@ -114,6 +123,10 @@ class Listed(DlrunTestCase):
         self.assertEqual(record["state"], "SUCCEEDED")
         logs = self.dlrun("logs", str(record["id"]))
         self.assertEqual(sorted(logs.stdout.splitlines()), ["[localhost:0] from 0", "[localhost:1] from 1"])
+        again = self.dlrun("run", "--resume", str(record["id"]), cwd="/")  # its own command line and hosts
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(job_number(again.stderr), record["id"])
+        self.assertEqual(sorted(again.stdout.splitlines()), ["[localhost:0] from 0", "[localhost:1] from 1"])
 
 
 class Steered(DlrunTestCase):
@@ -277,6 +290,8 @@ class Retention(DlrunTestCase):
         # keep = 1 holds the newest even when it is old too.
         self.age(4, 30)
         self.assertIn("Nothing to remove", self.dlrun("clean").stdout)
+        # --older-than 0: every ended job beyond --keep, whatever config.toml says.
+        self.assertIn("Would remove 1 run directory (", self.dlrun("clean", "--older-than", "0", "--keep", "0", "-n").stdout)
 
     def test_clean_named_jobs_and_never_a_directory_outside_the_home(self):
         mine = os.path.join(self.tmp, "mine")
@@ -284,6 +299,7 @@ class Retention(DlrunTestCase):
         self.run_jobs(1)
         r = self.dlrun("clean", "1", "2")
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Removed 1 run directory and 1 link", r.stdout)
         self.assertTrue(os.path.isdir(mine))
         self.assertFalse(os.path.lexists(os.path.join(self.home, "runs", "1")))
         self.assertFalse(os.path.exists(os.path.join(self.home, "runs", "2")))

@@ -23,6 +23,10 @@ class JobStore;
 // character no id has (ids are letters, digits, '-', '_' and '.', never a path: "..", "/").
 JobRef parse_job_ref(std::string_view text);
 
+// Throws ConfigError for a `--name` no verb could name the job by: not an id's characters
+// (letters, digits, '-', '_', '.', not first), over 128 bytes, or all digits (a number).
+void check_job_name(std::string_view name);
+
 // The job's number: its own, or the newest job's of that name. ConfigError when no job has
 // that name, saying where an unnumbered run's files are when `job` is a time-stamped id.
 int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb);

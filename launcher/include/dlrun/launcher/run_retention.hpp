@@ -32,6 +32,7 @@ RetentionSettings read_retention_settings(const std::string& home_dir);
 struct CleanReport {
   std::vector<int64_t> jobs;       // jobs whose run directory went
   std::vector<std::string> paths;  // directories and links removed
+  size_t links = 0;                // of them, links (in $DLRUN_HOME/runs to a --run-dir elsewhere)
   uint64_t bytes = 0;
 };
 
