@@ -174,18 +174,12 @@ void ForegroundJob::attach(Plan& plan) {
                                   m_job_id, m_job_id));
   }
   m_started = true;
-  // Recorded while the ranks start: the store's few hundred microseconds overlap their exec.
+  // Its GPUs are held in the store before its ranks start on them.
   Allocation allocation;
   allocation.ranks = plan.global_world_size > 0 ? plan.global_world_size : plan.world_size;
   allocation.gpu_ids = plan.gpu_ids;
-  plan.on_started = [&store, id = *m_number, allocation, run_dir = plan.run_dir,
-                     min = plan.min_world_size, max = plan.max_world_size, job_id = m_job_id] {
-    try {
-      store.set_foreground_start(id, allocation, run_dir, min, max);
-    } catch (const std::exception& e) {
-      log::warn("job {}: its start could not be recorded: {}", job_id, e.what());
-    }
-  };
+  store.set_foreground_start(*m_number, allocation, plan.run_dir, plan.min_world_size,
+                             plan.max_world_size);
   const int64_t id = *m_number;
   plan.on_restart = [&store, id](const RestartCounts& counts) {
     store.set_restarts(id, counts.failures, counts.resizes);
@@ -201,10 +195,8 @@ void ForegroundJob::attach(Plan& plan) {
   const bool quiet = plan.options.quiet;
   plan.on_end = [this, run_dir, quiet](const RunEnd& end) {
     try {
-      JobState state = end.exit_code == 0 ? JobState::succeeded
-                       : end.stop_signal  ? JobState::cancelled
-                                          : JobState::failed;
-      m_store->queue.store().finish(*m_number, state, end.exit_code, end.summary,
+      m_store->queue.store().finish(*m_number, state_after(end.exit_code, end.stop_signal != 0),
+                                    end.exit_code, end.summary,
                                     {end.failed_rank, read_job_metrics(run_dir)});
       m_ended = true;
     } catch (const std::exception& e) {

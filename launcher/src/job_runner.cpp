@@ -113,8 +113,7 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   int code = run_cluster_job(cluster, env);
   bool stopped = code == exit_code::k_signal_base + SIGTERM || code == exit_code::k_signal_base + SIGINT ||
                  code == exit_code::k_signal_base + SIGHUP;
-  JobState state = code == 0 ? JobState::succeeded : stopped ? JobState::cancelled : JobState::failed;
-  queue.store().finish(id, state, code, code == 0 ? "" : fmt::format("dlrun run exited with code {}", code),
+  queue.store().finish(id, state_after(code, stopped), code, code == 0 ? "" : fmt::format("dlrun run exited with code {}", code),
                        {std::nullopt, read_job_metrics(run_dir)});
   return code;
 }
@@ -180,10 +179,7 @@ int run_submitted_job(int64_t id, const Environment& env) {
     }
     supervisor.end();
     const int code = supervisor.exit_code();
-    JobState state = code == 0                   ? JobState::succeeded
-                     : supervisor.stop_signal()  ? JobState::cancelled
-                                                 : JobState::failed;
-    store.finish(id, state, code, supervisor.summary(), {supervisor.failed_rank(), read_job_metrics(run_dir)});
+    store.finish(id, state_after(code, supervisor.stop_signal() != 0), code, supervisor.summary(), {supervisor.failed_rank(), read_job_metrics(run_dir)});
     queue.ensure_scheduler();  // its GPUs go to the goodput jobs left, if any
     queue.maybe_start_retention();
     return code;

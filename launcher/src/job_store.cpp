@@ -146,6 +146,11 @@ JobOrigin parse_job_origin(const std::string& text) {
   return JobOrigin::submit;
 }
 
+JobState state_after(int exit_code, bool stopped_by_signal) {
+  if (exit_code == 0) return JobState::succeeded;
+  return stopped_by_signal ? JobState::cancelled : JobState::failed;
+}
+
 bool is_terminal(JobState state) {
   return state == JobState::succeeded || state == JobState::failed || state == JobState::cancelled;
 }

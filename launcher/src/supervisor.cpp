@@ -96,7 +96,6 @@ void Supervisor::begin() {
               m_job.log_dir.empty() ? m_job.run_dir : m_job.log_dir);
   }
   start_attempt();
-  if (m_job.on_started) m_job.on_started();
 }
 
 bool Supervisor::poll_once(std::optional<std::chrono::milliseconds> max_wait) {

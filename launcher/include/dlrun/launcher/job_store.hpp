@@ -25,6 +25,9 @@ enum class JobState { pending, running, rescaling, succeeded, failed, cancelled 
 std::string to_string(JobState state);  // "PENDING" …
 std::optional<JobState> parse_job_state(const std::string& text);
 bool is_terminal(JobState state);
+// How a job that ran ended: SUCCEEDED on exit code 0, CANCELLED when a stop signal ended it,
+// FAILED otherwise.
+JobState state_after(int exit_code, bool stopped_by_signal);
 
 // Where a job came from: `dlrun submit` (a detached supervisor runs it when its turn comes), or
 // a run in the foreground, `dlrun local` or `dlrun run`, which is its own supervisor and is

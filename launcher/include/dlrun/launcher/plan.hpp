@@ -115,8 +115,6 @@ struct Plan {
   // Told when a resize starts (true) and when the new group runs (false), with the rank count
   // it runs at then.
   std::function<void(bool rescaling, int world_size)> on_rescale;
-  // Told once when the first attempt's members have been started (while they start up).
-  std::function<void()> on_started;
   // Told once when the job has ended (every rank has exited), before run() returns.
   std::function<void(const RunEnd& end)> on_end;
 };
