@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 #include <thread>
 
@@ -92,6 +94,24 @@ constexpr std::pair<const char*, const char*> k_added_columns[] = {
     // Before it, only submitted jobs were recorded.
     {"origin", "TEXT NOT NULL DEFAULT 'submit'"},
 };
+
+// The highest job number among the run directories beside the store ($DLRUN_HOME/runs/N,
+// $DLRUN_HOME/jobs/N): a store made anew where an older one was removed numbers its jobs after
+// them, so that no job takes (and resumes from) another's directory.
+int64_t highest_numbered_run(const std::string& store_path) {
+  namespace fs = std::filesystem;
+  int64_t highest = 0;
+  const fs::path home = fs::path(store_path).parent_path();
+  for (const char* sub : {"runs", "jobs"}) {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(home / sub, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.empty() || name.size() > 15 || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+      highest = std::max<int64_t>(highest, std::stoll(name));
+    }
+  }
+  return highest;
+}
 
 }  // namespace
 
@@ -206,7 +226,13 @@ int JobStore::open_schema(std::string& error) {
   for (const char* sql : {"PRAGMA journal_mode=WAL", "BEGIN IMMEDIATE"}) {
     if (int rc = run(sql); rc != SQLITE_OK) return rc;
   }
+  const bool fresh = schema_version() == 0 && !has_jobs_table();
   int rc = run(k_schema);
+  if (rc == SQLITE_OK && fresh) {
+    if (const int64_t highest = highest_numbered_run(m_path); highest > 0) {
+      rc = run(fmt::format("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', {})", highest).c_str());
+    }
+  }
   // A store made by an earlier version: its missing columns are added.
   for (const auto& [column, type] : k_added_columns) {
     if (rc != SQLITE_OK) break;
@@ -222,6 +248,17 @@ int JobStore::open_schema(std::string& error) {
   if (rc == SQLITE_OK) rc = run("COMMIT");
   if (rc != SQLITE_OK) rollback();
   return rc;
+}
+
+bool JobStore::has_jobs_table() {
+  sqlite3_stmt* statement = nullptr;
+  bool found = false;
+  if (sqlite3_prepare_v2(m_db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'", -1, &statement,
+                         nullptr) == SQLITE_OK) {
+    found = sqlite3_step(statement) == SQLITE_ROW;
+  }
+  sqlite3_finalize(statement);
+  return found;
 }
 
 int JobStore::schema_version() {

@@ -51,6 +51,22 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(a->submitted.request.max_ranks == 2);
     CHECK_FALSE(store.get(999));
   }
+  TEST_CASE("a store made anew beside older run directories numbers its jobs after them") {
+    TempDir dir;
+    std::filesystem::create_directories(dir.path + "/runs/7");
+    std::filesystem::create_directories(dir.path + "/jobs/12");
+    std::filesystem::create_directories(dir.path + "/runs/20261125-045853-1ffe");  // a time-stamped id
+    std::filesystem::create_directory_symlink("/nonexistent", dir.path + "/runs/9");  // a dangling link
+    {
+      JobStore store(dir.path + "/jobs.db");
+      CHECK(store.submit(job("a", false, 1)) == 13);
+    }
+    // Once made, the store keeps its own numbering, whatever appears beside it.
+    std::filesystem::create_directories(dir.path + "/runs/40");
+    JobStore store(dir.path + "/jobs.db");
+    CHECK(store.submit(job("b", false, 1)) == 14);
+  }
+
   TEST_CASE("a listing leaves out the job file and the environment, in both of its forms") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");

@@ -178,6 +178,7 @@ class JobStore {
   int open_schema(std::string& error);
   // The store's user_version (0: a store from before versions were kept); -1 if unreadable.
   int schema_version();
+  bool has_jobs_table();
   void begin_immediate();
   void commit();
   void rollback();
