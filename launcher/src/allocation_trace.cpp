@@ -115,34 +115,6 @@ double union_length(std::vector<std::pair<double, double>> intervals) {
 
 // ---- Text shared by both renderings ---------------------------------------------------------
 
-// Valid UTF-8 without control characters (a name may hold anything): what is not becomes
-// U+FFFD, so neither a terminal nor an XML parser sees it.
-std::string clean_text(std::string_view in) {
-  static constexpr std::array<uint32_t, 5> k_least = {0, 0, 0x80, 0x800, 0x10000};  // by length
-  std::string out;
-  for (size_t i = 0; i < in.size();) {
-    const auto c = static_cast<unsigned char>(in[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = n > 0 && i + n <= in.size();
-    uint32_t code = n == 1 ? c : c & (0x7f >> n);
-    for (size_t k = 1; ok && k < n; ++k) {
-      const auto d = static_cast<unsigned char>(in[i + k]);
-      ok = (d & 0xc0) == 0x80;
-      code = code << 6 | (d & 0x3f);
-    }
-    ok = ok && code >= k_least[n] && code <= 0x10ffff && !(code >= 0xd800 && code <= 0xdfff) &&
-         code != 0xfffe && code != 0xffff;
-    const bool control = code < 0x20 || code == 0x7f || (code >= 0x80 && code < 0xa0);
-    if (ok && !control) {
-      out.append(in.substr(i, n));
-    } else {
-      out += "\xEF\xBF\xBD";
-    }
-    i += ok ? n : 1;
-  }
-  return out;
-}
-
 // The first `limit` characters (code points) of clean UTF-8, "…" where it cuts.
 std::string shortened(const std::string& text, size_t limit) {
   size_t characters = 0;
@@ -153,31 +125,6 @@ std::string shortened(const std::string& text, size_t limit) {
   return text;
 }
 
-std::string xml_text(std::string_view in) {
-  std::string out;
-  for (char c : clean_text(in)) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // Seconds to a tenth: "754s", "12.5s".
 std::string seconds_text(double seconds) {

@@ -28,4 +28,10 @@ std::pair<int, int> parse_count_range(std::string_view text, std::string_view wh
 std::optional<std::string> closest_match(std::string_view word,
                                          const std::vector<std::string>& candidates);
 
+// Valid UTF-8 without control characters: what is not becomes U+FFFD, so that neither a
+// terminal nor an XML parser sees it (names and commands may hold anything).
+std::string clean_text(std::string_view text);
+// clean_text(), escaped for XML text and attribute values (SVG pictures).
+std::string xml_text(std::string_view text);
+
 }  // namespace dlrun::launcher
