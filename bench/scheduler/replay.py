@@ -11,9 +11,10 @@ and reports average and p95 job completion time (JCT), makespan and GPU utilisat
 
 The jobs are examples/synthetic (real runtime jobs: AdaptiveBatch, checkpoints, exact resume)
 whose steps sleep a GPU-like cost, so that 8 fake GPUs fit on 2 cores. Three kinds differ in
-scalability and gradient noise (see KINDS). Arrivals are spread over the first minutes.
+scalability and gradient noise (see KINDS). One job arrives every --every seconds (5).
 
   python3 bench/scheduler/replay.py [--policies goodput,fifo-greedy,fifo-fixed,fifo-fixed:4] [--out DIR]
+                                    [--every SECONDS] [--fairness P]
 
 Writes DIR/POLICY.svg and DIR/POLICY.txt (dlrun status --svg / --trace) and prints a
 Markdown table. docs/benchmarks.md has the results."""
@@ -49,10 +50,9 @@ KINDS = {
     "medium": (2, ["--noise", "2", "--step-ms", "25", "--sample-ms", "0.25", "--sync-ms-per-rank", "3",
                    "--samples", "40960", "--epochs", "2"]),
 }
-# (arrival second, kind): 12 jobs, one every 10 s, so that they queue under FIFO.
-TRACE = [(0, "scalable"), (10, "sync-bound"), (20, "medium"), (30, "sync-bound"), (40, "scalable"),
-         (50, "medium"), (60, "sync-bound"), (70, "medium"), (80, "scalable"), (90, "sync-bound"),
-         (100, "medium"), (110, "scalable")]
+# 12 jobs in arrival order, one every --every seconds.
+TRACE = ["scalable", "sync-bound", "medium", "sync-bound", "scalable", "medium", "sync-bound", "medium", "scalable",
+         "sync-bound", "medium", "scalable"]
 
 
 def dlrun(env, *args):
@@ -88,19 +88,19 @@ def utilisation(home, begin, end):
     return busy / (GPUS * (end - begin))
 
 
-def replay(policy, out):
+def replay(policy, out, every, fairness):
     home = f"/tmp/dlrun-replay-{policy.replace(':', '-')}"
     shutil.rmtree(home, ignore_errors=True)
     os.makedirs(home)
     with open(os.path.join(home, "config.toml"), "w") as f:
-        f.write("[scheduler]\nrestart_seconds = 10\ninterval_seconds = 30\n")
+        f.write(f"[scheduler]\nrestart_seconds = 10\ninterval_seconds = 30\nfairness = {fairness}\n")
     env = dict(os.environ, DLRUN_HOME=home, DLRUN_FAKE_GPUS=str(GPUS), NO_COLOR="1")
     jobs_dir = os.path.join(home, "job-files")
     os.makedirs(jobs_dir)
     start = time.time()
     ids = []
-    for index, (arrival, kind) in enumerate(TRACE):
-        time.sleep(max(0.0, start + arrival - time.time()))
+    for index, kind in enumerate(TRACE):
+        time.sleep(max(0.0, start + index * every - time.time()))
         ids.append(int(dlrun(env, "submit", "--parsable", job_file(jobs_dir, index, kind, policy))))
     while True:
         jobs = json.loads(dlrun(env, "status", "--json", "--all"))
@@ -131,11 +131,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policies", default="goodput,fifo-greedy,fifo-fixed")
     parser.add_argument("--out", default="/tmp/dlrun-replay")
+    parser.add_argument("--every", type=float, default=5, help="seconds between two arrivals")
+    parser.add_argument("--fairness", type=float, default=-1, help="the goodput policy's fairness p")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     results = []
     for policy in args.policies.split(","):
-        result = replay(policy, args.out)
+        result = replay(policy, args.out, args.every, args.fairness)
         results.append(result)
         print(json.dumps(result), flush=True)
     base = {r["policy"]: r for r in results}

@@ -11,9 +11,18 @@ namespace dlrun::launcher {
 namespace {
 
 
-double goodput_at(const PolicyJob& job, int gpus) {
+// The share of a GPU's worth that the neutral prediction gives each GPU beyond the fair share.
+constexpr double k_unmeasured_slope = 0.1;
+
+double goodput_at(const PolicyJob& job, int gpus, int share) {
   if (gpus <= 0) return 0;
-  if (job.goodput.empty()) return gpus;  // neutral: perfectly scalable until measured
+  if (job.goodput.empty()) {
+    // Neutral until measured: perfectly scalable up to the fair share; beyond it, a job that has
+    // shown nothing is not given GPUs on faith that a measured job could use (a tenth of the
+    // slope still takes GPUs nobody else wants).
+    if (gpus <= share) return gpus;
+    return share + k_unmeasured_slope * (gpus - share);
+  }
   if (static_cast<size_t>(gpus) < job.goodput.size()) return std::max(0.0, job.goodput[gpus]);
   return std::max(0.0, job.goodput.back());
 }
@@ -56,8 +65,8 @@ bool better(const PolicyScore& a, const PolicyScore& b) {
 PolicyScore job_score(const PolicyJob& job, int gpus, int share, int job_index_by_age, int jobs,
                       const PolicySettings& settings) {
   if (gpus == 0) return {1, jobs - job_index_by_age, 0.0};  // waiting: the oldest counts most
-  double reference = goodput_at(job, share);
-  double speedup = reference > 0 ? goodput_at(job, gpus) / reference : 0;
+  double reference = goodput_at(job, share, share);
+  double speedup = reference > 0 ? goodput_at(job, gpus, share) / reference : 0;
   if (job.current > 0 && gpus != job.current) {
     // The share of the time since its last start that a restart would not have cost: small
     // for a job that just restarted, near 1 for an old one; never 0, so that among changes
@@ -159,8 +168,9 @@ PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const Polic
     used -= decision.gpus[i];
   }
   for (int i = 0; i < n; ++i) {
-    double reference = goodput_at(jobs[i], fair_share(jobs[i], capacity, n));
-    decision.speedup.push_back(reference > 0 ? goodput_at(jobs[i], decision.gpus[i]) / reference : 0);
+    const int share = fair_share(jobs[i], capacity, n);
+    double reference = goodput_at(jobs[i], share, share);
+    decision.speedup.push_back(reference > 0 ? goodput_at(jobs[i], decision.gpus[i], share) / reference : 0);
   }
   return decision;
 }

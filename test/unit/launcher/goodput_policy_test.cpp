@@ -120,6 +120,22 @@ TEST_SUITE("launcher::goodput_policy") {
     CHECK(decide_allocation({a}, s).gpus == std::vector<int>{8});
   }
 
+  TEST_CASE("a job without a model gets its fair share on faith, not more; GPUs nobody else wants go to it") {
+    PolicySettings s;
+    s.capacity = 8;
+    s.fairness = 0;
+    // Alone, an unmeasured job takes every GPU.
+    CHECK(decide_allocation({pending(1, 1, 8, 1)}, s).gpus == std::vector<int>{8});
+    // Beside a measured job that still gains from GPUs, it takes its fair share (4), no more:
+    // with goodput ∝ GPUs beyond it, 5 would have won (+25% for it, -11% for the other).
+    auto scalable = running(1, 1, 8, 8, 3600, curve(8, 0.3));
+    auto unmeasured = pending(2, 1, 8, 1);
+    CHECK(decide_allocation({scalable, unmeasured}, s).gpus == std::vector<int>{4, 4});
+    // Beside a job that is best on one GPU, it takes the rest.
+    auto sync_bound = running(1, 1, 8, 1, 3600, {0, 1.0, 0.7, 0.5, 0.4, 0.3, 0.25, 0.2, 0.18});
+    CHECK(decide_allocation({sync_bound, unmeasured}, s).gpus == std::vector<int>{1, 7});
+  }
+
   TEST_CASE("rigid and pinned jobs keep their GPUs; pending jobs start oldest first") {
     PolicySettings s;
     s.capacity = 4;

@@ -34,7 +34,8 @@ struct PolicyJob {
   int current = 0;            // GPUs now; 0: pending
   double age_seconds = 0;     // running: since its last (re)start; pending: since submitted
   // Predicted goodput with 0 … max_gpus GPUs (index = GPUs; [0] is 0). Empty: no model yet,
-  // and the neutral prediction (goodput ∝ GPUs) is used.
+  // and the neutral prediction is used (goodput ∝ GPUs up to the fair share, a tenth of that
+  // slope beyond it).
   std::vector<double> goodput;
 };
 
