@@ -35,6 +35,7 @@
 #include <thread>
 
 #include "cnn.hpp"
+#include "mlp.hpp"
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime.hpp"
 #include "fashion_mnist_data.hpp"
@@ -68,6 +69,8 @@ struct Options {
   double target_accuracy = 0;
   int64_t eval_every = 10000;
   std::string device = "auto";
+  std::string model = "cnn";
+  int64_t measure_every = 4;
 };
 
 dlrun::InitOptions init_options(const Options& options) {
@@ -82,7 +85,19 @@ fashion_mnist::Split on_device(fashion_mnist::Split split, const c10::Device& de
   return {split.images.to(device), split.labels.to(device)};
 }
 
-using NetImpl = fashion_mnist::Cnn;
+// The model --model names: the CNN (the default) or the small MLP.
+struct NetImpl : torch::nn::Module {
+  std::shared_ptr<fashion_mnist::Cnn> cnn;
+  std::shared_ptr<fashion_mnist::Mlp> mlp;
+  explicit NetImpl(const std::string& model) {
+    if (model == "mlp") {
+      mlp = register_module("mlp", std::make_shared<fashion_mnist::Mlp>());
+    } else {
+      cnn = register_module("cnn", std::make_shared<fashion_mnist::Cnn>());
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return mlp ? mlp->forward(x) : cnn->forward(x); }
+};
 
 double test_accuracy(NetImpl& net, const fashion_mnist::Split& test, dlrun::Context& ctx) {
   torch::NoGradGuard no_grad;
@@ -109,7 +124,7 @@ class Trainer {
         m_train(on_device(fashion_mnist::load(options.data_dir, "train", options.train_limit),
                           m_ctx.device())),
         m_test(on_device(fashion_mnist::load(options.data_dir, "t10k"), m_ctx.device())),
-        m_net(make_net(options.seed, m_ctx.device())),
+        m_net(make_net(options.model, options.seed, m_ctx.device())),
         m_dp(m_net, m_ctx),
         m_adam(m_net->parameters(), torch::optim::AdamOptions(options.lr)),
         m_sampler(m_train.size(), m_ctx, options.seed),
@@ -151,13 +166,14 @@ class Trainer {
     a.max_batch = std::max(o.max_batch_size, o.batch_size);
     a.max_micro_batch = o.max_micro_batch;
     a.replan_every = o.replan_every;
+    a.measure_every = o.measure_every;
     a.rule = *dlrun::parse_scaling_rule(o.scaling_rule);  // checked by the command line
     return a;
   }
 
-  static std::shared_ptr<NetImpl> make_net(uint64_t seed, const c10::Device& device) {
+  static std::shared_ptr<NetImpl> make_net(const std::string& model, uint64_t seed, const c10::Device& device) {
     torch::manual_seed(seed);  // rank 0's weights win anyway (DataParallel broadcasts them)
-    auto net = std::make_shared<NetImpl>();
+    auto net = std::make_shared<NetImpl>(model);
     net->to(device);
     return net;
   }
@@ -332,6 +348,9 @@ int main(int argc, char** argv) {
   app.add_option("--replan-every", options.replan_every,
                  "Optimizer steps between --adaptive's decisions")
       ->check(CLI::PositiveNumber);
+  app.add_option("--measure-every", options.measure_every,
+                 "Optimizer steps between --adaptive's measurements of the gradient noise scale")
+      ->check(CLI::PositiveNumber);
   app.add_option("--scaling-rule", options.scaling_rule,
                  "Learning-rate rule of --adaptive: auto, adascale, adam, linear, sqrt, none")
       ->check([](const std::string& v) {
@@ -342,6 +361,8 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", options.eval_every,
                  "Samples between accuracy checks of --target-accuracy")
       ->check(CLI::PositiveNumber);
+  app.add_option("--model", options.model, "The model: cnn (0.2 M parameters) or mlp (784-256-10)")
+      ->check(CLI::IsMember({"cnn", "mlp"}));
   app.add_option("--device", options.device,
                  "Train on: auto (what dlrun started the rank as: a GPU with --gpus), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

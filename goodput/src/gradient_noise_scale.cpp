@@ -62,7 +62,7 @@ GradientNoiseScale::GradientNoiseScale(size_t groups, double base_batch, double 
 
 bool GradientNoiseScale::observe(const std::vector<double>& local_sqr,
                                  const std::vector<double>& total_sqr, double local_batch,
-                                 int count) {
+                                 int count, double steps) {
   if (local_sqr.size() != groups() || total_sqr.size() != groups()) {
     throw std::invalid_argument("GradientNoiseScale::observe: expected " +
                                 std::to_string(groups()) + " groups, got " +
@@ -73,13 +73,14 @@ bool GradientNoiseScale::observe(const std::vector<double>& local_sqr,
     throw std::invalid_argument(
         "GradientNoiseScale::observe: needs count >= 2 gradients of local_batch >= 1 samples");
   }
+  if (!(steps >= 1)) throw std::invalid_argument("GradientNoiseScale::observe: steps must be at least 1");
   if (!std::isfinite(local_batch) || !all_finite(local_sqr) || !all_finite(total_sqr)) {
     return false;
   }
   const double small = local_batch;
   const double big = local_batch * count;
   // The averages forget per sample, not per step, so a larger batch moves them further.
-  const double theta = std::pow(m_smoothing, big / m_base_batch);
+  const double theta = std::pow(m_smoothing, steps * big / m_base_batch);
   for (size_t g = 0; g < groups(); ++g) {
     const double var = (local_sqr[g] - total_sqr[g]) / (1.0 / small - 1.0 / big);
     const double sqr = total_sqr[g] - var / big;

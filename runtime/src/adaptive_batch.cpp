@@ -7,6 +7,7 @@
 #include <torch/optim/rmsprop.h>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <optional>
 
@@ -27,11 +28,27 @@
 namespace dlrun {
 namespace {
 
-// The Adam preconditioner of the gradient norms is refreshed after every step during the first
-// k_preconditioner_warmup steps (Adam's moments still move fast), then every
-// k_preconditioner_every steps (β2 ≈ 0.999: they move slowly).
+// The Adam preconditioner of the gradient norms is refreshed before every measurement during
+// the first k_preconditioner_warmup steps (Adam's moments still move fast), then before a
+// measurement at least k_preconditioner_every steps after the last refresh (β2 ≈ 0.999: they
+// move slowly).
 constexpr int64_t k_preconditioner_warmup = 200;
 constexpr int64_t k_preconditioner_every = 10;
+
+// What AdaptiveBatch's own work may cost, as a share of the training time (docs/adaptive.md,
+// "What it costs"): the noise scale's measurements stretch their cadence (up to
+// k_max_measure_every steps apart) to stay within k_measure_budget of a step, and decisions
+// (fitting the throughput model, publishing it) come no more often than keeps them within
+// k_replan_budget.
+constexpr double k_measure_budget = 0.015;
+constexpr double k_replan_budget = 0.005;
+constexpr int64_t k_max_measure_every = 64;
+// The first decisions rest on the first measurements: the first k_measure_warmup steps are
+// all measured, whatever the cadence.
+constexpr int64_t k_measure_warmup = 100;
+// The first decisions come every replan_every steps whatever they cost (a bounded cost: the
+// batch should move early); the budget spaces the later ones.
+constexpr int64_t k_free_decisions = 10;
 
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -54,6 +71,7 @@ void check_options(const AdaptiveBatchOptions& o, int world_size) {
   if (o.max_micro_batch != 0 && o.max_micro_batch < o.min_micro_batch)
     fail("max_micro_batch is below min_micro_batch");
   if (o.replan_every < 1) fail("replan_every must be at least 1");
+  if (o.measure_every < 1) fail("measure_every must be at least 1");
   if (!(o.smoothing > 0 && o.smoothing < 1)) fail("smoothing must be in (0, 1)");
   if (o.log_every < 0) fail("log_every must not be negative");
   if (o.max_batch < int64_t{world_size} * o.min_micro_batch) {
@@ -82,8 +100,9 @@ struct AdaptiveBatch::Impl {
   runtime::GradientNoiseScale noise;
   runtime::ThroughputProfile profile;
   runtime::PreviousGradients previous;
-  // Adam's denominators, refreshed after every optimizer step; null for SGD-like optimizers.
+  // Adam's denominators, refreshed before measurements; null for SGD-like optimizers.
   std::shared_ptr<runtime::Preconditioner> preconditioner;
+  int64_t preconditioner_step = -1;  // the step after which it was last refreshed
   BatchShape shape;
   AdaptiveStats stats;
   bool replan_due = false;  // restored with another world size: re-plan at the next step
@@ -100,9 +119,26 @@ struct AdaptiveBatch::Impl {
   runtime::BatchLimits limits() const;
   BatchShape shape_for(int64_t global_batch) const;
   runtime::StepShape step_shape() const;
+  // Step `step` measures the noise scale; in a world of one the step before it keeps its
+  // gradient for the measurement (two consecutive steps make the two gradients).
+  int64_t measure_every = 1;  // options.measure_every, stretched by replan() within the budget
+  int64_t next_replan = 0;    // the step after which the next decision comes
+  int64_t decisions = 0;      // made in this process
+  bool measures(int64_t step) const { return step < k_measure_warmup || step % measure_every == 0; }
+  bool keeps_gradient(int64_t step) const {
+    return context.world_size() == 1 && !measures(step) && measures(step + 1);
+  }
+  // Rank 0's step times since the shape last changed, measured steps and the others apart:
+  // what a measurement costs.
+  double measured_seconds = 0, plain_seconds = 0;
+  int64_t measured_steps = 0, plain_steps = 0;
+  void reset_costs() { measured_seconds = plain_seconds = 0, measured_steps = plain_steps = 0; }
+  // The cadences the next decision sets, from what measurements and this decision cost.
+  std::pair<int64_t, int64_t> cadences(double replan_seconds) const;
+  void prepare_step();  // what the next step (stats.step) takes from the gradients
   void observe_noise(int64_t samples);
   void apply_lr(double factor);
-  void record_time(double seconds);
+  bool record_time(double seconds);  // false: not a step time (warm-up, user code between steps)
   void replan();
   void switch_to(const BatchShape& next, const char* why);
   void log_metrics();
@@ -141,7 +177,23 @@ runtime::StepShape AdaptiveBatch::Impl::step_shape() const {
   return s;
 }
 
+void AdaptiveBatch::Impl::prepare_step() {
+  const int64_t next = stats.step;
+  dp.measure_gradient_norms(measures(next));
+  // Refresh Adam's denominators for the gradients a measurement scales (after the step before
+  // them: optimizer.step() has moved the moments).
+  if (!preconditioner || !(measures(next) || keeps_gradient(next))) return;
+  if (keeps_gradient(next - 1)) return;  // the pair's first gradient was scaled already
+  if (preconditioner->inverse.empty() || next < k_preconditioner_warmup ||
+      next - preconditioner_step >= k_preconditioner_every) {
+    preconditioner->update_from_adam(optimizer);
+    preconditioner_step = next;
+  }
+}
+
 void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
+  const int64_t step = stats.step;
+  if (!measures(step) && !keeps_gradient(step)) return;
   // An epoch's short last batch is split unevenly: its norms would not fit the formulas.
   if (samples != shape.global_batch) {
     previous.reset();
@@ -155,15 +207,19 @@ void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
   if (count > 1) {
     dp.synchronize();
     local_sqr = dp.local_gradient_sqr_norms();
+    if (local_sqr.empty()) return;
     total_sqr = runtime::grad_sqr_norms(groups, scale);
-  } else if (previous.measure(groups, scale, local_sqr, total_sqr)) {
-    count = 2;
   } else {
-    return;
+    // Measured every few steps: the pair is this step and the one before, not an older one.
+    if (keeps_gradient(step)) previous.reset();
+    if (!previous.measure(groups, scale, local_sqr, total_sqr)) return;
+    count = 2;
   }
   if (local_sqr.size() != total_sqr.size()) return;
   const double local_batch = static_cast<double>(shape.global_batch) / context.world_size();
-  noise.observe(local_sqr, total_sqr, local_batch, count);
+  // A measurement stands for the steps since the one before.
+  const int64_t stands_for = step < k_measure_warmup ? 1 : measure_every;
+  noise.observe(local_sqr, total_sqr, local_batch, count, static_cast<double>(stands_for));
 }
 
 void AdaptiveBatch::Impl::apply_lr(double factor) {
@@ -173,19 +229,20 @@ void AdaptiveBatch::Impl::apply_lr(double factor) {
   }
 }
 
-void AdaptiveBatch::Impl::record_time(double seconds) {
+bool AdaptiveBatch::Impl::record_time(double seconds) {
   if (!time_this_step) {
     time_this_step = true;
-    return;
+    return false;
   }
   // A step that also evaluated or checkpointed (user code between steps) is not a step time.
   const auto& entries = profile.entries();
   auto found = entries.find({context.nodes(), context.world_size(), shape.micro_batch});
   if (found != entries.end() && found->second.optim_count >= 3 &&
       seconds > 4 * found->second.optim_time_sum / found->second.optim_count) {
-    return;
+    return false;
   }
   profile.add_optim(context.nodes(), context.world_size(), shape.micro_batch, seconds);
+  return true;
 }
 
 void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
@@ -197,11 +254,32 @@ void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
   shape = next;
   previous.reset();
   time_this_step = false;
+  reset_costs();
+}
+
+std::pair<int64_t, int64_t> AdaptiveBatch::Impl::cadences(double replan_seconds) const {
+  int64_t every = measure_every, interval = options.replan_every;
+  const double step = plain_steps > 0 ? plain_seconds / static_cast<double>(plain_steps)
+                      : measured_steps > 0 ? measured_seconds / static_cast<double>(measured_steps)
+                                           : 0.0;
+  if (!(step > 0)) return {every, interval};
+  if (measured_steps >= 2 && plain_steps >= 2) {
+    const double extra = std::max(0.0, measured_seconds / static_cast<double>(measured_steps) - step);
+    const auto needed = static_cast<int64_t>(std::ceil(extra / (k_measure_budget * step)));
+    every = std::clamp(needed, options.measure_every, std::max(options.measure_every, k_max_measure_every));
+  }
+  if (decisions >= k_free_decisions) {
+    interval = std::max(interval, static_cast<int64_t>(std::ceil(replan_seconds / (k_replan_budget * step))));
+  }
+  return {every, interval};
 }
 
 void AdaptiveBatch::Impl::replan() {
-  // Rank 0 decides (its timings are the profile); everyone applies the same numbers.
-  std::vector<double> decision(4, 0.0);
+  // Rank 0 decides (its timings are the profile); everyone applies the same numbers:
+  // [0..3] the next shape and its goodput (0: keep it), [4] the measurement cadence, [5] the
+  // steps to the next decision.
+  std::vector<double> decision(6, 0.0);
+  const double started = now();
   if (context.is_main() && !profile.empty()) {
     try {
       const runtime::ThroughputParams params = runtime::fit_throughput(profile);
@@ -213,16 +291,28 @@ void AdaptiveBatch::Impl::replan() {
           runtime::choose_batch(params, phi, context.nodes(), context.world_size(), limits());
       const bool forced = replan_due;
       if (forced || runtime::should_switch(current, best, options.min_improvement)) {
-        decision = {static_cast<double>(best.shape.global_batch()),
-                    static_cast<double>(best.shape.micro_batch),
-                    static_cast<double>(best.shape.accum_steps), best.goodput};
+        decision[0] = static_cast<double>(best.shape.global_batch());
+        decision[1] = static_cast<double>(best.shape.micro_batch);
+        decision[2] = static_cast<double>(best.shape.accum_steps);
+        decision[3] = best.goodput;
       }
     } catch (const std::exception& e) {
       log::warn("adaptive batch: keeping global batch {}: {}", shape.global_batch, e.what());
     }
   }
+  if (context.is_main()) {
+    const auto [every, interval] = cadences(now() - started);
+    decision[4] = static_cast<double>(every);
+    decision[5] = static_cast<double>(interval);
+  }
   context.all_reduce_sum(decision);
   replan_due = false;
+  ++decisions;
+  if (decision[4] >= 1) measure_every = std::llround(decision[4]);
+  stats.measure_every = measure_every;
+  next_replan = stats.step + (decision[5] >= 1 ? std::llround(decision[5]) : options.replan_every);
+  // The cadence needs the cost of the steps between measurements: decide soon after they begin.
+  if (stats.step < k_measure_warmup) next_replan = std::min(next_replan, k_measure_warmup + options.replan_every);
   if (decision[0] <= 0) return;
   BatchShape next;
   next.global_batch = static_cast<int64_t>(std::llround(decision[0]));
@@ -277,7 +367,8 @@ void AdaptiveBatch::Impl::log_metrics() {
                    {"grad_sqr", stats.grad_sqr},
                    {"grad_var", stats.grad_var},
                    {"efficiency", stats.efficiency},
-                   {"goodput", stats.goodput}});
+                   {"goodput", stats.goodput},
+                   {"measure_every", static_cast<double>(measure_every)}});
 }
 
 AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
@@ -299,6 +390,9 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
     d.preconditioner->update_from_adam(optimizer);  // empty until its first step
   }
   d.dp.track_gradient_norms(d.groups, d.preconditioner);
+  d.measure_every = d.stats.measure_every = d.options.measure_every;
+  d.next_replan = d.options.replan_every;
+  d.prepare_step();
   d.shape = d.shape_for(d.options.initial_batch);
   if (d.context.is_main() && d.options.log_every > 0) {
     std::string path = d.options.metrics_path;
@@ -358,21 +452,25 @@ void AdaptiveBatch::step(int64_t samples) {
   d.stats.grad_var = d.noise.var();
   d.apply_lr(d.stats.lr_factor);
   d.dp.step(d.optimizer);
-  // Refreshing the preconditioner costs several passes over every parameter: after the first
-  // steps, every few steps measure the same norms (a 10% step-time overhead instead of 24% on
-  // the example's CNN with OpenBLAS).
-  if (d.preconditioner && (d.preconditioner->inverse.empty() ||
-                           d.stats.step < k_preconditioner_warmup ||
-                           d.stats.step % k_preconditioner_every == 0)) {
-    d.preconditioner->update_from_adam(d.optimizer);
+  const double seconds = d.now() - d.mark;
+  if (!d.record_time(seconds)) {
+    // Not a step time: counted for neither.
+  } else if (d.measures(d.stats.step) || d.keeps_gradient(d.stats.step)) {
+    d.measured_seconds += seconds;
+    ++d.measured_steps;
+  } else {
+    d.plain_seconds += seconds;
+    ++d.plain_steps;
   }
-  d.record_time(d.now() - d.mark);
   d.stats.progress += progress_increment(d.stats.gain);
   ++d.stats.step;
   d.interval_samples += samples;
-  if (d.replan_due || d.stats.step % d.options.replan_every == 0) d.replan();
+  if (d.replan_due || d.stats.step >= d.next_replan) d.replan();
   if (d.options.log_every > 0 && d.stats.step % d.options.log_every == 0) d.log_metrics();
+  // Refreshing Adam's denominators before a measurement is part of what it costs: it is
+  // timed with the next step.
   d.mark = d.now();
+  d.prepare_step();
 }
 
 double AdaptiveBatch::progress() const {
@@ -416,6 +514,11 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.time_this_step = false;
   // Another world: the best shape for the new rank count may differ; decide at the next step.
   d.replan_due = s.world_size != d.context.world_size();
+  d.preconditioner_step = -1;
+  d.measure_every = d.stats.measure_every = d.options.measure_every;
+  d.next_replan = d.stats.step + d.options.replan_every;
+  d.reset_costs();
+  d.prepare_step();
 }
 
 }  // namespace dlrun

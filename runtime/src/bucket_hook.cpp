@@ -32,7 +32,7 @@ BucketHook::BucketHook(c10::intrusive_ptr<c10d::ProcessGroup> group, ContextStat
 
 c10::intrusive_ptr<c10::ivalue::Future> BucketHook::runHook(c10d::GradBucket& bucket) {
   // The local norms must be taken before the allreduce overwrites the buffer.
-  if (m_vote->groups > 0) add_local_norms(bucket);
+  if (m_vote->groups > 0 && m_vote->measure) add_local_norms(bucket);
   at::Tensor& buffer = bucket.getBufferRef();
   if (use_shm(buffer)) {
     auto future = shm_allreduce(m_state, buffer, 1.0f / static_cast<float>(m_state.world_size));
@@ -74,7 +74,7 @@ void BucketHook::start_vote(const at::Tensor& buffer) {
   // NCCL reduces device tensors only: keep the values where the gradients are.
   const auto options = buffer.options().dtype(at::kFloat);
   const float flag = m_state.local_stop_pending() ? 1.0f : 0.0f;
-  if (m_vote->groups == 0) {
+  if (m_vote->groups == 0 || !m_vote->measure) {
     if (m_vote->values.device() != buffer.device() || m_vote->values.numel() != 1) {
       m_vote->values = at::zeros({1}, options);
     }

@@ -28,8 +28,9 @@ struct StepVote {
   bool pending = false;                 // a vote was cast this step and is not read yet
   c10::intrusive_ptr<c10::ivalue::Future> shm_done;  // the vote's, when shared memory carries it
 
-  // Gradient statistics: off while groups == 0.
+  // Gradient statistics: off while groups == 0, and for the steps where measure is false.
   size_t groups = 0;
+  bool measure = true;
   std::unordered_map<const c10::TensorImpl*, size_t> group_of;  // parameter → group
   std::vector<at::Tensor> local_sqr;  // this step's partial sums, one 0-d tensor per group
   std::shared_ptr<const Preconditioner> preconditioner;  // Adam's: norms of g / (√v̂ + ε)

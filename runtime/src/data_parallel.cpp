@@ -182,6 +182,10 @@ void DataParallel::track_gradient_norms(
   vote.groups = groups.size();
 }
 
+void DataParallel::measure_gradient_norms(bool on) {
+  m_impl->vote->measure = on;
+}
+
 std::vector<double> DataParallel::local_gradient_sqr_norms() const {
   return m_impl->local_sqr;
 }

@@ -37,9 +37,11 @@ class GradientNoiseScale {
 
   // One step's measurement; local_sqr and total_sqr have one entry per group; count ≥ 2,
   // local_batch ≥ 1. Non-finite inputs are ignored (returns false) so one overflowed step
-  // cannot poison the averages.
+  // cannot poison the averages. `steps` ≥ 1: how many steps the measurement stands for when
+  // only every few steps are measured; the averages forget as much as over that many
+  // measured steps, so they span the same samples whatever the cadence.
   bool observe(const std::vector<double>& local_sqr, const std::vector<double>& total_sqr,
-               double local_batch, int count);
+               double local_batch, int count, double steps = 1);
 
   bool ready() const { return m_state.weight > 0; }
   size_t groups() const { return m_state.sqr_biased.size(); }

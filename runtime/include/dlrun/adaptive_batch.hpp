@@ -4,9 +4,9 @@
 // and scales the learning rate to match (AdaScale by default). docs/adaptive.md explains the
 // method and every option.
 //
-// Each optimizer step it measures the gradient noise scale (from the squared norms of each
-// rank's local gradient and of the averaged gradient; DataParallel carries the local norms in
-// the step's stop vote) and the time of the step's micro-steps. Every `replan_every` steps rank
+// Every `measure_every` optimizer steps it measures the gradient noise scale (from the squared
+// norms of each rank's local gradient and of the averaged gradient; DataParallel carries the
+// local norms in the step's stop vote); every step, the time of the step's micro-steps. Every `replan_every` steps rank
 // 0 fits the throughput model to the measured times, picks the shape with the highest
 // predicted goodput = throughput × statistical efficiency within the limits, and all ranks
 // switch to it at the same step (only when the predicted gain is worth it). Rank 0 appends a
@@ -66,6 +66,10 @@ struct AdaptiveBatchOptions {
   ScalingRule rule = ScalingRule::automatic;
   // Re-decide every this many optimizer steps (the first time after this many, too).
   int64_t replan_every = 50;
+  // Measure the gradient noise scale on every this many optimizer steps (1: every step). The
+  // steps in between cost what a plain DataParallel step does; each measurement weighs as
+  // much as the steps it stands for, so the estimate spans the same samples at any cadence.
+  int64_t measure_every = 4;
   // Switch only when the predicted goodput gain is at least this fraction.
   double min_improvement = 0.05;
   // The noise scale's moving average keeps this weight per initial batch of samples.
@@ -98,6 +102,7 @@ struct AdaptiveStats {
   double efficiency = 1;       // statistical efficiency of the current batch
   double samples_per_sec = 0;  // measured over the last logging interval
   double goodput = 0;          // samples_per_sec × efficiency
+  int64_t measure_every = 1;   // the noise scale's cadence now (options.measure_every, stretched)
 };
 
 class AdaptiveBatch : public Checkpointable {

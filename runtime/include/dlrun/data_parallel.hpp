@@ -74,8 +74,12 @@ class DataParallel {
   void track_gradient_norms(
       const std::vector<std::vector<at::Tensor>>& groups,
       std::shared_ptr<const runtime::Preconditioner> preconditioner = nullptr);
+  // Whether the next synced backward takes those norms (default on once tracked): off, the
+  // step costs what an untracked one does. Set it before the step's backward, the same on
+  // every rank.
+  void measure_gradient_norms(bool on);
   // After synchronize(): per group, the mean over the ranks of |local gradient|² of the last
-  // synced step. Empty in a world of one or when not tracked.
+  // synced step. Empty in a world of one, when not tracked, or when that step did not measure.
   std::vector<double> local_gradient_sqr_norms() const;
 
   // While the guard lives, backward() only accumulates local gradients (gradient

@@ -119,6 +119,22 @@ TEST_SUITE("runtime::GradientNoiseScale") {
     CHECK(gns.state().observations == 1);
   }
 
+  TEST_CASE("a measurement that stands for k steps weighs as much as k measured steps") {
+    // Measured every step, twice the same values, then 1 step of others; measured every other
+    // step (steps = 2), once, then the others: both averages forget the same.
+    GradientNoiseScale every(1, 20, 0.9), every_other(1, 20, 0.9);
+    REQUIRE(every.observe({3.0}, {2.0}, 10, 2));
+    REQUIRE(every.observe({3.0}, {2.0}, 10, 2));
+    REQUIRE(every.observe({5.0}, {3.0}, 10, 2));
+    REQUIRE(every_other.observe({3.0}, {2.0}, 10, 2, 2));
+    REQUIRE(every_other.observe({5.0}, {3.0}, 10, 2, 1));
+    CHECK(every_other.state().weight == doctest::Approx(every.state().weight));
+    CHECK(every_other.sqr() == doctest::Approx(every.sqr()));
+    CHECK(every_other.var() == doctest::Approx(every.var()));
+    CHECK(every_other.state().observations == 2);
+    CHECK_THROWS_AS(every.observe({3.0}, {2.0}, 10, 2, 0.5), std::invalid_argument);
+  }
+
   TEST_CASE("non-finite measurements are ignored") {
     GradientNoiseScale gns(1, 20);
     REQUIRE(gns.observe({3.0}, {2.0}, 10, 2));

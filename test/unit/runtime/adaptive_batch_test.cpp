@@ -172,6 +172,34 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(run.progress == doctest::Approx(10));  // at the initial batch every gain is 1
   }
 
+  TEST_CASE("after the first 100 steps, the noise scale is measured every measure_every-th step, in a world of one and of two") {
+    at::set_num_threads(1);
+    auto observations = [](const Run& run) {
+      const auto at = run.state.find("\nobservations ");
+      REQUIRE(at != std::string::npos);
+      return std::stol(run.state.substr(at + 14));
+    };
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 8;
+    options.replan_every = 1000;
+    options.log_every = 0;
+    options.rule = dlrun::ScalingRule::adascale;
+    dlrun::Context one = world_of_one();
+    options.measure_every = 1;
+    CHECK(observations(train(one, 113, options)) == 112);  // steps 1…112, each with the one before
+    options.measure_every = 4;
+    Run sparse = train(one, 113, options);
+    CHECK(observations(sparse) == 99 + 4);  // steps 1…99, then 100, 104, 108, 112 (each with the one before)
+    CHECK(sparse.noise_scale > 100);
+    std::vector<Run> two(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) { two[ctx.rank()] = train(ctx, 113, options); });
+    CHECK(observations(two[0]) == 100 + 4);  // steps 0…99, then 100, 104, 108, 112
+    CHECK(two[0].noise_scale == doctest::Approx(two[1].noise_scale));
+    CHECK(two[0].noise_scale > 20);
+    options.measure_every = 0;
+    CHECK_THROWS_AS(train(one, 1, options), dlrun::ConfigError);
+  }
+
   TEST_CASE("the checkpointed state restores batch, progress and noise scale, in another world") {
     at::set_num_threads(1);
     dlrun::AdaptiveBatchOptions options;
