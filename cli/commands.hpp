@@ -51,6 +51,7 @@ Command add_slurm_run_command(CLI::App& dlrun);
 Command add_submit_command(CLI::App& dlrun);
 Command add_status_command(CLI::App& dlrun);
 Command add_logs_command(CLI::App& dlrun);
+Command add_history_command(CLI::App& dlrun);
 Command add_cancel_command(CLI::App& dlrun);
 Command add_resize_command(CLI::App& dlrun);
 Command add_supervise_command(CLI::App& dlrun);

@@ -15,12 +15,13 @@ if [[ -x "$build/examples/fashion_mnist/fashion_mnist" ]]; then
   echo "== dlrun local --nproc 2: the C++ runtime (examples/fashion_mnist) on Fashion-MNIST"
   "$dlrun" local --nproc 2 -- "$build/examples/fashion_mnist/fashion_mnist" --epochs 1 --train-limit 20000
   echo
-  echo "== the same with --adaptive: dlrun::AdaptiveBatch picks the batch size by goodput"
-  run_dir=$(mktemp -d)
-  "$dlrun" local --nproc 2 --run-dir "$run_dir" -- "$build/examples/fashion_mnist/fashion_mnist" \
-    --epochs 1 --train-limit 20000 --adaptive --max-batch-size 1024 --replan-every 30
-  echo "last line of its metrics.jsonl (docs/adaptive.md):"
-  tail -n 1 "$run_dir/metrics.jsonl"
+  echo "== --adaptive: dlrun::AdaptiveBatch picks the batch size by goodput (the small MLP, whose"
+  echo "   per-step cost a larger batch spreads over more samples, so that larger batches pay)"
+  "$dlrun" local --nproc 2 --name demo-adaptive -- "$build/examples/fashion_mnist/fashion_mnist" \
+    --model mlp --epochs 2 --adaptive --max-batch-size 4096 --replan-every 30
+  echo
+  echo "== dlrun history demo-adaptive: what it decided, and why (docs/adaptive.md)"
+  "$dlrun" history demo-adaptive --svg "$DLRUN_HOME/demo-adaptive.svg"
 fi
 echo
 echo "Each rank's full output is in $DLRUN_HOME/runs/latest/rank-N.log"

@@ -16,6 +16,8 @@ endif()
 if(TARGET dlrun_synthetic)
   # The synthetic workload on fake GPUs: about 10 s on two busy cores.
   dlrun_integration_test(test_synthetic SyntheticWorkload TIMEOUT 300 LABELS runtime)
+  # dlrun history: what a run's adaptive batch decided, and its picture.
+  dlrun_integration_test(test_synthetic History TIMEOUT 300 LABELS runtime)
 endif()
 if(TARGET dlrun_synthetic)
   # The goodput scheduler with runtime jobs: A grows, shrinks for B, grows back, exactly.

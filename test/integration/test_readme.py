@@ -17,6 +17,13 @@ TRAIN = """#!/bin/sh
 touch "$DLRUN_RUN_DIR/handles-stop"
 echo "train rank $RANK of $WORLD_SIZE"
 trap 'exit 75' USR1 TERM INT
+case " $* " in
+  *" --adaptive "*)  # what AdaptiveBatch's rank 0 writes, for `dlrun history`
+    [ "$RANK" = 0 ] && printf '%s\n%s\n' \
+      '{"time":1,"step":10,"replicas":2,"global_batch":64,"samples_per_sec":100,"goodput":100,"noise_scale":50}' \
+      '{"time":2,"step":20,"replicas":2,"global_batch":128,"samples_per_sec":180,"goodput":150,"noise_scale":90}' \
+      > "$DLRUN_RUN_DIR/metrics.jsonl";;
+esac
 if [ -n "$README_HOLD" ]; then
   touch "$DLRUN_RUN_DIR/up-$RANK"
   while [ ! -e "$README_HOLD" ]; do sleep 0.05; done
@@ -101,7 +108,8 @@ class ReadmeCommands(DlrunTestCase):
             with self.subTest(line=number, command=command):
                 self.run_line(number, command)
                 seen.update(part.split()[1] for part in command.split("; "))
-        self.assertTrue({"local", "run", "submit", "status", "logs", "cancel", "resize", "clean"} <= seen, seen)
+        self.assertTrue({"local", "run", "submit", "status", "logs", "cancel", "resize", "clean", "history"} <= seen,
+                        seen)
         # What the commands left: every run a job, the named one resumed under its number.
         jobs = json.loads(self.dlrun("status", "--all", "--json").stdout)
         self.assertTrue(all(j["state"] in ("SUCCEEDED", "CANCELLED") for j in jobs), jobs)

@@ -140,3 +140,48 @@ class SyntheticWorkload(SyntheticCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class History(SyntheticCase):
+    """`dlrun history JOB|RUN_DIR [--svg FILE]`: what AdaptiveBatch decided in a run, and its picture."""
+
+    def test_a_run_whose_batch_grows_is_summarised_and_drawn(self):
+        # As test_count_progress's run: a fixed step cost and noisy gradients, so the batch grows.
+        run_dir = self.run_dir()
+        code, out, err = self.run_dlrun("local", "--gpus", "2", "--name", "grows", "--run-dir", run_dir, "--",
+                                        SYNTHETIC, "--samples", str(SAMPLES), "--epochs", "4", "--noise", "4",
+                                        "--step-ms", "10", "--sample-ms", "0", "--sync-ms-per-rank", "0",
+                                        "--max-batch-size", "1024", "--replan-every", "5", "--count-progress",
+                                        timeout=180)
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        svg = os.path.join(self.tmp, "history.svg")
+        code, out, err = self.run_dlrun("history", "grows", "--svg", svg)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn(f"job 1 (grows): {run_dir}", out)
+        rows = re.findall(r"^\s+(\d+)\s+2\s+(\d+)-(\d+)\s+[\d.]+\s+\d+\s+\d+\s+\S+$", out, re.M)
+        self.assertGreaterEqual(len(rows), 2, out)
+        self.assertEqual(rows[0][0], "64", out)
+        self.assertGreater(max(int(r[0]) for r in rows), 64, out)
+        self.assertRegex(out, r"batch size: 64 at first, \d+ at the end \(\d+ changes?\)")
+        self.assertRegex(out, r"noise scale: \S+ samples at first, \S+ at the end")
+        self.assertRegex(out, r"goodput at the end: \d+/s measured, \d+/s predicted by the published model at 2 rank")
+        self.assertIn(f"Wrote {svg}", out)
+        with open(svg) as f:
+            picture = f.read()
+        self.assertTrue(picture.startswith("<?xml"), picture[:200])
+        self.assertEqual(picture.count("<polyline"), 3, picture[:2000])
+        self.assertIn("job 1 (grows): batch size, goodput and noise scale over time", picture)
+        # The run directory names the same run.
+        code, by_dir, err = self.run_dlrun("history", run_dir)
+        self.assertEqual(code, 0, by_dir + err)
+        self.assertEqual(by_dir.splitlines()[1:], out.splitlines()[1:-1])
+
+    def test_what_has_no_history_is_refused_with_the_reason(self):
+        empty = os.path.join(self.tmp, "empty-run")
+        os.makedirs(empty)
+        code, out, err = self.run_dlrun("history", empty)
+        self.assertEqual(code, 2, out + err)
+        self.assertIn("metrics.jsonl has no metrics: the program does not use dlrun::AdaptiveBatch", err)
+        code, out, err = self.run_dlrun("history", "17")
+        self.assertNotEqual(code, 0, out + err)
+        self.assertIn("17", err)

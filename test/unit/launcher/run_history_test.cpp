@@ -1,0 +1,88 @@
+#include "dlrun/launcher/run_history.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+using namespace dlrun::launcher;
+
+namespace {
+
+MetricsSnapshot line(double time, double step, double batch, double replicas, double goodput,
+                     double noise) {
+  MetricsSnapshot p;
+  p.time = time;
+  p.step = step;
+  p.global_batch = batch;
+  p.replicas = replicas;
+  p.samples_per_sec = goodput * 1.25;
+  p.goodput = goodput;
+  p.noise_scale = noise;
+  return p;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_SUITE("launcher::run_history") {
+  TEST_CASE("a run's lines become one phase per batch size and rank count, in order") {
+    const std::vector<MetricsSnapshot> points = {
+        line(100, 10, 64, 2, 1000, 50),   line(101, 20, 64, 2, 1200, 80),
+        line(102, 30, 128, 2, 1500, 120), line(104, 40, 128, 2, 1700, 150),
+        line(110, 50, 128, 1, 900, 160),  line(111, 60, 256, 1, 1000, 200)};
+    const auto phases = batch_phases(points);
+    REQUIRE(phases.size() == 4);
+    CHECK(phases[0].global_batch == 64);
+    CHECK(phases[0].first_step == 10);
+    CHECK(phases[0].last_step == 20);
+    CHECK(phases[0].seconds == doctest::Approx(2));  // to the next phase's first line
+    CHECK(phases[0].goodput == doctest::Approx(1100));
+    CHECK(phases[0].samples_per_sec == doctest::Approx(1375));
+    CHECK(phases[0].noise_scale == 80);
+    CHECK(phases[1].global_batch == 128);
+    CHECK(phases[1].replicas == 2);
+    CHECK(phases[1].seconds == doctest::Approx(8));
+    CHECK(phases[2].replicas == 1);  // a resize starts a phase at the same batch
+    CHECK(phases[3].global_batch == 256);
+    CHECK(phases[3].seconds == doctest::Approx(0));  // to its own last line
+  }
+
+  TEST_CASE(
+      "the summary says what it chose, the noise scale, and goodput measured against predicted") {
+    const std::vector<MetricsSnapshot> points = {line(100, 10, 64, 2, 1000, 50),
+                                                 line(101, 20, 128, 2, 1500, 90),
+                                                 line(103, 30, 128, 2, 1600, 120)};
+    const std::string text = history_summary(points, 1700.0);
+    CHECK(count(text, "\n") == 6);  // header, 2 phases, batch, noise, goodput
+    CHECK(text.find(
+              "     128      2          20-30       2.0        1938        1550          120\n") !=
+          std::string::npos);
+    CHECK(text.find("batch size: 64 at first, 128 at the end (1 change)") != std::string::npos);
+    CHECK(text.find("noise scale: 50 samples at first, 120 at the end") != std::string::npos);
+    CHECK(text.find("goodput at the end: 1550/s measured, 1700/s predicted by the published model "
+                    "at 2 rank(s)") != std::string::npos);
+    CHECK(history_summary(points, std::nullopt).find("goodput at the end") == std::string::npos);
+    CHECK(history_summary({}, std::nullopt).find("no metrics recorded") == 0);
+  }
+
+  TEST_CASE("the picture has three panels, and says where a value was never recorded") {
+    std::vector<MetricsSnapshot> points = {line(100, 10, 64, 2, 1000, 50),
+                                           line(102, 20, 128, 2, 1500, 90)};
+    std::string svg = render_history_svg(points, "job 3 <a&b>");
+    CHECK(svg.rfind("<?xml", 0) == 0);
+    CHECK(count(svg, "<polyline") == 3);
+    CHECK(svg.find("job 3 &lt;a&amp;b&gt;") != std::string::npos);
+    CHECK(svg.find(">2 s</text>") != std::string::npos);
+    CHECK(svg.substr(svg.size() - 7) == "</svg>\n");
+    for (auto& p : points) p.noise_scale.reset();
+    svg = render_history_svg(points, "t");
+    CHECK(count(svg, "<polyline") == 2);
+    CHECK(count(svg, "not recorded") == 1);
+  }
+}
