@@ -49,6 +49,10 @@ constexpr int64_t k_measure_warmup = 100;
 // The first decisions come every replan_every steps whatever they cost (a bounded cost: the
 // batch should move early); the budget spaces the later ones.
 constexpr int64_t k_free_decisions = 10;
+// A decision goes at most this factor beyond the largest batch the run has trained at: the
+// throughput model is fitted to the sizes measured, and far beyond them it only extrapolates
+// (it once chose 4096 after measuring 64 and 108, and predicted 8x the goodput measured there).
+constexpr int64_t k_max_growth = 2;
 
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -124,6 +128,7 @@ struct AdaptiveBatch::Impl {
   int64_t measure_every = 1;  // options.measure_every, stretched by replan() within the budget
   int64_t next_replan = 0;    // the step after which the next decision comes
   int64_t decisions = 0;      // made in this process
+  int64_t largest_batch = 0;  // the largest global batch trained at (since the last restore)
   bool measures(int64_t step) const { return step < k_measure_warmup || step % measure_every == 0; }
   bool keeps_gradient(int64_t step) const {
     return context.world_size() == 1 && !measures(step) && measures(step + 1);
@@ -252,6 +257,7 @@ void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
               context.world_size(), why);
   }
   shape = next;
+  largest_batch = std::max(largest_batch, shape.global_batch);
   previous.reset();
   time_this_step = false;
   reset_costs();
@@ -287,8 +293,10 @@ void AdaptiveBatch::Impl::replan() {
       publish_model(params, phi);
       const auto current =
           runtime::evaluate(params, phi, static_cast<double>(options.initial_batch), step_shape());
-      const auto best =
-          runtime::choose_batch(params, phi, context.nodes(), context.world_size(), limits());
+      runtime::BatchLimits explore = limits();
+      explore.max_batch =
+          std::min(explore.max_batch, std::max(explore.initial_batch, k_max_growth * largest_batch));
+      const auto best = runtime::choose_batch(params, phi, context.nodes(), context.world_size(), explore);
       const bool forced = replan_due;
       if (forced || runtime::should_switch(current, best, options.min_improvement)) {
         decision[0] = static_cast<double>(best.shape.global_batch());
@@ -394,6 +402,7 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   d.next_replan = d.options.replan_every;
   d.prepare_step();
   d.shape = d.shape_for(d.options.initial_batch);
+  d.largest_batch = d.shape.global_batch;
   if (d.context.is_main() && d.options.log_every > 0) {
     std::string path = d.options.metrics_path;
     if (path.empty() && !d.context.run_dir().empty()) path = d.context.run_dir() + "/metrics.jsonl";
@@ -510,6 +519,7 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.stats.step = s.step;
   d.stats.progress = s.progress;
   d.shape = d.shape_for(s.global_batch);
+  d.largest_batch = d.shape.global_batch;
   d.previous.reset();
   d.time_this_step = false;
   // Another world: the best shape for the new rank count may differ; decide at the next step.

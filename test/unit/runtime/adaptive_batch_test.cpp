@@ -159,6 +159,14 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(runs[0].lr_factor <= batch / 8 + 1e-9);
     CHECK(runs[0].lr == doctest::Approx(0.01 * runs[0].lr_factor));
     CHECK(runs[0].progress > 30);  // larger batches count for more than one step
+    // Each decision goes at most 2x beyond the largest batch trained at (the model is fitted
+    // to the sizes measured).
+    int64_t largest = 0;
+    for (int64_t b : runs[0].batches) {
+      if (largest > 0) CHECK(b <= 2 * largest);
+      largest = std::max(largest, b);
+    }
+    CHECK(largest > 16);  // it did grow more than once
   }
 
   TEST_CASE("a world of one measures the noise scale from consecutive steps") {
