@@ -31,7 +31,7 @@ def run(build, run_dir, extra, args):
     cmd = [os.path.join(build, "cli", "dlrun"), "local", "--nproc", "2", "--run-dir", run_dir, "--",
            os.path.join(build, "examples", "fashion_mnist", "fashion_mnist"),
            "--epochs", str(args.max_epochs), "--target-accuracy", str(args.target),
-           "--eval-every", str(args.eval_every), "--seed", "1"] + extra
+           "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + extra
     start = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, DLRUN_HOME=run_dir + "-home"))
     wall = time.monotonic() - start
@@ -94,19 +94,32 @@ def main():
     ap.add_argument("--eval-every", type=int, default=10000)
     ap.add_argument("--max-batch", type=int, default=4096)
     ap.add_argument("--base-lr", type=float, default=BASE_LR)
+    ap.add_argument("--model", default="cnn", help="the example's model: cnn or mlp (784-256-10)")
+    ap.add_argument("--lr-factors", default="1",
+                    help="each fixed size is tried at its linearly scaled lr times each of these; its best counts, "
+                         "and adaptive starts from the best lr of fixed 64 (e.g. 0.5,1,2)")
     ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dlrun-bench-adaptive-")
     rows = []
+    start_lr = args.base_lr
+    factors = [float(f) for f in args.lr_factors.split(",")]
     for size in [int(s) for s in args.sizes.split(",")]:
-        lr = args.base_lr * size / BASE_BATCH
-        r = run(args.build, f"{tmp}/fixed-{size}", ["--batch-size", str(size), "--lr", f"{lr:g}"], args)
-        rows.append((f"fixed {size} (lr {lr:g})", r))
-        print(rows[-1], file=sys.stderr)
+        best = None
+        for factor in factors:
+            lr = args.base_lr * size / BASE_BATCH * factor
+            r = run(args.build, f"{tmp}/fixed-{size}-{factor:g}", ["--batch-size", str(size), "--lr", f"{lr:g}"], args)
+            print((f"fixed {size} (lr {lr:g})", r), file=sys.stderr)
+            if best is None or (r["reached"] and (not best[1]["reached"] or r["seconds"] < best[1]["seconds"])):
+                best = (lr, r)
+        lr, r = best
+        rows.append((f"fixed {size} (lr {lr:g}{', the best of the sweep' if len(factors) > 1 else ''})", r))
+        if size == BASE_BATCH:
+            start_lr = lr
     adaptive_dir = f"{tmp}/adaptive"
-    r = run(args.build, adaptive_dir, ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{args.base_lr:g}",
+    r = run(args.build, adaptive_dir, ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{start_lr:g}",
                                        "--max-batch-size", str(args.max_batch)], args)
-    rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {args.base_lr:g} × √gain)", r))
+    rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × √gain)", r))
     print(rows[-1], file=sys.stderr)
     points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
     svg(points, args.svg, args.target)
