@@ -13,7 +13,7 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S "$src/bench/runtime" -B "$work/bench" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/bench" --target adaptive_overhead >/dev/null
-export DLRUN_LOG_LEVEL=warn
+export DLRUN_LOG_LEVEL=warn DLRUN_HOME="$work/home"  # the runs are not the user's jobs
 for pass in $(seq "${PASSES:-3}"); do
   for model in ${MODELS:-small cnn}; do
 

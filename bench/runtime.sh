@@ -14,7 +14,7 @@ cmake -S "$src/bench/runtime" -B "$work/bench" -G Ninja -DCMAKE_BUILD_TYPE=Relea
 cmake --build "$work/bench" >/dev/null
 torchrun=${TORCHRUN:-$src/../shared/bench/torchrun-debian}
 steps=${STEPS:-30}
-export OMP_NUM_THREADS=1 DLRUN_LOG_LEVEL=warn
+export OMP_NUM_THREADS=1 DLRUN_LOG_LEVEL=warn DLRUN_HOME="$work/home"  # the runs are not the user's jobs
 for model in ${MODELS:-small cnn mlp}; do
   # One process, no launcher: the compute alone, for both builds of LibTorch.
   "$work/bench/runtime_step" "$model" "$steps"
