@@ -29,7 +29,9 @@ int run_history(const HistoryArgs& args) {
   std::string run_dir = args.what, title = args.what;
   std::error_code ec;
   // A path (it has a '/', or names a directory here) is a run directory; anything else a job.
-  if (args.what.find('/') == std::string::npos && !std::filesystem::is_directory(args.what, ec)) {
+  const bool path =
+      args.what.find('/') != std::string::npos || std::filesystem::is_directory(args.what, ec);
+  if (!path) {
     launcher::JobQueue queue(launcher::current_environment());
     const int64_t id =
         launcher::job_number(queue.store(), launcher::parse_job_ref(args.what), "history");
@@ -40,7 +42,10 @@ int run_history(const HistoryArgs& args) {
         job->name.empty() ? fmt::format("job {}", id) : fmt::format("job {} ({})", id, job->name);
   }
   if (!std::filesystem::is_directory(run_dir, ec)) {
-    throw ConfigError(fmt::format("{}: the run directory {} is gone", title, run_dir));
+    throw ConfigError(
+        path ? fmt::format("{}: no such directory", run_dir)
+             : fmt::format("{}: its run directory {} is gone (dlrun clean removes old ones)", title,
+                           run_dir));
   }
   const auto points = launcher::read_run_history(run_dir);
   if (points.empty()) {
