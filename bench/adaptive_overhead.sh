@@ -4,19 +4,9 @@
 # per rank (bench/runtime/adaptive_overhead.cpp: the arms alternate in one process).
 #   bench/adaptive_overhead.sh [BUILD_DIR]      (after `cmake --build BUILD_DIR`)
 # PASSES (default 3) runs of each model; BLOCKS and STEPS per block as the program takes them.
-set -eu
-src=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$src/build}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cmake --install "$build" --prefix "$work/prefix" >/dev/null
-cmake -S "$src/bench/runtime" -B "$work/bench" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
-cmake --build "$work/bench" --target adaptive_overhead >/dev/null
-export DLRUN_LOG_LEVEL=warn DLRUN_HOME="$work/home"  # the runs are not the user's jobs
+BENCH_TARGET=adaptive_overhead . "$(dirname "$0")/runtime/setup.sh"
 for pass in $(seq "${PASSES:-3}"); do
   for model in ${MODELS:-small cnn}; do
-
     "$build/cli/dlrun" local --quiet --nproc 2 "$work/bench/adaptive_overhead" "$model" "${BLOCKS:-30}" \
       "${STEPS:-50}" 1 4 2>/dev/null | sed 's/^\[0\] //'
   done

@@ -3,18 +3,10 @@
 # torchrun, same model, same per-rank batch (64), Gloo, one thread per rank.
 #   bench/runtime.sh [BUILD_DIR]      (after `cmake --build BUILD_DIR`)
 # Prints one line per configuration; the table in docs/runtime.md came from it.
-set -eu
-src=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$src/build}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cmake --install "$build" --prefix "$work/prefix" >/dev/null
-cmake -S "$src/bench/runtime" -B "$work/bench" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
-cmake --build "$work/bench" >/dev/null
+. "$(dirname "$0")/runtime/setup.sh"
 torchrun=${TORCHRUN:-$src/../shared/bench/torchrun-debian}
 steps=${STEPS:-30}
-export OMP_NUM_THREADS=1 DLRUN_LOG_LEVEL=warn DLRUN_HOME="$work/home"  # the runs are not the user's jobs
+export OMP_NUM_THREADS=1
 for model in ${MODELS:-small cnn mlp}; do
   # One process, no launcher: the compute alone, for both builds of LibTorch.
   "$work/bench/runtime_step" "$model" "$steps"
