@@ -133,6 +133,7 @@ struct AdaptiveBatch::Impl {
   bool keeps_gradient(int64_t step) const {
     return context.world_size() == 1 && !measures(step) && measures(step + 1);
   }
+  bool in_measurement(int64_t step) const { return measures(step) || keeps_gradient(step); }
   // Rank 0's step times since the shape last changed, measured steps and the others apart:
   // what a measurement costs.
   double measured_seconds = 0, plain_seconds = 0;
@@ -187,7 +188,7 @@ void AdaptiveBatch::Impl::prepare_step() {
   dp.measure_gradient_norms(measures(next));
   // Refresh Adam's denominators for the gradients a measurement scales (after the step before
   // them: optimizer.step() has moved the moments).
-  if (!preconditioner || !(measures(next) || keeps_gradient(next))) return;
+  if (!preconditioner || !in_measurement(next)) return;
   if (keeps_gradient(next - 1)) return;  // the pair's first gradient was scaled already
   if (preconditioner->inverse.empty() || next < k_preconditioner_warmup ||
       next - preconditioner_step >= k_preconditioner_every) {
@@ -198,7 +199,7 @@ void AdaptiveBatch::Impl::prepare_step() {
 
 void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
   const int64_t step = stats.step;
-  if (!measures(step) && !keeps_gradient(step)) return;
+  if (!in_measurement(step)) return;
   // An epoch's short last batch is split unevenly: its norms would not fit the formulas.
   if (samples != shape.global_batch) {
     previous.reset();
@@ -464,7 +465,7 @@ void AdaptiveBatch::step(int64_t samples) {
   const double seconds = d.now() - d.mark;
   if (!d.record_time(seconds)) {
     // Not a step time: counted for neither.
-  } else if (d.measures(d.stats.step) || d.keeps_gradient(d.stats.step)) {
+  } else if (d.in_measurement(d.stats.step)) {
     d.measured_seconds += seconds;
     ++d.measured_steps;
   } else {
