@@ -19,10 +19,15 @@ double value_or(const std::optional<double>& v, double fallback) {
   return v ? *v : fallback;
 }
 
+// Whether every line has a time (else the run is drawn and summed up by step).
+bool all_timed(const std::vector<MetricsSnapshot>& points) {
+  return !points.empty() && std::all_of(points.begin(), points.end(),
+                                        [](const auto& p) { return p.time.has_value(); });
+}
+
 // Seconds since the first line, or the step where the lines have no time.
 std::vector<double> x_values(const std::vector<MetricsSnapshot>& points) {
-  const bool timed =
-      std::all_of(points.begin(), points.end(), [](const auto& p) { return p.time.has_value(); });
+  const bool timed = all_timed(points);
   std::vector<double> x;
   for (const auto& p : points)
     x.push_back(timed ? *p.time - *points.front().time : value_or(p.step, 0));
@@ -133,8 +138,7 @@ std::string history_summary(const std::vector<MetricsSnapshot>& points,
                             std::optional<double> predicted) {
   const auto phases = batch_phases(points);
   if (phases.empty()) return "no metrics recorded (metrics.jsonl has no lines with a batch size)\n";
-  const bool timed =
-      std::all_of(points.begin(), points.end(), [](const auto& p) { return p.time.has_value(); });
+  const bool timed = all_timed(points);
   std::string out =
       fmt::format("{:>8}  {:>5}  {:>13}  {:>8}  {:>10}  {:>10}  {:>11}\n", "batch", "ranks",
                   "steps", timed ? "seconds" : "", "samples/s", "goodput/s", "noise scale");
@@ -179,9 +183,7 @@ std::string render_history_svg(const std::vector<MetricsSnapshot>& points,
                                const std::string& title) {
   const std::vector<double> x = x_values(points);
   const double x_max = x.empty() ? 0 : *std::max_element(x.begin(), x.end());
-  const bool timed =
-      !points.empty() &&
-      std::all_of(points.begin(), points.end(), [](const auto& p) { return p.time.has_value(); });
+  const bool timed = all_timed(points);
   const Panel panels[] = {
       {"global batch size (log scale)", [](const MetricsSnapshot& p) { return p.global_batch; },
        true, true},
