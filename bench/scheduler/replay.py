@@ -14,7 +14,7 @@ whose steps sleep a GPU-like cost, so that 8 fake GPUs fit on 2 cores. Three kin
 scalability and gradient noise (see KINDS). One job arrives every --every seconds (5).
 
   python3 bench/scheduler/replay.py [--policies goodput,fifo-greedy,fifo-fixed,fifo-fixed:4] [--out DIR]
-                                    [--every SECONDS] [--fairness P]
+                                    [--every SECONDS] [--fairness P] [--restart-seconds R]
 
 Writes DIR/POLICY.svg and DIR/POLICY.txt (dlrun status --svg / --trace) and prints a
 Markdown table. docs/benchmarks.md has the results."""
@@ -88,12 +88,12 @@ def utilisation(home, begin, end):
     return busy / (GPUS * (end - begin))
 
 
-def replay(policy, out, every, fairness):
+def replay(policy, out, every, fairness, restart_seconds):
     home = f"/tmp/dlrun-replay-{policy.replace(':', '-')}"
     shutil.rmtree(home, ignore_errors=True)
     os.makedirs(home)
     with open(os.path.join(home, "config.toml"), "w") as f:
-        f.write(f"[scheduler]\nrestart_seconds = 10\ninterval_seconds = 30\nfairness = {fairness}\n")
+        f.write(f"[scheduler]\nrestart_seconds = {restart_seconds}\ninterval_seconds = 30\nfairness = {fairness}\n")
     env = dict(os.environ, DLRUN_HOME=home, DLRUN_FAKE_GPUS=str(GPUS), NO_COLOR="1")
     jobs_dir = os.path.join(home, "job-files")
     os.makedirs(jobs_dir)
@@ -133,11 +133,12 @@ def main():
     parser.add_argument("--out", default="/tmp/dlrun-replay")
     parser.add_argument("--every", type=float, default=5, help="seconds between two arrivals")
     parser.add_argument("--fairness", type=float, default=-1, help="the goodput policy's fairness p")
+    parser.add_argument("--restart-seconds", type=float, default=10, help="the goodput policy's restart penalty R")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     results = []
     for policy in args.policies.split(","):
-        result = replay(policy, args.out, args.every, args.fairness)
+        result = replay(policy, args.out, args.every, args.fairness, args.restart_seconds)
         results.append(result)
         print(json.dumps(result), flush=True)
     base = {r["policy"]: r for r in results}
