@@ -1,15 +1,11 @@
 #include "dlrun/adaptive_batch.hpp"
 
 #include <fmt/format.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/optimizer.h>
-#include <torch/optim/rmsprop.h>
 
 #include <algorithm>
-#include <utility>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "adaptive_state.hpp"
 #include "dlrun/data_parallel.hpp"
@@ -18,10 +14,10 @@
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "goodput/goodput.hpp"
+#include "goodput/goodput_model.hpp"
 #include "goodput/gradient_noise_scale.hpp"
 #include "goodput/throughput_model.hpp"
 #include "gradient_norms.hpp"
-#include "goodput/goodput_model.hpp"
 #include "metrics_log.hpp"
 #include "model_file.hpp"
 
@@ -58,12 +54,9 @@ double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-ScalingRule resolve_rule(ScalingRule rule, torch::optim::Optimizer& optimizer) {
+ScalingRule resolve_rule(ScalingRule rule, OptimizerKind kind) {
   if (rule != ScalingRule::automatic) return rule;
-  const bool adaptive = dynamic_cast<torch::optim::Adam*>(&optimizer) ||
-                        dynamic_cast<torch::optim::AdamW*>(&optimizer) ||
-                        dynamic_cast<torch::optim::RMSprop*>(&optimizer);
-  return adaptive ? ScalingRule::adam : ScalingRule::adascale;
+  return kind == OptimizerKind::sgd_like ? ScalingRule::adascale : ScalingRule::adam;
 }
 
 void check_options(const AdaptiveBatchOptions& o, int world_size) {
@@ -87,16 +80,17 @@ void check_options(const AdaptiveBatchOptions& o, int world_size) {
 }  // namespace
 
 struct AdaptiveBatch::Impl {
-  Impl(Context ctx, DataParallel& dp, torch::optim::Optimizer& optimizer, AdaptiveBatchOptions o)
+  Impl(Context ctx, DataParallel& dp, std::shared_ptr<OptimizerAdapter> optimizer,
+       AdaptiveBatchOptions o)
       : context(std::move(ctx)),
         dp(dp),
-        optimizer(optimizer),
+        optimizer(std::move(optimizer)),
         options(std::move(o)),
         noise(1, static_cast<double>(options.initial_batch), options.smoothing) {}
 
   Context context;
   DataParallel& dp;
-  torch::optim::Optimizer& optimizer;
+  std::shared_ptr<OptimizerAdapter> optimizer;
   AdaptiveBatchOptions options;
   ScalingRule rule = ScalingRule::adascale;
   runtime::ParamGroups groups;
@@ -192,7 +186,7 @@ void AdaptiveBatch::Impl::prepare_step() {
   if (keeps_gradient(next - 1)) return;  // the pair's first gradient was scaled already
   if (preconditioner->inverse.empty() || next < k_preconditioner_warmup ||
       next - preconditioner_step >= k_preconditioner_every) {
-    preconditioner->update_from_adam(optimizer);
+    preconditioner->update(optimizer->adam_moments());
     preconditioner_step = next;
   }
 }
@@ -229,10 +223,9 @@ void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
 }
 
 void AdaptiveBatch::Impl::apply_lr(double factor) {
-  auto& param_groups = optimizer.param_groups();
-  for (size_t g = 0; g < param_groups.size() && g < base_lr.size(); ++g) {
-    param_groups[g].options().set_lr(base_lr[g] * factor);
-  }
+  std::vector<double> rates = base_lr;
+  for (double& rate : rates) rate *= factor;
+  optimizer->set_learning_rates(rates);
 }
 
 bool AdaptiveBatch::Impl::record_time(double seconds) {
@@ -266,17 +259,20 @@ void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
 
 std::pair<int64_t, int64_t> AdaptiveBatch::Impl::cadences(double replan_seconds) const {
   int64_t every = measure_every, interval = options.replan_every;
-  const double step = plain_steps > 0 ? plain_seconds / static_cast<double>(plain_steps)
+  const double step = plain_steps > 0      ? plain_seconds / static_cast<double>(plain_steps)
                       : measured_steps > 0 ? measured_seconds / static_cast<double>(measured_steps)
                                            : 0.0;
   if (!(step > 0)) return {every, interval};
   if (measured_steps >= 2 && plain_steps >= 2) {
-    const double extra = std::max(0.0, measured_seconds / static_cast<double>(measured_steps) - step);
+    const double extra =
+        std::max(0.0, measured_seconds / static_cast<double>(measured_steps) - step);
     const auto needed = static_cast<int64_t>(std::ceil(extra / (k_measure_budget * step)));
-    every = std::clamp(needed, options.measure_every, std::max(options.measure_every, k_max_measure_every));
+    every = std::clamp(needed, options.measure_every,
+                       std::max(options.measure_every, k_max_measure_every));
   }
   if (decisions >= k_free_decisions) {
-    interval = std::max(interval, static_cast<int64_t>(std::ceil(replan_seconds / (k_replan_budget * step))));
+    interval = std::max(interval,
+                        static_cast<int64_t>(std::ceil(replan_seconds / (k_replan_budget * step))));
   }
   return {every, interval};
 }
@@ -295,9 +291,10 @@ void AdaptiveBatch::Impl::replan() {
       const auto current =
           runtime::evaluate(params, phi, static_cast<double>(options.initial_batch), step_shape());
       runtime::BatchLimits explore = limits();
-      explore.max_batch =
-          std::min(explore.max_batch, std::max(explore.initial_batch, k_max_growth * largest_batch));
-      const auto best = runtime::choose_batch(params, phi, context.nodes(), context.world_size(), explore);
+      explore.max_batch = std::min(explore.max_batch,
+                                   std::max(explore.initial_batch, k_max_growth * largest_batch));
+      const auto best =
+          runtime::choose_batch(params, phi, context.nodes(), context.world_size(), explore);
       const bool forced = replan_due;
       if (forced || runtime::should_switch(current, best, options.min_improvement)) {
         decision[0] = static_cast<double>(best.shape.global_batch());
@@ -321,7 +318,8 @@ void AdaptiveBatch::Impl::replan() {
   stats.measure_every = measure_every;
   next_replan = stats.step + (decision[5] >= 1 ? std::llround(decision[5]) : options.replan_every);
   // The cadence needs the cost of the steps between measurements: decide soon after they begin.
-  if (stats.step < k_measure_warmup) next_replan = std::min(next_replan, k_measure_warmup + options.replan_every);
+  if (stats.step < k_measure_warmup)
+    next_replan = std::min(next_replan, k_measure_warmup + options.replan_every);
   if (decision[0] <= 0) return;
   BatchShape next;
   next.global_batch = static_cast<int64_t>(std::llround(decision[0]));
@@ -334,7 +332,8 @@ void AdaptiveBatch::Impl::replan() {
   switch_to(next, fmt::format("predicted goodput {:.0f}/s", decision[3]).c_str());
 }
 
-void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params, double noise_scale) {
+void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params,
+                                        double noise_scale) {
   if (!model_file) return;
   runtime::GoodputModel model;
   model.params = params;
@@ -382,21 +381,25 @@ void AdaptiveBatch::Impl::log_metrics() {
 
 AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
                              torch::optim::Optimizer& optimizer, AdaptiveBatchOptions options)
+    : AdaptiveBatch(std::move(context), data_parallel, adapt_optimizer(optimizer),
+                    std::move(options)) {}
+
+AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
+                             std::shared_ptr<OptimizerAdapter> optimizer,
+                             AdaptiveBatchOptions options)
     : m_impl(nullptr) {
   check_options(options, context.world_size());
-  m_impl = std::make_unique<Impl>(std::move(context), data_parallel, optimizer, options);
+  m_impl = std::make_unique<Impl>(std::move(context), data_parallel, std::move(optimizer), options);
   Impl& d = *m_impl;
-  d.rule = resolve_rule(d.options.rule, optimizer);
-  for (auto& group : optimizer.param_groups()) {
-    d.groups.push_back(group.params());
-    d.base_lr.push_back(group.options().get_lr());
-  }
+  d.rule = resolve_rule(d.options.rule, d.optimizer->kind());
+  d.groups = d.optimizer->parameter_groups();
+  d.base_lr = d.optimizer->learning_rates();
   if (d.groups.empty()) throw ConfigError("AdaptiveBatch: the optimizer has no parameter groups");
   d.noise = runtime::GradientNoiseScale(
       d.groups.size(), static_cast<double>(d.options.initial_batch), d.options.smoothing);
-  if (d.rule == ScalingRule::adam) {
+  if (d.optimizer->kind() == OptimizerKind::adam && d.rule == ScalingRule::adam) {
     d.preconditioner = std::make_shared<runtime::Preconditioner>();
-    d.preconditioner->update_from_adam(optimizer);  // empty until its first step
+    d.preconditioner->update(d.optimizer->adam_moments());  // empty until its first step
   }
   d.dp.track_gradient_norms(d.groups, d.preconditioner);
   d.measure_every = d.stats.measure_every = d.options.measure_every;
@@ -440,6 +443,10 @@ void AdaptiveBatch::backward(const at::Tensor& loss, bool last) {
     auto guard = m_impl->dp.no_sync();
     m_impl->dp.backward(loss);
   }
+  accumulated();
+}
+
+void AdaptiveBatch::accumulated() {
   // Forward + backward of an accumulated micro-batch (the forward ran before this call).
   const double seconds = m_impl->now() - m_impl->mark;
   if (m_impl->time_this_step) {
@@ -461,7 +468,9 @@ void AdaptiveBatch::step(int64_t samples) {
   d.stats.grad_sqr = d.noise.sqr();
   d.stats.grad_var = d.noise.var();
   d.apply_lr(d.stats.lr_factor);
-  d.dp.step(d.optimizer);
+  d.dp.synchronize();
+  d.optimizer->step();
+  d.dp.finish_step();
   const double seconds = d.now() - d.mark;
   if (!d.record_time(seconds)) {
     // Not a step time: counted for neither.

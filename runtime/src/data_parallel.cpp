@@ -22,26 +22,28 @@ namespace {
 // As PyTorch DDP: parameters and buffers go from rank 0 in messages of at most this size.
 constexpr size_t k_broadcast_bytes = 250 * 1024 * 1024;
 
-std::vector<at::Tensor> trainable_parameters(torch::nn::Module& module) {
+std::vector<at::Tensor> trainable(const std::vector<at::Tensor>& parameters) {
   std::vector<at::Tensor> out;
-  for (const auto& p : module.parameters(/*recurse=*/true)) {
+  for (const auto& p : parameters) {
     if (p.requires_grad()) out.push_back(p);
   }
   return out;
 }
 
-void broadcast_from_rank0(runtime::ContextState& state, torch::nn::Module& module) {
+void broadcast_from_rank0(runtime::ContextState& state, const std::vector<at::Tensor>& parameters,
+                          const std::vector<at::Tensor>& buffers) {
   std::vector<at::Tensor> tensors;
   // detach(): the same storage, written without autograd complaining about leaves.
-  for (const auto& p : module.parameters(true)) tensors.push_back(p.detach());
-  for (const auto& b : module.buffers(true)) tensors.push_back(b.detach());
+  for (const auto& p : parameters) tensors.push_back(p.detach());
+  for (const auto& b : buffers) tensors.push_back(b.detach());
   if (tensors.empty()) return;
   try {
-    c10d::verify_params_across_processes(state.group, trainable_parameters(module), c10::nullopt);
+    c10d::verify_params_across_processes(state.group, trainable(parameters), c10::nullopt);
     c10d::broadcast_coalesced(state.group, tensors, k_broadcast_bytes, 0);
   } catch (const std::exception& e) {
     // NCCL refuses two ranks of one communicator on one GPU.
-    const bool shared_gpu = std::string_view(e.what()).find("Duplicate GPU") != std::string_view::npos;
+    const bool shared_gpu =
+        std::string_view(e.what()).find("Duplicate GPU") != std::string_view::npos;
     throw CommunicationError(fmt::format(
         "rank {}: could not take the initial weights from rank 0: {} ({})", state.rank, e.what(),
         shared_gpu ? "NCCL needs a GPU of its own for every rank: start them with dlrun local "
@@ -65,13 +67,20 @@ struct DataParallel::Impl {
 
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context context,
                            DataParallelOptions options)
+    : DataParallel(module->parameters(/*recurse=*/true), module->buffers(/*recurse=*/true),
+                   std::move(context), options) {
+  m_impl->module = std::move(module);
+}
+
+DataParallel::DataParallel(const std::vector<at::Tensor>& parameters,
+                           const std::vector<at::Tensor>& buffers, Context context,
+                           DataParallelOptions options)
     : m_impl(std::make_unique<Impl>()) {
   m_impl->context = std::move(context);
-  m_impl->module = std::move(module);
   auto& state = m_impl->context.state();
   if (!state.group) return;  // a world of one: gradients are already final
-  broadcast_from_rank0(state, *m_impl->module);
-  std::vector<at::Tensor> params = trainable_parameters(*m_impl->module);
+  broadcast_from_rank0(state, parameters, buffers);
+  std::vector<at::Tensor> params = trainable(parameters);
   if (params.empty()) {
     throw ConfigError("DataParallel: the module has no parameters that require gradients");
   }
@@ -108,12 +117,16 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context co
 DataParallel::~DataParallel() = default;
 
 void DataParallel::backward(const at::Tensor& loss) {
+  prepare_backward();
+  loss.backward();
+}
+
+void DataParallel::prepare_backward() {
   if (m_impl->reducer && m_impl->sync) {
     // Collective on the first synced step after the first one: all ranks get here together.
     m_impl->reducer->rebuild_buckets();
     m_impl->reducer->prepare_for_backward({});
   }
-  loss.backward();
 }
 
 void DataParallel::synchronize() {
@@ -140,8 +153,13 @@ void DataParallel::synchronize() {
 }
 
 void DataParallel::step(torch::optim::Optimizer& optimizer) {
-  auto& state = m_impl->context.state();
   synchronize();
+  optimizer.step();
+  finish_step();
+}
+
+void DataParallel::finish_step() {
+  auto& state = m_impl->context.state();
   bool stop = false;
   if (!state.group) {
     stop = state.local_stop_pending();
@@ -149,7 +167,6 @@ void DataParallel::step(torch::optim::Optimizer& optimizer) {
     stop = m_impl->stop_voted;
     m_impl->stop_voted = false;
   }
-  optimizer.step();
   state.report_progress();
   if (stop && !state.agreed_stop) {
     state.agreed_stop = true;

@@ -1,12 +1,8 @@
 #include "gradient_norms.hpp"
 
 #include <ATen/ATen.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
 
 #include <cmath>
-#include <sstream>
-#include <type_traits>
 
 namespace dlrun::runtime {
 namespace {
@@ -26,44 +22,6 @@ std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
 
 constexpr double k_denominator_floor = 0.1;
 
-// The optimizer's state key of a parameter: LibTorch 1.x keys by the printed TensorImpl
-// address, 2.x by the address itself.
-template <typename StateMap>
-typename StateMap::key_type state_key(const at::Tensor& p) {
-  using Key = typename StateMap::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream out;
-    out << p.unsafeGetTensorImpl();
-    return out.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
-template <typename State, typename Options>
-bool adam_inverse(torch::optim::Optimizer& optimizer, Preconditioner& out) {
-  for (auto& group : optimizer.param_groups()) {
-    const auto* options = dynamic_cast<const Options*>(&group.options());
-    if (!options) return false;
-    const double beta2 = std::get<1>(options->betas());
-    for (const auto& p : group.params()) {
-      auto found = optimizer.state().find(
-          state_key<std::decay_t<decltype(optimizer.state())>>(p));
-      if (found == optimizer.state().end()) continue;
-      const auto* state = dynamic_cast<const State*>(found->second.get());
-      if (!state || state->step() < 1) continue;
-      const double correction = 1 - std::pow(beta2, static_cast<double>(state->step()));
-      // Elements whose gradient was ~0 so far (dead units) have √v̂ ≈ 0: g / ε would swamp the
-      // norms. Adam itself bounds their step (v takes in g first); here their denominator is
-      // floored at a tenth of the tensor's mean one.
-      at::Tensor denom = (state->exp_avg_sq() / correction).sqrt_();
-      denom = at::maximum(denom, denom.mean().mul_(k_denominator_floor));
-      out.inverse[p.unsafeGetTensorImpl()] = at::reciprocal(denom.add_(options->eps()));
-    }
-  }
-  return !out.inverse.empty();
-}
-
 }  // namespace
 
 at::Tensor Preconditioner::apply(const at::Tensor& param, const at::Tensor& grad) const {
@@ -71,16 +29,19 @@ at::Tensor Preconditioner::apply(const at::Tensor& param, const at::Tensor& grad
   return found == inverse.end() ? grad : grad * found->second.view_as(grad);
 }
 
-bool Preconditioner::update_from_adam(torch::optim::Optimizer& optimizer) {
+bool Preconditioner::update(const std::vector<AdamMoments>& moments) {
   inverse.clear();
-  if (dynamic_cast<torch::optim::Adam*>(&optimizer)) {
-    return adam_inverse<torch::optim::AdamParamState, torch::optim::AdamOptions>(optimizer, *this);
+  for (const auto& m : moments) {
+    if (m.step < 1 || !m.exp_avg_sq.defined()) continue;
+    const double correction = 1 - std::pow(m.beta2, static_cast<double>(m.step));
+    // Elements whose gradient was ~0 so far (dead units) have √v̂ ≈ 0: g / ε would swamp the
+    // norms. Adam itself bounds their step (v takes in g first); here their denominator is
+    // floored at a tenth of the tensor's mean one.
+    at::Tensor denom = (m.exp_avg_sq / correction).sqrt_();
+    denom = at::maximum(denom, denom.mean().mul_(k_denominator_floor));
+    inverse[m.param.unsafeGetTensorImpl()] = at::reciprocal(denom.add_(m.eps));
   }
-  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
-    return adam_inverse<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(optimizer,
-                                                                                   *this);
-  }
-  return false;
+  return !inverse.empty();
 }
 
 std::vector<double> grad_sqr_norms(const ParamGroups& groups,

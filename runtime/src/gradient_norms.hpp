@@ -9,9 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace torch::optim {
-class Optimizer;
-}
+#include "dlrun/optimizer_adapter.hpp"
 
 namespace dlrun::runtime {
 
@@ -24,9 +22,9 @@ using ParamGroups = std::vector<std::vector<at::Tensor>>;
 struct Preconditioner {
   std::unordered_map<const c10::TensorImpl*, at::Tensor> inverse;
   at::Tensor apply(const at::Tensor& param, const at::Tensor& grad) const;
-  // Recomputes inverse from an Adam or AdamW optimizer's state (after its step). False, and
-  // inverse left empty, for other optimizers or before the first step.
-  bool update_from_adam(torch::optim::Optimizer& optimizer);
+  // Recomputes inverse from Adam's moments (OptimizerAdapter::adam_moments, after its step).
+  // False, and inverse left empty, when there are none (another optimizer, or no step yet).
+  bool update(const std::vector<AdamMoments>& moments);
 };
 
 // |∇|² of each group's gradients (parameters without a gradient count 0); one host copy.

@@ -40,6 +40,7 @@
 
 #include "dlrun/checkpoint.hpp"
 #include "dlrun/context.hpp"
+#include "dlrun/optimizer_adapter.hpp"
 #include "dlrun/scaling_rule.hpp"
 
 namespace at {
@@ -109,6 +110,9 @@ class AdaptiveBatch : public Checkpointable {
  public:
   AdaptiveBatch(Context context, DataParallel& data_parallel, torch::optim::Optimizer& optimizer,
                 AdaptiveBatchOptions options = {});
+  // Over any optimizer (the Python module's torch.optim ones): see optimizer_adapter.hpp.
+  AdaptiveBatch(Context context, DataParallel& data_parallel, std::shared_ptr<OptimizerAdapter> optimizer,
+                AdaptiveBatchOptions options = {});
   ~AdaptiveBatch() override;
   AdaptiveBatch(const AdaptiveBatch&) = delete;
   AdaptiveBatch& operator=(const AdaptiveBatch&) = delete;
@@ -122,6 +126,10 @@ class AdaptiveBatch : public Checkpointable {
   // loss.backward() of one micro-batch; last = true for the step's last micro-batch (the one
   // whose gradients are reduced over the ranks), false for the accumulated ones before it.
   void backward(const at::Tensor& loss, bool last);
+  // For a caller that runs the backward passes itself (under DataParallel::no_sync() for all
+  // but the last): call it after each accumulated micro-batch's backward, so that its time
+  // enters the throughput model as backward(loss, false) would enter it.
+  void accumulated();
   // After the last backward(): measures, scales the learning rates, optimizer.step() (through
   // DataParallel, so stop requests work as usual), and every replan_every steps agrees on the
   // next shape. Collective. `samples`: the step's global sample count when it is not

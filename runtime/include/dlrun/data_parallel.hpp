@@ -49,6 +49,11 @@ class DataParallel {
  public:
   DataParallel(std::shared_ptr<torch::nn::Module> module, Context context,
                DataParallelOptions options = {});
+  // For a model that is not a torch::nn::Module (Python's, through the dlrun module): its
+  // parameters in registration order (those that do not require gradients are not reduced)
+  // and its buffers, both taken from rank 0 at construction as above.
+  DataParallel(const std::vector<at::Tensor>& parameters, const std::vector<at::Tensor>& buffers,
+               Context context, DataParallelOptions options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -63,6 +68,12 @@ class DataParallel {
   // synchronize(), optimizer.step(), then records whether all ranks agreed to stop
   // (Context::stop_requested).
   void step(torch::optim::Optimizer& optimizer);
+  // The two halves of backward() and step() for a caller that runs loss.backward() and the
+  // optimizer's step itself (the Python module): prepare_backward() before the forward pass
+  // whose loss is reduced (collective, like backward()), and finish_step() after
+  // synchronize() and the optimizer step: it records the stop vote as step() does.
+  void prepare_backward();
+  void finish_step();
 
   // Gradient statistics for the gradient noise scale (AdaptiveBatch turns them on). With
   // groups given (each a list of parameters of this module, e.g. an optimizer's param groups),

@@ -42,19 +42,19 @@ TEST_SUITE("runtime::GradientNorms") {
     torch::nn::Linear model(5, 1);
     torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.1).eps(1e-8));
     Preconditioner pre;
-    CHECK_FALSE(pre.update_from_adam(adam));  // no step yet: no state
+    CHECK_FALSE(pre.update(dlrun::adapt_optimizer(adam)->adam_moments()));  // no step yet: no state
     auto grad = torch::tensor({{1.0f, 1.0f, 1.0f, 1.0f, 1e-9f}});
     model->weight.mutable_grad() = grad.clone();
     model->bias.mutable_grad() = torch::ones({1});
     adam.step();
-    REQUIRE(pre.update_from_adam(adam));
+    REQUIRE(pre.update(dlrun::adapt_optimizer(adam)->adam_moments()));
     // After one step v̂ = g² (bias-corrected), so √v̂ = |g|: 1 for four elements, 1e-9 for the
     // last, which the floor lifts to a tenth of the mean (0.8 / 10 = 0.08).
     const auto got = pre.apply(model->weight, torch::ones({1, 5}));
     CHECK(got[0][0].item<double>() == doctest::Approx(1.0).epsilon(1e-5));
     CHECK(got[0][4].item<double>() == doctest::Approx(1 / 0.08).epsilon(1e-4));
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-    CHECK_FALSE(pre.update_from_adam(sgd));
+    CHECK_FALSE(pre.update(dlrun::adapt_optimizer(sgd)->adam_moments()));
     CHECK(pre.inverse.empty());
   }
 
