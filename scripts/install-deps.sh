@@ -14,7 +14,7 @@ packages=(
   # to the reference BLAS, 10-20x slower (docs/benchmarks.md). The OpenMP build follows
   # OMP_NUM_THREADS, which dlrun sets per rank.
   libopenblas0-openmp
-  python3-torch dataset-fashion-mnist
+  python3-torch python3-dev pybind11-dev dataset-fashion-mnist
   procps iproute2 openssh-server openssh-client slurm-wlm munge
 )
 

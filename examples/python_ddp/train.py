@@ -7,44 +7,18 @@
 It reads Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist, or
 $FASHION_MNIST_DIR) and prints test accuracy on its last line as `test_accuracy=0.XXXX`."""
 import argparse
-import gzip
 import os
+import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler
 
-DATA = os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
-
-
-def load(kind, limit=None):
-    with gzip.open(os.path.join(DATA, f"{kind}-images-idx3-ubyte.gz")) as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
-    with gzip.open(os.path.join(DATA, f"{kind}-labels-idx1-ubyte.gz")) as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    if limit:
-        images, labels = images[:limit], labels[:limit]
-    x = torch.from_numpy(images.astype(np.float32) / 255.0)
-    return TensorDataset((x - 0.2860) / 0.3530, torch.from_numpy(labels.astype(np.int64)))
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * 7 * 7, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fashion_mnist"))
+from fashion_mnist import Cnn, load  # noqa: E402  (the C++ example's model and data, in Python)
 
 
 def main():
@@ -70,7 +44,7 @@ def main():
     train, test = load("train", args.train_limit), load("t10k")
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(train, batch_size=args.batch_size // world, sampler=sampler)
-    model = DistributedDataParallel(Net().to(device))
+    model = DistributedDataParallel(Cnn().to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     for epoch in range(args.epochs):

@@ -23,3 +23,12 @@ if(TARGET dlrun_synthetic)
   # The goodput scheduler with runtime jobs: A grows, shrinks for B, grows back, exactly.
   dlrun_integration_test(test_scheduler_runtime RuntimeJobs TIMEOUT 400 LABELS runtime)
 endif()
+if(TARGET dlrun_python)
+  # import dlrun: examples/python_adaptive under the C++ example's elastic tests, adaptive
+  # resizes with micro-batches, and errors as Python exceptions (test_python.py).
+  dlrun_integration_test(test_python ElasticResume TIMEOUT 240 LABELS runtime python)
+  dlrun_integration_test(test_python RankSignals TIMEOUT 120 LABELS runtime python)
+  dlrun_integration_test(test_python ResizeDuringTraining TIMEOUT 300 LABELS runtime python)
+  dlrun_integration_test(test_python AdaptiveResize TIMEOUT 300 LABELS runtime python)
+  dlrun_integration_test(test_python Errors TIMEOUT 120 LABELS runtime python)
+endif()

@@ -22,17 +22,20 @@ STEPS = EPOCHS * TRAIN_LIMIT // BATCH
 
 
 class ExampleCase(DlrunTestCase):
+    # The training program, its options after it (test_python runs the Python example).
+    example = [EXAMPLE]
+
     def setUp(self):
         super().setUp()
-        if not os.path.exists(EXAMPLE):
-            self.skipTest("examples/fashion_mnist was not built")
+        if not os.path.exists(self.example[-1]):
+            self.skipTest(f"{self.example[-1]} was not built")
         if not os.path.exists(os.path.join(DATA_DIR, "train-images-idx3-ubyte.gz")):
             self.skipTest("Fashion-MNIST is not installed (Debian: dataset-fashion-mnist)")
         self.trace = os.path.join(self.tmp, "trace")
         self.checkpoints = os.path.join(self.tmp, "checkpoints")
 
     def example_args(self, *extra):
-        return [EXAMPLE, "--epochs", str(EPOCHS), "--train-limit", str(TRAIN_LIMIT),
+        return [*self.example, "--epochs", str(EPOCHS), "--train-limit", str(TRAIN_LIMIT),
                 "--batch-size", str(BATCH), "--checkpoint-dir", self.checkpoints,
                 "--trace-dir", self.trace, *extra]
 

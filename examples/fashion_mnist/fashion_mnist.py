@@ -1,0 +1,49 @@
+"""Fashion-MNIST and the examples' models for Python: the twins of fashion_mnist_data.hpp,
+cnn.hpp and mlp.hpp, shared by examples/python_ddp, examples/python_adaptive and the
+benchmarks, so that each trains and times exactly the model the C++ example does.
+
+The data is Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist, or
+$FASHION_MNIST_DIR)."""
+import gzip
+import os
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import TensorDataset
+
+DATA = os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
+
+
+def load(kind, limit=None):
+    """The 'train' or 't10k' split as a TensorDataset of normalised images and labels."""
+    with gzip.open(os.path.join(DATA, f"{kind}-images-idx3-ubyte.gz")) as f:
+        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
+    with gzip.open(os.path.join(DATA, f"{kind}-labels-idx1-ubyte.gz")) as f:
+        labels = np.frombuffer(f.read(), np.uint8, offset=8)
+    if limit:
+        images, labels = images[:limit], labels[:limit]
+    x = torch.from_numpy(images.astype(np.float32) / 255.0)
+    return TensorDataset((x - 0.2860) / 0.3530, torch.from_numpy(labels.astype(np.int64)))
+
+
+class Cnn(nn.Module):
+    """The small CNN (0.2 M parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def mlp():
+    """The small MLP, 784-256-10: mostly fixed per-step cost on a CPU."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))

@@ -1,0 +1,100 @@
+"""dlrun.Checkpoint: everything a run needs to continue exactly, written atomically."""
+
+import io
+import os
+import re
+
+import torch
+
+from . import _dlrun, context as _context
+from .loader import AdaptiveDataLoader, ElasticDataLoader
+
+
+class Checkpoint:
+    """Saves and restores the tracked objects as one directory per step, through dlrun's C++
+    Checkpoint: rank 0 writes it under a temporary name, fsyncs every file, writes a MANIFEST of
+    sizes and CRC-32s and renames it into place; the last keep_last are kept. restore() loads the
+    newest checkpoint whose MANIFEST matches its files, skipping a damaged one with a warning.
+
+    track: models (torch.nn.Module or dlrun.DataParallel), optimizers, ElasticDataLoaders (their
+    position and step count), and anything with state_dict()/load_state_dict() (learning-rate
+    schedulers, GradScaler) or checkpoint_state() -> bytes / restore_checkpoint_state(bytes).
+    directory: default RUN_DIR/checkpoints under dlrun ($DLRUN_RUN_DIR), ./checkpoints without.
+
+    save() and restore() are collective: every rank calls them at the same point.
+    """
+
+    def __init__(self, track, directory=None, keep_last=3, context=None):
+        self._context = context or _context.current()
+        if directory is None:
+            directory = os.path.join(self._context.run_dir or ".", "checkpoints")
+        self.directory = os.fspath(directory)
+        self._native = _dlrun.Checkpoint(self._context._native, self.directory, int(keep_last))
+        self._loader = None
+        self._objects = []  # kept alive as long as the checkpoint
+        names = set()
+        for obj in track:
+            name, state = self._adapt(obj)
+            base, n = name, 1
+            while name in names:
+                n += 1
+                name = f"{base}{n}"
+            names.add(name)
+            if isinstance(obj, ElasticDataLoader):
+                self._native.track_sampler(obj.sampler)
+                self._loader = obj
+            if isinstance(obj, AdaptiveDataLoader):
+                self._native.track_adaptive(name + "-adaptive", obj.adaptive)
+            self._objects.append(state)
+            self._native.track_object(name, state)
+
+    def _adapt(self, obj):
+        device = self._context.device
+        if isinstance(obj, ElasticDataLoader):
+            return "loader", obj
+        if isinstance(obj, torch.nn.Module):
+            return "model", _StateDict(obj, device)
+        if isinstance(obj, torch.optim.Optimizer):
+            return "optimizer", _StateDict(obj, device)
+        if hasattr(obj, "checkpoint_state") and hasattr(obj, "restore_checkpoint_state"):
+            return _name_of(obj), obj
+        if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"):
+            return _name_of(obj), _StateDict(obj, device)
+        raise _dlrun.ConfigError(f"Checkpoint cannot track a {type(obj).__name__}: give it models, optimizers, "
+                                 "ElasticDataLoaders, or objects with state_dict()/load_state_dict()")
+
+    def save(self, step=None, **values):
+        """Writes a checkpoint of `step` (default: the tracked loader's step count) with the
+        given float values (e.g. loss=0.3); returns its directory. Raises CheckpointError."""
+        _context._finish_steps()
+        if step is None:
+            if self._loader is None:
+                raise _dlrun.ConfigError("Checkpoint.save() needs step= when no ElasticDataLoader is tracked")
+            step = self._loader.step
+        return self._native.save(int(step), {k: float(v) for k, v in values.items()})
+
+    def restore(self):
+        """Loads the newest valid checkpoint into the tracked objects. Returns its info (.step,
+        .values, .saved_world_size, .path), or None when there is none yet. Raises
+        CheckpointError when checkpoints exist but none can be loaded."""
+        return self._native.restore()
+
+
+class _StateDict:
+    """A state_dict()/load_state_dict() object as checkpoint bytes (torch.save)."""
+
+    def __init__(self, obj, device):
+        self._obj = obj.module if hasattr(obj, "_native") and hasattr(obj, "module") else obj
+        self._device = device
+
+    def checkpoint_state(self):
+        buffer = io.BytesIO()
+        torch.save(self._obj.state_dict(), buffer)
+        return buffer.getvalue()
+
+    def restore_checkpoint_state(self, data):
+        self._obj.load_state_dict(torch.load(io.BytesIO(data), map_location=self._device))
+
+
+def _name_of(obj):
+    return re.sub(r"[^A-Za-z0-9_-]", "_", type(obj).__name__.lower()) or "object"

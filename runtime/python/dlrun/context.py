@@ -1,0 +1,75 @@
+"""dlrun.init() and the Context it returns: this process's place in the training world."""
+
+import weakref
+
+from . import _dlrun
+
+_current = None
+# The DataParallel models whose last step may still have a stop vote in flight: asking for
+# the stop request (or saving a checkpoint) finishes their step first.
+_models = weakref.WeakSet()
+
+
+class Context:
+    """This process's rank and world, and dlrun's stop protocol.
+
+    Attributes: rank, world_size, local_rank, nodes, restart_count (0 on the first start, +1
+    on every restart by dlrun), run_dir ('' when not started by dlrun), backend ('gloo',
+    'nccl', or 'none' for a world of one), device ('cpu' or 'cuda:N': where this rank's model
+    and batches belong).
+
+    SIGTERM, SIGINT or SIGUSR1 to any rank (dlrun sends SIGTERM to stop or resize a job) is a
+    stop request. It travels with the next step's gradients, so stop_requested() turns true on
+    every rank after the same step: save a checkpoint then and exit with exit_code() (75, "resume
+    me from the checkpoint").
+    """
+
+    def __init__(self, native):
+        self._native = native
+
+    def __getattr__(self, name):
+        return getattr(self._native, name)
+
+    def stop_requested(self):
+        """True once every rank agreed to stop (after the same step on every rank)."""
+        _finish_steps()
+        return self._native.stop_requested()
+
+    def exit_code(self):
+        """What the script should exit with after a stop: 75, or 0 when no stop was agreed."""
+        _finish_steps()
+        return self._native.exit_code()
+
+    def __repr__(self):
+        return (f"dlrun.Context(rank={self.rank}, world_size={self.world_size}, backend={self.backend!r}, "
+                f"device={self.device!r}, restart_count={self.restart_count})")
+
+
+def _finish_steps():
+    for model in list(_models):
+        model._finish_step()
+
+
+def init(*, rendezvous_timeout=60.0, collective_timeout=600.0, backend="auto", device="auto",
+         handle_signals=True, shared_memory_allreduce=True):
+    """Joins the training world dlrun's environment describes (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT, LOCAL_RANK, DLRUN_RUN_DIR, DLRUN_RESTART_COUNT); without it, a world of one.
+
+    rendezvous_timeout, collective_timeout: seconds. backend: 'auto' (NCCL on a GPU when built
+    with it, otherwise Gloo), 'gloo' or 'nccl'. device: 'auto' (what dlrun started the rank as),
+    'cpu' or 'cuda'. handle_signals: install the stop handlers. shared_memory_allreduce: average
+    CPU gradients of ranks on one host through shared memory instead of Gloo's sockets.
+
+    Raises EnvironmentError for a half-set environment, RendezvousTimeout when the ranks do
+    not meet in time. A second call returns the first Context.
+    """
+    global _current
+    if _current is None:
+        _current = Context(_dlrun.init(rendezvous_timeout, collective_timeout, backend, device, handle_signals,
+                                       shared_memory_allreduce))
+    return _current
+
+
+def current():
+    """The Context of init(), initialising a default one when init() was not called."""
+    return _current if _current is not None else init()

@@ -1,0 +1,215 @@
+"""dlrun.ElasticDataLoader: batches whose position survives a restart at any number of ranks."""
+
+import torch
+from torch.utils.data import TensorDataset
+from torch.utils.data.dataloader import default_collate
+
+from . import _dlrun, context as _context
+
+
+class ElasticDataLoader:
+    """Iterates over this rank's share of each global batch of `batch_size` samples.
+
+    Every epoch visits a permutation of the dataset that depends only on (seed, epoch); a step
+    takes the next batch_size entries and splits them into contiguous per-rank shares (sizes
+    differ by at most one). Its position is a global sample index, which the Checkpoint saves:
+    a run resumed with another number of ranks continues at the same sample, so every sample
+    of every epoch is trained exactly once. The last batch of an epoch is short, and a rank may
+    get no sample in it: sum the loss over the rank's samples and multiply by loss_scale()
+    (world_size / global batch) to get the mean over the global batch, as averaging over the
+    ranks does.
+
+        for epoch in loader.epochs(3):   # resumes mid-epoch after a restore()
+            for x, y in loader:
+                ...
+
+    dataset: anything with __len__ and __getitem__ (a torch Dataset, or a tensor). collate_fn:
+    as DataLoader's (default: torch's default_collate). Items are fetched in the training
+    process (no worker processes).
+    """
+
+    def __init__(self, dataset, batch_size, *, seed=0, collate_fn=None, context=None):
+        if int(batch_size) < 1:
+            raise _dlrun.ConfigError(f"batch_size must be at least 1, not {batch_size}")
+        if len(dataset) < 1:
+            raise _dlrun.ConfigError("the dataset is empty")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.collate_fn = collate_fn or default_collate
+        self._context = context or _context.current()
+        self.sampler = _dlrun.ElasticSampler(len(dataset), self._context._native, int(seed))
+        self.batch = None  # the SampleBatch of the last step
+        self.step = 0      # steps taken, over all epochs and restarts (a Checkpoint restores it)
+
+    @property
+    def epoch(self):
+        return self.sampler.epoch
+
+    @property
+    def accumulating(self):
+        """True while the batch just yielded is not its step's last micro-batch (only an
+        AdaptiveDataLoader splits steps)."""
+        return False
+
+    def epochs(self, count):
+        """Yields the epoch numbers from the current one (after a restore: the saved one) up to
+        count - 1; iterate the loader once per epoch."""
+        while self.sampler.epoch < count:
+            epoch = self.sampler.epoch
+            yield epoch
+            if self.sampler.epoch == epoch:
+                raise RuntimeError(f"epoch {epoch} was left before its end: iterate the loader to its "
+                                   "end once per epoch (a stop ends the script instead)")
+
+    def __iter__(self):
+        while True:
+            batch = self.sampler.next(self.batch_size)
+            if batch is None:
+                self.sampler.next_epoch()
+                return
+            self.batch = batch
+            self.step += 1
+            yield self._fetch(batch.indices)
+
+    def _fetch(self, indices):
+        # Tensors are indexed at once (no per-item __getitem__ and collate).
+        if isinstance(self.dataset, torch.Tensor):
+            return self.dataset[torch.tensor(indices, dtype=torch.long, device=self.dataset.device)]
+        if isinstance(self.dataset, TensorDataset):
+            index = torch.tensor(indices, dtype=torch.long)
+            return tuple(t[index.to(t.device)] for t in self.dataset.tensors)
+        if not indices:
+            # No sample for this rank in an epoch's last batch: an empty batch shaped like one.
+            empty = self.collate_fn([self.dataset[0]])
+            return _take_none(empty)
+        return self.collate_fn([self.dataset[i] for i in indices])
+
+    def loss_scale(self):
+        """world_size / the last step's global batch: a loss summed over this rank's samples
+        times this is the global batch's mean once the ranks' gradients are averaged."""
+        return self.batch.loss_scale(self._context.world_size) if self.batch else 0.0
+
+    def __len__(self):
+        """Steps in a whole epoch."""
+        return (len(self.dataset) + self.batch_size - 1) // self.batch_size
+
+    def checkpoint_state(self):
+        return str(self.step).encode()
+
+    def restore_checkpoint_state(self, data):
+        self.step = int(data.decode())
+
+
+def _take_none(batch):
+    if isinstance(batch, torch.Tensor):
+        return batch[:0]
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_take_none(b) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _take_none(v) for k, v in batch.items()}
+    return batch
+
+
+class AdaptiveDataLoader(ElasticDataLoader):
+    """An ElasticDataLoader whose global batch dlrun's AdaptiveBatch chooses while training:
+    the size with the highest goodput (throughput x statistical efficiency, from the measured
+    step times and gradient noise scale, as AdaptDL/Pollux), the learning rate scaled to match
+    (AdaScale for SGD, the square root of the gain for Adam-like optimizers). It is the C++
+    runtime's AdaptiveBatch itself: the same decisions, metrics.jsonl and goodput-model.json
+    (which the goodput scheduler reads), and its state in the Checkpoint that tracks the loader.
+
+    model: the dlrun.DataParallel the batches train; optimizer: its torch.optim optimizer,
+    whose learning rates are the ones for batch_size. The loader replaces the optimizer's
+    step() and zero_grad() with ones that go through AdaptiveBatch: call them after every batch
+    the loader yields, as in any loop. When a step is larger than max_micro_batch per rank,
+    the loader yields it as several micro-batches; for all but the last, backward only
+    accumulates and step()/zero_grad() do nothing. Sum the loss over the micro-batch and
+    multiply by loss_scale().
+
+    Options as AdaptiveBatchOptions (docs/adaptive.md): max_batch_size, min_micro_batch,
+    max_micro_batch (0: max_batch_size / ranks), accumulation, scaling_rule ('auto',
+    'adascale', 'linear', 'sqrt', 'adam', 'none'), replan_every, measure_every,
+    min_improvement, log_every.
+    """
+
+    def __init__(self, dataset, batch_size, *, model, optimizer, max_batch_size=4096, min_micro_batch=1,
+                 max_micro_batch=0, accumulation=True, scaling_rule="auto", replan_every=50, measure_every=4,
+                 min_improvement=0.05, log_every=10, metrics_path="", seed=0, collate_fn=None, context=None):
+        super().__init__(dataset, batch_size, seed=seed, collate_fn=collate_fn, context=context)
+        from .parallel import DataParallel
+        if not isinstance(model, DataParallel):
+            raise _dlrun.ConfigError("AdaptiveDataLoader needs model= a dlrun.DataParallel")
+        if getattr(optimizer, "_dlrun_loader", None) is not None:
+            raise _dlrun.ConfigError("this optimizer already belongs to another AdaptiveDataLoader")
+        self.model = model
+        self.optimizer = optimizer
+        step, zero_grad = optimizer.step, optimizer.zero_grad
+        self.adaptive = _dlrun.AdaptiveBatch(
+            self._context._native, model._native, optimizer, step, _kind(optimizer), self.batch_size,
+            int(max_batch_size), int(min_micro_batch), int(max_micro_batch), bool(accumulation), str(scaling_rule),
+            int(replan_every), int(measure_every), float(min_improvement), int(log_every), str(metrics_path))
+        self._accumulating = False
+        optimizer._dlrun_loader = self
+        optimizer.step = self._optimizer_step
+        optimizer.zero_grad = lambda *args, **kwargs: None if self._accumulating else zero_grad(*args, **kwargs)
+
+    @property
+    def accumulating(self):
+        return self._accumulating
+
+    @property
+    def global_batch(self):
+        """The global batch of the next step."""
+        return self.adaptive.shape()[0]
+
+    def shape(self):
+        """(global batch, micro-batch per rank, micro-steps per step) of the next step."""
+        return self.adaptive.shape()
+
+    def stats(self):
+        """What the last step measured and decided: step, progress, gain, lr_factor, noise_scale,
+        efficiency, samples_per_sec, goodput, measure_every."""
+        return self.adaptive.stats()
+
+    def progress(self):
+        """Scale-invariant progress (the sum of the steps' gains): use it for schedules."""
+        return self.adaptive.progress()
+
+    def set_base_lr(self, lr):
+        """The learning rate for batch_size (e.g. from a schedule on progress()); each step applies
+        it times the scaling rule's factor."""
+        self.adaptive.set_base_lr(float(lr))
+
+    def __iter__(self):
+        while True:
+            batch = self.sampler.next(self.global_batch)
+            if batch is None:
+                self.sampler.next_epoch()
+                return
+            self.batch = batch
+            self.step += 1
+            parts = self.adaptive.split(batch.indices)
+            for i, part in enumerate(parts):
+                self._accumulating = i + 1 < len(parts)
+                self.model._sync = not self._accumulating
+                try:
+                    yield self._fetch(part)
+                finally:
+                    self.model._sync = True
+
+    def _optimizer_step(self, *args, **kwargs):
+        if self._accumulating:
+            self.adaptive.accumulated()
+            return None
+        self.model._in_step = False  # AdaptiveBatch reads the step's stop vote itself
+        self.adaptive.step(self.batch.global_size if self.batch else -1)
+        return None
+
+
+def _kind(optimizer):
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return "adam"
+    if isinstance(optimizer, (torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta, torch.optim.Adamax,
+                              torch.optim.NAdam, torch.optim.RAdam)):
+        return "adaptive"
+    return "sgd"

@@ -1,0 +1,81 @@
+"""dlrun.DataParallel: one model replica per rank, trained as one model."""
+
+import torch
+
+from . import _dlrun, context as _context
+
+
+class DataParallel(torch.nn.Module):
+    """Wraps a model so that loss.backward() leaves every rank with the gradient averaged over
+    all ranks, as torch.nn.parallel.DistributedDataParallel does, through dlrun's runtime:
+    buckets reduced from the autograd hooks while backward runs (shared memory between the
+    ranks of one host, Gloo or NCCL otherwise), and the stop vote carried with the last bucket.
+
+    At construction every rank checks its parameters against rank 0's and takes rank 0's
+    parameters and buffers. Move the model to ctx.device first. Call it like the model; its
+    state_dict() is the model's (no 'module.' prefix). A forward pass in training mode with
+    gradients on must be followed by one backward (on every rank); in eval mode or under
+    torch.no_grad() nothing is reduced.
+
+        with model.no_sync():            # accumulate: this backward is not reduced
+            loss(model(x1)).backward()
+        loss(model(x2)).backward()       # reduces the sum of both
+    """
+
+    def __init__(self, module, context=None, bucket_cap_mb=25.0, first_bucket_cap_mb=1.0):
+        super().__init__()
+        self.module = module
+        self._context = context or _context.current()
+        parameters = list(module.parameters())
+        buffers = list(module.buffers())
+        self._native = _dlrun.DataParallel(parameters, buffers, self._context._native, bucket_cap_mb,
+                                           first_bucket_cap_mb)
+        self._sync = True
+        self._in_step = False
+        _context._models.add(self)
+
+    def forward(self, *args, **kwargs):
+        self._finish_step()
+        if torch.is_grad_enabled() and self.training and self._sync:
+            self._native.prepare_backward()
+            self._in_step = True
+        return self.module(*args, **kwargs)
+
+    def _finish_step(self):
+        # The step's stop vote (and, in a world of one, the local stop request) is read once
+        # the step is done: at the next forward, or when the script asks for stop_requested().
+        if self._in_step:
+            self._in_step = False
+            self._native.synchronize()
+            self._native.finish_step()
+
+    def no_sync(self):
+        """A context manager: the backward passes inside only accumulate local gradients."""
+        return _NoSync(self)
+
+    def state_dict(self, *args, **kwargs):
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict=True):
+        return self.module.load_state_dict(state_dict, strict)
+
+    @property
+    def bucket_count(self):
+        """How many gradient buckets the runtime reduces (0 in a world of one)."""
+        return self._native.bucket_count()
+
+
+class _NoSync:
+    def __init__(self, owner):
+        self._owner = owner
+        self._guard = owner._native.no_sync()
+
+    def __enter__(self):
+        self._owner._sync = False
+        self._guard.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._guard.__exit__(*exc)
+        self._owner._sync = True
+        return False

@@ -1,0 +1,192 @@
+"""import dlrun: the runtime from Python, in real processes. examples/python_adaptive/train.py
+runs the C++ example's tests (stop and resume at other world sizes, resize while training,
+a signal to one rank), so every sample of every epoch is trained exactly once and the step
+count is exact; with --adaptive, while AdaptiveBatch changes the batch and splits steps into
+micro-batches. Errors reach Python as dlrun.Error subclasses with the runtime's messages."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import unittest
+
+import test_elastic_training as elastic_tests
+import test_runtime as runtime_tests
+from harness import BUILD_DIR, SOURCE_DIR, DlrunTestCase
+from slurm_cluster import free_port
+
+PYTHON = "/usr/bin/python3"  # Debian's, whose torch the module is built against
+PACKAGE_DIR = os.path.join(BUILD_DIR, "python")
+TRAIN = os.path.join(SOURCE_DIR, "examples", "python_adaptive", "train.py")
+
+
+def module_built():
+    return os.path.isdir(os.path.join(PACKAGE_DIR, "dlrun")) and any(
+        name.startswith("_dlrun") for name in os.listdir(os.path.join(PACKAGE_DIR, "dlrun")))
+
+
+class PythonExample:
+    """Mixed into the C++ example's test classes: the same tests, the Python program."""
+    example = [PYTHON, TRAIN]
+
+    def setUp(self):
+        super().setUp()
+        if not module_built():
+            self.skipTest("the dlrun Python module was not built (pybind11-dev, python3-dev)")
+        self.env["PYTHONPATH"] = PACKAGE_DIR
+
+
+class ElasticResume(PythonExample, runtime_tests.ElasticResume):
+    pass
+
+
+class RankSignals(PythonExample, runtime_tests.RankSignals):
+    pass
+
+
+class ResizeDuringTraining(PythonExample, elastic_tests.ResizeDuringTraining):
+    pass
+
+
+class AdaptiveResize(PythonExample, runtime_tests.ExampleCase):
+    def test_resize_3_2_3_1_while_the_batch_adapts_trains_every_sample_once(self):
+        # The MLP with decisions every 10 steps and at most 8 samples per rank per micro-step:
+        # the batch grows from 24 and steps are split into micro-batches (accumulation).
+        run_dir = os.path.join(self.tmp, "run")
+        args = self.gated_args("--adaptive", "--model", "mlp", "--replan-every", "10", "--max-micro-batch", "8",
+                               "--max-batch-size", "96")
+        p = self.start("local", "--nproc", "1:3", "--run-dir", run_dir, "--", *args)
+        held = 10
+        self.hold_at(p, held)
+        with open(os.path.join(run_dir, "job.json")) as f:
+            job = json.load(f)["id"]
+        for start, (size, next_hold) in enumerate(((2, 25), (3, 40), (1, 55)), start=2):
+            r = self.dlrun("resize", str(job), str(size), timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(self.wait_starts(p, start), (size, held + 1))
+            held = next_hold
+            self.hold_at(p, held)
+        self.allow(10 ** 6)
+        code, out, err = self.finish(p, timeout=240)
+        self.assertEqual(code, 0, out[-3000:] + err[-3000:])
+        self.assertRegex(out.splitlines()[-1], r"^\[0\] test_accuracy=0\.\d{4}$")
+        losses = self.losses()  # asserts that no step was trained twice
+        self.assertEqual(sorted(losses), list(range(1, len(losses) + 1)), "a step is missing")
+        seen = self.samples_per_epoch()
+        self.assertEqual(sorted(seen), list(range(runtime_tests.EPOCHS)))
+        for epoch, counter in seen.items():
+            self.assertEqual(sorted(counter), list(range(runtime_tests.TRAIN_LIMIT)), f"epoch {epoch} missed samples")
+            self.assertEqual(set(counter.values()), {1}, f"epoch {epoch} repeated samples")
+        # AdaptiveBatch decided, and split steps into micro-batches of at most 8 per rank.
+        grew = re.findall(r"adaptive batch: global (\d+) -> (\d+) \(micro-batch (\d+) x (\d+) step", out + err)
+        self.assertTrue(grew, out + err)
+        self.assertTrue(any(int(accum) > 1 for _, _, _, accum in grew), grew)
+        self.assertTrue(all(int(micro) <= 8 for _, _, micro, _ in grew), grew)
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            metrics = [json.loads(line) for line in f]
+        self.assertEqual({m["replicas"] for m in metrics}, {1, 2, 3})
+        # AdaScale (Adam: the square root of the gain) scaled the learning rate with the batch.
+        self.assertTrue(any(m["global_batch"] > 24 and m["lr_factor"] > 1 for m in metrics), metrics)
+
+
+class Errors(DlrunTestCase):
+    """What a script sees when something is wrong: a dlrun.Error subclass with the runtime's
+    message, never a crashed interpreter."""
+
+    def setUp(self):
+        super().setUp()
+        if not module_built():
+            self.skipTest("the dlrun Python module was not built (pybind11-dev, python3-dev)")
+        self.env["PYTHONPATH"] = PACKAGE_DIR
+        for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "DLRUN_RUN_DIR"):
+            self.env.pop(name, None)
+
+    def python(self, code, env=None):
+        result = subprocess.run([PYTHON, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                                env=env or self.env, timeout=120, cwd=self.tmp)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        return result.stdout
+
+    def test_bad_options_are_config_errors(self):
+        out = self.python("""
+            import torch, dlrun
+            try:
+                dlrun.init(rendezvous_timeout=0)
+            except dlrun.ConfigError as e:
+                print(type(e).__name__, "|", e)
+            ds = torch.utils.data.TensorDataset(torch.zeros(10, 3), torch.zeros(10, dtype=torch.long))
+            model = dlrun.DataParallel(torch.nn.Linear(3, 2))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for make in (lambda: dlrun.ElasticDataLoader(ds, 0),
+                         lambda: dlrun.AdaptiveDataLoader(ds, 64, model=model, optimizer=opt, max_batch_size=8),
+                         lambda: dlrun.AdaptiveDataLoader(ds, 8, model=model, optimizer=opt, scaling_rule="fast"),
+                         lambda: dlrun.Checkpoint([object()])):
+                try:
+                    make()
+                    print("no error")
+                except dlrun.ConfigError as e:
+                    print(type(e).__name__, "|", e)
+            """)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 5, out)
+        self.assertEqual(lines[0], "ConfigError | a timeout must be a positive number of seconds")
+        self.assertEqual(lines[1], "ConfigError | batch_size must be at least 1, not 0")
+        self.assertEqual(lines[2], "ConfigError | AdaptiveBatch: max_batch (8) is below initial_batch (64)")
+        self.assertIn("scaling_rule must be auto, adascale", lines[3])
+        self.assertIn("Checkpoint cannot track a object", lines[4])
+
+    def test_a_half_set_environment_and_an_unreachable_store(self):
+        env = dict(self.env, RANK="0", WORLD_SIZE="2")
+        out = self.python("""
+            import dlrun
+            try:
+                dlrun.init()
+            except dlrun.EnvironmentError as e:
+                print("EnvironmentError |", e)
+            """, env)
+        self.assertIn("EnvironmentError | RANK and WORLD_SIZE are set but MASTER_ADDR and MASTER_PORT are not", out)
+        # Rank 1 of 2 whose rank 0 never comes: the store's port is closed.
+        env = dict(self.env, RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        out = self.python("""
+            import dlrun
+            try:
+                dlrun.init(rendezvous_timeout=2)
+            except dlrun.RendezvousTimeout as e:
+                print("RendezvousTimeout |", e)
+            print("the interpreter lives on")
+            """, env)
+        self.assertRegex(out, r"RendezvousTimeout \| .*127\.0\.0\.1:\d+")
+        self.assertIn("the interpreter lives on", out)
+
+    def test_a_damaged_checkpoint_falls_back_and_none_left_is_a_checkpoint_error(self):
+        out = self.python("""
+            import os, torch, dlrun
+            model = dlrun.DataParallel(torch.nn.Linear(3, 2))
+            opt = torch.optim.Adam(model.parameters())
+            ckpt = dlrun.Checkpoint([model, opt], directory="ck", keep_last=2)
+            for step in (1, 2):
+                with torch.no_grad():
+                    model.module.bias.fill_(step)
+                ckpt.save(step=step)
+            def damage(step):
+                path = f"ck/step-{step:012d}/state-model.txt"
+                data = bytearray(open(path, "rb").read())
+                data[len(data) // 2] ^= 0xFF
+                open(path, "wb").write(bytes(data))
+            damage(2)
+            info = ckpt.restore()
+            print("restored", info.step, float(model.module.bias[0]))
+            damage(1)
+            try:
+                ckpt.restore()
+            except dlrun.CheckpointError as e:
+                print("CheckpointError |", e)
+            """)
+        self.assertIn("restored 1 1.0", out)
+        self.assertRegex(out, r"CheckpointError \| none of the 2 checkpoints in ck can be loaded")
+
+
+if __name__ == "__main__":
+    unittest.main()
