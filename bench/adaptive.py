@@ -11,7 +11,12 @@ batch size and goodput over time) next to the table.
 
 Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
                                    [--max-epochs 8] [--eval-every 10000] [--base-lr 2e-3]
+                                   [--model cnn|mlp] [--lr-factors 0.5,1,2] [--with python,torchrun]
                                    [--svg docs/adaptive-fashion-mnist.svg]
+
+--with torchrun adds the same sweep of fixed sizes in PyTorch DDP under torchrun
+(bench/python/ddp_train.py: the same model, Adam, seed and accuracy checks), and --with python
+the adaptive run through `import dlrun` (examples/python_adaptive), side by side in one run.
 
 --base-lr is Adam's learning rate at batch 64; fixed sizes scale it linearly, --adaptive
 starts from it (AdaptDL assumes it is tuned for the initial batch)."""
@@ -27,13 +32,28 @@ import time
 BASE_LR, BASE_BATCH = 2e-3, 64
 
 
-def run(build, run_dir, extra, args):
-    cmd = [os.path.join(build, "cli", "dlrun"), "local", "--nproc", "2", "--run-dir", run_dir, "--",
-           os.path.join(build, "examples", "fashion_mnist", "fashion_mnist"),
-           "--epochs", str(args.max_epochs), "--target-accuracy", str(args.target),
-           "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + extra
+HERE = os.path.dirname(os.path.abspath(__file__))
+TORCHRUN = os.environ.get("TORCHRUN", os.path.join(HERE, "..", "..", "shared", "bench", "torchrun-debian"))
+
+
+def run(build, run_dir, extra, args, program="cpp"):
+    """One run to the target: program 'cpp' (examples/fashion_mnist under dlrun local), 'python'
+    (examples/python_adaptive: import dlrun, under dlrun local) or 'torchrun' (PyTorch DDP,
+    bench/python/ddp_train.py under torchrun)."""
+    common = ["--epochs", str(args.max_epochs), "--target-accuracy", str(args.target),
+              "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + extra
+    dlrun = [os.path.join(build, "cli", "dlrun"), "local", "--nproc", "2", "--run-dir", run_dir, "--"]
+    if program == "cpp":
+        cmd = dlrun + [os.path.join(build, "examples", "fashion_mnist", "fashion_mnist")] + common
+    elif program == "python":
+        cmd = dlrun + ["/usr/bin/python3", os.path.join(HERE, "..", "examples", "python_adaptive", "train.py"),
+                       "--checkpoint-dir", run_dir + "-checkpoints"] + common
+    else:
+        cmd = [TORCHRUN, "--nproc_per_node", "2", "--monitor_interval", "0.1",
+               os.path.join(HERE, "python", "ddp_train.py")] + common
     start = time.monotonic()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, DLRUN_HOME=run_dir + "-home"))
+    env = dict(os.environ, DLRUN_HOME=run_dir + "-home", PYTHONPATH=os.path.join(build, "python"))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.monotonic() - start
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
@@ -98,27 +118,43 @@ def main():
     ap.add_argument("--lr-factors", default="1",
                     help="each fixed size is tried at its linearly scaled lr times each of these; its best counts, "
                          "and adaptive starts from the best lr of fixed 64 (e.g. 0.5,1,2)")
+    ap.add_argument("--with", dest="others", default="",
+                    help="also python (the adaptive run through import dlrun) and/or torchrun (every fixed size "
+                         "and lr of the sweep in PyTorch DDP under torchrun), e.g. python,torchrun")
     ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dlrun-bench-adaptive-")
     rows = []
     start_lr = args.base_lr
     factors = [float(f) for f in args.lr_factors.split(",")]
+    others = [o for o in args.others.split(",") if o]
+    torch_rows = []
     for size in [int(s) for s in args.sizes.split(",")]:
-        best = None
-        for factor in factors:
-            lr = args.base_lr * size / BASE_BATCH * factor
-            r = run(args.build, f"{tmp}/fixed-{size}-{factor:g}", ["--batch-size", str(size), "--lr", f"{lr:g}"], args)
-            print((f"fixed {size} (lr {lr:g})", r), file=sys.stderr)
-            if best is None or (r["reached"] and (not best[1]["reached"] or r["seconds"] < best[1]["seconds"])):
-                best = (lr, r)
-        lr, r = best
-        rows.append((f"fixed {size} (lr {lr:g}{', the best of the sweep' if len(factors) > 1 else ''})", r))
-        if size == BASE_BATCH:
-            start_lr = lr
+        for program, table in (("cpp", rows), ("torchrun", torch_rows)):
+            if program == "torchrun" and "torchrun" not in others:
+                continue
+            best = None
+            for factor in factors:
+                lr = args.base_lr * size / BASE_BATCH * factor
+                r = run(args.build, f"{tmp}/{program}-fixed-{size}-{factor:g}",
+                        ["--batch-size", str(size), "--lr", f"{lr:g}"], args, program)
+                print((f"{program} fixed {size} (lr {lr:g})", r), file=sys.stderr)
+                if best is None or (r["reached"] and (not best[1]["reached"] or r["seconds"] < best[1]["seconds"])):
+                    best = (lr, r)
+            lr, r = best
+            name = "fixed" if program == "cpp" else "torchrun DDP fixed"
+            table.append((f"{name} {size} (lr {lr:g}{', the best of the sweep' if len(factors) > 1 else ''})", r))
+            if size == BASE_BATCH and program == "cpp":
+                start_lr = lr
+    adaptive_args = ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{start_lr:g}",
+                     "--max-batch-size", str(args.max_batch)]
+    python_row = None
+    if "python" in others:
+        r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")
+        python_row = (f"import dlrun: adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × √gain)", r)
+        print(python_row, file=sys.stderr)
     adaptive_dir = f"{tmp}/adaptive"
-    r = run(args.build, adaptive_dir, ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{start_lr:g}",
-                                       "--max-batch-size", str(args.max_batch)], args)
+    r = run(args.build, adaptive_dir, adaptive_args, args)
     rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × √gain)", r))
     print(rows[-1], file=sys.stderr)
     points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
@@ -127,7 +163,7 @@ def main():
 
     print(f"| run | time to {args.target:.0%} (training s) | samples | steps | wall s (with checks) |")
     print("|---|---|---|---|---|")
-    for name, r in rows:
+    for name, r in rows + torch_rows + ([python_row] if python_row else []):
         if r["reached"]:
             print(f"| {name} | {r['seconds']:.1f} | {r['samples']} | {r['steps']} | {r['wall']:.1f} |")
         else:
@@ -139,6 +175,11 @@ def main():
         worst = max(r["seconds"] if r["reached"] else float("inf") for n, r in rows[:-1])
         print(f"\nadaptive / best fixed = {ad['seconds'] / best:.2f}; worst fixed / adaptive = "
               f"{worst / ad['seconds']:.2f}" + (" (worst never reached the target)" if worst == float("inf") else ""))
+    torch_best = min((r["seconds"] for _, r in torch_rows if r["reached"]), default=None)
+    if torch_best:
+        for name, r in (("adaptive (C++)", ad), ("import dlrun adaptive", python_row[1] if python_row else None)):
+            if r and r["reached"]:
+                print(f"{name} / torchrun DDP's best fixed = {r['seconds'] / torch_best:.2f}")
     print(f"batch sizes adaptive used: {batches}; plot: {args.svg}")
 
 

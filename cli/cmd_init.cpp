@@ -1,11 +1,11 @@
-// `dlrun init DIR`: write a training-project skeleton.
+// `dlrun init [--python] DIR`: write a training-project skeleton (C++ or Python).
+
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
@@ -19,6 +19,7 @@ namespace {
 struct InitArgs {
   std::string dir;
   bool force = false;
+  bool python = false;
 };
 
 // Where find_package(dlrun) finds this dlrun's runtime, for CMAKE_PREFIX_PATH: its install
@@ -30,9 +31,34 @@ std::string package_prefix() {
   if (ec) return {};
   fs::path prefix = exe.parent_path().parent_path();
   for (const char* lib : {"lib", "lib64"}) {
-    if (fs::exists(prefix / lib / "cmake" / "dlrun" / "dlrunConfig.cmake", ec)) return prefix.string();
+    if (fs::exists(prefix / lib / "cmake" / "dlrun" / "dlrunConfig.cmake", ec))
+      return prefix.string();
   }
-  if (fs::exists(prefix / "runtime" / "dlrunConfig.cmake", ec)) return (prefix / "runtime").string();
+  if (fs::exists(prefix / "runtime" / "dlrunConfig.cmake", ec))
+    return (prefix / "runtime").string();
+  return {};
+}
+
+// Where Python finds this dlrun's package, when python3 would not by itself: BUILD/python
+// when it runs from its build tree, PREFIX/lib*/python3.*/dist-packages when installed under
+// a prefix other than /usr and /usr/local (which Debian's python3 searches); empty otherwise.
+std::string python_path() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  fs::path prefix = exe.parent_path().parent_path();
+  if (fs::exists(prefix / "python" / "dlrun" / "__init__.py", ec))
+    return (prefix / "python").string();
+  if (prefix == "/usr" || prefix == "/usr/local") return {};
+  for (const char* lib : {"lib", "lib64"}) {
+    for (const auto& entry : fs::directory_iterator(prefix / lib, ec)) {
+      const fs::path packages = entry.path() / "dist-packages";
+      if (entry.path().filename().string().rfind("python3", 0) == 0 &&
+          fs::exists(packages / "dlrun" / "__init__.py", ec)) {
+        return packages.string();
+      }
+    }
+  }
   return {};
 }
 
@@ -40,20 +66,22 @@ std::string package_prefix() {
 std::string with_prefix(std::string text, const std::string& prefix) {
   if (prefix.empty()) return text;
   const std::string placeholder = "DLRUN_PREFIX";
-  for (size_t at = text.find(placeholder); at != std::string::npos; at = text.find(placeholder, at + prefix.size())) {
+  for (size_t at = text.find(placeholder); at != std::string::npos;
+       at = text.find(placeholder, at + prefix.size())) {
     text.replace(at, placeholder.size(), prefix);
   }
   return text;
 }
 
 int run_init(const InitArgs& args) {
+  const auto& templates = args.python ? python_templates() : project_templates();
   fs::path dir(args.dir);
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
     throw ConfigError(fmt::format("{} exists and is not a directory", args.dir));
   }
   if (!args.force) {
-    for (const auto& file : project_templates()) {
+    for (const auto& file : templates) {
       if (fs::exists(dir / file.name, ec)) {
         throw ConfigError(fmt::format("{} already exists; nothing was written (--force overwrites)",
                                       (dir / file.name).string()));
@@ -63,10 +91,28 @@ int run_init(const InitArgs& args) {
   fs::create_directories(dir, ec);
   if (ec) throw ConfigError(fmt::format("cannot create {}: {}", args.dir, ec.message()));
   const std::string prefix = package_prefix();
-  for (const auto& file : project_templates()) {
+  const std::string pythonpath = args.python ? python_path() : std::string();
+  for (const auto& file : templates) {
+    std::string text = with_prefix(file.text, prefix);
+    // The Python job file carries the PYTHONPATH this dlrun's package needs, if any.
+    const std::string commented = "# PYTHONPATH = \"DLRUN_PYTHONPATH\"";
+    if (const auto at = text.find(commented); at != std::string::npos && !pythonpath.empty()) {
+      text.replace(at, commented.size(), "PYTHONPATH = \"" + pythonpath + "\"");
+    }
     std::ofstream out(dir / file.name);
-    out << with_prefix(file.text, prefix);
+    out << text;
     if (!out) throw Error(fmt::format("cannot write {}", (dir / file.name).string()));
+  }
+  if (args.python) {
+    std::cout << fmt::format(
+        "Created {0}/ with train.py, job.toml and README.md. Next:\n  {1}dlrun local --nproc 2 "
+        "python3 {0}/train.py\n  dlrun submit {0}/job.toml\n",
+        args.dir, pythonpath.empty() ? "" : "PYTHONPATH=" + pythonpath + " ");
+    if (!pythonpath.empty()) {
+      std::cout << "PYTHONPATH: where this dlrun's Python package is (docs/python.md); job.toml "
+                   "sets it in [env].\n";
+    }
+    return 0;
   }
   std::cout << fmt::format(
       "Created {0}/ with CMakeLists.txt, train.cpp, job.toml and README.md. Next:\n"
@@ -75,7 +121,8 @@ int run_init(const InitArgs& args) {
       "  dlrun local --nproc 2 {0}/build/train\n",
       args.dir, prefix.empty() ? "DLRUN_PREFIX" : prefix);
   if (prefix.empty()) {
-    std::cout << "DLRUN_PREFIX: where dlrun is installed (cmake --install BUILD --prefix DIR), or BUILD/runtime "
+    std::cout << "DLRUN_PREFIX: where dlrun is installed (cmake --install BUILD --prefix DIR), or "
+                 "BUILD/runtime "
                  "of a build tree: this dlrun runs from neither.\n";
   }
   return 0;
@@ -85,9 +132,13 @@ int run_init(const InitArgs& args) {
 
 Command add_init_command(CLI::App& dlrun) {
   auto args = std::make_shared<InitArgs>();
-  CLI::App* app = dlrun.add_subcommand(
-      "init", "Write a training-project skeleton (CMake project on dlrun's runtime, train.cpp, job.toml)");
+  CLI::App* app = dlrun.add_subcommand("init",
+                                       "Write a training-project skeleton (CMake project on "
+                                       "dlrun's runtime, train.cpp, job.toml; with "
+                                       "--python: train.py on import dlrun, job.toml)");
   app->add_option("DIR", args->dir, "The project directory (created if missing)")->required();
+  app->add_flag("--python", args->python,
+                "A Python project: train.py with import dlrun (docs/python.md)");
   app->add_flag("--force", args->force, "Overwrite the skeleton's files if they exist");
   return {app, [args](const Trailing&) { return run_init(*args); }};
 }

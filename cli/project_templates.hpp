@@ -1,5 +1,6 @@
 #pragma once
-// The training-project skeleton `dlrun init` writes: templates/project/, built into the
+// The training-project skeletons `dlrun init` writes: templates/project/ and
+// templates/python/ (--python), built into the
 // binary (cli/CMakeLists.txt generates project_templates.cpp), so that it needs no
 // installed data files.
 
@@ -13,6 +14,7 @@ struct TemplateFile {
   const char* text;
 };
 
-const std::vector<TemplateFile>& project_templates();
+const std::vector<TemplateFile>& project_templates();  // templates/project: C++
+const std::vector<TemplateFile>& python_templates();   // templates/python: import dlrun
 
 }  // namespace dlrun::cli

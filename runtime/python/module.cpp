@@ -6,6 +6,7 @@
 // The GIL stays held in every call: the collectives here are short, and the Python objects a
 // Checkpoint tracks are called back from inside save() and restore().
 
+#include <pybind11/functional.h>
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 #include <torch/csrc/utils/pybind.h>
@@ -308,7 +309,7 @@ void bind_adaptive(py::module_& m) {
                        int64_t max_batch, int64_t min_micro_batch, int64_t max_micro_batch,
                        bool accumulation, const std::string& rule, int64_t replan_every,
                        int64_t measure_every, double min_improvement, int64_t log_every,
-                       const std::string& metrics_path) {
+                       const std::string& metrics_path, std::function<double()> clock) {
              dlrun::AdaptiveBatchOptions o;
              o.initial_batch = initial_batch;
              o.max_batch = max_batch;
@@ -327,6 +328,7 @@ void bind_adaptive(py::module_& m) {
              o.min_improvement = min_improvement;
              o.log_every = log_every;
              o.metrics_path = metrics_path;
+             o.clock = std::move(clock);
              auto adapter = std::make_shared<PythonOptimizer>(std::move(optimizer), std::move(step),
                                                               optimizer_kind(kind));
              return std::make_unique<dlrun::AdaptiveBatch>(std::move(context), dp, adapter, o);

@@ -53,5 +53,52 @@ class InstallAndInit(DlrunTestCase):
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
 
 
+class PythonProject(DlrunTestCase):
+    """dlrun init --python: a train.py on import dlrun that runs under dlrun local as it is."""
+
+    def setUp(self):
+        super().setUp()
+        if not os.path.isdir(os.path.join(BUILD_DIR, "python", "dlrun")):
+            self.skipTest("the dlrun Python module was not built (pybind11-dev, python3-dev)")
+        self.env.pop("PYTHONPATH", None)
+
+    def init_and_train(self, dlrun, python_path):
+        project = os.path.join(self.tmp, "pyproject")
+        r = subprocess.run([dlrun, "init", "--python", project], capture_output=True, text=True, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(project)), ["README.md", "job.toml", "train.py"])
+        self.assertIn(f"PYTHONPATH={python_path} dlrun local --nproc 2 python3 {project}/train.py\n", r.stdout)
+        # Debian's python3, whose torch the module is built against, whatever else PATH has first.
+        env = dict(self.env, PYTHONPATH=python_path, PATH="/usr/bin:" + self.env.get("PATH", ""))
+        r = subprocess.run([dlrun, "local", "--nproc", "2", "python3", os.path.join(project, "train.py")],
+                           capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertRegex(r.stdout, r"\[0\] epoch 5: loss \d+\.\d{4}, batch \d+")
+        # Its checkpoints went to the run directory.
+        self.assertRegex(r.stderr, r"checkpoint of step \d+ saved to .*/checkpoints/step-")
+        # The job file runs as it is: it carries the PYTHONPATH.
+        with open(os.path.join(project, "job.toml")) as f:
+            self.assertIn(f'PYTHONPATH = "{python_path}"', f.read())
+        r = subprocess.run([dlrun, "submit", "--wait", os.path.join(project, "job.toml")], capture_output=True,
+                           text=True, env=dict(self.env, PATH=env["PATH"]), timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        return project
+
+    def test_from_the_build_tree(self):
+        self.init_and_train(os.path.join(BUILD_DIR, "cli", "dlrun"), os.path.join(os.path.realpath(BUILD_DIR), "python"))
+
+    def test_from_an_installed_prefix(self):
+        prefix = os.path.join(self.tmp, "prefix")
+        r = subprocess.run(["cmake", "--install", BUILD_DIR, "--prefix", prefix], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        packages = [os.path.join(root) for root, dirs, _ in os.walk(prefix) if root.endswith("dist-packages")]
+        self.assertEqual(len(packages), 1, packages)
+        project = self.init_and_train(os.path.join(prefix, "bin", "dlrun"), packages[0])
+        again = subprocess.run([os.path.join(prefix, "bin", "dlrun"), "init", "--python", project],
+                               capture_output=True, text=True, env=self.env)
+        self.assertEqual(again.returncode, 2)
+        self.assertIn("train.py already exists; nothing was written (--force overwrites)", again.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -91,6 +91,77 @@ class AdaptiveResize(PythonExample, runtime_tests.ExampleCase):
         self.assertTrue(any(m["global_batch"] > 24 and m["lr_factor"] > 1 for m in metrics), metrics)
 
 
+VECTORS = os.path.join(SOURCE_DIR, "test", "vectors", "adaptive_batch.json")
+
+# The C++ unit test's training loop (test/unit/runtime/adaptive_batch_test.cpp), in Python:
+# prints one JSON line per case of the shared test vector.
+VECTOR_RUN = """
+import json, sys, torch, dlrun
+torch.set_num_threads(1)
+for case in json.load(open(sys.argv[1]))["cases"]:
+    model = torch.nn.Linear(8, 1)
+    with torch.no_grad():
+        model.weight.fill_(case["initial_weight"])
+        model.bias.fill_(0)
+    model = dlrun.DataParallel(model)
+    make = torch.optim.Adam if case["optimizer"] == "adam" else torch.optim.SGD
+    optimizer = make(model.parameters(), lr=case["lr"])
+    seconds = [0.0]
+    loader = dlrun.AdaptiveDataLoader(torch.arange(1 << 20), case["initial_batch"], model=model, optimizer=optimizer,
+                                      max_batch_size=case["max_batch"], replan_every=case["replan_every"],
+                                      measure_every=case["measure_every"], log_every=0, seed=1,
+                                      clock=lambda: seconds[0])
+    batches = []
+    for indices in loader:
+        step = loader.step - 1
+        n = len(indices)
+        seconds[0] += 1e-5 * n
+        g = torch.Generator().manual_seed(7000 + step * 131 + (int(indices[0]) if n else 0))
+        x = torch.randn(n, 8, generator=g)
+        y = x.sum(1, keepdim=True) * 0.5 + 3.0 * torch.randn(n, 1, generator=g)
+        loss = (model(x) - y).pow(2).sum() * loader.loss_scale()
+        loss.backward()
+        if not loader.accumulating:
+            seconds[0] += 0.004
+        optimizer.step()
+        optimizer.zero_grad()
+        if loader.accumulating:
+            continue
+        if batches and batches[-1][0] == loader.batch.global_size:
+            batches[-1][1] += 1
+        else:
+            batches.append([loader.batch.global_size, 1])
+        if step + 1 == case["steps"]:
+            break
+    s = loader.stats()
+    print(json.dumps({"name": case["name"], "batches": batches, "noise_scale": s["noise_scale"],
+                      "lr_factor": s["lr_factor"], "progress": loader.progress()}))
+"""
+
+
+class SharedVector(DlrunTestCase):
+    """test/vectors/adaptive_batch.json: the Python module decides what the C++ runtime
+    decides (its unit test checks the same file) for the same data and step times."""
+
+    def test_the_same_batch_sizes_learning_rates_and_noise_scale_as_the_cpp_runtime(self):
+        if not module_built():
+            self.skipTest("the dlrun Python module was not built (pybind11-dev, python3-dev)")
+        env = dict(self.env, PYTHONPATH=PACKAGE_DIR)
+        r = subprocess.run([PYTHON, "-c", VECTOR_RUN, VECTORS], capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        got = {line["name"]: line for line in map(json.loads, r.stdout.splitlines())}
+        with open(VECTORS) as f:
+            cases = json.load(f)["cases"]
+        self.assertEqual(sorted(got), sorted(c["name"] for c in cases))
+        for case in cases:
+            expected, run = case["expected"], got[case["name"]]
+            with self.subTest(case["name"]):
+                self.assertGreater(len(expected["batches"]), 1, "the vector should change the batch")
+                self.assertEqual(run["batches"], expected["batches"])
+                for key in ("noise_scale", "lr_factor", "progress"):
+                    self.assertAlmostEqual(run[key], expected[key], delta=1e-3 * abs(expected[key]), msg=key)
+
+
 class Errors(DlrunTestCase):
     """What a script sees when something is wrong: a dlrun.Error subclass with the runtime's
     message, never a crashed interpreter."""

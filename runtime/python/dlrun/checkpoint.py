@@ -19,7 +19,8 @@ class Checkpoint:
     track: models (torch.nn.Module or dlrun.DataParallel), optimizers, ElasticDataLoaders (their
     position and step count), and anything with state_dict()/load_state_dict() (learning-rate
     schedulers, GradScaler) or checkpoint_state() -> bytes / restore_checkpoint_state(bytes).
-    directory: default RUN_DIR/checkpoints under dlrun ($DLRUN_RUN_DIR), ./checkpoints without.
+    directory: default $DLRUN_CHECKPOINT_DIR (a job file's checkpoint_dir), else
+    RUN_DIR/checkpoints under dlrun ($DLRUN_RUN_DIR), else ./checkpoints.
 
     save() and restore() are collective: every rank calls them at the same point.
     """
@@ -27,7 +28,8 @@ class Checkpoint:
     def __init__(self, track, directory=None, keep_last=3, context=None):
         self._context = context or _context.current()
         if directory is None:
-            directory = os.path.join(self._context.run_dir or ".", "checkpoints")
+            directory = os.environ.get("DLRUN_CHECKPOINT_DIR") or os.path.join(self._context.run_dir or ".",
+                                                                             "checkpoints")
         self.directory = os.fspath(directory)
         self._native = _dlrun.Checkpoint(self._context._native, self.directory, int(keep_last))
         self._loader = None

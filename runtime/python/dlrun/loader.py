@@ -129,12 +129,14 @@ class AdaptiveDataLoader(ElasticDataLoader):
     Options as AdaptiveBatchOptions (docs/adaptive.md): max_batch_size, min_micro_batch,
     max_micro_batch (0: max_batch_size / ranks), accumulation, scaling_rule ('auto',
     'adascale', 'linear', 'sqrt', 'adam', 'none'), replan_every, measure_every,
-    min_improvement, log_every.
+    min_improvement, log_every. clock: a function returning seconds, read to time the steps
+    (tests give times of their choosing; default: a monotonic clock).
     """
 
     def __init__(self, dataset, batch_size, *, model, optimizer, max_batch_size=4096, min_micro_batch=1,
                  max_micro_batch=0, accumulation=True, scaling_rule="auto", replan_every=50, measure_every=4,
-                 min_improvement=0.05, log_every=10, metrics_path="", seed=0, collate_fn=None, context=None):
+                 min_improvement=0.05, log_every=10, metrics_path="", seed=0, collate_fn=None, context=None,
+                 clock=None):
         super().__init__(dataset, batch_size, seed=seed, collate_fn=collate_fn, context=context)
         from .parallel import DataParallel
         if not isinstance(model, DataParallel):
@@ -147,7 +149,7 @@ class AdaptiveDataLoader(ElasticDataLoader):
         self.adaptive = _dlrun.AdaptiveBatch(
             self._context._native, model._native, optimizer, step, _kind(optimizer), self.batch_size,
             int(max_batch_size), int(min_micro_batch), int(max_micro_batch), bool(accumulation), str(scaling_rule),
-            int(replan_every), int(measure_every), float(min_improvement), int(log_every), str(metrics_path))
+            int(replan_every), int(measure_every), float(min_improvement), int(log_every), str(metrics_path), clock)
         self._accumulating = False
         optimizer._dlrun_loader = self
         optimizer.step = self._optimizer_step

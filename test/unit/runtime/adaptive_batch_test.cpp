@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "dlrun/data_parallel.hpp"
@@ -30,13 +31,13 @@ namespace {
 // noise, so the noise scale is huge and larger batches are statistically free.
 constexpr int64_t k_features = 8;
 
-std::shared_ptr<torch::nn::Linear> make_model() {
+std::shared_ptr<torch::nn::Linear> make_model(double weight = 0.5) {
   static std::mutex mutex;  // the default generator is process-wide
   std::lock_guard<std::mutex> lock(mutex);
   torch::manual_seed(3);
   auto model = std::make_shared<torch::nn::Linear>(torch::nn::LinearOptions(k_features, 1));
   torch::NoGradGuard no_grad;
-  (*model)->weight.fill_(0.5);
+  (*model)->weight.fill_(weight);
   (*model)->bias.fill_(0);
   return model;
 }
@@ -59,16 +60,27 @@ dlrun::Context world_of_one() {
 
 struct Run {
   std::vector<int64_t> batches;  // global batch of every step
+  int64_t measure_every = 0;
   double noise_scale = 0, lr = 0, lr_factor = 0, progress = 0;
   std::string state;
 };
 
-// Trains `steps` optimizer steps with AdaptiveBatch, the way docs/adaptive.md shows.
+// Trains `steps` optimizer steps with AdaptiveBatch, the way docs/adaptive.md shows, with SGD
+// (or Adam) at learning rate `lr`, from weights `weight` (0.5: the optimum).
 Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
-          const std::string& restore_from = "") {
-  auto model = make_model();
+          const std::string& restore_from = "", bool adam = false, double lr = 0.01,
+          double weight = 0.5) {
+  auto model = make_model(weight);
   dlrun::DataParallel dp(model->ptr(), ctx);
-  torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (adam) {
+    optimizer =
+        std::make_unique<torch::optim::Adam>((*model)->parameters(), torch::optim::AdamOptions(lr));
+  } else {
+    optimizer =
+        std::make_unique<torch::optim::SGD>((*model)->parameters(), torch::optim::SGDOptions(lr));
+  }
+  torch::optim::Optimizer& sgd = *optimizer;
   // Step times are the test's, not the machine's: 10 µs a sample, and a fixed cost of 4 ms per
   // optimizer step (as data loading or kernel launches are), so larger batches are faster per
   // sample by the same margin on any machine, however busy.
@@ -94,6 +106,7 @@ Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
   run.noise_scale = adaptive.stats().noise_scale;
   run.lr_factor = adaptive.stats().lr_factor;
   run.lr = sgd.param_groups()[0].options().get_lr();
+  run.measure_every = adaptive.stats().measure_every;
   run.progress = adaptive.progress();
   run.state = adaptive.checkpoint_state();
   return run;
@@ -180,7 +193,9 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(run.progress == doctest::Approx(10));  // at the initial batch every gain is 1
   }
 
-  TEST_CASE("after the first 100 steps, the noise scale is measured every measure_every-th step, in a world of one and of two") {
+  TEST_CASE(
+      "after the first 100 steps, the noise scale is measured every measure_every-th step, in a "
+      "world of one and of two") {
     at::set_num_threads(1);
     auto observations = [](const Run& run) {
       const auto at = run.state.find("\nobservations ");
@@ -197,10 +212,12 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(observations(train(one, 113, options)) == 112);  // steps 1…112, each with the one before
     options.measure_every = 4;
     Run sparse = train(one, 113, options);
-    CHECK(observations(sparse) == 99 + 4);  // steps 1…99, then 100, 104, 108, 112 (each with the one before)
+    CHECK(observations(sparse) ==
+          99 + 4);  // steps 1…99, then 100, 104, 108, 112 (each with the one before)
     CHECK(sparse.noise_scale > 100);
     std::vector<Run> two(2);
-    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) { two[ctx.rank()] = train(ctx, 113, options); });
+    dlrun::test::run_ranks(
+        2, [&](dlrun::Context& ctx) { two[ctx.rank()] = train(ctx, 113, options); });
     CHECK(observations(two[0]) == 100 + 4);  // steps 0…99, then 100, 104, 108, 112
     CHECK(two[0].noise_scale == doctest::Approx(two[1].noise_scale));
     CHECK(two[0].noise_scale > 20);
@@ -231,6 +248,43 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK_THROWS_AS(train(one, 1, options, "not a state"), std::invalid_argument);
   }
 
+  TEST_CASE("the shared test vector: what AdaptiveBatch decides for the same data and step times") {
+    // test/vectors/adaptive_batch.json; test_python.SharedVector checks the Python module
+    // against the same file (docs/python.md).
+    at::set_num_threads(1);
+    std::ifstream in(fs::path(DLRUN_TEST_VECTORS) / "adaptive_batch.json");
+    REQUIRE(in);
+    const auto vector = nlohmann::json::parse(in);
+    for (const auto& c : vector.at("cases")) {
+      CAPTURE(c.at("name").get<std::string>());
+      dlrun::AdaptiveBatchOptions options;
+      options.initial_batch = c.at("initial_batch");
+      options.max_batch = c.at("max_batch");
+      options.replan_every = c.at("replan_every");
+      options.measure_every = c.at("measure_every");
+      options.log_every = 0;
+      dlrun::Context one = world_of_one();
+      Run run = train(one, c.at("steps"), options, "", c.at("optimizer") == "adam", c.at("lr"),
+                      c.at("initial_weight"));
+      nlohmann::json runs = nlohmann::json::array();  // [batch, steps at it] in order
+      for (int64_t b : run.batches) {
+        if (runs.empty() || runs.back()[0] != b) runs.push_back({b, 0});
+        runs.back()[1] = runs.back()[1].get<int64_t>() + 1;
+      }
+      const auto& expected = c.at("expected");
+      MESSAGE("got ", nlohmann::json{{"batches", runs},
+                                     {"noise_scale", run.noise_scale},
+                                     {"lr_factor", run.lr_factor},
+                                     {"progress", run.progress}}
+                          .dump());
+      CHECK(runs == expected.at("batches"));
+      CHECK(run.noise_scale ==
+            doctest::Approx(expected.at("noise_scale").get<double>()).epsilon(1e-3));
+      CHECK(run.lr_factor == doctest::Approx(expected.at("lr_factor").get<double>()).epsilon(1e-3));
+      CHECK(run.progress == doctest::Approx(expected.at("progress").get<double>()).epsilon(1e-3));
+    }
+  }
+
   TEST_CASE("rank 0 appends a metrics.jsonl line every log_every steps") {
     at::set_num_threads(1);
     const fs::path dir =
@@ -248,9 +302,9 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     dlrun::runtime::remove_tree(dir);
     REQUIRE(lines.size() == 3);
     for (const char* key :
-         {"\"time\":", "\"step\":6", "\"global_batch\":8", "\"micro_batch\":8",
-          "\"accum_steps\":1", "\"lr_factor\":", "\"samples_per_sec\":", "\"noise_scale\":",
-          "\"efficiency\":1", "\"goodput\":", "\"progress\":"}) {
+         {"\"time\":", "\"step\":6", "\"global_batch\":8", "\"micro_batch\":8", "\"accum_steps\":1",
+          "\"lr_factor\":", "\"samples_per_sec\":", "\"noise_scale\":", "\"efficiency\":1",
+          "\"goodput\":", "\"progress\":"}) {
       CAPTURE(key);
       CHECK(lines[2].find(key) != std::string::npos);
     }

@@ -1,0 +1,85 @@
+"""Fashion-MNIST to a target test accuracy with PyTorch DDP under torchrun (Gloo): the fixed
+batch arm of bench/adaptive.py --with torchrun. The same model, optimizer (Adam), seed and
+accuracy checks as examples/fashion_mnist and examples/python_adaptive: every --eval-every
+samples the test accuracy is measured (each rank its share); as soon as it reaches the
+target, rank 0 prints `target reached: test_accuracy=A after N samples, S steps, T s of
+training` (T: optimizer steps only), like the examples.
+
+    torchrun --nproc_per_node 2 bench/python/ddp_train.py --batch-size 256 --lr 8e-3 --target-accuracy 0.88"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "fashion_mnist"))
+from fashion_mnist import Cnn, load, mlp  # noqa: E402
+
+
+def accuracy(model, test, rank, world):
+    images, labels = test.tensors
+    n = len(labels)
+    begin, end = rank * n // world, (rank + 1) * n // world
+    model.eval()
+    with torch.no_grad():
+        correct = sum((model(images[i:min(end, i + 1000)]).argmax(1) == labels[i:min(end, i + 1000)]).sum().item()
+                      for i in range(begin, end, 1000))
+    model.train()
+    totals = torch.tensor([float(correct), float(end - begin)], dtype=torch.float64)
+    dist.all_reduce(totals)
+    return (totals[0] / totals[1]).item()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
+    parser.add_argument("--batch-size", type=int, default=64, help="global")
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--target-accuracy", type=float, default=0.88)
+    parser.add_argument("--eval-every", type=int, default=10000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
+    train, test = load("train"), load("t10k")
+    sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+    loader = DataLoader(train, batch_size=args.batch_size // world, sampler=sampler)
+    model = DistributedDataParallel(Cnn() if args.model == "cnn" else mlp())
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    samples, steps, seconds, next_eval, last = 0, 0, 0.0, args.eval_every, 0.0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            start = time.perf_counter()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            seconds += time.perf_counter() - start
+            steps += 1
+            samples += len(y) * world
+            if samples >= next_eval:
+                next_eval = samples + args.eval_every
+                last = accuracy(model, test, rank, world)
+                if last >= args.target_accuracy:
+                    if rank == 0:
+                        print(f"target reached: test_accuracy={last:.4f} after {samples} samples, {steps} steps, "
+                              f"{seconds:.2f} s of training", flush=True)
+                        print(f"test_accuracy={last:.4f}", flush=True)
+                    dist.destroy_process_group()
+                    return
+    final = accuracy(model, test, rank, world)  # collective: every rank
+    if rank == 0:
+        print(f"test_accuracy={final:.4f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
