@@ -3,8 +3,10 @@
 // DataParallel reduces the gradients of a Python model's parameters in place. The runtime's
 // exceptions become dlrun.Error and its subclasses, with the runtime's messages.
 //
-// The GIL stays held in every call: the collectives here are short, and the Python objects a
-// Checkpoint tracks are called back from inside save() and restore().
+// The calls that wait for other ranks (init, barrier, the small collectives, prepare_backward,
+// synchronize) release the GIL while they wait. Checkpoint.save()/restore() and
+// AdaptiveBatch.step() keep it: they call back into Python (the tracked objects, the
+// optimizer), and a Python error raised there travels through them.
 
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
@@ -211,17 +213,19 @@ void bind_context(py::module_& m) {
       .def("exit_code", &dlrun::Context::exit_code)
       .def("request_stop", &dlrun::Context::request_stop)
       .def("stop_pending", &dlrun::Context::stop_pending)
-      .def("poll_stop", &dlrun::Context::poll_stop)
-      .def("barrier", &dlrun::Context::barrier)
-      .def("all_reduce_sum",
-           [](dlrun::Context& c, std::vector<double> values) {
-             c.all_reduce_sum(values);
-             return values;
-           })
-      .def("broadcast", &dlrun::Context::broadcast);
+      .def("poll_stop", &dlrun::Context::poll_stop, py::call_guard<py::gil_scoped_release>())
+      .def("barrier", &dlrun::Context::barrier, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "all_reduce_sum",
+          [](dlrun::Context& c, std::vector<double> values) {
+            c.all_reduce_sum(values);
+            return values;
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def("broadcast", &dlrun::Context::broadcast, py::call_guard<py::gil_scoped_release>());
   m.def("init", &init, py::arg("rendezvous_timeout") = 60.0, py::arg("collective_timeout") = 600.0,
         py::arg("backend") = "auto", py::arg("device") = "auto", py::arg("handle_signals") = true,
-        py::arg("shared_memory_allreduce") = true);
+        py::arg("shared_memory_allreduce") = true, py::call_guard<py::gil_scoped_release>());
 }
 
 void bind_data_parallel(py::module_& m) {
@@ -244,8 +248,10 @@ void bind_data_parallel(py::module_& m) {
            }),
            py::arg("parameters"), py::arg("buffers"), py::arg("context"),
            py::arg("bucket_cap_mb") = 25.0, py::arg("first_bucket_cap_mb") = 1.0)
-      .def("prepare_backward", &dlrun::DataParallel::prepare_backward)
-      .def("synchronize", &dlrun::DataParallel::synchronize)
+      .def("prepare_backward", &dlrun::DataParallel::prepare_backward,
+           py::call_guard<py::gil_scoped_release>())
+      .def("synchronize", &dlrun::DataParallel::synchronize,
+           py::call_guard<py::gil_scoped_release>())
       .def("finish_step", &dlrun::DataParallel::finish_step)
       .def("bucket_count", &dlrun::DataParallel::bucket_count)
       .def(

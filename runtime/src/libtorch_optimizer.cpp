@@ -1,6 +1,7 @@
 // OptimizerAdapter over a LibTorch optimizer (torch::optim): what AdaptiveBatch reads and
 // sets of it.
 
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
@@ -55,7 +56,10 @@ class LibTorchOptimizer : public OptimizerAdapter {
         dynamic_cast<torch::optim::AdamW*>(&m_optimizer)) {
       return OptimizerKind::adam;
     }
-    if (dynamic_cast<torch::optim::RMSprop*>(&m_optimizer)) return OptimizerKind::adaptive;
+    if (dynamic_cast<torch::optim::RMSprop*>(&m_optimizer) ||
+        dynamic_cast<torch::optim::Adagrad*>(&m_optimizer)) {
+      return OptimizerKind::adaptive;
+    }
     return OptimizerKind::sgd_like;
   }
   std::vector<std::vector<at::Tensor>> parameter_groups() const override {

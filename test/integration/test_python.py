@@ -208,6 +208,54 @@ class Errors(DlrunTestCase):
         self.assertIn("scaling_rule must be auto, adascale", lines[3])
         self.assertIn("Checkpoint cannot track a object", lines[4])
 
+    def test_what_a_pytorch_user_does_works_or_is_refused_plainly(self):
+        out = self.python("""
+            import gc, torch, dlrun
+            ds = torch.utils.data.TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
+            model = dlrun.DataParallel(torch.nn.Linear(3, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = dlrun.AdaptiveDataLoader(ds, 16, model=model, optimizer=opt, max_micro_batch=4)
+            # An LR scheduler made after the loader wraps the loader's optimizer.step.
+            sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+            for x, y in loader:
+                torch.nn.functional.mse_loss(model(x), y, reduction="sum").backward()
+                opt.step()
+                opt.zero_grad()
+                if not loader.accumulating:
+                    sched.step()
+            print("steps", loader.step)
+            # Leaving the loop inside a step's micro-batches: the optimizer is itself again.
+            for x, y in loader:
+                torch.nn.functional.mse_loss(model(x), y, reduction="sum").backward()
+                print("accumulating", loader.accumulating)
+                break
+            opt.zero_grad()
+            print("zeroed", all(p.grad is None or not p.grad.any() for p in model.parameters()))
+            with model.no_sync():
+                with model.no_sync():
+                    pass
+                print("still no sync", not model._sync)
+            print("sync again", model._sync)
+            other = dlrun.ElasticDataLoader(ds, 8)
+            try:
+                dlrun.Checkpoint([model, opt, loader, other])
+            except dlrun.ConfigError as e:
+                print("ConfigError |", e)
+            del loader
+            gc.collect()
+            try:
+                opt.step()
+            except dlrun.ConfigError as e:
+                print("ConfigError |", e)
+            """)
+        self.assertIn("steps 4", out)
+        self.assertIn("accumulating True", out)
+        self.assertIn("zeroed True", out)
+        self.assertIn("still no sync True", out)
+        self.assertIn("sync again True", out)
+        self.assertIn("ConfigError | a Checkpoint tracks one data loader", out)
+        self.assertIn("ConfigError | the AdaptiveDataLoader of this optimizer is gone", out)
+
     def test_a_half_set_environment_and_an_unreachable_store(self):
         env = dict(self.env, RANK="0", WORLD_SIZE="2")
         out = self.python("""

@@ -21,7 +21,8 @@ namespace dlrun {
 enum class OptimizerKind {
   sgd_like,  // AdaScale
   adam,      // Adam, AdamW: √gain, and the norms scaled by √v̂ + ε
-  adaptive,  // another adaptive optimizer (RMSprop, Adagrad): √gain, raw norms
+  adaptive,  // another adaptive optimizer (RMSprop, Adagrad; in Python also Adamax, NAdam, RAdam):
+             // √gain, raw norms
 };
 
 // One parameter's Adam state, as the noise scale's preconditioner reads it.

@@ -16,8 +16,8 @@ class Checkpoint:
     sizes and CRC-32s and renames it into place; the last keep_last are kept. restore() loads the
     newest checkpoint whose MANIFEST matches its files, skipping a damaged one with a warning.
 
-    track: models (torch.nn.Module or dlrun.DataParallel), optimizers, ElasticDataLoaders (their
-    position and step count), and anything with state_dict()/load_state_dict() (learning-rate
+    track: models (torch.nn.Module or dlrun.DataParallel), optimizers, one ElasticDataLoader or
+    AdaptiveDataLoader (its position and step count), and anything with state_dict()/load_state_dict() (learning-rate
     schedulers, GradScaler) or checkpoint_state() -> bytes / restore_checkpoint_state(bytes).
     directory: default $DLRUN_CHECKPOINT_DIR (a job file's checkpoint_dir), else
     RUN_DIR/checkpoints under dlrun ($DLRUN_RUN_DIR), else ./checkpoints.
@@ -43,6 +43,9 @@ class Checkpoint:
                 name = f"{base}{n}"
             names.add(name)
             if isinstance(obj, ElasticDataLoader):
+                if self._loader is not None:
+                    raise _dlrun.ConfigError("a Checkpoint tracks one data loader (the training one); "
+                                             "evaluation loaders need no position")
                 self._native.track_sampler(obj.sampler)
                 self._loader = obj
             if isinstance(obj, AdaptiveDataLoader):

@@ -31,7 +31,8 @@ class Context:
         return getattr(self._native, name)
 
     def stop_requested(self):
-        """True once every rank agreed to stop (after the same step on every rank)."""
+        """True once every rank agreed to stop (after the same step on every rank). The vote
+        travels with a DataParallel step; a loop without one asks poll_stop() instead."""
         _finish_steps()
         return self._native.stop_requested()
 

@@ -1,5 +1,8 @@
 """dlrun.ElasticDataLoader: batches whose position survives a restart at any number of ranks."""
 
+import types
+import weakref
+
 import torch
 from torch.utils.data import TensorDataset
 from torch.utils.data.dataloader import default_collate
@@ -141,19 +144,24 @@ class AdaptiveDataLoader(ElasticDataLoader):
         from .parallel import DataParallel
         if not isinstance(model, DataParallel):
             raise _dlrun.ConfigError("AdaptiveDataLoader needs model= a dlrun.DataParallel")
-        if getattr(optimizer, "_dlrun_loader", None) is not None:
+        owner = getattr(optimizer, "_dlrun_loader", None)
+        if owner is not None and owner() is not None:
             raise _dlrun.ConfigError("this optimizer already belongs to another AdaptiveDataLoader")
         self.model = model
         self.optimizer = optimizer
-        step, zero_grad = optimizer.step, optimizer.zero_grad
+        # The optimizer's own methods, as the class defines them (not a previous loader's).
+        step = types.MethodType(type(optimizer).step, optimizer)
+        self._zero_grad = types.MethodType(type(optimizer).zero_grad, optimizer)
         self.adaptive = _dlrun.AdaptiveBatch(
             self._context._native, model._native, optimizer, step, _kind(optimizer), self.batch_size,
             int(max_batch_size), int(min_micro_batch), int(max_micro_batch), bool(accumulation), str(scaling_rule),
             int(replan_every), int(measure_every), float(min_improvement), int(log_every), str(metrics_path), clock)
         self._accumulating = False
-        optimizer._dlrun_loader = self
-        optimizer.step = self._optimizer_step
-        optimizer.zero_grad = lambda *args, **kwargs: None if self._accumulating else zero_grad(*args, **kwargs)
+        # Methods of the optimizer instance (LR schedulers wrap optimizer.step and expect that),
+        # reaching the loader by a weak reference (no cycle keeps either alive).
+        optimizer._dlrun_loader = weakref.ref(self)
+        optimizer.step = types.MethodType(_adaptive_step, optimizer)
+        optimizer.zero_grad = types.MethodType(_adaptive_zero_grad, optimizer)
 
     @property
     def accumulating(self):
@@ -197,15 +205,39 @@ class AdaptiveDataLoader(ElasticDataLoader):
                 try:
                     yield self._fetch(part)
                 finally:
+                    # The loop body has run (or the loop was left mid-step): reduce and step
+                    # normally again.
                     self.model._sync = True
+                    self._accumulating = False
 
-    def _optimizer_step(self, *args, **kwargs):
+    def __len__(self):
+        """Steps in a whole epoch at the current global batch."""
+        return (len(self.dataset) + self.global_batch - 1) // self.global_batch
+
+    def _optimizer_step(self):
         if self._accumulating:
             self.adaptive.accumulated()
-            return None
+            return
         self.model._in_step = False  # AdaptiveBatch reads the step's stop vote itself
         self.adaptive.step(self.batch.global_size if self.batch else -1)
-        return None
+
+
+def _loader_of(optimizer):
+    loader = optimizer._dlrun_loader()
+    if loader is None:
+        raise _dlrun.ConfigError("the AdaptiveDataLoader of this optimizer is gone")
+    return loader
+
+
+def _adaptive_step(optimizer, *args, **kwargs):
+    """optimizer.step() through AdaptiveBatch (nothing for an accumulated micro-batch)."""
+    _loader_of(optimizer)._optimizer_step()
+
+
+def _adaptive_zero_grad(optimizer, *args, **kwargs):
+    loader = _loader_of(optimizer)
+    if not loader._accumulating:
+        loader._zero_grad(*args, **kwargs)
 
 
 def _kind(optimizer):

@@ -71,11 +71,12 @@ class _NoSync:
         self._guard = owner._native.no_sync()
 
     def __enter__(self):
+        self._previous = self._owner._sync  # nested: the outer one's state comes back
         self._owner._sync = False
         self._guard.__enter__()
         return self
 
     def __exit__(self, *exc):
         self._guard.__exit__(*exc)
-        self._owner._sync = True
+        self._owner._sync = self._previous
         return False
