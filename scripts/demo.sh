@@ -14,6 +14,12 @@ if [[ -x "$build/examples/fashion_mnist/fashion_mnist" ]]; then
   echo
   echo "== dlrun local --nproc 2: the C++ runtime (examples/fashion_mnist) on Fashion-MNIST"
   "$dlrun" local --nproc 2 -- "$build/examples/fashion_mnist/fashion_mnist" --epochs 1 --train-limit 20000
+  if [[ -d "$build/python/dlrun" ]]; then
+    echo
+    echo "== import dlrun: the same runtime from a Python script (examples/python_adaptive, docs/python.md)"
+    PYTHONPATH="$build/python" "$dlrun" local --nproc 2 -- /usr/bin/python3 examples/python_adaptive/train.py \
+      --epochs 1 --train-limit 20000
+  fi
   echo
   echo "== --adaptive: dlrun::AdaptiveBatch picks the batch size by goodput (the small MLP, whose"
   echo "   per-step cost a larger batch spreads over more samples, so that larger batches pay)"
