@@ -3,8 +3,9 @@
 # python3 (pip's torch carries its LibTorch, CUDA and NCCL). Builds dlrun against that
 # LibTorch, then runs: the runtime's unit tests (runtime::Cuda: NCCL, DataParallel and
 # checkpoints on the GPU), fashion_mnist under `dlrun local --gpus N` (NCCL), a stop and
-# resume of it on the GPU, the same on CPU ranks (Gloo), and the torch.distributed example
-# under `dlrun local --gpus N`.
+# resume of it on the GPU, the same on CPU ranks (Gloo), the torch.distributed example
+# under `dlrun local --gpus N`, and when the Python module builds, examples/python_adaptive
+# (import dlrun) on the GPUs and its step time against DDP (bench/python/step.py).
 #
 #   scripts/gpu-check.sh [BUILD_DIR]          (default build-gpu/)
 #
@@ -29,6 +30,8 @@ cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$torch_prefix${DEPS_PREFIX:+;$DEPS_PREFIX}" \
       -DDLRUN_FASHION_MNIST_DIR="$data" -Wno-dev | grep -E "NCCL|Torch|CUDA" || true
 cmake --build "$build" --target dlrun dlrun_runtime_unit_tests fashion_mnist -- -k 0
+# import dlrun: built when CMake found Python's headers (pybind11 from torch's own headers).
+cmake --build "$build" --target dlrun_python || echo "gpu-check: the Python module was not built"
 
 dlrun=$build/cli/dlrun
 example=$build/examples/fashion_mnist/fashion_mnist
@@ -66,4 +69,22 @@ check "$dlrun" local --nproc 2 "$example" --epochs 1 --batch-size 256 --train-li
 step "examples/python_ddp under dlrun local --gpus $gpus (NCCL)"
 FASHION_MNIST_DIR=$data check "$dlrun" local --gpus "$gpus" python3 "$src/examples/python_ddp/train.py" \
     --epochs "$epochs" --batch-size 256
+if [[ -d "$build/python/dlrun" ]]; then
+  step "import dlrun: examples/python_adaptive under dlrun local --gpus $gpus (NCCL), fixed and --adaptive"
+  export PYTHONPATH="$build/python"
+  FASHION_MNIST_DIR=$data check "$dlrun" local --gpus "$gpus" python3 "$src/examples/python_adaptive/train.py" \
+      --epochs 1 --batch-size 256 --checkpoint-dir "$build/gpu-py-ckpt"
+  rm -rf "$build/gpu-py-ckpt"
+  FASHION_MNIST_DIR=$data check "$dlrun" local --gpus "$gpus" python3 "$src/examples/python_adaptive/train.py" \
+      --epochs 1 --adaptive --max-batch-size 4096 --checkpoint-dir "$build/gpu-py-ckpt-adaptive"
+  rm -rf "$build/gpu-py-ckpt-adaptive"
+  step "step time on the GPU: dlrun.DataParallel (NCCL) against DDP under torchrun (NCCL), $gpus rank(s)"
+  for model in mlp cnn; do
+    check "$dlrun" local --quiet --gpus "$gpus" python3 "$src/bench/python/step.py" --impl dlrun --device cuda \
+        --model "$model"
+    check python3 -m torch.distributed.run --nproc_per_node "$gpus" "$src/bench/python/step.py" --impl ddp \
+        --device cuda --model "$model"
+  done
+  unset PYTHONPATH
+fi
 exit "$failures"

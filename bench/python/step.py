@@ -26,25 +26,31 @@ def main():
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: each rank on its GPU (dlrun local --gpus N; torchrun: LOCAL_RANK's), NCCL")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(0)
     model = Cnn() if args.model == "cnn" else mlp()
     if args.impl == "dlrun":
         import dlrun
-        ctx = dlrun.init()
-        rank, world = ctx.rank, ctx.world_size
-        model = dlrun.DataParallel(model)
+        ctx = dlrun.init(device=args.device)
+        rank, world, device = ctx.rank, ctx.world_size, torch.device(ctx.device)
+        model = dlrun.DataParallel(model.to(device))
         barrier = ctx.barrier
     else:
         import torch.distributed as dist
-        dist.init_process_group("gloo")
+        device = torch.device("cpu")
+        if args.device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+            device = torch.device("cuda", torch.cuda.current_device())
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        model = torch.nn.parallel.DistributedDataParallel(model.to(device))
         barrier = dist.barrier
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(args.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (args.batch,))
+    x = torch.randn(args.batch, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (args.batch,), device=device)
     times = []
     for i in range(args.warmup + args.steps):
         start = time.perf_counter()
@@ -53,6 +59,8 @@ def main():
         optimizer.zero_grad()
         if args.impl == "dlrun":
             ctx.stop_requested()  # what a dlrun loop asks every step (it ends the step's vote)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         if i >= args.warmup:
             times.append((time.perf_counter() - start) * 1000)
     barrier()
