@@ -22,14 +22,20 @@ struct InitArgs {
   bool python = false;
 };
 
+// The directory above this dlrun's bin/ (or its build tree's cli/); empty if unknown.
+fs::path own_prefix() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : exe.parent_path().parent_path();
+}
+
 // Where find_package(dlrun) finds this dlrun's runtime, for CMAKE_PREFIX_PATH: its install
 // prefix (PREFIX/bin/dlrun → PREFIX), or BUILD/runtime when it runs from its build tree
 // (BUILD/cli/dlrun); empty when neither holds a dlrunConfig.cmake.
 std::string package_prefix() {
   std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  fs::path prefix = exe.parent_path().parent_path();
+  const fs::path prefix = own_prefix();
+  if (prefix.empty()) return {};
   for (const char* lib : {"lib", "lib64"}) {
     if (fs::exists(prefix / lib / "cmake" / "dlrun" / "dlrunConfig.cmake", ec))
       return prefix.string();
@@ -44,9 +50,8 @@ std::string package_prefix() {
 // a prefix other than /usr and /usr/local (which Debian's python3 searches); empty otherwise.
 std::string python_path() {
   std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  fs::path prefix = exe.parent_path().parent_path();
+  const fs::path prefix = own_prefix();
+  if (prefix.empty()) return {};
   if (fs::exists(prefix / "python" / "dlrun" / "__init__.py", ec))
     return (prefix / "python").string();
   if (prefix == "/usr" || prefix == "/usr/local") return {};

@@ -468,9 +468,7 @@ void AdaptiveBatch::step(int64_t samples) {
   d.stats.grad_sqr = d.noise.sqr();
   d.stats.grad_var = d.noise.var();
   d.apply_lr(d.stats.lr_factor);
-  d.dp.synchronize();
-  d.optimizer->step();
-  d.dp.finish_step();
+  d.dp.step([&d] { d.optimizer->step(); });
   const double seconds = d.now() - d.mark;
   if (!d.record_time(seconds)) {
     // Not a step time: counted for neither.

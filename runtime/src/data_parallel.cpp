@@ -153,8 +153,12 @@ void DataParallel::synchronize() {
 }
 
 void DataParallel::step(torch::optim::Optimizer& optimizer) {
+  step([&optimizer] { optimizer.step(); });
+}
+
+void DataParallel::step(const std::function<void()>& optimizer_step) {
   synchronize();
-  optimizer.step();
+  optimizer_step();
   finish_step();
 }
 

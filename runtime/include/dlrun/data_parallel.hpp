@@ -18,6 +18,7 @@
 //   { auto guard = dp.no_sync(); dp.backward(loss1); }  dp.backward(loss2);  // accumulate
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -68,6 +69,8 @@ class DataParallel {
   // synchronize(), optimizer.step(), then records whether all ranks agreed to stop
   // (Context::stop_requested).
   void step(torch::optim::Optimizer& optimizer);
+  // The same around any optimizer's step (AdaptiveBatch's OptimizerAdapter).
+  void step(const std::function<void()>& optimizer_step);
   // The two halves of backward() and step() for a caller that runs loss.backward() and the
   // optimizer's step itself (the Python module): prepare_backward() before the forward pass
   // whose loss is reduced (collective, like backward()), and finish_step() after

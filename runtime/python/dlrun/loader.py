@@ -1,5 +1,6 @@
 """dlrun.ElasticDataLoader: batches whose position survives a restart at any number of ranks."""
 
+import contextlib
 import types
 import weakref
 
@@ -66,13 +67,19 @@ class ElasticDataLoader:
 
     def __iter__(self):
         while True:
-            batch = self.sampler.next(self.batch_size)
+            batch = self.sampler.next(self._step_size())
             if batch is None:
                 self.sampler.next_epoch()
                 return
             self.batch = batch
             self.step += 1
-            yield self._fetch(batch.indices)
+            yield from self._yield_step(batch)
+
+    def _step_size(self):
+        return self.batch_size
+
+    def _yield_step(self, batch):
+        yield self._fetch(batch.indices)
 
     def _fetch(self, indices):
         # Tensors are indexed at once (no per-item __getitem__ and collate).
@@ -93,8 +100,8 @@ class ElasticDataLoader:
         return self.batch.loss_scale(self._context.world_size) if self.batch else 0.0
 
     def __len__(self):
-        """Steps in a whole epoch."""
-        return (len(self.dataset) + self.batch_size - 1) // self.batch_size
+        """Steps in a whole epoch (at the current global batch)."""
+        return (len(self.dataset) + self._step_size() - 1) // self._step_size()
 
     def checkpoint_state(self):
         return str(self.step).encode()
@@ -190,35 +197,26 @@ class AdaptiveDataLoader(ElasticDataLoader):
         it times the scaling rule's factor."""
         self.adaptive.set_base_lr(float(lr))
 
-    def __iter__(self):
-        while True:
-            batch = self.sampler.next(self.global_batch)
-            if batch is None:
-                self.sampler.next_epoch()
-                return
-            self.batch = batch
-            self.step += 1
-            parts = self.adaptive.split(batch.indices)
-            for i, part in enumerate(parts):
-                self._accumulating = i + 1 < len(parts)
-                self.model._sync = not self._accumulating
-                try:
-                    yield self._fetch(part)
-                finally:
-                    # The loop body has run (or the loop was left mid-step): reduce and step
-                    # normally again.
-                    self.model._sync = True
-                    self._accumulating = False
+    def _step_size(self):
+        return self.global_batch
 
-    def __len__(self):
-        """Steps in a whole epoch at the current global batch."""
-        return (len(self.dataset) + self.global_batch - 1) // self.global_batch
+    def _yield_step(self, batch):
+        parts = self.adaptive.split(batch.indices)
+        for i, part in enumerate(parts):
+            self._accumulating = i + 1 < len(parts)
+            try:
+                # An accumulated micro-batch's backward is not reduced: the model's no_sync().
+                with self.model.no_sync() if self._accumulating else contextlib.nullcontext():
+                    yield self._fetch(part)
+            finally:
+                # The loop body has run (or the loop was left mid-step): step normally again.
+                self._accumulating = False
 
     def _optimizer_step(self):
         if self._accumulating:
             self.adaptive.accumulated()
             return
-        self.model._in_step = False  # AdaptiveBatch reads the step's stop vote itself
+        self.model._step_taken_over()  # AdaptiveBatch.step reads the step's stop vote itself
         self.adaptive.step(self.batch.global_size if self.batch else -1)
 
 

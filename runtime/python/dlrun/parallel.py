@@ -49,6 +49,10 @@ class DataParallel(torch.nn.Module):
             self._native.synchronize()
             self._native.finish_step()
 
+    def _step_taken_over(self):
+        # AdaptiveBatch.step() finishes this step (its vote) through the C++ DataParallel.
+        self._in_step = False
+
     def no_sync(self):
         """A context manager: the backward passes inside only accumulate local gradients."""
         return _NoSync(self)
