@@ -52,6 +52,8 @@ struct Options {
   int64_t replan_every = 50;
   bool fixed = false;
   bool count_progress = false;  // --epochs in scale-invariant progress, not samples seen
+  double target_loss = 0;       // stop once the data set's mean squared error is at most this
+  int64_t eval_every = 0;       // samples between two checks of the target (0: each epoch's end)
   double lr = 0.02;
   synthetic::StepCost cost;
   std::string checkpoint_dir;
@@ -111,6 +113,7 @@ class Trainer {
       }
       m_gate.wait_for(m_step + 1, [this] { return m_ctx.stop_pending(); });
       train_step(*batch);
+      if (target_check_due() && reached_target()) break;
       if (m_ctx.stop_requested()) return stop();
     }
     examples::check_replicas_agree(*m_net, m_ctx);
@@ -127,6 +130,7 @@ class Trainer {
   // scale-invariant progress (each step counts its gain x --batch-size samples; every rank
   // computes the same gain from the same reduced gradient statistics, so all stop together).
   bool done() const {
+    if (m_reached) return true;
     if (!m_options.count_progress || !m_adaptive) return m_sampler.epoch() >= m_options.epochs;
     return m_adaptive->progress() * static_cast<double>(m_options.batch_size) >=
            static_cast<double>(m_options.epochs * m_options.samples);
@@ -202,6 +206,7 @@ class Trainer {
     m_sgd.zero_grad();
     ++m_step;
     m_samples += batch.global_size;
+    m_last_batch = batch.global_size;
     m_epoch_samples += batch.global_size;
     m_loss_avg = m_loss_avg < 0 ? step_loss : 0.95 * m_loss_avg + 0.05 * step_loss;
     m_trace.samples(m_step, batch.epoch, batch.indices);
@@ -219,9 +224,38 @@ class Trainer {
     return sum[0] / static_cast<double>(m_data.size());
   }
 
+  // --target-loss: every --eval-every samples of the whole training (every rank agrees: the
+  // count is global and restored from the checkpoint).
+  bool target_check_due() const {
+    if (m_options.target_loss <= 0 || m_options.eval_every <= 0) return false;
+    return m_samples / m_options.eval_every != (m_samples - m_last_batch) / m_options.eval_every;
+  }
+
+  // The data set's loss against --target-loss; the check's own time is not training time. All
+  // ranks compute the same reduced loss, so all stop after the same step.
+  bool reached_target() {
+    const auto start = std::chrono::steady_clock::now();
+    m_dataset_loss = dataset_loss();
+    m_check_seconds += seconds_since(start);
+    return at_target();
+  }
+
+  // Whether the loss just computed reaches --target-loss; says so once, when it does.
+  bool at_target() {
+    if (m_options.target_loss <= 0 || *m_dataset_loss > m_options.target_loss) return false;
+    m_reached = true;
+    if (m_ctx.is_main()) {
+      fmt::print("target reached: loss={:.6f} after {} samples, {} steps, {:.3f} s\n",
+                 *m_dataset_loss, m_samples, m_step, seconds_since(m_start) - m_check_seconds);
+      std::fflush(stdout);
+    }
+    return true;
+  }
+
   void end_epoch() {
     const double seconds = seconds_since(m_epoch_start);
     m_dataset_loss = dataset_loss();
+    if (m_options.eval_every <= 0) at_target();
     if (m_ctx.is_main()) {
       fmt::print("epoch {}: loss {:.6f}, {:.1f} s, {:.0f} samples/s{}\n", epoch_label(), *m_dataset_loss, seconds,
                  m_epoch_samples / std::max(seconds, 1e-9), batch_summary());
@@ -268,6 +302,9 @@ class Trainer {
   int64_t m_step = 0;
   int64_t m_samples = 0;  // over the whole training, restored from the checkpoint
   int64_t m_epoch_samples = 0;
+  int64_t m_last_batch = 0;
+  bool m_reached = false;        // --target-loss reached: training is done
+  double m_check_seconds = 0;    // spent on --eval-every checks, not training
   double m_loss_avg = -1;
   std::optional<double> m_dataset_loss;  // of the weights as they are now
   std::chrono::steady_clock::time_point m_start, m_epoch_start;
@@ -319,6 +356,12 @@ void add_options(CLI::App& app, Options& o) {
                "Count --epochs in AdaScale's scale-invariant progress (each step: its gain x "
                "--batch-size samples) instead of samples seen, so a batch beyond the noise scale "
                "trains longer for the same progress (as Pollux measures completion)");
+  app.add_option("--target-loss", o.target_loss,
+                 "Stop once the mean squared error over the data set is at most this (checked every "
+                 "--eval-every samples, else at each epoch's end); prints 'target reached: …'")
+      ->check(k_non_negative);
+  app.add_option("--eval-every", o.eval_every, "Samples between two checks of --target-loss")
+      ->check(k_non_negative);
   app.add_option("--lr", o.lr,
                  "SGD learning rate at --batch-size (AdaScale raises it with the batch; keep "
                  "lr x max-batch-size / batch-size below 1)")

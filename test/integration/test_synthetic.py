@@ -92,6 +92,33 @@ class SyntheticWorkload(SyntheticCase):
         self.assertIn("[0] epoch 1/1: loss ", out)
         self.assertIn(", batch 32 (fixed)", out)
 
+    def test_target_loss_stops_training_at_the_first_check_that_reaches_it(self):
+        # Noise 1 on 16 features: the loss falls from about 17 towards 1. A target of 3 is
+        # reached within 20 epochs of 2048 samples at batch 256 and lr 0.1; the run stops at the
+        # first check (every 512 samples) at or below it, long before the 20 epochs.
+        def run(target):
+            code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--fixed", "--samples",
+                                            str(SAMPLES), "--epochs", "20", "--batch-size", "256", "--lr", "0.1",
+                                            "--step-ms", "0", "--sample-ms", "0", "--sync-ms-per-rank", "0",
+                                            "--target-loss", target, "--eval-every", "512", timeout=120)
+            self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+            return out
+        out = run("3")
+        reached = re.search(r"^\[0\] target reached: loss=(\d+\.\d+) after (\d+) samples, (\d+) steps, "
+                            r"(\d+\.\d+) s$", out, re.M)
+        self.assertIsNotNone(reached, out[-2000:])
+        loss, samples, steps = float(reached.group(1)), int(reached.group(2)), int(reached.group(3))
+        self.assertLessEqual(loss, 3.0)
+        self.assertEqual(samples % 512, 0)
+        self.assertEqual(samples, steps * 256)
+        self.assertLess(samples, 20 * SAMPLES)
+        done_steps, done_samples, _, final_loss, _ = self.done_line(out)
+        self.assertEqual((done_steps, done_samples, final_loss), (steps, samples, loss))
+        # A target below what the noise allows is never reached: all 20 epochs are trained.
+        never = run("0.001")
+        self.assertNotIn("target reached", never)
+        self.assertEqual(self.done_line(never)[1], 20 * SAMPLES)
+
     def test_count_progress_trains_on_while_a_large_batch_makes_less_progress_per_sample(self):
         # A fixed step cost makes larger batches faster per sample, the noise (scale about 150)
         # makes them less efficient: AdaptiveBatch grows the batch beyond the initial 64, each
