@@ -2,8 +2,10 @@
 // initial_batch): the same model trained side by side in one process, as a plain DataParallel
 // + Adam step and as AdaptiveBatch steps measuring the noise scale every step and every
 // `measure_every` steps, in alternating blocks (so the machine's drift hits every arm alike).
-// Rank 0 prints each arm's step time (the median over the blocks of a block's mean step: the
-// measured steps and the steps between count as they come) and its ratio to the plain one.
+// Rank 0 prints each arm's step time (the median of its blocks' mean steps: the measured steps
+// and the steps between count as they come) and its cost against the plain arm: the median,
+// with quartiles, of the ratios of each block to the plain block of the same round (adjacent in
+// time, so slow drifts of the machine cancel), and the ratio of the arms' total times.
 //
 //   dlrun local --nproc 2 adaptive_overhead MODEL [BLOCKS] [STEPS_PER_BLOCK] [MEASURE_EVERY...]
 //
@@ -123,19 +125,32 @@ int main(int argc, char** argv) {
     }
     ctx.barrier();
     if (ctx.is_main()) {
-      double plain = 0;
+      // Each block of an arm is compared with the plain block of the same round (adjacent in
+      // time, so the machine's drift cancels): the median of those ratios, with its quartiles.
+      const auto& plain = arms.front()->block_means;
       for (auto& arm : arms) {
-        auto& t = arm->block_means;
+        std::vector<double> t = arm->block_means, ratios;
+        double total = 0, plain_total = 0;
+        for (size_t b = 0; b < t.size(); ++b) {
+          ratios.push_back(t[b] / plain[b]);
+          total += t[b];
+          plain_total += plain[b];
+        }
         std::sort(t.begin(), t.end());
-        const double median = t[t.size() / 2];
-        if (!arm->adaptive) plain = median;
-        std::printf("%s ranks=%d %s: step_ms=%.3f (x%.3f of plain)%s\n", model.c_str(),
-                    ctx.world_size(), arm->name.c_str(), median, median / plain,
-                    arm->adaptive ? (", measured every " +
-                                     std::to_string(arm->adaptive->stats().measure_every) +
-                                     " steps at the end")
-                                        .c_str()
-                                  : "");
+        std::sort(ratios.begin(), ratios.end());
+        auto at = [](const std::vector<double>& v, double q) {
+          return v[static_cast<size_t>(q * (v.size() - 1))];
+        };
+        std::printf(
+            "%s ranks=%d %s: step_ms=%.3f (x%.3f of plain, quartiles %.3f-%.3f; all blocks "
+            "x%.3f)%s\n",
+            model.c_str(), ctx.world_size(), arm->name.c_str(), at(t, 0.5), at(ratios, 0.5),
+            at(ratios, 0.25), at(ratios, 0.75), total / plain_total,
+            arm->adaptive
+                ? (", measured every " + std::to_string(arm->adaptive->stats().measure_every) +
+                   " steps at the end")
+                      .c_str()
+                : "");
       }
     }
     return 0;
