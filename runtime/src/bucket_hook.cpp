@@ -64,9 +64,9 @@ void BucketHook::add_local_norms(c10d::GradBucket& bucket) {
   for (size_t i = 0; i < grads.size(); ++i) {
     auto found = m_vote->group_of.find(params[i].unsafeGetTensorImpl());
     if (found == m_vote->group_of.end()) continue;  // not in any optimizer group
-    const at::Tensor g = preconditioner ? preconditioner->apply(params[i], grads[i]) : grads[i];
-    const at::Tensor flat = g.reshape({-1}).to(at::kFloat);
-    sums[found->second] = sums[found->second] + at::dot(flat, flat);
+    sums[found->second] =
+        sums[found->second] +
+        (preconditioner ? preconditioner->sqr_norm(params[i], grads[i]) : sqr_norm(grads[i]));
   }
 }
 
@@ -94,8 +94,8 @@ void BucketHook::start_vote(const at::Tensor& buffer) {
 }
 
 bool BucketHook::use_shm(const at::Tensor& buffer) const {
-  return m_state.shm && m_state.shm_worker && buffer.device().is_cpu() && buffer.scalar_type() == at::kFloat &&
-         buffer.is_contiguous();
+  return m_state.shm && m_state.shm_worker && buffer.device().is_cpu() &&
+         buffer.scalar_type() == at::kFloat && buffer.is_contiguous();
 }
 
 at::Tensor BucketHook::parseHookResult(const c10::IValue& result) {

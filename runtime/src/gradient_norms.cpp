@@ -7,11 +7,6 @@
 namespace dlrun::runtime {
 namespace {
 
-at::Tensor sqr_norm(const at::Tensor& t) {
-  const at::Tensor flat = t.reshape({-1}).to(at::kFloat);
-  return at::dot(flat, flat);
-}
-
 // Stacks 0-d tensors and brings them to the host at once (one device sync, not one per group).
 std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
   if (scalars.empty()) return {};
@@ -22,7 +17,33 @@ std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
 
 constexpr double k_denominator_floor = 0.1;
 
+bool plain_cpu_float(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
 }  // namespace
+
+at::Tensor sqr_norm(const at::Tensor& t) {
+  const at::Tensor flat = t.reshape({-1}).to(at::kFloat);
+  return at::dot(flat, flat);
+}
+
+at::Tensor Preconditioner::sqr_norm(const at::Tensor& param, const at::Tensor& grad) const {
+  auto found = inverse.find(param.unsafeGetTensorImpl());
+  if (found == inverse.end()) return runtime::sqr_norm(grad);
+  const at::Tensor& inv = found->second;
+  if (!plain_cpu_float(grad) || !plain_cpu_float(inv) || inv.numel() != grad.numel()) {
+    return runtime::sqr_norm(grad * inv.view_as(grad));
+  }
+  const float* g = grad.data_ptr<float>();
+  const float* w = inv.data_ptr<float>();
+  double sum = 0;
+  for (int64_t i = 0, n = grad.numel(); i < n; ++i) {
+    const double x = static_cast<double>(g[i]) * w[i];
+    sum += x * x;
+  }
+  return at::scalar_tensor(sum, at::kFloat);
+}
 
 at::Tensor Preconditioner::apply(const at::Tensor& param, const at::Tensor& grad) const {
   auto found = inverse.find(param.unsafeGetTensorImpl());
@@ -30,17 +51,26 @@ at::Tensor Preconditioner::apply(const at::Tensor& param, const at::Tensor& grad
 }
 
 bool Preconditioner::update(const std::vector<AdamMoments>& moments) {
-  inverse.clear();
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> next;
   for (const auto& m : moments) {
     if (m.step < 1 || !m.exp_avg_sq.defined()) continue;
     const double correction = 1 - std::pow(m.beta2, static_cast<double>(m.step));
+    const c10::TensorImpl* key = m.param.unsafeGetTensorImpl();
+    auto old = inverse.find(key);
+    at::Tensor inv = old != inverse.end() && old->second.sizes() == m.exp_avg_sq.sizes() &&
+                             old->second.dtype() == m.exp_avg_sq.dtype() &&
+                             old->second.device() == m.exp_avg_sq.device()
+                         ? old->second
+                         : at::empty_like(m.exp_avg_sq);
     // Elements whose gradient was ~0 so far (dead units) have √v̂ ≈ 0: g / ε would swamp the
     // norms. Adam itself bounds their step (v takes in g first); here their denominator is
     // floored at a tenth of the tensor's mean one.
-    at::Tensor denom = (m.exp_avg_sq / correction).sqrt_();
-    denom = at::maximum(denom, denom.mean().mul_(k_denominator_floor));
-    inverse[m.param.unsafeGetTensorImpl()] = at::reciprocal(denom.add_(m.eps));
+    inv.copy_(m.exp_avg_sq).div_(correction).sqrt_();
+    at::maximum_out(inv, inv, inv.mean().mul_(k_denominator_floor));  // no host sync
+    inv.add_(m.eps).reciprocal_();
+    next[key] = inv;
   }
+  inverse = std::move(next);
   return !inverse.empty();
 }
 
@@ -52,8 +82,8 @@ std::vector<double> grad_sqr_norms(const ParamGroups& groups,
     for (const auto& p : group) {
       const at::Tensor& raw = p.grad();
       if (!raw.defined()) continue;
-      const at::Tensor g = preconditioner ? preconditioner->apply(p, raw) : raw;
-      sum = sum.to(g.device()) + sqr_norm(g);
+      sum = sum.to(raw.device()) +
+            (preconditioner ? preconditioner->sqr_norm(p, raw) : sqr_norm(raw));
     }
     sums.push_back(sum);
   }

@@ -22,10 +22,17 @@ using ParamGroups = std::vector<std::vector<at::Tensor>>;
 struct Preconditioner {
   std::unordered_map<const c10::TensorImpl*, at::Tensor> inverse;
   at::Tensor apply(const at::Tensor& param, const at::Tensor& grad) const;
-  // Recomputes inverse from Adam's moments (OptimizerAdapter::adam_moments, after its step).
+  // |apply(param, grad)|² as a 0-d float tensor on grad's device, without the preconditioned
+  // copy on the CPU (a measured step must not push the model out of the caches).
+  at::Tensor sqr_norm(const at::Tensor& param, const at::Tensor& grad) const;
+  // Recomputes inverse from Adam's moments (OptimizerAdapter::adam_moments, after its step),
+  // into the tensors of the last refresh where the shapes still match (no allocation).
   // False, and inverse left empty, when there are none (another optimizer, or no step yet).
   bool update(const std::vector<AdamMoments>& moments);
 };
+
+// |t|² as a 0-d float tensor on t's device.
+at::Tensor sqr_norm(const at::Tensor& t);
 
 // |∇|² of each group's gradients (parameters without a gradient count 0); one host copy.
 std::vector<double> grad_sqr_norms(const ParamGroups& groups,

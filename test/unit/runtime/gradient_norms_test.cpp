@@ -37,6 +37,45 @@ TEST_SUITE("runtime::GradientNorms") {
     CHECK(scaled[1] == doctest::Approx(norms[1]));
   }
 
+  TEST_CASE("a preconditioned norm is |g x inverse|², whatever the layout, without a copy") {
+    torch::manual_seed(7);
+    auto param = torch::zeros({3, 4});
+    Preconditioner pre;
+    pre.inverse[param.unsafeGetTensorImpl()] = torch::rand({3, 4}) + 0.5;
+    const auto& inv = pre.inverse.begin()->second;
+    auto grad = torch::randn({3, 4});
+    const double expected = sqr(grad * inv);
+    CHECK(pre.sqr_norm(param, grad).item<double>() == doctest::Approx(expected));  // the loop
+    auto transposed = torch::randn({4, 3}).t();  // not contiguous: the tensor ops
+    CHECK(pre.sqr_norm(param, transposed).item<double>() == doctest::Approx(sqr(transposed * inv)));
+    CHECK(pre.sqr_norm(param, grad.to(at::kDouble)).item<double>() == doctest::Approx(expected));
+    auto other = torch::zeros({2});  // no inverse: the raw norm
+    CHECK(pre.sqr_norm(other, torch::ones({2})).item<double>() == doctest::Approx(2.0));
+  }
+
+  TEST_CASE("a refresh of Adam's denominators writes into the tensors of the last one") {
+    torch::manual_seed(8);
+    torch::nn::Linear model(5, 2);
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.1));
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::randn_like(p);
+    adam.step();
+    Preconditioner pre;
+    REQUIRE(pre.update(dlrun::adapt_optimizer(adam)->adam_moments()));
+    const void* storage = pre.inverse.at(model->weight.unsafeGetTensorImpl()).data_ptr();
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::randn_like(p) * 3;
+    adam.step();
+    REQUIRE(pre.update(dlrun::adapt_optimizer(adam)->adam_moments()));
+    const auto& inv = pre.inverse.at(model->weight.unsafeGetTensorImpl());
+    CHECK(inv.data_ptr() == storage);
+    // The same values as computed afresh: 1 / (max(√v̂, mean(√v̂) / 10) + ε).
+    auto& state = static_cast<torch::optim::AdamParamState&>(
+        *adam.state().at(c10::guts::to_string(model->weight.unsafeGetTensorImpl())));
+    const double correction = 1 - std::pow(0.999, 2);
+    auto root = (state.exp_avg_sq() / correction).sqrt();
+    auto fresh = 1 / (torch::maximum(root, root.mean() / 10) + 1e-8);
+    CHECK(torch::allclose(inv, fresh, 1e-5, 1e-6));
+  }
+
   TEST_CASE("Adam's denominators, floored at a tenth of their tensor's mean") {
     torch::manual_seed(6);
     torch::nn::Linear model(5, 1);
