@@ -14,9 +14,11 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dlrun/adaptive_batch.hpp"
@@ -36,28 +38,33 @@ std::chrono::milliseconds milliseconds(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
+// The value of `choices` named `text`; ConfigError naming them all otherwise.
+template <typename T>
+T choose(const char* what, const std::string& text,
+         std::initializer_list<std::pair<const char*, T>> choices) {
+  std::string names;
+  for (const auto& [name, value] : choices) {
+    if (text == name) return value;
+    names += std::string(names.empty() ? "" : ", ") + "\"" + name + "\"";
+  }
+  throw dlrun::ConfigError(std::string(what) + " must be one of " + names + ", not \"" + text +
+                           "\"");
+}
+
 dlrun::Context init(double rendezvous_timeout, double collective_timeout,
                     const std::string& backend, const std::string& device, bool handle_signals,
                     bool shared_memory_allreduce) {
   dlrun::InitOptions options;
   options.rendezvous_timeout = milliseconds(rendezvous_timeout);
   options.collective_timeout = milliseconds(collective_timeout);
-  if (backend == "gloo") {
-    options.backend = dlrun::Backend::gloo;
-  } else if (backend == "nccl") {
-    options.backend = dlrun::Backend::nccl;
-  } else if (backend != "auto") {
-    throw dlrun::ConfigError("backend must be \"auto\", \"gloo\" or \"nccl\", not \"" + backend +
-                             "\"");
-  }
-  if (device == "cpu") {
-    options.device = dlrun::DeviceKind::cpu;
-  } else if (device == "cuda") {
-    options.device = dlrun::DeviceKind::cuda;
-  } else if (device != "auto") {
-    throw dlrun::ConfigError("device must be \"auto\", \"cpu\" or \"cuda\", not \"" + device +
-                             "\"");
-  }
+  options.backend = choose<dlrun::Backend>("backend", backend,
+                                           {{"auto", dlrun::Backend::automatic},
+                                            {"gloo", dlrun::Backend::gloo},
+                                            {"nccl", dlrun::Backend::nccl}});
+  options.device = choose<dlrun::DeviceKind>("device", device,
+                                             {{"auto", dlrun::DeviceKind::automatic},
+                                              {"cpu", dlrun::DeviceKind::cpu},
+                                              {"cuda", dlrun::DeviceKind::cuda}});
   options.handle_signals = handle_signals;
   options.shared_memory_allreduce = shared_memory_allreduce;
   return dlrun::init(options);

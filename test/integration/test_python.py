@@ -187,10 +187,11 @@ class Errors(DlrunTestCase):
     def test_bad_options_are_config_errors(self):
         out = self.python("""
             import torch, dlrun
-            try:
-                dlrun.init(rendezvous_timeout=0)
-            except dlrun.ConfigError as e:
-                print(type(e).__name__, "|", e)
+            for options in ({"rendezvous_timeout": 0}, {"backend": "mpi"}, {"device": "tpu"}):
+                try:
+                    dlrun.init(**options)
+                except dlrun.ConfigError as e:
+                    print(type(e).__name__, "|", e)
             ds = torch.utils.data.TensorDataset(torch.zeros(10, 3), torch.zeros(10, dtype=torch.long))
             model = dlrun.DataParallel(torch.nn.Linear(3, 2))
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -205,12 +206,14 @@ class Errors(DlrunTestCase):
                     print(type(e).__name__, "|", e)
             """)
         lines = out.splitlines()
-        self.assertEqual(len(lines), 5, out)
+        self.assertEqual(len(lines), 7, out)
         self.assertEqual(lines[0], "ConfigError | a timeout must be a positive number of seconds")
-        self.assertEqual(lines[1], "ConfigError | batch_size must be at least 1, not 0")
-        self.assertEqual(lines[2], "ConfigError | AdaptiveBatch: max_batch (8) is below initial_batch (64)")
-        self.assertIn("scaling_rule must be auto, adascale", lines[3])
-        self.assertIn("Checkpoint cannot track a object", lines[4])
+        self.assertEqual(lines[1], 'ConfigError | backend must be one of "auto", "gloo", "nccl", not "mpi"')
+        self.assertEqual(lines[2], 'ConfigError | device must be one of "auto", "cpu", "cuda", not "tpu"')
+        self.assertEqual(lines[3], "ConfigError | batch_size must be at least 1, not 0")
+        self.assertEqual(lines[4], "ConfigError | AdaptiveBatch: max_batch (8) is below initial_batch (64)")
+        self.assertIn("scaling_rule must be auto, adascale", lines[5])
+        self.assertIn("Checkpoint cannot track a object", lines[6])
 
     def test_what_a_pytorch_user_does_works_or_is_refused_plainly(self):
         out = self.python("""
