@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Replays one job trace on this machine, with fake GPUs, under three ways of sharing them,
+"""Replays a job trace on this machine, with fake GPUs, under three ways of sharing them,
 and reports average and p95 job completion time (JCT), makespan and GPU utilisation:
 
   fifo-fixed   each job asks for a fixed number of GPUs and the queue starts them in order
-               (policy = "fifo", gpus = N): N is what each kind's user asks for (KINDS), or with
+               (policy = "fifo", gpus = N): N is what each kind's user asks for (workload.py), or with
                fifo-fixed:N the same N for every job;
   fifo-greedy  each job is elastic (gpus = "1:8") and takes every free GPU when it starts,
                keeping them to its end (policy = "fifo": dlrun before the goodput scheduler);
@@ -11,10 +11,12 @@ and reports average and p95 job completion time (JCT), makespan and GPU utilisat
 
 The jobs are examples/synthetic (real runtime jobs: AdaptiveBatch, checkpoints, exact resume)
 whose steps sleep a GPU-like cost, so that 8 fake GPUs fit on 2 cores. Three kinds differ in
-scalability and gradient noise (see KINDS). One job arrives every --every seconds (5).
+scalability and gradient noise, and the jobs of the mixed trace (the default) in length too
+(workload.py). One job arrives every --every seconds (5).
 
   python3 bench/scheduler/replay.py [--policies goodput,fifo-greedy,fifo-fixed,fifo-fixed:4] [--out DIR]
-                                    [--every SECONDS] [--fairness P] [--restart-seconds R]
+                                    [--trace mixed|uniform] [--every SECONDS] [--fairness P]
+                                    [--restart-seconds R]
 
 Writes DIR/POLICY.svg and DIR/POLICY.txt (dlrun status --svg / --trace) and prints a
 Markdown table. docs/benchmarks.md has the results."""
@@ -28,46 +30,27 @@ import subprocess
 import sys
 import time
 
+from workload import GPUS, TRACES, fixed_gpus, options
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("DLRUN_BUILD_DIR", os.path.join(ROOT, "build"))
 DLRUN = os.path.join(BUILD, "cli", "dlrun")
 SYNTHETIC = os.path.join(BUILD, "examples", "synthetic", "dlrun_synthetic")
-GPUS = 8
-
-# kind: (the fixed GPU count its user asks for under fifo-fixed, synthetic options). Alone on 8 fake GPUs
-# (dlrun local, this machine): scalable 106 s on 1 GPU, 67 on 2, 42 on 4, 35 on 8; sync-bound
-# 36 s on 1, 47 on 2, 74 on 4, 121 on 8; medium 56 s on 1.
-KINDS = {
-    # Large-batch friendly: noisy gradients (the batch grows), a per-sample cost that more GPUs
-    # divide, cheap sync.
-    "scalable": (4, ["--noise", "8", "--step-ms", "20", "--sample-ms", "0.6", "--sync-ms-per-rank", "1",
-                     "--samples", "81920", "--epochs", "2"]),
-    # Sync-bound: little noise (the batch stays small), a fixed step cost, sync that grows with
-    # the ranks: more than 2 GPUs make it slower.
-    "sync-bound": (2, ["--noise", "0.5", "--step-ms", "40", "--sample-ms", "0.05", "--sync-ms-per-rank", "12",
-                       "--samples", "49152", "--epochs", "1"]),
-    # In between.
-    "medium": (2, ["--noise", "2", "--step-ms", "25", "--sample-ms", "0.25", "--sync-ms-per-rank", "3",
-                   "--samples", "40960", "--epochs", "2"]),
-}
-# 12 jobs in arrival order, one every --every seconds.
-TRACE = ["scalable", "sync-bound", "medium", "sync-bound", "scalable", "medium", "sync-bound", "medium", "scalable",
-         "sync-bound", "medium", "scalable"]
 
 
 def dlrun(env, *args):
     return subprocess.run([DLRUN, *args], env=env, capture_output=True, text=True, check=True).stdout
 
 
-def job_file(directory, index, kind, policy):
-    fixed, options = KINDS[kind]
+def job_file(directory, index, kind, size, policy):
+    fixed = fixed_gpus(kind)
     if policy.startswith("fifo-fixed:"):
         fixed = int(policy.split(":")[1])
     gpus = str(fixed) if policy.startswith("fifo-fixed") else '"1:8"'
     share = "goodput" if policy == "goodput" else "fifo"
     command = json.dumps([SYNTHETIC, "--seed", str(index + 1), "--batch-size", "64", "--max-batch-size", "2048",
-                          "--replan-every", "20", "--count-progress", *options])
-    path = os.path.join(directory, f"job{index:02d}-{kind}.toml")
+                          "--replan-every", "20", "--count-progress", *options(kind, size)])
+    path = os.path.join(directory, f"job{index:02d}-{kind}-x{size:g}.toml")
     with open(path, "w") as f:
         f.write(f'name = "{kind}-{index}"\ncommand = {command}\ngrace = 30\n'
                 f'[scheduler]\npolicy = "{share}"\n[resources]\ngpus = {gpus}\n')
@@ -88,7 +71,7 @@ def utilisation(home, begin, end):
     return busy / (GPUS * (end - begin))
 
 
-def replay(policy, out, every, fairness, restart_seconds):
+def replay(policy, trace, out, every, fairness, restart_seconds):
     home = f"/tmp/dlrun-replay-{policy.replace(':', '-')}"
     shutil.rmtree(home, ignore_errors=True)
     os.makedirs(home)
@@ -99,9 +82,9 @@ def replay(policy, out, every, fairness, restart_seconds):
     os.makedirs(jobs_dir)
     start = time.time()
     ids = []
-    for index, kind in enumerate(TRACE):
+    for index, (kind, size) in enumerate(trace):
         time.sleep(max(0.0, start + index * every - time.time()))
-        ids.append(int(dlrun(env, "submit", "--parsable", job_file(jobs_dir, index, kind, policy))))
+        ids.append(int(dlrun(env, "submit", "--parsable", job_file(jobs_dir, index, kind, size, policy))))
     while True:
         jobs = json.loads(dlrun(env, "status", "--json", "--all"))
         if all(j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") for j in jobs):
@@ -130,6 +113,7 @@ def replay(policy, out, every, fairness, restart_seconds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policies", default="goodput,fifo-greedy,fifo-fixed")
+    parser.add_argument("--trace", choices=sorted(TRACES), default="mixed", help="workload.py's traces (mixed)")
     parser.add_argument("--out", default="/tmp/dlrun-replay")
     parser.add_argument("--every", type=float, default=5, help="seconds between two arrivals")
     parser.add_argument("--fairness", type=float, default=-1, help="the goodput policy's fairness p")
@@ -138,7 +122,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     results = []
     for policy in args.policies.split(","):
-        result = replay(policy, args.out, args.every, args.fairness, args.restart_seconds)
+        result = replay(policy, TRACES[args.trace](), args.out, args.every, args.fairness, args.restart_seconds)
         results.append(result)
         print(json.dumps(result), flush=True)
     base = {r["policy"]: r for r in results}
