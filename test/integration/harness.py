@@ -66,11 +66,12 @@ def pid_alive(pid):
         return False
     except PermissionError:
         return True
-    # A zombie is dead for our purposes.
+    # A zombie is dead for our purposes. The process can be reaped between the open and the
+    # read: reading its stat then fails with ESRCH (ProcessLookupError), as after the open.
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 

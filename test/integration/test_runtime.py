@@ -133,7 +133,7 @@ class ExampleCase(DlrunTestCase):
             try:
                 with open(f"/proc/{pid}/status") as f:
                     fields = dict(line.split(":", 1) for line in f if ":" in line)
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):  # gone (or reaped mid-read)
                 return True
             return not (int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)) & bit
 
