@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -34,6 +35,8 @@ void RendezvousClient::connect(const std::string& host, int port, double timeout
   if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result); rc != 0) {
     throw Error(fmt::format("rendezvous {}:{}: cannot resolve {}: {}", host, port, host, ::gai_strerror(rc)));
   }
+  m_host = host;
+  m_port = port;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   std::string last_error = "timed out";
   while (std::chrono::steady_clock::now() < deadline) {
@@ -82,17 +85,36 @@ std::string RendezvousClient::read_line(double timeout_seconds) {
   }
 }
 
-Assignment RendezvousClient::join(const JoinRequest& request, double timeout_seconds) {
-  std::string line = format_join(request);
+void RendezvousClient::send_join(const std::string& line) {
   if (::send(m_fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
     throw Error(fmt::format("rendezvous: cannot send the join: {}", std::strerror(errno)));
   }
+}
+
+Assignment RendezvousClient::join(const JoinRequest& request, double timeout_seconds) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration<double>(timeout_seconds);
+  const auto seconds_left = [&] { return std::chrono::duration<double>(deadline - clock::now()).count(); };
+  const std::string line = format_join(request);
+  send_join(line);
   while (true) {
-    std::string reply = read_line(timeout_seconds);
+    std::string reply = read_line(std::max(seconds_left(), 0.0));
     if (reply == "HB") continue;
     if (auto a = parse_assignment(reply)) return *a;
-    if (reply.rfind("REFUSED ", 0) == 0) {
-      throw ConfigError(fmt::format("the launcher's rendezvous refused this agent: {}", reply.substr(8)));
+    if (reply.rfind("BUSY ", 0) == 0 && seconds_left() > k_busy_retry_seconds) {
+      // Closed for a limit on connections that had not joined (a crowd, maybe a flood):
+      // this agent's place was taken, not refused. Again, on a new connection.
+      ::usleep(static_cast<useconds_t>(k_busy_retry_seconds * 1e6));
+      ::close(m_fd);
+      m_fd = -1;
+      m_buffer.clear();
+      connect(m_host, m_port, std::max(seconds_left(), 0.1));
+      send_join(line);
+      continue;
+    }
+    if (reply.rfind("BUSY ", 0) == 0 || reply.rfind("REFUSED ", 0) == 0) {
+      throw ConfigError(fmt::format("the launcher's rendezvous refused this agent: {}",
+                                    reply.substr(reply.find(' ') + 1)));
     }
     if (reply == "EOF") throw Error("the launcher closed the rendezvous before every host had joined");
     if (reply == "TIMEOUT") throw Error(fmt::format("no rendezvous assignment within {:g} s", timeout_seconds));

@@ -163,8 +163,8 @@ void RendezvousServer::complete_round_locked() {
   m_round_complete = true;
 }
 
-void RendezvousServer::refuse(int fd, const std::string& reason) {
-  std::string line = "REFUSED " + reason + "\n";
+void RendezvousServer::refuse(int fd, const std::string& reason, bool busy) {
+  std::string line = (busy ? "BUSY " : "REFUSED ") + reason + "\n";
   // Never blocks: a peer that does not read its refusal is not waited for.
   ssize_t ignored = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   (void)ignored;
@@ -234,7 +234,7 @@ void RendezvousServer::accept_new(double t) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The queued connection stays queued and the socket stays readable: without a
         // pause this loop would spin. The oldest waiting connection gives its descriptor.
-        if (auto oldest = m_pending.oldest()) refuse(*oldest, "the launcher is out of file descriptors");
+        if (auto oldest = m_pending.oldest()) refuse(*oldest, "the launcher is out of file descriptors", true);
         m_accepting_from = t + m_limits.accept_pause_seconds;
       }
       return;  // EAGAIN: nothing more queued; anything else: try again on the next wakeup
@@ -243,14 +243,14 @@ void RendezvousServer::accept_new(double t) {
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     m_buffers[fd];
     if (auto evicted = m_pending.admit(fd, t)) {
-      refuse(*evicted, fmt::format("more than {} connections waiting to join", m_pending.limit()));
+      refuse(*evicted, fmt::format("more than {} connections waiting to join", m_pending.limit()), true);
     }
   }
 }
 
 void RendezvousServer::close_silent(double t) {
   for (int fd : m_pending.expire(t)) {
-    refuse(fd, fmt::format("no join line within {:g} s", m_limits.first_line_seconds));
+    refuse(fd, fmt::format("no join line within {:g} s", m_limits.first_line_seconds), true);
   }
 }
 

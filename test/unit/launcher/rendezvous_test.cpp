@@ -229,7 +229,7 @@ TEST_SUITE("launcher::Rendezvous") {
     RendezvousServer server("s", {1}, {"a"}, 120, limits);
     server.start("127.0.0.1", 0);
     int silent = raw_connection(server.port());
-    CHECK(read_until_closed(silent, 60) == "REFUSED no join line within 0.5 s\n");
+    CHECK(read_until_closed(silent, 60) == "BUSY no join line within 0.5 s\n");
     ::close(silent);
     auto joined = join_async(server.port(), "s");
     CHECK(joined.get() == 0);
@@ -242,11 +242,53 @@ TEST_SUITE("launcher::Rendezvous") {
     server.start("127.0.0.1", 0);
     std::vector<int> idle;
     for (int i = 0; i < 5; ++i) idle.push_back(raw_connection(server.port()));
-    CHECK(read_until_closed(idle[0], 60) == "REFUSED more than 4 connections waiting to join\n");
+    CHECK(read_until_closed(idle[0], 60) == "BUSY more than 4 connections waiting to join\n");
     auto joined = join_async(server.port(), "s");  // the newest pushes out the next oldest
     CHECK(joined.get() == 0);
-    CHECK(read_until_closed(idle[1], 60) == "REFUSED more than 4 connections waiting to join\n");
+    CHECK(read_until_closed(idle[1], 60) == "BUSY more than 4 connections waiting to join\n");
     for (int fd : idle) ::close(fd);
+  }
+
+  TEST_CASE("an agent told BUSY joins again on a new connection; REFUSED is final") {
+    // A stand-in launcher: the first connection hears BUSY (its place went to a newcomer),
+    // the second gets the assignment, the third is refused.
+    int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener, 8) == 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+    const int port = ntohs(addr.sin_port);
+    std::vector<std::string> lines;
+    std::thread launcher([&] {
+      const std::vector<std::string> replies = {
+          "BUSY more than 1 connections waiting to join\n",
+          format_assignment(Assignment{0, 0, 1, 1, "127.0.0.1", 4242, ""}),
+          "REFUSED wrong job secret\n"};
+      for (const std::string& reply : replies) {
+        int fd = ::accept(listener, nullptr, nullptr);
+        std::string line;
+        for (char c; line.find('\n') == std::string::npos && ::recv(fd, &c, 1, 0) == 1;) line += c;
+        lines.push_back(line);
+        (void)!::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+        ::close(fd);
+      }
+    });
+    RendezvousClient agent;
+    agent.connect("127.0.0.1", port, 5);
+    const Assignment a = agent.join({"s", 0, 0, "127.0.0.1", 1}, 30);
+    CHECK(a.master_port == 4242);
+    RendezvousClient intruder;
+    intruder.connect("127.0.0.1", port, 5);
+    CHECK_THROWS_WITH_AS(intruder.join({"guess", 0, 0, "127.0.0.1", 1}, 30),
+                         "the launcher's rendezvous refused this agent: wrong job secret", dlrun::ConfigError);
+    launcher.join();
+    ::close(listener);
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[0] == format_join({"s", 0, 0, "127.0.0.1", 1}));
+    CHECK(lines[1] == lines[0]);  // the same join, again
   }
 
   TEST_CASE("a join line longer than the limit is refused") {

@@ -11,7 +11,9 @@
 // Until an agent has joined, its connection is held only within RendezvousLimits
 // (rendezvous_admission.hpp): a bounded number wait, each for a bounded time, so neither
 // idle connections nor a flood of wrong secrets can keep the job's agents out or take the
-// descriptors the job needs.
+// descriptors the job needs. A connection closed for such a limit hears `BUSY REASON` (the
+// crowd's fault, not its own: the client connects and joins again), any other refusal
+// `REFUSED REASON` (final).
 //
 // RendezvousServer runs on its own thread and is thread-safe; RendezvousClient belongs to
 // one agent (its watcher runs on a thread of its own).
@@ -31,6 +33,7 @@ namespace dlrun::launcher {
 
 inline constexpr double k_heartbeat_interval = 1.0;
 inline constexpr double k_silence_limit = 10.0;
+inline constexpr double k_busy_retry_seconds = 0.2;
 
 struct Assignment {
   int node_rank = 0;
@@ -88,7 +91,9 @@ class RendezvousServer {
   void close_silent(double now);
   void check_round(double now);
   void handle_line(int fd, const std::string& line);
-  void refuse(int fd, const std::string& reason);
+  // Sends `REFUSED reason` (or `BUSY reason`: closed for a limit, the agent tries again) and
+  // closes the connection.
+  void refuse(int fd, const std::string& reason, bool busy = false);
   void complete_round_locked();
   void drop(int fd);
 
@@ -127,8 +132,9 @@ class RendezvousClient {
   void connect(const std::string& host, int port, double timeout_seconds);
   // The local address of the connection: how this host reaches the launcher.
   std::string local_address() const;
-  // Sends the join and waits for the assignment. Throws Error with the refusal reason
-  // or when the launcher gives up.
+  // Sends the join and waits for the assignment; told BUSY, connects again and joins again
+  // (every k_busy_retry_seconds) within `timeout_seconds`. Throws Error with the refusal
+  // reason or when the launcher gives up.
   Assignment join(const JoinRequest& request, double timeout_seconds);
   // Watches the connection on a thread: `on_stop(signal)` runs (once) for a SIGNAL line,
   // or with SIGTERM when the launcher is gone or silent too long.
@@ -136,6 +142,9 @@ class RendezvousClient {
 
  private:
   std::string read_line(double timeout_seconds);
+  void send_join(const std::string& line);
+  std::string m_host;
+  int m_port = 0;
   int m_fd = -1;
   std::string m_buffer;
   std::thread m_watcher;
