@@ -12,11 +12,16 @@ batch size and goodput over time) next to the table.
 Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
                                    [--max-epochs 8] [--eval-every 10000] [--base-lr 2e-3]
                                    [--model cnn|mlp] [--lr-factors 0.5,1,2] [--with python,torchrun]
-                                   [--svg docs/adaptive-fashion-mnist.svg]
+                                   [--step-ms MS --sample-ms MS --sync-ms-per-rank MS]
+                                   [--scaling-rule RULE] [--svg docs/adaptive-fashion-mnist.svg]
 
 --with torchrun adds the same sweep of fixed sizes in PyTorch DDP under torchrun
 (bench/python/ddp_train.py: the same model, Adam, seed and accuracy checks), and --with python
 the adaptive run through `import dlrun` (examples/python_adaptive), side by side in one run.
+
+--step-ms, --sample-ms and --sync-ms-per-rank make every run (C++ and torchrun) sleep a GPU-like
+cost on top of its real compute: a fixed part per step that larger batches amortise, as on a GPU
+(examples/fashion_mnist --step-ms; the Python adaptive run has no such option).
 
 --base-lr is Adam's learning rate at batch 64; fixed sizes scale it linearly, --adaptive
 starts from it (AdaptDL assumes it is tuned for the initial batch)."""
@@ -41,7 +46,7 @@ def run(build, run_dir, extra, args, program="cpp"):
     (examples/python_adaptive: import dlrun, under dlrun local) or 'torchrun' (PyTorch DDP,
     bench/python/ddp_train.py under torchrun)."""
     common = ["--epochs", str(args.max_epochs), "--target-accuracy", str(args.target),
-              "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + extra
+              "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + cost_args(args) + extra
     dlrun = [os.path.join(build, "cli", "dlrun"), "local", "--nproc", "2", "--run-dir", run_dir, "--"]
     if program == "cpp":
         cmd = dlrun + [os.path.join(build, "examples", "fashion_mnist", "fashion_mnist")] + common
@@ -63,6 +68,12 @@ def run(build, run_dir, extra, args, program="cpp"):
         return {"reached": False, "wall": wall, "accuracy": float(final.group(1)) if final else None}
     return {"reached": True, "accuracy": float(m.group(1)), "samples": int(m.group(2)),
             "steps": int(m.group(3)), "seconds": float(m.group(4)), "wall": wall}
+
+
+def cost_args(args):
+    """The GPU-like cost every run sleeps (nothing when none was asked for)."""
+    cost = [("--step-ms", args.step_ms), ("--sample-ms", args.sample_ms), ("--sync-ms-per-rank", args.sync_ms_per_rank)]
+    return [a for name, value in cost if value for a in (name, f"{value:g}")]
 
 
 def svg(points, path, target):
@@ -121,6 +132,11 @@ def main():
     ap.add_argument("--with", dest="others", default="",
                     help="also python (the adaptive run through import dlrun) and/or torchrun (every fixed size "
                          "and lr of the sweep in PyTorch DDP under torchrun), e.g. python,torchrun")
+    ap.add_argument("--step-ms", type=float, default=0, help="slept per optimizer step by every run (GPU-like)")
+    ap.add_argument("--sample-ms", type=float, default=0, help="slept per sample of a rank's local batch")
+    ap.add_argument("--sync-ms-per-rank", type=float, default=0, help="slept per step x (ranks - 1)")
+    ap.add_argument("--scaling-rule", default="", help="the adaptive run's learning-rate rule (default: the example's, "
+                                                        "adam for Adam: lr x sqrt(gain))")
     ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dlrun-bench-adaptive-")
@@ -128,6 +144,9 @@ def main():
     start_lr = args.base_lr
     factors = [float(f) for f in args.lr_factors.split(",")]
     others = [o for o in args.others.split(",") if o]
+    if cost_args(args) and "python" in others:
+        ap.error("--with python cannot sleep a step cost (examples/python_adaptive has no --step-ms); "
+                 "leave python out or the cost")
     torch_rows = []
     for size in [int(s) for s in args.sizes.split(",")]:
         for program, table in (("cpp", rows), ("torchrun", torch_rows)):
@@ -148,14 +167,17 @@ def main():
                 start_lr = lr
     adaptive_args = ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{start_lr:g}",
                      "--max-batch-size", str(args.max_batch)]
+    if args.scaling_rule:
+        adaptive_args += ["--scaling-rule", args.scaling_rule]
+    rule = {"": "√gain", "adam": "√gain", "auto": "√gain", "adascale": "gain"}.get(args.scaling_rule, args.scaling_rule)
     python_row = None
     if "python" in others:
         r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")
-        python_row = (f"import dlrun: adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × √gain)", r)
+        python_row = (f"import dlrun: adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × {rule})", r)
         print(python_row, file=sys.stderr)
     adaptive_dir = f"{tmp}/adaptive"
     r = run(args.build, adaptive_dir, adaptive_args, args)
-    rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × √gain)", r))
+    rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × {rule})", r))
     print(rows[-1], file=sys.stderr)
     points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
     svg(points, args.svg, args.target)

@@ -44,6 +44,9 @@ def main():
     parser.add_argument("--target-accuracy", type=float, default=0.88)
     parser.add_argument("--eval-every", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--step-ms", type=float, default=0, help="slept per step: a GPU-like fixed cost")
+    parser.add_argument("--sample-ms", type=float, default=0, help="slept per sample of the local batch")
+    parser.add_argument("--sync-ms-per-rank", type=float, default=0, help="slept per step x (world size - 1)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -59,7 +62,12 @@ def main():
         sampler.set_epoch(epoch)
         for x, y in loader:
             start = time.perf_counter()
-            F.cross_entropy(model(x), y).backward()
+            loss = F.cross_entropy(model(x), y)
+            # The same slept GPU-like cost as examples/fashion_mnist --step-ms, before the backward.
+            cost_ms = args.step_ms + args.sample_ms * len(y) + args.sync_ms_per_rank * (world - 1)
+            if cost_ms > 0:
+                time.sleep(cost_ms / 1000)
+            loss.backward()
             optimizer.step()
             optimizer.zero_grad()
             seconds += time.perf_counter() - start

@@ -38,10 +38,12 @@
 #include "mlp.hpp"
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime.hpp"
+#include "cli_options.hpp"
 #include "fashion_mnist_data.hpp"
 #include "progress.hpp"
 #include "replica_check.hpp"
 #include "run_report.hpp"
+#include "step_cost.hpp"
 #include "step_gate.hpp"
 #include "trace.hpp"
 
@@ -71,6 +73,8 @@ struct Options {
   std::string device = "auto";
   std::string model = "cnn";
   int64_t measure_every = 4;
+  double smoothing = 0.999;
+  examples::StepCost cost;  // slept on top of the real compute (none by default)
 };
 
 dlrun::InitOptions init_options(const Options& options) {
@@ -167,6 +171,7 @@ class Trainer {
     a.max_micro_batch = o.max_micro_batch;
     a.replan_every = o.replan_every;
     a.measure_every = o.measure_every;
+    a.smoothing = o.smoothing;
     a.rule = *dlrun::parse_scaling_rule(o.scaling_rule);  // checked by the command line
     return a;
   }
@@ -208,10 +213,19 @@ class Trainer {
            batch.loss_scale(m_ctx.world_size());
   }
 
+  // With --step-ms/--sample-ms: the GPU-like time a micro-batch stands for, slept before its
+  // backward (inside the step that AdaptiveBatch times); `last`: the step's last micro-batch.
+  void sleep_cost(size_t samples, bool last) const {
+    if (!m_options.cost.any()) return;
+    examples::sleep_ms(
+        m_options.cost.micro_batch_ms(static_cast<int64_t>(samples), last, m_ctx.world_size()));
+  }
+
   // One optimizer step; returns this rank's loss (see train_step).
   double optimize(const dlrun::SampleBatch& batch) {
     if (!m_adaptive) {
       auto loss = loss_of(batch.indices, batch);
+      sleep_cost(batch.indices.size(), true);
       m_dp.backward(loss);
       m_dp.step(m_adam);
       return loss.item<double>();
@@ -220,6 +234,7 @@ class Trainer {
     auto parts = m_adaptive->split(batch.indices);
     for (size_t i = 0; i < parts.size(); ++i) {
       auto loss = loss_of(parts[i], batch);
+      sleep_cost(parts[i].size(), i + 1 == parts.size());
       m_adaptive->backward(loss, i + 1 == parts.size());
       total += loss.item<double>();
     }
@@ -351,6 +366,10 @@ int main(int argc, char** argv) {
   app.add_option("--measure-every", options.measure_every,
                  "Optimizer steps between --adaptive's measurements of the gradient noise scale")
       ->check(CLI::PositiveNumber);
+  app.add_option("--smoothing", options.smoothing,
+                 "Weight --adaptive's noise-scale average keeps per --batch-size samples (0 < S < 1)")
+      ->check(examples::k_fraction)
+      ->capture_default_str();
   app.add_option("--scaling-rule", options.scaling_rule,
                  "Learning-rate rule of --adaptive: auto, adascale, adam, linear, sqrt, none")
       ->check([](const std::string& v) {
@@ -366,6 +385,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", options.device,
                  "Train on: auto (what dlrun started the rank as: a GPU with --gpus), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  examples::add_step_cost_options(app, options.cost);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

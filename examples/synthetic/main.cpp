@@ -32,6 +32,7 @@
 #include "regression.hpp"
 #include "replica_check.hpp"
 #include "run_report.hpp"
+#include "cli_options.hpp"
 #include "step_cost.hpp"
 #include "step_gate.hpp"
 #include "trace.hpp"
@@ -55,7 +56,7 @@ struct Options {
   double target_loss = 0;       // stop once the data set's mean squared error is at most this
   int64_t eval_every = 0;       // samples between two checks of the target (0: each epoch's end)
   double lr = 0.02;
-  synthetic::StepCost cost;
+  examples::StepCost cost{20, 0.05, 2};
   std::string checkpoint_dir;
   std::string trace_dir;
   std::string step_gate;
@@ -175,7 +176,7 @@ class Trainer {
   double micro_step(const std::vector<int64_t>& indices, const dlrun::SampleBatch& batch,
                     bool last) {
     auto loss = loss_of(indices, batch);
-    synthetic::sleep_ms(m_options.cost.micro_batch_ms(static_cast<int64_t>(indices.size()), last,
+    examples::sleep_ms(m_options.cost.micro_batch_ms(static_cast<int64_t>(indices.size()), last,
                                                       m_ctx.world_size()));
     if (m_adaptive) {
       m_adaptive->backward(loss, last);
@@ -310,22 +311,8 @@ class Trainer {
   std::chrono::steady_clock::time_point m_start, m_epoch_start;
 };
 
-// CLI11's PositiveNumber and NonNegativeNumber print DBL_MAX's 300 digits in their message.
-CLI::Validator number_check(const std::string& name, bool (*ok)(double),
-                            const std::string& wanted) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
-        return ok(value) ? "" : text + " is not " + wanted;
-      },
-      name);
-}
-const CLI::Validator k_positive = number_check(
-    "POSITIVE", [](double v) { return v > 0; }, "positive");
-const CLI::Validator k_non_negative = number_check(
-    "NON-NEGATIVE", [](double v) { return v >= 0; }, "at least 0");
+using examples::k_non_negative;
+using examples::k_positive;
 
 void add_options(CLI::App& app, Options& o) {
   app.add_option("--samples", o.samples, "Samples in the data set")->check(k_positive);
@@ -366,14 +353,7 @@ void add_options(CLI::App& app, Options& o) {
                  "SGD learning rate at --batch-size (AdaScale raises it with the batch; keep "
                  "lr x max-batch-size / batch-size below 1)")
       ->check(k_positive);
-  app.add_option("--step-ms", o.cost.step_ms, "Slept per optimizer step on each rank (fixed cost)")
-      ->check(k_non_negative);
-  app.add_option("--sample-ms", o.cost.sample_ms,
-                 "Slept per sample of the rank's local batch (summed over micro-batches)")
-      ->check(k_non_negative);
-  app.add_option("--sync-ms-per-rank", o.cost.sync_ms_per_rank,
-                 "Slept per optimizer step x (world size - 1): how badly gradient sync scales")
-      ->check(k_non_negative);
+  examples::add_step_cost_options(app, o.cost);
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "Checkpoint directory (default: $DLRUN_RUN_DIR/checkpoints; none without dlrun)");
   app.add_option("--trace-dir", o.trace_dir,

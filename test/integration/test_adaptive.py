@@ -80,6 +80,48 @@ class AdaptiveTraining(ExampleCase):
         self.assertRegex(out2.strip().splitlines()[-1], r"^\[0\] test_accuracy=0\.\d{4}$")
 
 
+class SleptStepCost(ExampleCase):
+    """--step-ms, --sample-ms and --sync-ms-per-rank: a GPU-like cost slept inside each step, with
+    and without AdaptiveBatch (whose throughput model must see it). Only lower bounds on time:
+    a busy machine makes steps slower, never faster than what they sleep."""
+
+    # 80 + 24 samples x 1 + 40 x (2 ranks - 1) = 144 ms a step at a global batch of 48.
+    COST = ["--step-ms", "80", "--sample-ms", "1", "--sync-ms-per-rank", "40"]
+    STEP_SECONDS = 0.144
+
+    def args(self, *extra):
+        args = self.example_args(*self.COST, *extra)
+        args[args.index("--batch-size") + 1] = "48"
+        args[args.index("--train-limit") + 1] = "480"  # 10 steps an epoch
+        return args
+
+    def test_fixed_steps_take_at_least_the_cost(self):
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", os.path.join(self.tmp, "run"),
+                                        *self.args("--target-accuracy", "0.01", "--eval-every", "480"))
+        self.assertEqual(code, 0, out + err)
+        m = re.search(r"target reached: .* after 480 samples, 10 steps, ([\d.]+) s of training", out)
+        self.assertIsNotNone(m, out + err)
+        self.assertGreaterEqual(float(m.group(1)), 10 * self.STEP_SECONDS, out)
+
+    def test_adaptive_measures_the_cost(self):
+        run_dir = os.path.join(self.tmp, "run")
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", run_dir,
+                                        *self.args("--adaptive", "--max-batch-size", "48"))
+        self.assertEqual(code, 0, out + err)
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            lines = [json.loads(line) for line in f]
+        self.assertGreaterEqual(len(lines), 2, out + err)
+        for line in lines:
+            self.assertEqual(line["global_batch"], 48)
+            self.assertLessEqual(line["samples_per_sec"], 48 / self.STEP_SECONDS, line)
+
+    def test_a_negative_cost_is_refused(self):
+        code, out, err = self.run_dlrun("local", "--nproc", "1", *self.example_args("--sample-ms", "-0.5"))
+        self.assertNotEqual(code, 0)
+        self.assertIn("--sample-ms: -0.5 is not at least 0", out + err)
+        self.assertFalse(os.path.exists(self.trace), "a rank trained before its options were checked")
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <thread>
 
-namespace synthetic {
+namespace examples {
 
 double StepCost::micro_batch_ms(int64_t samples, bool last, int world_size) const {
   double ms = sample_ms * static_cast<double>(samples);
@@ -16,4 +16,4 @@ void sleep_ms(double milliseconds) {
   std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(milliseconds));
 }
 
-}  // namespace synthetic
+}  // namespace examples
