@@ -115,12 +115,14 @@ Problem make_problem(const ThroughputProfile& profile) {
   std::set<int64_t> micro_sizes;
   std::set<int> on_node, cross_node;  // replica counts with a sync cost
   bool any_optim = false;
+  bool compute_alone = false;  // a time without sync: accumulation, or a single replica
   for (const auto& [key, entry] : profile.entries()) {
     const auto& [nodes, replicas, micro] = key;
     if (entry.accum_count > 0 && entry.accum_time_sum > 0) {
       problem.samples.push_back(
           {false, nodes, replicas, micro, entry.accum_time_sum / entry.accum_count});
       micro_sizes.insert(micro);
+      compute_alone = true;
     }
     if (entry.optim_count > 0 && entry.optim_time_sum > 0) {
       problem.samples.push_back(
@@ -128,6 +130,7 @@ Problem make_problem(const ThroughputProfile& profile) {
       micro_sizes.insert(micro);
       any_optim = true;
       if (replicas >= 2) (nodes > 1 ? cross_node : on_node).insert(replicas);
+      if (replicas == 1) compute_alone = true;
     }
   }
   if (!any_optim) {
@@ -140,7 +143,13 @@ Problem make_problem(const ThroughputProfile& profile) {
   free[k_alpha_c] = true;
   free[k_beta_c] = micro_sizes.size() >= 2;
   if (micro_sizes.size() == 1) problem.single_micro = *micro_sizes.begin();
-  free[k_alpha_n] = free[k_gamma] = sync;
+  free[k_alpha_n] = sync;
+  // The overlap needs the compute and the sync told apart: compute timed alone, or the same
+  // compute under two sync costs (two replica counts). Synced steps at one replica count only
+  // fit a slow compute hidden under a fixed sync (large gamma) as well as a fixed cost plus a
+  // cheap compute (gamma = 1), and the first predicts that larger batches buy nothing: gamma
+  // stays at its prior, 1, so that the job tries a larger batch and measures it.
+  free[k_gamma] = sync && (compute_alone || on_node.size() + cross_node.size() >= 2);
   free[k_beta_n] = on_node.size() >= 2 || (on_node.empty() && cross_node.size() >= 2);
   free[k_alpha_extra] = !on_node.empty() && !cross_node.empty();
   free[k_beta_extra] = !on_node.empty() && cross_node.size() >= 2;

@@ -173,6 +173,39 @@ TEST_SUITE("runtime::ThroughputModel") {
     CHECK(on_node.beta_r == on_node.beta_n);
   }
 
+  TEST_CASE("the overlap stays at its prior until compute and sync can be told apart") {
+    // Synced steps of 2 replicas only: 10 ms of sync hidden under a compute of 0.1 ms a sample
+    // (nearly full overlap) gives the same times as a fixed 9 ms plus a cheaper compute.
+    ThroughputParams truth;
+    truth.beta_c = 1e-4, truth.alpha_n = 0.010, truth.gamma = 8;
+    ThroughputProfile synced;
+    for (int64_t micro : {32, 64, 128}) {
+      for (int i = 0; i < 3; ++i)
+        synced.add_optim(1, 2, micro, rt::predict_optim_time(truth, StepShape{1, 2, micro, 1}));
+    }
+    const ThroughputParams fit = rt::fit_throughput(synced);
+    CHECK(fit.gamma == 1);
+    for (int64_t micro : {32, 64, 128}) {  // the measured times are still fitted
+      const StepShape shape{1, 2, micro, 1};
+      CHECK(rt::predict_optim_time(fit, shape) ==
+            doctest::Approx(rt::predict_optim_time(truth, shape)).epsilon(0.08));
+    }
+    // Beyond them it errs towards larger batches paying (the job tries one and measures it),
+    // not towards the flat throughput of a compute hidden under the sync.
+    CHECK(rt::predict_throughput(fit, StepShape{1, 2, 256, 1}) >
+          1.2 * rt::predict_throughput(fit, StepShape{1, 2, 128, 1}));
+
+    // The compute timed alone (accumulation micro-steps) tells them apart: the overlap is fitted.
+    ThroughputProfile with_compute = synced;
+    for (int64_t micro : {32, 128}) {
+      for (int i = 0; i < 3; ++i) with_compute.add_accum(1, 2, micro, rt::predict_grad_time(truth, micro));
+    }
+    const ThroughputParams told = rt::fit_throughput(with_compute);
+    CHECK(told.gamma > 4);
+    CHECK(rt::predict_optim_time(told, StepShape{1, 2, 256, 1}) ==
+          doctest::Approx(rt::predict_optim_time(truth, StepShape{1, 2, 256, 1})).epsilon(0.05));
+  }
+
   TEST_CASE("a profile without a measured optimizer step cannot be fitted") {
     CHECK_THROWS_AS(rt::fit_throughput(ThroughputProfile{}), std::invalid_argument);
     ThroughputProfile accum_only;
