@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The gradient noise scale of the examples' small MLP on Fashion-MNIST, computed directly from
+per-sample gradients: a check of what dlrun::AdaptiveBatch estimates from two ranks' gradient
+norms (docs/adaptive.md, "The gradient noise scale"), independent of its code.
+
+It trains the MLP in one process (PyTorch, Adam, the given batch and learning rate, seed 1) and,
+at each of --at's steps, takes the per-sample gradients of --samples random training samples
+(their covariance's trace, tr(S)) and the gradient over --full samples (|G|^2, less the part of
+tr(S) that a finite average keeps), and prints the noise scale B_simple = tr(S)/|G|^2, on the raw
+gradients and preconditioned by Adam's denominators as AdaptiveBatch's `adam` rule does (each
+element divided by sqrt(v_hat) + eps, floored at a tenth of its tensor's mean), and the
+statistical efficiency (B_simple + 64)/(B_simple + M) that Pollux's model gives to batches M.
+
+Usage: bench/noise_scale.py [--lr 1e-3] [--batch 64] [--at 100,300,1000,2000] [--samples 1024]
+                            [--full 20000]
+
+docs/benchmarks.md compares its figures with the noise scale a run's metrics.jsonl shows."""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "fashion_mnist"))
+from fashion_mnist import load, mlp  # noqa: E402
+
+
+def flat_grad(params):
+    return torch.cat([p.grad.reshape(-1) for p in params])
+
+
+def adam_denominators(optimizer, params):
+    """Each element's sqrt(v_hat) + eps, floored at a tenth of its tensor's mean (as AdaptiveBatch)."""
+    out = []
+    for p in params:
+        state = optimizer.state[p]
+        step = state["step"]
+        step = step.item() if torch.is_tensor(step) else step
+        beta2 = optimizer.param_groups[0]["betas"][1]
+        d = (state["exp_avg_sq"] / (1 - beta2 ** step)).sqrt() + optimizer.param_groups[0]["eps"]
+        out.append(torch.maximum(d, 0.1 * d.mean()).reshape(-1))
+    return torch.cat(out)
+
+
+def noise_scales(model, optimizer, x, y, args, generator):
+    params = list(model.parameters())
+    model.zero_grad()
+    full = torch.randperm(len(y), generator=generator)[:args.full]
+    F.cross_entropy(model(x[full]), y[full]).backward()
+    total = flat_grad(params).clone()
+    picked = torch.randperm(len(y), generator=generator)[:args.samples]
+    per_sample = []
+    for i in picked:
+        model.zero_grad()
+        F.cross_entropy(model(x[i:i + 1]), y[i:i + 1]).backward()
+        per_sample.append(flat_grad(params).clone())
+    model.zero_grad()
+    per_sample = torch.stack(per_sample)
+    out = {}
+    for name, scale in (("raw", None), ("adam", adam_denominators(optimizer, params))):
+        g = per_sample if scale is None else per_sample / scale
+        G = total if scale is None else total / scale
+        trace = (g - g.mean(0)).pow(2).sum(1).mean().item()
+        sqr = G.pow(2).sum().item() - trace / args.full
+        out[name] = trace / sqr if sqr > 0 else float("inf")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--at", default="100,300,1000,2000", help="steps to measure at")
+    ap.add_argument("--samples", type=int, default=1024, help="per-sample gradients per measurement")
+    ap.add_argument("--full", type=int, default=20000, help="samples behind |G|^2")
+    ap.add_argument("--sizes", default="256,512,1024", help="batches to give the efficiency of")
+    args = ap.parse_args()
+    torch.manual_seed(1)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    generator = torch.Generator().manual_seed(2)
+    x, y = load("train").tensors
+    model = mlp()
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    at = sorted(int(s) for s in args.at.split(","))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if at[0] < 1:
+        ap.error("--at: steps from 1 (Adam has no denominators before its first step)")
+    print(f"| step | samples seen | B_simple raw | B_simple adam | efficiency at {', '.join(map(str, sizes))} (adam) |")
+    print("|---|---|---|---|---|")
+    step = 0
+    while step <= at[-1]:
+        order = torch.randperm(len(y), generator=generator)
+        for begin in range(0, len(y) - args.batch + 1, args.batch):
+            if step in at:
+                phi = noise_scales(model, optimizer, x, y, args, generator)
+                eff = ", ".join(f"{(phi['adam'] + args.batch) / (phi['adam'] + m):.2f}" for m in sizes)
+                print(f"| {step} | {step * args.batch} | {phi['raw']:.0f} | {phi['adam']:.0f} | {eff} |", flush=True)
+            if step == at[-1]:
+                return 0
+            batch = order[begin:begin + args.batch]
+            optimizer.zero_grad()
+            F.cross_entropy(model(x[batch]), y[batch]).backward()
+            optimizer.step()
+            step += 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
