@@ -22,8 +22,6 @@ struct StepCost {
   double sample_ms = 0;
   double sync_ms_per_rank = 0;
 
-  bool any() const { return step_ms > 0 || sample_ms > 0 || sync_ms_per_rank > 0; }
-
   // Milliseconds of one micro-batch of `samples` samples; `last`: the step's last micro-batch.
   double micro_batch_ms(int64_t samples, bool last, int world_size) const;
 };

@@ -215,8 +215,8 @@ class Trainer {
 
   // With --step-ms/--sample-ms: the GPU-like time a micro-batch stands for, slept before its
   // backward (inside the step that AdaptiveBatch times); `last`: the step's last micro-batch.
+  // Nothing by default: sleep_ms(0) returns at once.
   void sleep_cost(size_t samples, bool last) const {
-    if (!m_options.cost.any()) return;
     examples::sleep_ms(
         m_options.cost.micro_batch_ms(static_cast<int64_t>(samples), last, m_ctx.world_size()));
   }
