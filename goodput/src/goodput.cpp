@@ -69,24 +69,41 @@ StepShape shape_for(int64_t batch, int nodes, int replicas, const BatchLimits& l
 
 }  // namespace
 
-double efficiency(double noise_scale, double initial_batch, double batch) {
+std::string_view to_string(EfficiencyModel model) {
+  return model == EfficiencyModel::adam ? "adam" : "sgd";
+}
+
+std::optional<EfficiencyModel> parse_efficiency_model(std::string_view text) {
+  if (text == "sgd") return EfficiencyModel::sgd;
+  if (text == "adam") return EfficiencyModel::adam;
+  return std::nullopt;
+}
+
+double efficiency(double noise_scale, double initial_batch, double batch, EfficiencyModel model) {
   const double phi = std::max(noise_scale, 0.0);
-  return (phi + initial_batch) / (phi + batch);
+  const double pollux = (phi + initial_batch) / (phi + batch);
+  return model == EfficiencyModel::adam ? std::sqrt(pollux) : pollux;
+}
+
+double step_worth(EfficiencyModel model, double gain, double scale) {
+  if (std::isnan(gain) || std::isnan(scale)) return 1.0;
+  const double worth = model == EfficiencyModel::adam ? std::sqrt(std::max(gain, 0.0) * scale) : gain;
+  return std::max(worth, 1.0);
 }
 
 GoodputPoint evaluate(const ThroughputParams& params, double noise_scale, double initial_batch,
-                      const StepShape& shape) {
+                      const StepShape& shape, EfficiencyModel model) {
   GoodputPoint point;
   point.shape = shape;
   point.throughput = predict_throughput(params, shape);
   point.efficiency =
-      efficiency(noise_scale, initial_batch, static_cast<double>(shape.global_batch()));
+      efficiency(noise_scale, initial_batch, static_cast<double>(shape.global_batch()), model);
   point.goodput = point.throughput * point.efficiency;
   return point;
 }
 
 GoodputPoint choose_batch(const ThroughputParams& params, double noise_scale, int nodes,
-                          int replicas, const BatchLimits& limits) {
+                          int replicas, const BatchLimits& limits, EfficiencyModel model) {
   const int64_t max_micro = limits.max_micro_batch > 0 ? limits.max_micro_batch : limits.max_batch;
   check_limits(nodes, replicas, limits, max_micro);
   // Below the initial batch the efficiency formula extrapolates past the tuned learning rate:
@@ -98,7 +115,7 @@ GoodputPoint choose_batch(const ThroughputParams& params, double noise_scale, in
   for (int64_t batch : candidate_batches(lower, limits.max_batch)) {
     const StepShape shape = shape_for(batch, nodes, replicas, limits, max_micro);
     const GoodputPoint point =
-        evaluate(params, noise_scale, static_cast<double>(limits.initial_batch), shape);
+        evaluate(params, noise_scale, static_cast<double>(limits.initial_batch), shape, model);
     // Strictly better only: on a tie the smaller batch (seen first) wins.
     if (!found || point.goodput > best.goodput) {
       best = point;

@@ -19,6 +19,7 @@ std::string to_json(const GoodputModel& m) {
                  {"beta_n", m.params.beta_n},   {"alpha_r", m.params.alpha_r}, {"beta_r", m.params.beta_r},
                  {"gamma", m.params.gamma}};
   j["noise_scale"] = std::isfinite(m.noise_scale) ? m.noise_scale : 0.0;
+  j["efficiency"] = to_string(m.efficiency);
   j["initial_batch"] = m.limits.initial_batch;
   j["max_batch"] = m.limits.max_batch;
   j["min_micro_batch"] = m.limits.min_micro_batch;
@@ -40,6 +41,10 @@ std::optional<GoodputModel> parse_goodput_model(std::string_view text) {
                 p.at("beta_n").get<double>(),  p.at("alpha_r").get<double>(), p.at("beta_r").get<double>(),
                 p.at("gamma").get<double>()};
     m.noise_scale = j.at("noise_scale").get<double>();
+    // Written since the adam efficiency; a file without it is from a job that used sgd's.
+    const auto efficiency = parse_efficiency_model(j.value("efficiency", std::string("sgd")));
+    if (!efficiency) return std::nullopt;
+    m.efficiency = *efficiency;
     m.limits.initial_batch = j.at("initial_batch").get<int64_t>();
     m.limits.max_batch = j.at("max_batch").get<int64_t>();
     m.limits.min_micro_batch = j.at("min_micro_batch").get<int64_t>();
@@ -65,7 +70,8 @@ std::optional<GoodputModel> parse_goodput_model(std::string_view text) {
 double predict_goodput(const GoodputModel& model, int replicas) {
   if (replicas < 1) return 0;
   try {
-    return choose_batch(model.params, model.noise_scale, 1, replicas, model.limits).goodput;
+    return choose_batch(model.params, model.noise_scale, 1, replicas, model.limits, model.efficiency)
+        .goodput;
   } catch (const std::invalid_argument&) {
     return 0;
   }

@@ -16,7 +16,7 @@ double lr_factor(ScalingRule rule, double gain, double scale) {
     case ScalingRule::sqrt:
       return std::sqrt(scale);
     case ScalingRule::adam:
-      return std::sqrt(gain);
+      return std::sqrt(scale);
     case ScalingRule::none:
       return 1.0;
     case ScalingRule::automatic:
@@ -26,11 +26,6 @@ double lr_factor(ScalingRule rule, double gain, double scale) {
   throw std::invalid_argument(
       "lr_factor: the scaling rule 'auto' must be resolved to a concrete rule (adascale, "
       "linear, sqrt, adam or none) before the learning rate is scaled");
-}
-
-double progress_increment(double gain) {
-  // A NaN gain must not stall or poison progress: count it as a step at the initial batch.
-  return std::isnan(gain) ? 1.0 : std::max(gain, 1.0);
 }
 
 std::string_view to_string(ScalingRule rule) {

@@ -93,6 +93,10 @@ struct AdaptiveBatch::Impl {
   std::shared_ptr<OptimizerAdapter> optimizer;
   AdaptiveBatchOptions options;
   ScalingRule rule = ScalingRule::adascale;
+  // The `adam` rule's √scale learning rate earns the adam efficiency (docs/adaptive.md).
+  runtime::EfficiencyModel efficiency_model() const {
+    return rule == ScalingRule::adam ? runtime::EfficiencyModel::adam : runtime::EfficiencyModel::sgd;
+  }
   runtime::ParamGroups groups;
   std::vector<double> base_lr;
   runtime::GradientNoiseScale noise;
@@ -288,13 +292,14 @@ void AdaptiveBatch::Impl::replan() {
       const runtime::ThroughputParams params = runtime::fit_throughput(profile);
       const double phi = noise.ready() ? noise.noise_scale() : 0.0;
       publish_model(params, phi);
-      const auto current =
-          runtime::evaluate(params, phi, static_cast<double>(options.initial_batch), step_shape());
+      const auto current = runtime::evaluate(params, phi, static_cast<double>(options.initial_batch),
+                                             step_shape(), efficiency_model());
       runtime::BatchLimits explore = limits();
       explore.max_batch = std::min(explore.max_batch,
                                    std::max(explore.initial_batch, k_max_growth * largest_batch));
       const auto best =
-          runtime::choose_batch(params, phi, context.nodes(), context.world_size(), explore);
+          runtime::choose_batch(params, phi, context.nodes(), context.world_size(), explore,
+                                efficiency_model());
       const bool forced = replan_due;
       if (forced || runtime::should_switch(current, best, options.min_improvement)) {
         decision[0] = static_cast<double>(best.shape.global_batch());
@@ -338,6 +343,7 @@ void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params,
   runtime::GoodputModel model;
   model.params = params;
   model.noise_scale = noise_scale;
+  model.efficiency = efficiency_model();
   model.limits = limits();
   for (const auto& [key, entry] : profile.entries()) {
     const int replicas = std::get<1>(key);
@@ -357,7 +363,7 @@ void AdaptiveBatch::Impl::log_metrics() {
   stats.samples_per_sec = seconds > 0 ? static_cast<double>(interval_samples) / seconds : 0.0;
   stats.efficiency =
       runtime::efficiency(stats.noise_scale, static_cast<double>(options.initial_batch),
-                          static_cast<double>(shape.global_batch));
+                          static_cast<double>(shape.global_batch), efficiency_model());
   stats.goodput = stats.samples_per_sec * stats.efficiency;
   interval_start = now();
   interval_samples = 0;
@@ -479,7 +485,7 @@ void AdaptiveBatch::step(int64_t samples) {
     d.plain_seconds += seconds;
     ++d.plain_steps;
   }
-  d.stats.progress += progress_increment(d.stats.gain);
+  d.stats.progress += runtime::step_worth(d.efficiency_model(), d.stats.gain, scale);
   ++d.stats.step;
   d.interval_samples += samples;
   if (d.replan_due || d.stats.step >= d.next_replan) d.replan();

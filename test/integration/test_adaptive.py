@@ -64,6 +64,7 @@ class AdaptiveTraining(ExampleCase):
         self.assertEqual(model["version"], 1)
         self.assertEqual(model["replicas"], 3)
         self.assertEqual(model["measured_replicas"], [2, 3])
+        self.assertEqual(model["efficiency"], "adam")  # Adam: the rate grows with the batch's square root
         self.assertEqual((model["initial_batch"], model["max_batch"]), (16, 96))
         self.assertGreater(model["params"]["beta_c"] + model["params"]["alpha_c"], 0)
         self.assertFalse(os.path.exists(os.path.join(run_dir2, "goodput-model.json.tmp")))

@@ -91,7 +91,7 @@ class AdaptiveResize(PythonExample, runtime_tests.ExampleCase):
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             metrics = [json.loads(line) for line in f]
         self.assertEqual({m["replicas"] for m in metrics}, {1, 2, 3})
-        # AdaScale (Adam: the square root of the gain) scaled the learning rate with the batch.
+        # The adam rule (the square root of the batch scale) scaled the learning rate with the batch.
         self.assertTrue(any(m["global_batch"] > 24 and m["lr_factor"] > 1 for m in metrics), metrics)
 
 

@@ -66,7 +66,7 @@ class SyntheticWorkload(SyntheticCase):
         self.assert_every_sample_once()
         with open(os.path.join(run_dir, "goodput-model.json")) as f:
             model = json.load(f)
-        self.assertEqual(set(model), {"version", "params", "noise_scale", "initial_batch", "max_batch",
+        self.assertEqual(set(model), {"version", "params", "noise_scale", "efficiency", "initial_batch", "max_batch",
                                       "min_micro_batch", "max_micro_batch", "allow_accumulation",
                                       "measured_replicas", "replicas", "global_batch"})
         self.assertEqual(set(model["params"]), {"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r",
@@ -74,6 +74,7 @@ class SyntheticWorkload(SyntheticCase):
         self.assertEqual((model["initial_batch"], model["max_batch"], model["replicas"]), (64, 2048, 4))
         self.assertEqual(model["measured_replicas"], [4])
         self.assertGreater(model["noise_scale"], 0)
+        self.assertEqual(model["efficiency"], "sgd")  # SGD: the learning rate follows the gain
 
     def test_steps_take_at_least_the_declared_cost(self):
         # 640 samples in batches of 32 on 2 ranks: 20 steps, each sleeping 20 ms + 16 samples

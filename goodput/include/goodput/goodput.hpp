@@ -1,7 +1,9 @@
 #pragma once
 // Goodput = throughput × statistical efficiency, and the batch-size choice that maximises it
 // (Pollux, OSDI'21). Efficiency of a global batch M relative to the initial batch M0, from the
-// gradient noise scale φ = tr(Σ)/|G|²: E(M) = (φ + M0) / (φ + M), so that
+// gradient noise scale φ = tr(Σ)/|G|²: E(M) = (φ + M0) / (φ + M) for an optimizer whose
+// learning rate follows AdaScale's gain (SGD), its square root for an adaptive one (Adam)
+// whose rate grows with √(M/M0) (docs/adaptive.md derives both), so that
 // goodput(M) = throughput(M) × E(M) counts samples per second "as useful as at M0".
 // choose_batch() searches global batch sizes between the limits (geometrically spaced, plus the
 // bounds) and, for each, the smallest number of accumulation steps whose micro-batch fits the
@@ -9,10 +11,22 @@
 // current shape to the best is worth it. Pure logic, no I/O. Thread-safe.
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "goodput/throughput_model.hpp"
 
 namespace dlrun::runtime {
+
+// Which statistical efficiency a job's optimizer and learning-rate rule give it.
+enum class EfficiencyModel {
+  sgd,   // (φ + M0)/(φ + M): the learning rate follows the gain r (AdaScale, Pollux)
+  adam,  // √((φ + M0)/(φ + M)): Adam-like, the learning rate × √(M/M0)
+};
+
+std::string_view to_string(EfficiencyModel model);
+// "sgd" or "adam"; nullopt otherwise.
+std::optional<EfficiencyModel> parse_efficiency_model(std::string_view text);
 
 struct BatchLimits {
   int64_t initial_batch = 64;      // global batch at the start (M0, the learning rate's batch)
@@ -31,17 +45,24 @@ struct GoodputPoint {
 
 // Statistical efficiency of a global batch `batch`, relative to `initial_batch`, for noise
 // scale `noise_scale` (samples). 1 at the initial batch; ≤ 1 above it.
-double efficiency(double noise_scale, double initial_batch, double batch);
+double efficiency(double noise_scale, double initial_batch, double batch,
+                  EfficiencyModel model = EfficiencyModel::sgd);
+
+// What one step at `scale` × the initial batch is worth in steps at the initial batch, from
+// AdaScale's gain ratio r (= scale × the sgd efficiency): r for sgd, √(r · scale) for adam;
+// at least 1, and 1 for a NaN gain (so one bad measurement cannot stall progress).
+double step_worth(EfficiencyModel model, double gain, double scale);
 
 GoodputPoint evaluate(const ThroughputParams& params, double noise_scale, double initial_batch,
-                      const StepShape& shape);
+                      const StepShape& shape, EfficiencyModel model = EfficiencyModel::sgd);
 
 // The shape with the highest predicted goodput for this many nodes and replicas. Never
 // returns a global batch below min(initial_batch, replicas · min_micro_batch) or above
 // max_batch (nor a micro-batch outside the limits). Throws std::invalid_argument on limits
 // that allow no shape (e.g. max_batch < replicas · min_micro_batch).
 GoodputPoint choose_batch(const ThroughputParams& params, double noise_scale, int nodes,
-                          int replicas, const BatchLimits& limits);
+                          int replicas, const BatchLimits& limits,
+                          EfficiencyModel model = EfficiencyModel::sgd);
 
 // True when `best` predicts at least (1 + min_improvement) × the goodput of `current`.
 bool should_switch(const GoodputPoint& current, const GoodputPoint& best, double min_improvement);

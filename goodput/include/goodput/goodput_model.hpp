@@ -18,6 +18,7 @@ namespace dlrun::runtime {
 struct GoodputModel {
   ThroughputParams params;
   double noise_scale = 0;             // φ in samples; 0: not measured yet
+  EfficiencyModel efficiency = EfficiencyModel::sgd;  // how φ turns into efficiency
   BatchLimits limits;                 // initial_batch is the efficiency's reference batch
   std::vector<int> measured_replicas; // replica counts the profile has times for
   int replicas = 1;                   // what the job ran with when it wrote this

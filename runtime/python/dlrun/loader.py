@@ -124,7 +124,7 @@ class AdaptiveDataLoader(ElasticDataLoader):
     """An ElasticDataLoader whose global batch dlrun's AdaptiveBatch chooses while training:
     the size with the highest goodput (throughput x statistical efficiency, from the measured
     step times and gradient noise scale, as AdaptDL/Pollux), the learning rate scaled to match
-    (AdaScale for SGD, the square root of the gain for Adam-like optimizers). It is the C++
+    (AdaScale for SGD, the square root of the batch scale for Adam-like optimizers). It is the C++
     runtime's AdaptiveBatch itself: the same decisions, metrics.jsonl and goodput-model.json
     (which the goodput scheduler reads), and its state in the Checkpoint that tracks the loader.
 
@@ -189,7 +189,8 @@ class AdaptiveDataLoader(ElasticDataLoader):
         return self.adaptive.stats()
 
     def progress(self):
-        """Scale-invariant progress (the sum of the steps' gains): use it for schedules."""
+        """Scale-invariant progress (the sum of what each step is worth in initial-batch steps:
+        its gain, or sqrt(gain * scale) under the adam rule): use it for schedules."""
         return self.adaptive.progress()
 
     def set_base_lr(self, lr):

@@ -31,6 +31,31 @@ TEST_SUITE("goodput::GoodputModel") {
     // A job with a large noise scale and a modest sync cost gains from more replicas.
     CHECK(predict_goodput(m, 4) > predict_goodput(m, 1));
   }
+  TEST_CASE("the efficiency model is published, and a model without one is sgd's") {
+    auto m = sample();
+    m.noise_scale = 300;
+    m.efficiency = EfficiencyModel::adam;
+    const std::string text = to_json(m);
+    CHECK(text.find("\"efficiency\":\"adam\"") != std::string::npos);
+    auto back = parse_goodput_model(text);
+    REQUIRE(back);
+    CHECK(back->efficiency == EfficiencyModel::adam);
+    // Adam's efficiency falls more slowly, so the predicted goodput at 8 replicas is higher.
+    auto sgd = m;
+    sgd.efficiency = EfficiencyModel::sgd;
+    CHECK(predict_goodput(*back, 8) > predict_goodput(sgd, 8));
+    // Files written before the field existed.
+    std::string old = to_json(sgd);
+    const auto at = old.find(",\"efficiency\":\"sgd\"");
+    REQUIRE(at != std::string::npos);
+    old.erase(at, std::string(",\"efficiency\":\"sgd\"").size());
+    auto read_old = parse_goodput_model(old);
+    REQUIRE(read_old);
+    CHECK(read_old->efficiency == EfficiencyModel::sgd);
+    std::string unknown = text;
+    unknown.replace(unknown.find("\"adam\""), 6, "\"lars\"");
+    CHECK_FALSE(parse_goodput_model(unknown));
+  }
   TEST_CASE("anything but a whole model of this version is refused") {
     std::string text = to_json(sample());
     CHECK_FALSE(parse_goodput_model(""));

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <stdexcept>
 
 using dlrun::runtime::BatchLimits;
@@ -35,6 +36,51 @@ TEST_SUITE("runtime::Goodput") {
     CHECK(rt::efficiency(100, 64, 128) < 1.0);
     CHECK(rt::efficiency(0, 64, 256) == doctest::Approx(0.25));  // no noise: bigger is wasted
     CHECK(rt::efficiency(k_huge_noise, 64, 4096) == doctest::Approx(1.0).epsilon(1e-5));
+  }
+
+  TEST_CASE("the adam efficiency is the square root of sgd's") {
+    using rt::EfficiencyModel;
+    CHECK(rt::efficiency(500, 64, 64, EfficiencyModel::adam) == 1.0);
+    CHECK(rt::efficiency(500, 64, 1024, EfficiencyModel::adam) ==
+          doctest::Approx(std::sqrt(564.0 / 1524.0)));
+    CHECK(rt::efficiency(500, 64, 1024, EfficiencyModel::adam) >
+          rt::efficiency(500, 64, 1024, EfficiencyModel::sgd));
+    CHECK(rt::efficiency(0, 64, 256, EfficiencyModel::adam) == doctest::Approx(0.5));
+    const StepShape shape{1, 4, 256, 1};
+    CHECK(rt::evaluate(params(), 500, 64, shape, EfficiencyModel::adam).efficiency ==
+          doctest::Approx(std::sqrt(rt::efficiency(500, 64, 1024))));
+  }
+
+  TEST_CASE("at the same noise scale the adam efficiency chooses a larger batch") {
+    BatchLimits limits;  // initial 64, max 4096
+    const auto sgd = rt::choose_batch(params(), 300, 1, 4, limits, rt::EfficiencyModel::sgd);
+    const auto adam = rt::choose_batch(params(), 300, 1, 4, limits, rt::EfficiencyModel::adam);
+    CHECK(sgd.shape.global_batch() > 64);
+    CHECK(adam.shape.global_batch() > sgd.shape.global_batch());
+    CHECK(rt::choose_batch(params(), 300, 1, 4, limits).shape.global_batch() ==
+          sgd.shape.global_batch());  // sgd is the default
+  }
+
+  TEST_CASE("a step's worth in initial-batch steps: the gain, or sqrt(gain x scale) for adam") {
+    using rt::EfficiencyModel;
+    CHECK(rt::step_worth(EfficiencyModel::sgd, 2.5, 8) == 2.5);
+    CHECK(rt::step_worth(EfficiencyModel::adam, 2.0, 8) == doctest::Approx(4.0));
+    // Never below one step at the initial batch, and a NaN counts as one.
+    CHECK(rt::step_worth(EfficiencyModel::sgd, 0.5, 1) == 1.0);
+    CHECK(rt::step_worth(EfficiencyModel::adam, 0.5, 1) == 1.0);
+    CHECK(rt::step_worth(EfficiencyModel::sgd, std::nan(""), 4) == 1.0);
+    CHECK(rt::step_worth(EfficiencyModel::adam, std::nan(""), 4) == 1.0);
+    // Between the gain and the scale, as the efficiencies are ordered.
+    CHECK(rt::step_worth(EfficiencyModel::adam, 3.0, 8) > 3.0);
+    CHECK(rt::step_worth(EfficiencyModel::adam, 3.0, 8) < 8.0);
+  }
+
+  TEST_CASE("efficiency model names round-trip") {
+    for (auto model : {rt::EfficiencyModel::sgd, rt::EfficiencyModel::adam}) {
+      CHECK(rt::parse_efficiency_model(rt::to_string(model)) == model);
+    }
+    CHECK_FALSE(rt::parse_efficiency_model("Adam").has_value());
+    CHECK_FALSE(rt::parse_efficiency_model("").has_value());
   }
 
   TEST_CASE("goodput is throughput times efficiency") {
