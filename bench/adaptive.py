@@ -169,7 +169,7 @@ def main():
                      "--max-batch-size", str(args.max_batch)]
     if args.scaling_rule:
         adaptive_args += ["--scaling-rule", args.scaling_rule]
-    rule = {"": "√gain", "adam": "√gain", "auto": "√gain", "adascale": "gain"}.get(args.scaling_rule, args.scaling_rule)
+    rule = {"": "√scale", "adam": "√scale", "auto": "√scale", "adascale": "gain"}.get(args.scaling_rule, args.scaling_rule)
     python_row = None
     if "python" in others:
         r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")
