@@ -136,7 +136,7 @@ def main():
     ap.add_argument("--sample-ms", type=float, default=0, help="slept per sample of a rank's local batch")
     ap.add_argument("--sync-ms-per-rank", type=float, default=0, help="slept per step x (ranks - 1)")
     ap.add_argument("--scaling-rule", default="", help="the adaptive run's learning-rate rule (default: the example's, "
-                                                        "adam for Adam: lr x sqrt(gain))")
+                                                        "adam for Adam: lr x sqrt(batch / 64))")
     ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dlrun-bench-adaptive-")

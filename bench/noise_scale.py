@@ -9,7 +9,9 @@ at each of --at's steps, takes the per-sample gradients of --samples random trai
 tr(S) that a finite average keeps), and prints the noise scale B_simple = tr(S)/|G|^2, on the raw
 gradients and preconditioned by Adam's denominators as AdaptiveBatch's `adam` rule does (each
 element divided by sqrt(v_hat) + eps, floored at a tenth of its tensor's mean), and the
-statistical efficiency (B_simple + 64)/(B_simple + M) that Pollux's model gives to batches M.
+statistical efficiency (B_simple + 64)/(B_simple + M) that Pollux's model gives to batches M
+from the preconditioned figure (the `adam` rule's model takes its square root since 2026-11-25:
+docs/adaptive.md, "Why Adam's efficiency is the square root").
 
 Usage: bench/noise_scale.py [--lr 1e-3] [--batch 64] [--at 100,300,1000,2000] [--samples 1024]
                             [--full 20000]
@@ -86,7 +88,7 @@ def main():
     sizes = [int(s) for s in args.sizes.split(",")]
     if at[0] < 1:
         ap.error("--at: steps from 1 (Adam has no denominators before its first step)")
-    print(f"| step | samples seen | B_simple raw | B_simple adam | efficiency at {', '.join(map(str, sizes))} (adam) |")
+    print(f"| step | samples seen | B_simple raw | B_simple adam | Pollux's efficiency at {', '.join(map(str, sizes))} (from B_simple adam) |")
     print("|---|---|---|---|---|")
     step = 0
     while step <= at[-1]:

@@ -59,6 +59,15 @@ ScalingRule resolve_rule(ScalingRule rule, OptimizerKind kind) {
   return kind == OptimizerKind::sgd_like ? ScalingRule::adascale : ScalingRule::adam;
 }
 
+// A learning rate × √scale earns the square-root efficiency only from an optimizer that
+// divides its step by √v̂ (docs/adaptive.md, "Why Adam's efficiency is the square root");
+// every other pairing keeps Pollux's.
+runtime::EfficiencyModel efficiency_for(ScalingRule rule, OptimizerKind kind) {
+  const bool root_rate = rule == ScalingRule::adam || rule == ScalingRule::sqrt;
+  return root_rate && kind != OptimizerKind::sgd_like ? runtime::EfficiencyModel::adam
+                                                      : runtime::EfficiencyModel::sgd;
+}
+
 void check_options(const AdaptiveBatchOptions& o, int world_size) {
   auto fail = [](const std::string& what) { throw ConfigError("AdaptiveBatch: " + what); };
   if (o.initial_batch < 1) fail("initial_batch must be at least 1");
@@ -93,10 +102,9 @@ struct AdaptiveBatch::Impl {
   std::shared_ptr<OptimizerAdapter> optimizer;
   AdaptiveBatchOptions options;
   ScalingRule rule = ScalingRule::adascale;
-  // The `adam` rule's √scale learning rate earns the adam efficiency (docs/adaptive.md).
-  runtime::EfficiencyModel efficiency_model() const {
-    return rule == ScalingRule::adam ? runtime::EfficiencyModel::adam : runtime::EfficiencyModel::sgd;
-  }
+  // Set with the rule: the adam efficiency for an adaptive optimizer at √scale rates.
+  runtime::EfficiencyModel efficiency_kind = runtime::EfficiencyModel::sgd;
+  runtime::EfficiencyModel efficiency_model() const { return efficiency_kind; }
   runtime::ParamGroups groups;
   std::vector<double> base_lr;
   runtime::GradientNoiseScale noise;
@@ -398,6 +406,7 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   m_impl = std::make_unique<Impl>(std::move(context), data_parallel, std::move(optimizer), options);
   Impl& d = *m_impl;
   d.rule = resolve_rule(d.options.rule, d.optimizer->kind());
+  d.efficiency_kind = efficiency_for(d.rule, d.optimizer->kind());
   d.groups = d.optimizer->parameter_groups();
   d.base_lr = d.optimizer->learning_rates();
   if (d.groups.empty()) throw ConfigError("AdaptiveBatch: the optimizer has no parameter groups");

@@ -95,7 +95,7 @@ struct BatchShape {
 // What the last step measured and decided (rank 0's view; every rank has the noise scale).
 struct AdaptiveStats {
   int64_t step = 0;
-  double progress = 0;     // scale-invariant steps: Σ step worth (the gain; adam: √(gain·scale))
+  double progress = 0;     // scale-invariant steps: Σ step worth (the gain, or √(gain·scale))
   double gain = 1;         // AdaScale gain of the last step
   double lr_factor = 1;    // multiplier applied to the learning rates
   double noise_scale = 0;  // B_noise = tr(Σ)/|G|², samples
@@ -137,7 +137,8 @@ class AdaptiveBatch : public Checkpointable {
   void step(int64_t samples = -1);
 
   // Scale-invariant progress (Σ each step's worth in initial-batch steps: the gain, or
-  // √(gain · scale) under the adam rule): use it for learning-rate schedules and "epochs".
+  // √(gain · scale) for an adaptive optimizer at √scale rates, scaling_rule.hpp): use it for
+  // learning-rate schedules and "epochs".
   double progress() const;
   const AdaptiveStats& stats() const;
   // The learning rates the user sets for the initial batch (e.g. from a schedule on

@@ -20,9 +20,9 @@ namespace dlrun {
 // Which learning-rate rule ScalingRule::automatic resolves to, and whether moments exist.
 enum class OptimizerKind {
   sgd_like,  // AdaScale
-  adam,      // Adam, AdamW: √gain, and the norms scaled by √v̂ + ε
+  adam,      // Adam, AdamW: the adam rule (√scale), and the norms scaled by √v̂ + ε
   adaptive,  // another adaptive optimizer (RMSprop, Adagrad; in Python also Adamax, NAdam, RAdam):
-             // √gain, raw norms
+             // the adam rule (√scale), raw norms
 };
 
 // One parameter's Adam state, as the noise scale's preconditioner reads it.

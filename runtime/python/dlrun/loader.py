@@ -190,7 +190,8 @@ class AdaptiveDataLoader(ElasticDataLoader):
 
     def progress(self):
         """Scale-invariant progress (the sum of what each step is worth in initial-batch steps:
-        its gain, or sqrt(gain * scale) under the adam rule): use it for schedules."""
+        its gain, or sqrt(gain * scale) for an adaptive optimizer under the adam or sqrt rule):
+        use it for schedules."""
         return self.adaptive.progress()
 
     def set_base_lr(self, lr):

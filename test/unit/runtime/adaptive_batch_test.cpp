@@ -8,6 +8,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -282,6 +283,52 @@ TEST_SUITE("runtime::AdaptiveBatch") {
             doctest::Approx(expected.at("noise_scale").get<double>()).epsilon(1e-3));
       CHECK(run.lr_factor == doctest::Approx(expected.at("lr_factor").get<double>()).epsilon(1e-3));
       CHECK(run.progress == doctest::Approx(expected.at("progress").get<double>()).epsilon(1e-3));
+    }
+  }
+
+  TEST_CASE(
+      "an adaptive optimizer at square-root rates is rated by the square-root efficiency; SGD, "
+      "or another rule, by Pollux's") {
+    at::set_num_threads(1);
+    struct Case {
+      bool adam;
+      dlrun::ScalingRule rule;
+      bool root;  // the square-root efficiency expected
+    };
+    for (const Case c : {Case{true, dlrun::ScalingRule::automatic, true},
+                         Case{true, dlrun::ScalingRule::sqrt, true},
+                         Case{true, dlrun::ScalingRule::adascale, false},
+                         Case{false, dlrun::ScalingRule::adam, false}}) {
+      CAPTURE(c.adam);
+      CAPTURE(static_cast<int>(c.rule));
+      const fs::path dir = fs::temp_directory_path() /
+                           ("dlrun-adaptive-efficiency-" + std::to_string(::getpid()));
+      fs::create_directories(dir);
+      dlrun::AdaptiveBatchOptions options;
+      options.initial_batch = 8;
+      options.max_batch = 256;
+      options.replan_every = 10;
+      options.measure_every = 4;
+      options.log_every = 10;
+      options.rule = c.rule;
+      options.metrics_path = (dir / "metrics.jsonl").string();
+      dlrun::Context one = world_of_one();
+      const Run run = train(one, 160, options, "", c.adam, c.adam ? 0.003 : 0.001, 0.3);
+      std::ifstream in(dir / "metrics.jsonl");
+      int grown = 0;
+      for (std::string line; std::getline(in, line);) {
+        const auto m = nlohmann::json::parse(line);
+        const double batch = m.at("global_batch").get<double>();
+        if (batch <= 8) continue;
+        ++grown;
+        const double phi = m.at("noise_scale").get<double>();
+        const double pollux = (phi + 8) / (phi + batch);
+        CHECK(m.at("efficiency").get<double>() ==
+              doctest::Approx(c.root ? std::sqrt(pollux) : pollux).epsilon(1e-9));
+      }
+      dlrun::runtime::remove_tree(dir);
+      CHECK(grown > 0);  // the batch grew, so the efficiencies differ
+      CHECK(run.batches.back() > 8);
     }
   }
 
