@@ -86,7 +86,7 @@ double efficiency(double noise_scale, double initial_batch, double batch, Effici
 }
 
 double step_worth(EfficiencyModel model, double gain, double scale) {
-  if (std::isnan(gain) || std::isnan(scale)) return 1.0;
+  if (std::isnan(gain)) return 1.0;
   const double worth = model == EfficiencyModel::adam ? std::sqrt(std::max(gain, 0.0) * scale) : gain;
   return std::max(worth, 1.0);
 }

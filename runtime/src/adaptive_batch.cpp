@@ -103,8 +103,7 @@ struct AdaptiveBatch::Impl {
   AdaptiveBatchOptions options;
   ScalingRule rule = ScalingRule::adascale;
   // Set with the rule: the adam efficiency for an adaptive optimizer at √scale rates.
-  runtime::EfficiencyModel efficiency_kind = runtime::EfficiencyModel::sgd;
-  runtime::EfficiencyModel efficiency_model() const { return efficiency_kind; }
+  runtime::EfficiencyModel efficiency_model = runtime::EfficiencyModel::sgd;
   runtime::ParamGroups groups;
   std::vector<double> base_lr;
   runtime::GradientNoiseScale noise;
@@ -301,13 +300,13 @@ void AdaptiveBatch::Impl::replan() {
       const double phi = noise.ready() ? noise.noise_scale() : 0.0;
       publish_model(params, phi);
       const auto current = runtime::evaluate(params, phi, static_cast<double>(options.initial_batch),
-                                             step_shape(), efficiency_model());
+                                             step_shape(), efficiency_model);
       runtime::BatchLimits explore = limits();
       explore.max_batch = std::min(explore.max_batch,
                                    std::max(explore.initial_batch, k_max_growth * largest_batch));
       const auto best =
           runtime::choose_batch(params, phi, context.nodes(), context.world_size(), explore,
-                                efficiency_model());
+                                efficiency_model);
       const bool forced = replan_due;
       if (forced || runtime::should_switch(current, best, options.min_improvement)) {
         decision[0] = static_cast<double>(best.shape.global_batch());
@@ -351,7 +350,7 @@ void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params,
   runtime::GoodputModel model;
   model.params = params;
   model.noise_scale = noise_scale;
-  model.efficiency = efficiency_model();
+  model.efficiency = efficiency_model;
   model.limits = limits();
   for (const auto& [key, entry] : profile.entries()) {
     const int replicas = std::get<1>(key);
@@ -371,7 +370,7 @@ void AdaptiveBatch::Impl::log_metrics() {
   stats.samples_per_sec = seconds > 0 ? static_cast<double>(interval_samples) / seconds : 0.0;
   stats.efficiency =
       runtime::efficiency(stats.noise_scale, static_cast<double>(options.initial_batch),
-                          static_cast<double>(shape.global_batch), efficiency_model());
+                          static_cast<double>(shape.global_batch), efficiency_model);
   stats.goodput = stats.samples_per_sec * stats.efficiency;
   interval_start = now();
   interval_samples = 0;
@@ -406,7 +405,7 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   m_impl = std::make_unique<Impl>(std::move(context), data_parallel, std::move(optimizer), options);
   Impl& d = *m_impl;
   d.rule = resolve_rule(d.options.rule, d.optimizer->kind());
-  d.efficiency_kind = efficiency_for(d.rule, d.optimizer->kind());
+  d.efficiency_model = efficiency_for(d.rule, d.optimizer->kind());
   d.groups = d.optimizer->parameter_groups();
   d.base_lr = d.optimizer->learning_rates();
   if (d.groups.empty()) throw ConfigError("AdaptiveBatch: the optimizer has no parameter groups");
@@ -494,7 +493,7 @@ void AdaptiveBatch::step(int64_t samples) {
     d.plain_seconds += seconds;
     ++d.plain_steps;
   }
-  d.stats.progress += runtime::step_worth(d.efficiency_model(), d.stats.gain, scale);
+  d.stats.progress += runtime::step_worth(d.efficiency_model, d.stats.gain, scale);
   ++d.stats.step;
   d.interval_samples += samples;
   if (d.replan_due || d.stats.step >= d.next_replan) d.replan();
