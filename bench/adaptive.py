@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Time to a target test accuracy on Fashion-MNIST with 2 ranks (dlrun local --nproc 2):
 dlrun::AdaptiveBatch (--adaptive, starting at batch 64) against fixed global batch sizes,
-each fixed size with its linearly scaled learning rate (lr 2e-3 at 64), same model and seed.
+each fixed size with its scaled learning rate (lr 2e-3 at 64 scaled linearly, or by the square
+root with --lr-scaling sqrt), same model and seed.
 
 Each run stops as soon as the test accuracy, checked every --eval-every samples, reaches the
 target; the time reported is training time (optimizer steps, without the accuracy checks),
@@ -11,7 +12,8 @@ batch size and goodput over time) next to the table.
 
 Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
                                    [--max-epochs 8] [--eval-every 10000] [--base-lr 2e-3]
-                                   [--model cnn|mlp] [--lr-factors 0.5,1,2] [--with python,torchrun]
+                                   [--model cnn|mlp] [--lr-factors 0.5,1,2] [--lr-scaling linear|sqrt]
+                                   [--with python,torchrun]
                                    [--step-ms MS --sample-ms MS --sync-ms-per-rank MS]
                                    [--scaling-rule RULE] [--svg docs/adaptive-fashion-mnist.svg]
 
@@ -23,8 +25,10 @@ the adaptive run through `import dlrun` (examples/python_adaptive), side by side
 cost on top of its real compute: a fixed part per step that larger batches amortise, as on a GPU
 (examples/fashion_mnist --step-ms; the Python adaptive run has no such option).
 
---base-lr is Adam's learning rate at batch 64; fixed sizes scale it linearly, --adaptive
-starts from it (AdaptDL assumes it is tuned for the initial batch)."""
+--base-lr is Adam's learning rate at batch 64; fixed sizes scale it linearly (or by the square
+root of size / 64 with --lr-scaling sqrt, the centre that suits Adam's sweep) and then try each
+of --lr-factors; --adaptive starts from the best of fixed 64 (AdaptDL assumes the learning
+rate is tuned for the initial batch)."""
 import argparse
 import json
 import os
@@ -129,6 +133,8 @@ def main():
     ap.add_argument("--lr-factors", default="1",
                     help="each fixed size is tried at its linearly scaled lr times each of these; its best counts, "
                          "and adaptive starts from the best lr of fixed 64 (e.g. 0.5,1,2)")
+    ap.add_argument("--lr-scaling", choices=("linear", "sqrt"), default="linear",
+                    help="how each fixed size's sweep is centred: base lr x size/64 (linear) or x sqrt(size/64)")
     ap.add_argument("--with", dest="others", default="",
                     help="also python (the adaptive run through import dlrun) and/or torchrun (every fixed size "
                          "and lr of the sweep in PyTorch DDP under torchrun), e.g. python,torchrun")
@@ -154,7 +160,8 @@ def main():
                 continue
             best = None
             for factor in factors:
-                lr = args.base_lr * size / BASE_BATCH * factor
+                ratio = size / BASE_BATCH
+                lr = args.base_lr * (ratio if args.lr_scaling == "linear" else ratio ** 0.5) * factor
                 r = run(args.build, f"{tmp}/{program}-fixed-{size}-{factor:g}",
                         ["--batch-size", str(size), "--lr", f"{lr:g}"], args, program)
                 print((f"{program} fixed {size} (lr {lr:g})", r), file=sys.stderr)
