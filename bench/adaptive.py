@@ -131,7 +131,7 @@ def main():
     ap.add_argument("--base-lr", type=float, default=BASE_LR)
     ap.add_argument("--model", default="cnn", help="the example's model: cnn or mlp (784-256-10)")
     ap.add_argument("--lr-factors", default="1",
-                    help="each fixed size is tried at its linearly scaled lr times each of these; its best counts, "
+                    help="each fixed size is tried at its scaled lr (--lr-scaling) times each of these; its best counts, "
                          "and adaptive starts from the best lr of fixed 64 (e.g. 0.5,1,2)")
     ap.add_argument("--lr-scaling", choices=("linear", "sqrt"), default="linear",
                     help="how each fixed size's sweep is centred: base lr x size/64 (linear) or x sqrt(size/64)")

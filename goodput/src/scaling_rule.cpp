@@ -13,8 +13,8 @@ double lr_factor(ScalingRule rule, double gain, double scale) {
       return gain;
     case ScalingRule::linear:
       return scale;
+    // The same rate; adam also measures the noise scale through Adam's √v̂.
     case ScalingRule::sqrt:
-      return std::sqrt(scale);
     case ScalingRule::adam:
       return std::sqrt(scale);
     case ScalingRule::none:
