@@ -12,20 +12,24 @@ batch size and goodput over time) next to the table.
 
 Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
                                    [--max-epochs 8] [--eval-every 10000] [--base-lr 2e-3]
-                                   [--model cnn|mlp] [--lr-factors 0.5,1,2] [--lr-scaling linear|sqrt]
+                                   [--model cnn|mlp] [--optimizer adam|sgd] [--lr-factors 0.5,1,2]
+                                   [--lr-scaling linear|sqrt]
                                    [--with python,torchrun]
                                    [--step-ms MS --sample-ms MS --sync-ms-per-rank MS]
                                    [--scaling-rule RULE] [--svg docs/adaptive-fashion-mnist.svg]
 
 --with torchrun adds the same sweep of fixed sizes in PyTorch DDP under torchrun
-(bench/python/ddp_train.py: the same model, Adam, seed and accuracy checks), and --with python
+(bench/python/ddp_train.py: the same model, optimizer, seed and accuracy checks), and --with python
 the adaptive run through `import dlrun` (examples/python_adaptive), side by side in one run.
 
 --step-ms, --sample-ms and --sync-ms-per-rank make every run (C++ and torchrun) sleep a GPU-like
 cost on top of its real compute: a fixed part per step that larger batches amortise, as on a GPU
 (examples/fashion_mnist --step-ms; the Python adaptive run has no such option).
 
---base-lr is Adam's learning rate at batch 64; fixed sizes scale it linearly (or by the square
+--optimizer sgd trains every run with SGD (momentum 0.9) instead of Adam; the adaptive run then
+scales its rate by AdaScale's gain.
+
+--base-lr is the optimizer's learning rate at batch 64; fixed sizes scale it linearly (or by the square
 root of size / 64 with --lr-scaling sqrt, the centre that suits Adam's sweep) and then try each
 of --lr-factors; --adaptive starts from the best of fixed 64 (AdaptDL assumes the learning
 rate is tuned for the initial batch)."""
@@ -50,7 +54,7 @@ def run(build, run_dir, extra, args, program="cpp"):
     (examples/python_adaptive: import dlrun, under dlrun local) or 'torchrun' (PyTorch DDP,
     bench/python/ddp_train.py under torchrun)."""
     common = ["--epochs", str(args.max_epochs), "--target-accuracy", str(args.target),
-              "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + cost_args(args) + extra
+              "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + optimizer_args(args) + cost_args(args) + extra
     dlrun = [os.path.join(build, "cli", "dlrun"), "local", "--nproc", "2", "--run-dir", run_dir, "--"]
     if program == "cpp":
         cmd = dlrun + [os.path.join(build, "examples", "fashion_mnist", "fashion_mnist")] + common
@@ -72,6 +76,11 @@ def run(build, run_dir, extra, args, program="cpp"):
         return {"reached": False, "wall": wall, "accuracy": float(final.group(1)) if final else None}
     return {"reached": True, "accuracy": float(m.group(1)), "samples": int(m.group(2)),
             "steps": int(m.group(3)), "seconds": float(m.group(4)), "wall": wall}
+
+
+def optimizer_args(args):
+    """The optimizer every run trains with (nothing for the programs' default, Adam)."""
+    return ["--optimizer", args.optimizer] if args.optimizer != "adam" else []
 
 
 def cost_args(args):
@@ -141,6 +150,8 @@ def main():
     ap.add_argument("--step-ms", type=float, default=0, help="slept per optimizer step by every run (GPU-like)")
     ap.add_argument("--sample-ms", type=float, default=0, help="slept per sample of a rank's local batch")
     ap.add_argument("--sync-ms-per-rank", type=float, default=0, help="slept per step x (ranks - 1)")
+    ap.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                    help="every run's optimizer: adam, or sgd with momentum 0.9 (adaptive: AdaScale)")
     ap.add_argument("--scaling-rule", default="", help="the adaptive run's learning-rate rule (default: the example's, "
                                                         "adam for Adam: lr x sqrt(batch / 64))")
     ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
@@ -150,6 +161,8 @@ def main():
     start_lr = args.base_lr
     factors = [float(f) for f in args.lr_factors.split(",")]
     others = [o for o in args.others.split(",") if o]
+    if args.optimizer != "adam" and "python" in others:
+        ap.error("--with python trains with Adam only (examples/python_adaptive); leave python out")
     if cost_args(args) and "python" in others:
         ap.error("--with python cannot sleep a step cost (examples/python_adaptive has no --step-ms); "
                  "leave python out or the cost")
@@ -177,6 +190,8 @@ def main():
     if args.scaling_rule:
         adaptive_args += ["--scaling-rule", args.scaling_rule]
     rule = {"": "√scale", "adam": "√scale", "auto": "√scale", "adascale": "gain"}.get(args.scaling_rule, args.scaling_rule)
+    if args.optimizer == "sgd" and args.scaling_rule in ("", "auto"):
+        rule = "gain"
     python_row = None
     if "python" in others:
         r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")

@@ -1,5 +1,5 @@
 """Fashion-MNIST to a target test accuracy with PyTorch DDP under torchrun (Gloo): the fixed
-batch arm of bench/adaptive.py --with torchrun. The same model, optimizer (Adam), seed and
+batch arm of bench/adaptive.py --with torchrun. The same model, optimizer (Adam, or SGD with --optimizer sgd), seed and
 accuracy checks as examples/fashion_mnist and examples/python_adaptive: every --eval-every
 samples the test accuracy is measured (each rank its share); as soon as it reaches the
 target, rank 0 prints `target reached: test_accuracy=A after N samples, S steps, T s of
@@ -39,7 +39,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
     parser.add_argument("--batch-size", type=int, default=64, help="global")
+    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
+                        help="adam, or sgd with --momentum (as examples/fashion_mnist)")
     parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--momentum", type=float, default=0.9, help="SGD's")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--target-accuracy", type=float, default=0.88)
     parser.add_argument("--eval-every", type=int, default=10000)
@@ -56,7 +59,10 @@ def main():
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(train, batch_size=args.batch_size // world, sampler=sampler)
     model = DistributedDataParallel(Cnn() if args.model == "cnn" else mlp())
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     samples, steps, seconds, next_eval, last = 0, 0, 0.0, args.eval_every, 0.0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)

@@ -25,6 +25,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 #include <torch/utils.h>
 #include <unistd.h>
 
@@ -56,7 +57,9 @@ struct Options {
   int64_t batch_size = 64;  // global, over all ranks
   int64_t train_limit = 0;
   std::string checkpoint_dir;
+  std::string optimizer = "adam";
   double lr = 2e-3;
+  double momentum = 0.9;  // SGD's
   uint64_t seed = 1;
   std::string data_dir = DLRUN_FASHION_MNIST_DIR;
   std::string trace_dir;
@@ -130,12 +133,12 @@ class Trainer {
         m_test(on_device(fashion_mnist::load(options.data_dir, "t10k"), m_ctx.device())),
         m_net(make_net(options.model, options.seed, m_ctx.device())),
         m_dp(m_net, m_ctx),
-        m_adam(m_net->parameters(), torch::optim::AdamOptions(options.lr)),
+        m_optimizer(make_optimizer(options, m_net->parameters())),
         m_sampler(m_train.size(), m_ctx, options.seed),
         m_trace(options.trace_dir, m_ctx.rank()),
         m_gate(options.step_gate),
         m_progress(m_ctx.is_main()) {
-    if (options.adaptive) m_adaptive.emplace(m_ctx, m_dp, m_adam, adaptive_options(options));
+    if (options.adaptive) m_adaptive.emplace(m_ctx, m_dp, *m_optimizer, adaptive_options(options));
     m_next_eval = options.eval_every;
   }
 
@@ -176,6 +179,16 @@ class Trainer {
     return a;
   }
 
+  // Adam, or SGD with momentum (AdaptiveBatch's auto rule: the adam rule, or AdaScale).
+  static std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+      const Options& o, const std::vector<torch::Tensor>& parameters) {
+    if (o.optimizer == "sgd") {
+      return std::make_unique<torch::optim::SGD>(
+          parameters, torch::optim::SGDOptions(o.lr).momentum(o.momentum));
+    }
+    return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(o.lr));
+  }
+
   static std::shared_ptr<NetImpl> make_net(const std::string& model, uint64_t seed, const c10::Device& device) {
     torch::manual_seed(seed);  // rank 0's weights win anyway (DataParallel broadcasts them)
     auto net = std::make_shared<NetImpl>(model);
@@ -188,7 +201,7 @@ class Trainer {
     if (dir.empty()) return;
     m_ckpt.emplace(m_ctx, dir);
     m_ckpt->track("model", m_net);
-    m_ckpt->track("adam", m_adam);
+    m_ckpt->track(m_options.optimizer, *m_optimizer);
     m_ckpt->track(m_sampler);
     if (m_adaptive) m_ckpt->track("adaptive", *m_adaptive);
     auto info = m_ckpt->restore();
@@ -227,7 +240,7 @@ class Trainer {
       auto loss = loss_of(batch.indices, batch);
       sleep_cost(batch.indices.size(), true);
       m_dp.backward(loss);
-      m_dp.step(m_adam);
+      m_dp.step(*m_optimizer);
       return loss.item<double>();
     }
     double total = 0;
@@ -248,7 +261,7 @@ class Trainer {
     // Scaled by world_size / global batch, this rank's summed loss is its share's mean: a
     // noisy estimate of the global batch's mean loss (no extra allreduce for a log line).
     double step_loss = optimize(batch);
-    m_adam.zero_grad();
+    m_optimizer->zero_grad();
     m_train_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++m_step;
@@ -306,7 +319,7 @@ class Trainer {
   fashion_mnist::Split m_train, m_test;
   std::shared_ptr<NetImpl> m_net;
   dlrun::DataParallel m_dp;
-  torch::optim::Adam m_adam;
+  std::unique_ptr<torch::optim::Optimizer> m_optimizer;
   dlrun::ElasticSampler m_sampler;
   std::optional<dlrun::AdaptiveBatch> m_adaptive;
   std::optional<dlrun::Checkpoint> m_ckpt;
@@ -342,7 +355,14 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", options.checkpoint_dir,
                  "Checkpoint directory (default: $DLRUN_RUN_DIR/checkpoints; none without dlrun)");
   app.add_option("--checkpoint-every", options.checkpoint_every, "Also checkpoint every N steps");
-  app.add_option("--lr", options.lr, "Adam learning rate");
+  app.add_option("--optimizer", options.optimizer,
+                 "adam, or sgd (with --momentum; --adaptive scales its rate by AdaScale)")
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
+  app.add_option("--lr", options.lr, "Learning rate (at --batch-size)")->capture_default_str();
+  app.add_option("--momentum", options.momentum, "SGD's momentum")
+      ->check(CLI::Range(0.0, 1.0, "in [0, 1)"))
+      ->capture_default_str();
   app.add_option("--seed", options.seed, "Seed of the weights and of the sample order");
   app.add_option("--data-dir", options.data_dir, "Directory of the Fashion-MNIST .gz files");
   app.add_option("--trace-dir", options.trace_dir,
