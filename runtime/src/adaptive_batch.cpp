@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include "adaptive_state.hpp"
@@ -50,14 +49,6 @@ constexpr int64_t k_free_decisions = 10;
 // throughput model is fitted to the sizes measured, and far beyond them it only extrapolates
 // (it once chose 4096 after measuring 64 and 108, and predicted 8x the goodput measured there).
 constexpr int64_t k_max_growth = 2;
-// While the profile holds a single micro-batch size, the throughput model cannot tell a step's
-// fixed cost (kernel launches, the optimizer, the sync) from its per-sample cost, and the first
-// decisions would rest on a prior. So every k_probe_every steps (at steps ≡ k_probe_every / 2)
-// one step is probed: it runs as two accumulated micro-batches of half the size (the same
-// gradient), which times a micro-step at another size, without and with the sync. The first
-// probe warms the new size up and is not timed; k_probes are timed.
-constexpr int64_t k_probe_every = 10;
-constexpr int k_probes = 4;
 
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -126,14 +117,6 @@ struct AdaptiveBatch::Impl {
   bool replan_due = false;  // restored with another world size: re-plan at the next step
   std::optional<runtime::MetricsLog> metrics;
   std::optional<runtime::ModelFile> model_file;  // RUN_DIR/goodput-model.json, rank 0
-
-  // The probe (k_probe_every): the shape a probed step stands in for, and how many ran.
-  std::optional<BatchShape> probed;
-  int probes = 0;
-  int64_t probe_base = 0;  // the micro-batch the probes halve
-  bool probe_due() const;
-  void start_probe();
-  void end_probe();
 
   // Timing of the step in flight.
   double now() const { return options.clock ? options.clock() : steady_seconds(); }
@@ -205,30 +188,6 @@ runtime::StepShape AdaptiveBatch::Impl::step_shape() const {
   return s;
 }
 
-bool AdaptiveBatch::Impl::probe_due() const {
-  if (!options.accumulation || probes > k_probes || shape.accum_steps != 1) return false;
-  if (stats.step % k_probe_every != k_probe_every / 2) return false;
-  if (shape.micro_batch < 2 * std::max<int64_t>(1, options.min_micro_batch)) return false;
-  // The probes go on at the size they began at (they add its half to the profile).
-  if (probes > 0) return probe_base == shape.micro_batch;
-  std::set<int64_t> sizes;
-  for (const auto& entry : profile.entries()) sizes.insert(std::get<2>(entry.first));
-  return sizes.size() == 1 && *sizes.begin() == shape.micro_batch;
-}
-
-void AdaptiveBatch::Impl::start_probe() {
-  probed = shape;
-  probe_base = shape.micro_batch;
-  shape.accum_steps = 2;
-  shape.micro_batch = (probed->micro_batch + 1) / 2;
-  ++probes;
-}
-
-void AdaptiveBatch::Impl::end_probe() {
-  shape = *probed;
-  probed.reset();
-}
-
 void AdaptiveBatch::Impl::prepare_step() {
   const int64_t next = stats.step;
   dp.measure_gradient_norms(measures(next));
@@ -285,7 +244,6 @@ bool AdaptiveBatch::Impl::record_time(double seconds) {
     time_this_step = true;
     return false;
   }
-  if (probed && probes == 1) return false;  // the first probe warms its size up
   // A step that also evaluated or checkpointed (user code between steps) is not a step time.
   const auto& entries = profile.entries();
   auto found = entries.find({context.nodes(), context.world_size(), shape.micro_batch});
@@ -505,12 +463,7 @@ void AdaptiveBatch::backward(const at::Tensor& loss, bool last) {
 void AdaptiveBatch::accumulated() {
   // Forward + backward of an accumulated micro-batch (the forward ran before this call).
   const double seconds = m_impl->now() - m_impl->mark;
-  // A probe's accumulated half is timed only where the model has a sync term to hold the
-  // step's fixed cost: in a world of one, the probe's timed step (the other half) stands for a
-  // plain step at the half size.
-  const bool probe_untimed =
-      m_impl->probed && (m_impl->probes == 1 || m_impl->context.world_size() == 1);
-  if (m_impl->time_this_step && !probe_untimed) {
+  if (m_impl->time_this_step) {
     m_impl->profile.add_accum(m_impl->context.nodes(), m_impl->context.world_size(),
                               m_impl->shape.micro_batch, seconds);
   }
@@ -531,8 +484,8 @@ void AdaptiveBatch::step(int64_t samples) {
   d.apply_lr(d.stats.lr_factor);
   d.dp.step([&d] { d.optimizer->step(); });
   const double seconds = d.now() - d.mark;
-  if (!d.record_time(seconds) || d.probed) {
-    // Not a step time of the shape (or a probe's): counted for neither.
+  if (!d.record_time(seconds)) {
+    // Not a step time: counted for neither.
   } else if (d.in_measurement(d.stats.step)) {
     d.measured_seconds += seconds;
     ++d.measured_steps;
@@ -541,7 +494,6 @@ void AdaptiveBatch::step(int64_t samples) {
     ++d.plain_steps;
   }
   d.stats.progress += runtime::step_worth(d.efficiency_model, d.stats.gain, scale);
-  if (d.probed) d.end_probe();
   ++d.stats.step;
   d.interval_samples += samples;
   if (d.replan_due || d.stats.step >= d.next_replan) d.replan();
@@ -549,7 +501,6 @@ void AdaptiveBatch::step(int64_t samples) {
   // Refreshing Adam's denominators before a measurement is part of what it costs: it is
   // timed with the next step.
   d.mark = d.now();
-  if (d.probe_due()) d.start_probe();
   d.prepare_step();
 }
 
@@ -590,7 +541,6 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.stats.step = s.step;
   d.stats.progress = s.progress;
   d.shape = d.shape_for(s.global_batch);
-  d.probed.reset();
   d.largest_batch = d.shape.global_batch;
   d.previous.reset();
   d.time_this_step = false;

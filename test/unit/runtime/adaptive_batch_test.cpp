@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <numeric>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
@@ -331,79 +330,6 @@ TEST_SUITE("runtime::AdaptiveBatch") {
       CHECK(grown > 0);  // the batch grew, so the efficiencies differ
       CHECK(run.batches.back() > 8);
     }
-  }
-
-  TEST_CASE(
-      "before the first decision, probe steps time half micro-batches, so the throughput model "
-      "tells a step's fixed cost from its cost per sample") {
-    // The test's clock: 10 µs a sample and 4 ms per optimizer step. With only the initial
-    // micro-batch timed, the fit has to assume a split (90% per sample: 0.46 ms a sample here),
-    // and larger batches look almost no faster.
-    at::set_num_threads(1);
-    const fs::path dir =
-        fs::temp_directory_path() / ("dlrun-adaptive-probe-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    auto state = std::make_shared<dlrun::runtime::ContextState>();
-    state->uses_signals = false;
-    state->run_dir = dir.string();
-    dlrun::Context ctx(state);
-    dlrun::AdaptiveBatchOptions options;
-    options.initial_batch = 8;
-    options.max_batch = 8;  // keep the batch: the model is under test
-    options.replan_every = 50;
-    options.log_every = 0;
-    train(ctx, 51, options);
-    std::ifstream in(dir / "goodput-model.json");
-    REQUIRE(in);
-    const auto params = nlohmann::json::parse(in).at("params");
-    dlrun::runtime::remove_tree(dir);
-    CHECK(params.at("beta_c").get<double>() == doctest::Approx(1e-5).epsilon(0.3));
-    CHECK(params.at("alpha_c").get<double>() + params.at("alpha_n").get<double>() ==
-          doctest::Approx(0.004).epsilon(0.1));
-    // Without accumulation there is no probe, and the fit keeps its prior.
-    fs::create_directories(dir);
-    options.accumulation = false;
-    train(ctx, 51, options);
-    std::ifstream again(dir / "goodput-model.json");
-    REQUIRE(again);
-    const auto prior = nlohmann::json::parse(again).at("params");
-    dlrun::runtime::remove_tree(dir);
-    CHECK(prior.at("beta_c").get<double>() > 20 * 1e-5);
-  }
-
-  TEST_CASE("a probe step runs the same global batch as two micro-batches of half the size") {
-    at::set_num_threads(1);
-    dlrun::Context ctx = world_of_one();
-    auto model = make_model();
-    dlrun::DataParallel dp(model->ptr(), ctx);
-    torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
-    dlrun::AdaptiveBatchOptions options;
-    options.initial_batch = 8;
-    options.max_batch = 8;
-    options.log_every = 0;
-    double seconds = 0;
-    options.clock = [&seconds] { return seconds; };
-    dlrun::AdaptiveBatch adaptive(ctx, dp, sgd, options);
-    std::vector<int> probed;
-    for (int s = 0; s < 60; ++s) {
-      const dlrun::BatchShape shape = adaptive.shape();
-      CHECK(shape.global_batch == 8);
-      if (shape.accum_steps == 2) {
-        CHECK(shape.micro_batch == 4);
-        probed.push_back(s);
-      }
-      std::vector<int64_t> indices(8);
-      std::iota(indices.begin(), indices.end(), 8 * s);
-      auto parts = adaptive.split(indices);
-      for (size_t i = 0; i < parts.size(); ++i) {
-        seconds += 1e-5 * static_cast<double>(parts[i].size()) + (i + 1 == parts.size() ? 4e-3 : 0);
-        adaptive.backward(loss_of(**model, parts[i], s, 1.0 / 8), i + 1 == parts.size());
-      }
-      adaptive.step(8);
-      sgd.zero_grad();
-    }
-    // Steps 5, 15, …: the first warms the half size up, four more are timed; then no more.
-    CHECK(probed == std::vector<int>{5, 15, 25, 35, 45});
   }
 
   TEST_CASE("rank 0 appends a metrics.jsonl line every log_every steps") {
