@@ -13,8 +13,15 @@ statistical efficiency (B_simple + 64)/(B_simple + M) that Pollux's model gives 
 from the preconditioned figure (the `adam` rule's model takes its square root since 2026-11-25:
 docs/adaptive.md, "Why Adam's efficiency is the square root").
 
+With --hessian N it also gives the noise scale that weighs each direction by the loss's
+curvature, B_noise = tr(H S)/(G^T H G) (McCandlish et al., "An Empirical Model of Large-Batch
+Training", relate it to the critical batch; B_simple is its value when H is a multiple of the
+identity), with H the Hessian over N random training samples (Hessian-vector products by double
+backward), in the update's direction (the adam column: the gradients divided by Adam's
+denominators, as Adam's step is). --optimizer sgd trains with SGD and momentum 0.9 instead of Adam.
+
 Usage: bench/noise_scale.py [--lr 1e-3] [--batch 64] [--at 100,300,1000,2000] [--samples 1024]
-                            [--full 20000]
+                            [--full 20000] [--optimizer adam|sgd] [--hessian 4096]
 
 docs/benchmarks.md compares its figures with the noise scale a run's metrics.jsonl shows."""
 import argparse
@@ -60,13 +67,38 @@ def noise_scales(model, optimizer, x, y, args, generator):
     model.zero_grad()
     per_sample = torch.stack(per_sample)
     out = {}
-    for name, scale in (("raw", None), ("adam", adam_denominators(optimizer, params))):
+    scales = [("raw", None)]
+    if isinstance(optimizer, torch.optim.Adam):
+        scales.append(("adam", adam_denominators(optimizer, params)))
+    hvp = hessian_product(model, params, x, y, args, generator) if args.hessian else None
+    for name, scale in scales:
         g = per_sample if scale is None else per_sample / scale
         G = total if scale is None else total / scale
         trace = (g - g.mean(0)).pow(2).sum(1).mean().item()
         sqr = G.pow(2).sum().item() - trace / args.full
         out[name] = trace / sqr if sqr > 0 else float("inf")
+        if hvp is None:
+            continue
+        # B_noise = tr(H S) / (G^T H G) in the update's direction: g and G are already the step's
+        # (Adam's step is -lr * g / scale), so the optimal step's improvement falls by
+        # 1 / (1 + B_noise / M) with batch M (McCandlish et al.).
+        d = g - g.mean(0)
+        curvature = sum((v * hvp(v)).sum().item() for v in d) / len(d)
+        along = (G * hvp(G)).sum().item() - curvature / args.full
+        out[name + "_hessian"] = curvature / along if along > 0 else float("inf")
     return out
+
+
+def hessian_product(model, params, x, y, args, generator):
+    """v -> H v, H the loss's Hessian over --hessian random training samples (one graph, reused)."""
+    picked = torch.randperm(len(y), generator=generator)[:args.hessian]
+    loss = F.cross_entropy(model(x[picked]), y[picked])
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    flat = torch.cat([g.reshape(-1) for g in grads])
+
+    def product(v):
+        return torch.cat([h.reshape(-1) for h in torch.autograd.grad(flat @ v, params, retain_graph=True)])
+    return product
 
 
 def main():
@@ -77,27 +109,38 @@ def main():
     ap.add_argument("--samples", type=int, default=1024, help="per-sample gradients per measurement")
     ap.add_argument("--full", type=int, default=20000, help="samples behind |G|^2")
     ap.add_argument("--sizes", default="256,512,1024", help="batches to give the efficiency of")
+    ap.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                    help="adam, or sgd with momentum 0.9 (as examples/fashion_mnist --optimizer)")
+    ap.add_argument("--hessian", type=int, default=0,
+                    help="also B_noise = tr(H S)/(G^T H G), H over this many samples (0: not)")
     args = ap.parse_args()
     torch.manual_seed(1)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     generator = torch.Generator().manual_seed(2)
     x, y = load("train").tensors
     model = mlp()
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     at = sorted(int(s) for s in args.at.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
     if at[0] < 1:
         ap.error("--at: steps from 1 (Adam has no denominators before its first step)")
-    print(f"| step | samples seen | B_simple raw | B_simple adam | Pollux's efficiency at {', '.join(map(str, sizes))} (from B_simple adam) |")
-    print("|---|---|---|---|---|")
+    kinds = ["raw"] + (["adam"] if args.optimizer == "adam" else [])
+    columns = [f"B_simple {k}" for k in kinds] + ([f"B_noise {k}" for k in kinds] if args.hessian else [])
+    print(f"| step | samples seen | {' | '.join(columns)} | Pollux's efficiency at {', '.join(map(str, sizes))} (from B_simple {kinds[-1]}) |")
+    print("|---" * (len(columns) + 3) + "|")
     step = 0
     while step <= at[-1]:
         order = torch.randperm(len(y), generator=generator)
         for begin in range(0, len(y) - args.batch + 1, args.batch):
             if step in at:
                 phi = noise_scales(model, optimizer, x, y, args, generator)
-                eff = ", ".join(f"{(phi['adam'] + args.batch) / (phi['adam'] + m):.2f}" for m in sizes)
-                print(f"| {step} | {step * args.batch} | {phi['raw']:.0f} | {phi['adam']:.0f} | {eff} |", flush=True)
+                last = phi[kinds[-1]]
+                eff = ", ".join(f"{(last + args.batch) / (last + m):.2f}" for m in sizes)
+                values = [phi[k] for k in kinds] + ([phi[k + "_hessian"] for k in kinds] if args.hessian else [])
+                print(f"| {step} | {step * args.batch} | {' | '.join(f'{v:.0f}' for v in values)} | {eff} |", flush=True)
             if step == at[-1]:
                 return 0
             batch = order[begin:begin + args.batch]
