@@ -2,7 +2,7 @@
 """Time to a target test accuracy on Fashion-MNIST with 2 ranks (dlrun local --nproc 2):
 dlrun::AdaptiveBatch (--adaptive, starting at batch 64) against fixed global batch sizes,
 each fixed size with its scaled learning rate (lr 2e-3 at 64 scaled linearly, or by the square
-root with --lr-scaling sqrt), same model and seed.
+root with --lr-scaling sqrt; 0.02 with --optimizer sgd), same model and seed.
 
 Each run stops as soon as the test accuracy, checked every --eval-every samples, reaches the
 target; the time reported is training time (optimizer steps, without the accuracy checks),
@@ -11,7 +11,7 @@ and the samples are those trained on until then. A run that does not reach the t
 batch size and goodput over time) next to the table.
 
 Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
-                                   [--max-epochs 8] [--eval-every 10000] [--base-lr 2e-3]
+                                   [--max-epochs 8] [--eval-every 10000] [--base-lr LR]
                                    [--model cnn|mlp] [--optimizer adam|sgd] [--lr-factors 0.5,1,2]
                                    [--lr-scaling linear|sqrt]
                                    [--with python,torchrun]
@@ -29,10 +29,10 @@ cost on top of its real compute: a fixed part per step that larger batches amort
 --optimizer sgd trains every run with SGD (momentum 0.9) instead of Adam; the adaptive run then
 scales its rate by AdaScale's gain.
 
---base-lr is the optimizer's learning rate at batch 64; fixed sizes scale it linearly (or by the square
-root of size / 64 with --lr-scaling sqrt, the centre that suits Adam's sweep) and then try each
-of --lr-factors; --adaptive starts from the best of fixed 64 (AdaptDL assumes the learning
-rate is tuned for the initial batch)."""
+--base-lr is the optimizer's learning rate at batch 64 (default 2e-3 for Adam, 0.02 for SGD);
+fixed sizes scale it linearly (or by the square root of size / 64 with --lr-scaling sqrt, the
+centre that suits Adam's sweep) and then try each of --lr-factors; --adaptive starts from the
+best of fixed 64 (AdaptDL assumes the learning rate is tuned for the initial batch)."""
 import argparse
 import json
 import os
@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-BASE_LR, BASE_BATCH = 2e-3, 64
+BASE_LRS, BASE_BATCH = {"adam": 2e-3, "sgd": 0.02}, 64
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,7 +137,8 @@ def main():
     ap.add_argument("--max-epochs", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=10000)
     ap.add_argument("--max-batch", type=int, default=4096)
-    ap.add_argument("--base-lr", type=float, default=BASE_LR)
+    ap.add_argument("--base-lr", type=float, default=None,
+                    help="the learning rate at batch 64 (default: 2e-3 with adam, 0.02 with sgd)")
     ap.add_argument("--model", default="cnn", help="the example's model: cnn or mlp (784-256-10)")
     ap.add_argument("--lr-factors", default="1",
                     help="each fixed size is tried at its scaled lr (--lr-scaling) times each of these; its best counts, "
@@ -153,9 +154,11 @@ def main():
     ap.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
                     help="every run's optimizer: adam, or sgd with momentum 0.9 (adaptive: AdaScale)")
     ap.add_argument("--scaling-rule", default="", help="the adaptive run's learning-rate rule (default: the example's, "
-                                                        "adam for Adam: lr x sqrt(batch / 64))")
+                                                        "adam for Adam: lr x sqrt(batch / 64); adascale for SGD: lr x gain)")
     ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
     args = ap.parse_args()
+    if args.base_lr is None:
+        args.base_lr = BASE_LRS[args.optimizer]
     tmp = tempfile.mkdtemp(prefix="dlrun-bench-adaptive-")
     rows = []
     start_lr = args.base_lr

@@ -3,7 +3,8 @@
 per-sample gradients: a check of what dlrun::AdaptiveBatch estimates from two ranks' gradient
 norms (docs/adaptive.md, "The gradient noise scale"), independent of its code.
 
-It trains the MLP in one process (PyTorch, Adam, the given batch and learning rate, seed 1) and,
+It trains the MLP in one process (PyTorch, Adam or --optimizer sgd, the given batch and learning
+rate, seed 1) and,
 at each of --at's steps, takes the per-sample gradients of --samples random training samples
 (their covariance's trace, tr(S)) and the gradient over --full samples (|G|^2, less the part of
 tr(S) that a finite average keeps), and prints the noise scale B_simple = tr(S)/|G|^2, on the raw
@@ -17,8 +18,11 @@ With --hessian N it also gives the noise scale that weighs each direction by the
 curvature, B_noise = tr(H S)/(G^T H G) (McCandlish et al., "An Empirical Model of Large-Batch
 Training", relate it to the critical batch; B_simple is its value when H is a multiple of the
 identity), with H the Hessian over N random training samples (Hessian-vector products by double
-backward), in the update's direction (the adam column: the gradients divided by Adam's
-denominators, as Adam's step is). --optimizer sgd trains with SGD and momentum 0.9 instead of Adam.
+backward), in the direction of a preconditioned SGD step (the adam column: the gradients divided
+by Adam's denominators; Adam's momentum, and SGD's, are left out). H is taken over samples drawn
+from a generator of its own, so --hessian does not change the training. A figure whose
+denominator or numerator is not positive (H is not positive definite) prints as n/a.
+--optimizer sgd trains with SGD and momentum 0.9 instead of Adam.
 
 Usage: bench/noise_scale.py [--lr 1e-3] [--batch 64] [--at 100,300,1000,2000] [--samples 1024]
                             [--full 20000] [--optimizer adam|sgd] [--hessian 4096]
@@ -70,28 +74,31 @@ def noise_scales(model, optimizer, x, y, args, generator):
     scales = [("raw", None)]
     if isinstance(optimizer, torch.optim.Adam):
         scales.append(("adam", adam_denominators(optimizer, params)))
-    hvp = hessian_product(model, params, x, y, args, generator) if args.hessian else None
+    hvp = hessian_product(model, params, x, y, args) if args.hessian else None
     for name, scale in scales:
         g = per_sample if scale is None else per_sample / scale
         G = total if scale is None else total / scale
         trace = (g - g.mean(0)).pow(2).sum(1).mean().item()
         sqr = G.pow(2).sum().item() - trace / args.full
-        out[name] = trace / sqr if sqr > 0 else float("inf")
+        out[name] = trace / sqr if sqr > 0 else float("nan")
         if hvp is None:
             continue
-        # B_noise = tr(H S) / (G^T H G) in the update's direction: g and G are already the step's
-        # (Adam's step is -lr * g / scale), so the optimal step's improvement falls by
-        # 1 / (1 + B_noise / M) with batch M (McCandlish et al.).
+        # B_noise = tr(H S) / (G^T H G) for a preconditioned SGD step -lr * g (g already divided
+        # by Adam's denominators in the adam column; momentum left out): the best such step's
+        # improvement falls by 1 / (1 + B_noise / M) with batch M (McCandlish et al.).
         d = g - g.mean(0)
         curvature = sum((v * hvp(v)).sum().item() for v in d) / len(d)
         along = (G * hvp(G)).sum().item() - curvature / args.full
-        out[name + "_hessian"] = curvature / along if along > 0 else float("inf")
+        out[name + "_hessian"] = curvature / along if along > 0 and curvature > 0 else float("nan")
     return out
 
 
-def hessian_product(model, params, x, y, args, generator):
+HESSIAN_DRAWS = torch.Generator().manual_seed(3)  # its own: --hessian leaves the training as it is
+
+
+def hessian_product(model, params, x, y, args):
     """v -> H v, H the loss's Hessian over --hessian random training samples (one graph, reused)."""
-    picked = torch.randperm(len(y), generator=generator)[:args.hessian]
+    picked = torch.randperm(len(y), generator=HESSIAN_DRAWS)[:args.hessian]
     loss = F.cross_entropy(model(x[picked]), y[picked])
     grads = torch.autograd.grad(loss, params, create_graph=True)
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -126,7 +133,8 @@ def main():
     at = sorted(int(s) for s in args.at.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
     if at[0] < 1:
-        ap.error("--at: steps from 1 (Adam has no denominators before its first step)")
+        ap.error("--at: steps from 1 (Adam has no denominators before its first step, and SGD's "
+                 "figures are counted the same way)")
     kinds = ["raw"] + (["adam"] if args.optimizer == "adam" else [])
     columns = [f"B_simple {k}" for k in kinds] + ([f"B_noise {k}" for k in kinds] if args.hessian else [])
     print(f"| step | samples seen | {' | '.join(columns)} | Pollux's efficiency at {', '.join(map(str, sizes))} (from B_simple {kinds[-1]}) |")
@@ -140,7 +148,7 @@ def main():
                 last = phi[kinds[-1]]
                 eff = ", ".join(f"{(last + args.batch) / (last + m):.2f}" for m in sizes)
                 values = [phi[k] for k in kinds] + ([phi[k + "_hessian"] for k in kinds] if args.hessian else [])
-                print(f"| {step} | {step * args.batch} | {' | '.join(f'{v:.0f}' for v in values)} | {eff} |", flush=True)
+                print(f"| {step} | {step * args.batch} | {' | '.join('n/a' if v != v else f'{v:.0f}' for v in values)} | {eff} |", flush=True)
             if step == at[-1]:
                 return 0
             batch = order[begin:begin + args.batch]

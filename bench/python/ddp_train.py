@@ -1,6 +1,7 @@
 """Fashion-MNIST to a target test accuracy with PyTorch DDP under torchrun (Gloo): the fixed
-batch arm of bench/adaptive.py --with torchrun. The same model, optimizer (Adam, or SGD with --optimizer sgd), seed and
-accuracy checks as examples/fashion_mnist and examples/python_adaptive: every --eval-every
+batch arm of bench/adaptive.py --with torchrun. The same model, optimizer (Adam, or SGD with
+--optimizer sgd as in examples/fashion_mnist), seed and accuracy checks as examples/fashion_mnist
+and examples/python_adaptive (Adam only): every --eval-every
 samples the test accuracy is measured (each rank its share); as soon as it reaches the
 target, rank 0 prints `target reached: test_accuracy=A after N samples, S steps, T s of
 training` (T: optimizer steps only), like the examples.

@@ -26,6 +26,8 @@ const CLI::Validator k_non_negative = number_check(
     "NON-NEGATIVE", [](double v) { return v >= 0; }, "at least 0");
 const CLI::Validator k_fraction = number_check(
     "FRACTION", [](double v) { return v > 0 && v < 1; }, "strictly between 0 and 1");
+const CLI::Validator k_unit_interval = number_check(
+    "IN [0, 1)", [](double v) { return v >= 0 && v < 1; }, "at least 0 and below 1");
 
 void add_step_cost_options(CLI::App& app, StepCost& cost) {
   app.add_option("--step-ms", cost.step_ms,

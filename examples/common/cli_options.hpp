@@ -15,6 +15,8 @@ extern const CLI::Validator k_positive;
 extern const CLI::Validator k_non_negative;
 // "'abc' is not a number", "1 is not strictly between 0 and 1".
 extern const CLI::Validator k_fraction;
+// "'abc' is not a number", "1 is not at least 0 and below 1".
+extern const CLI::Validator k_unit_interval;
 
 // --step-ms, --sample-ms and --sync-ms-per-rank into `cost` (its values are the defaults shown).
 void add_step_cost_options(CLI::App& app, StepCost& cost);

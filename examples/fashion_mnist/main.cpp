@@ -58,7 +58,7 @@ struct Options {
   int64_t train_limit = 0;
   std::string checkpoint_dir;
   std::string optimizer = "adam";
-  double lr = 2e-3;
+  double lr = 0;          // 0: the optimizer's default (k_adam_lr, k_sgd_lr)
   double momentum = 0.9;  // SGD's
   uint64_t seed = 1;
   std::string data_dir = DLRUN_FASHION_MNIST_DIR;
@@ -79,6 +79,10 @@ struct Options {
   double smoothing = 0.999;
   examples::StepCost cost;  // slept on top of the real compute (none by default)
 };
+
+// The learning rates at batch 64 that train the models well (docs/benchmarks.md's sweeps).
+constexpr double k_adam_lr = 2e-3;
+constexpr double k_sgd_lr = 0.02;
 
 dlrun::InitOptions init_options(const Options& options) {
   dlrun::InitOptions init;
@@ -356,13 +360,16 @@ int main(int argc, char** argv) {
                  "Checkpoint directory (default: $DLRUN_RUN_DIR/checkpoints; none without dlrun)");
   app.add_option("--checkpoint-every", options.checkpoint_every, "Also checkpoint every N steps");
   app.add_option("--optimizer", options.optimizer,
-                 "adam, or sgd (with --momentum; --adaptive scales its rate by AdaScale)")
+                 "adam, or sgd with --momentum (--adaptive: the adam rule, or AdaScale)")
       ->check(CLI::IsMember({"adam", "sgd"}))
       ->capture_default_str();
-  app.add_option("--lr", options.lr, "Learning rate (at --batch-size)")->capture_default_str();
-  app.add_option("--momentum", options.momentum, "SGD's momentum")
-      ->check(CLI::Range(0.0, 1.0, "in [0, 1)"))
-      ->capture_default_str();
+  app.add_option("--lr", options.lr,
+                 fmt::format("Learning rate (default: {:g} with adam, {:g} with sgd)",
+                             k_adam_lr, k_sgd_lr))
+      ->check(examples::k_positive);
+  auto* momentum = app.add_option("--momentum", options.momentum, "SGD's momentum")
+                       ->check(examples::k_unit_interval)
+                       ->capture_default_str();
   app.add_option("--seed", options.seed, "Seed of the weights and of the sample order");
   app.add_option("--data-dir", options.data_dir, "Directory of the Fashion-MNIST .gz files");
   app.add_option("--trace-dir", options.trace_dir,
@@ -408,9 +415,13 @@ int main(int argc, char** argv) {
   examples::add_step_cost_options(app, options.cost);
   try {
     app.parse(argc, argv);
+    if (momentum->count() > 0 && options.optimizer != "sgd") {
+      throw CLI::ValidationError("--momentum", "applies to --optimizer sgd only");
+    }
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : dlrun::exit_code::k_usage;
   }
+  if (options.lr <= 0) options.lr = options.optimizer == "sgd" ? k_sgd_lr : k_adam_lr;
   return examples::run_main("fashion_mnist", [&] {
     use_launcher_threads();
     return Trainer(options).run();

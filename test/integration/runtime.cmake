@@ -13,6 +13,7 @@ endif()
 if(TARGET fashion_mnist)
   dlrun_integration_test(test_adaptive AdaptiveTraining TIMEOUT 300 LABELS runtime)
   dlrun_integration_test(test_adaptive SleptStepCost TIMEOUT 300 LABELS runtime)
+  dlrun_integration_test(test_adaptive SgdOptimizer TIMEOUT 300 LABELS runtime)
 endif()
 if(TARGET dlrun_synthetic)
   # The synthetic workload on fake GPUs: about 10 s on two busy cores.

@@ -123,6 +123,48 @@ class SleptStepCost(ExampleCase):
         self.assertFalse(os.path.exists(self.trace), "a rank trained before its options were checked")
 
 
+class SgdOptimizer(ExampleCase):
+    """--optimizer sgd: AdaptiveBatch scales SGD by AdaScale and rates samples by Pollux's
+    efficiency, and the optimizer's state (momentum) is checkpointed under its own name."""
+
+    def args(self, epochs, *extra):
+        args = self.example_args("--optimizer", "sgd", "--adaptive", "--max-batch-size", "96",
+                                 "--replan-every", "8", "--slow-ms", "20", *extra)
+        args[args.index("--batch-size") + 1] = "16"
+        args[args.index("--epochs") + 1] = str(epochs)
+        return args
+
+    def test_adaptive_sgd_publishes_its_efficiency_and_resumes_with_its_momentum(self):
+        run_dir = os.path.join(self.tmp, "run1")
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", run_dir, *self.args(1))
+        self.assertEqual(code, 0, out + err)
+        with open(os.path.join(run_dir, "goodput-model.json")) as f:
+            self.assertEqual(json.load(f)["efficiency"], "sgd")
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            lines = [json.loads(line) for line in f]
+        grown = [line for line in lines if line["global_batch"] > 16]
+        self.assertTrue(grown, f"the batch never grew: {lines}\n{out}{err}")
+        for line in grown:  # AdaScale: the rate follows the gain, in [1, batch / 16]
+            self.assertGreaterEqual(line["lr_factor"], 1 - 1e-9, line)
+            self.assertLessEqual(line["lr_factor"], line["global_batch"] / 16 + 1e-9, line)
+        saved = sorted(os.listdir(self.checkpoints))
+        self.assertTrue(saved, out + err)
+        self.assertTrue(os.path.exists(os.path.join(self.checkpoints, saved[-1], "optimizer-sgd.pt")), saved)
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", os.path.join(self.tmp, "run2"),
+                                        *self.args(2))
+        self.assertEqual(code, 0, out + err)
+        self.assertRegex(out, r"\[0\] resumed from step \d+")
+        self.assertRegex(out.strip().splitlines()[-1], r"^\[0\] test_accuracy=0\.\d{4}$")
+
+    def test_momentum_without_sgd_and_a_momentum_of_1_are_refused(self):
+        for extra, message in ((["--momentum", "0.5"], "--momentum: applies to --optimizer sgd only"),
+                               (["--optimizer", "sgd", "--momentum", "1"], "--momentum: 1 is not at least 0 and below 1")):
+            code, out, err = self.run_dlrun("local", "--nproc", "1", *self.example_args(*extra))
+            self.assertNotEqual(code, 0)
+            self.assertIn(message, out + err)
+        self.assertFalse(os.path.exists(self.trace), "a rank trained before its options were checked")
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
