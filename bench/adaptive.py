@@ -192,9 +192,9 @@ def main():
                      "--max-batch-size", str(args.max_batch)]
     if args.scaling_rule:
         adaptive_args += ["--scaling-rule", args.scaling_rule]
-    rule = {"": "√scale", "adam": "√scale", "auto": "√scale", "adascale": "gain"}.get(args.scaling_rule, args.scaling_rule)
-    if args.optimizer == "sgd" and args.scaling_rule in ("", "auto"):
-        rule = "gain"
+    resolved = args.scaling_rule if args.scaling_rule not in ("", "auto") else \
+        ("adascale" if args.optimizer == "sgd" else "adam")  # the auto rule's choice
+    rule = {"adam": "√scale", "adascale": "gain"}.get(resolved, resolved)
     python_row = None
     if "python" in others:
         r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")

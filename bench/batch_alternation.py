@@ -25,16 +25,13 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "fashion_mnist"))
-from fashion_mnist import load, mlp  # noqa: E402
+from fashion_mnist import load, mlp, optimizer as make_optimizer  # noqa: E402
 
 
 def run(args, seed, x, y, tx, ty):
     torch.manual_seed(seed)
     model = mlp()
-    if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr)
     generator = torch.Generator().manual_seed(seed)
     state = {"order": torch.randperm(len(y), generator=generator), "at": 0}
 

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "fashion_mnist"))
-from fashion_mnist import load, mlp  # noqa: E402
+from fashion_mnist import load, mlp, optimizer as make_optimizer  # noqa: E402
 
 
 def flat_grad(params):
@@ -126,10 +126,7 @@ def main():
     generator = torch.Generator().manual_seed(2)
     x, y = load("train").tensors
     model = mlp()
-    if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr)
     at = sorted(int(s) for s in args.at.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
     if at[0] < 1:

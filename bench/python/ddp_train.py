@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "fashion_mnist"))
-from fashion_mnist import Cnn, load, mlp  # noqa: E402
+from fashion_mnist import Cnn, load, mlp, optimizer as make_optimizer  # noqa: E402
 
 
 def accuracy(model, test, rank, world):
@@ -60,10 +60,7 @@ def main():
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(train, batch_size=args.batch_size // world, sampler=sampler)
     model = DistributedDataParallel(Cnn() if args.model == "cnn" else mlp())
-    if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr, args.momentum)
     samples, steps, seconds, next_eval, last = 0, 0, 0.0, args.eval_every, 0.0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)

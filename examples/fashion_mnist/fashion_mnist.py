@@ -1,5 +1,5 @@
 """Fashion-MNIST and the examples' models for Python: the twins of fashion_mnist_data.hpp,
-cnn.hpp and mlp.hpp, shared by examples/python_ddp, examples/python_adaptive and the
+cnn.hpp and mlp.hpp (and of main.cpp's --optimizer), shared by examples/python_ddp, examples/python_adaptive and the
 benchmarks, so that each trains and times exactly the model the C++ example does.
 
 The data is Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist, or
@@ -47,3 +47,10 @@ class Cnn(nn.Module):
 def mlp():
     """The small MLP, 784-256-10: mostly fixed per-step cost on a CPU."""
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def optimizer(name, parameters, lr, momentum=0.9):
+    """'adam', or 'sgd' with momentum: what examples/fashion_mnist --optimizer trains with."""
+    if name == "sgd":
+        return torch.optim.SGD(parameters, lr=lr, momentum=momentum)
+    return torch.optim.Adam(parameters, lr=lr)
