@@ -70,6 +70,7 @@ struct Options {
   int64_t max_batch_size = 4096;
   int64_t max_micro_batch = 0;
   int64_t replan_every = 50;
+  bool noise_floor = true;
   std::string scaling_rule = "auto";
   double target_accuracy = 0;
   int64_t eval_every = 10000;
@@ -179,6 +180,7 @@ class Trainer {
     a.replan_every = o.replan_every;
     a.measure_every = o.measure_every;
     a.smoothing = o.smoothing;
+    a.noise_floor = o.noise_floor;
     a.rule = *dlrun::parse_scaling_rule(o.scaling_rule);  // checked by the command line
     return a;
   }
@@ -390,6 +392,9 @@ int main(int argc, char** argv) {
   app.add_option("--replan-every", options.replan_every,
                  "Optimizer steps between --adaptive's decisions")
       ->check(CLI::PositiveNumber);
+  app.add_flag("!--no-noise-floor", options.noise_floor,
+               "--adaptive chooses by goodput alone, without the noise floor a larger batch's "
+               "lower rate per sample trains towards (docs/adaptive.md, \"The noise floor\")");
   app.add_option("--measure-every", options.measure_every,
                  "Optimizer steps between --adaptive's measurements of the gradient noise scale")
       ->check(CLI::PositiveNumber);

@@ -101,6 +101,8 @@ def main():
     parser.add_argument("--max-batch-size", type=int, default=4096)
     parser.add_argument("--max-micro-batch", type=int, default=0, help="per rank (0: no limit)")
     parser.add_argument("--replan-every", type=int, default=50)
+    parser.add_argument("--no-noise-floor", dest="noise_floor", action="store_false",
+                        help="choose by goodput alone, without the noise floor (docs/adaptive.md)")
     parser.add_argument("--checkpoint-dir", default=None,
                         help="default: $DLRUN_RUN_DIR/checkpoints, ./checkpoints without dlrun")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps")
@@ -123,7 +125,7 @@ def main():
         loader = dlrun.AdaptiveDataLoader(train, args.batch_size, model=model, optimizer=optimizer,
                                           max_batch_size=max(args.max_batch_size, args.batch_size),
                                           max_micro_batch=args.max_micro_batch, replan_every=args.replan_every,
-                                          seed=args.seed)
+                                          noise_floor=args.noise_floor, seed=args.seed)
     else:
         loader = dlrun.ElasticDataLoader(train, args.batch_size, seed=args.seed)
     ckpt = dlrun.Checkpoint([model, optimizer, loader], directory=args.checkpoint_dir)
@@ -147,6 +149,8 @@ def main():
                 started = time.perf_counter()
             loss = F.cross_entropy(model(x), y, reduction="sum") * loader.loss_scale()
             loss.backward()
+            if args.adaptive:
+                loader.observe_loss(loss)  # the training loss, for the noise floor
             optimizer.step()
             optimizer.zero_grad()
             step_loss += loss.item()

@@ -87,7 +87,8 @@ double efficiency(double noise_scale, double initial_batch, double batch, Effici
 
 double step_worth(EfficiencyModel model, double gain, double scale) {
   if (std::isnan(gain)) return 1.0;
-  const double worth = model == EfficiencyModel::adam ? std::sqrt(std::max(gain, 0.0) * scale) : gain;
+  const double worth =
+      model == EfficiencyModel::adam ? std::sqrt(std::max(gain, 0.0) * scale) : gain;
   return std::max(worth, 1.0);
 }
 
@@ -102,8 +103,10 @@ GoodputPoint evaluate(const ThroughputParams& params, double noise_scale, double
   return point;
 }
 
-GoodputPoint choose_batch(const ThroughputParams& params, double noise_scale, int nodes,
-                          int replicas, const BatchLimits& limits, EfficiencyModel model) {
+std::pair<GoodputPoint, double> choose_batch_by(
+    const ThroughputParams& params, double noise_scale, int nodes, int replicas,
+    const BatchLimits& limits, EfficiencyModel model,
+    const std::function<double(const GoodputPoint&)>& value) {
   const int64_t max_micro = limits.max_micro_batch > 0 ? limits.max_micro_batch : limits.max_batch;
   check_limits(nodes, replicas, limits, max_micro);
   // Below the initial batch the efficiency formula extrapolates past the tuned learning rate:
@@ -111,18 +114,28 @@ GoodputPoint choose_batch(const ThroughputParams& params, double noise_scale, in
   const int64_t lower = std::max(std::min(limits.initial_batch, limits.max_batch),
                                  int64_t{replicas} * limits.min_micro_batch);
   GoodputPoint best;
+  double best_value = 0;
   bool found = false;
   for (int64_t batch : candidate_batches(lower, limits.max_batch)) {
     const StepShape shape = shape_for(batch, nodes, replicas, limits, max_micro);
     const GoodputPoint point =
         evaluate(params, noise_scale, static_cast<double>(limits.initial_batch), shape, model);
+    const double v = value(point);
     // Strictly better only: on a tie the smaller batch (seen first) wins.
-    if (!found || point.goodput > best.goodput) {
+    if (!found || v > best_value) {
       best = point;
+      best_value = v;
       found = true;
     }
   }
-  return best;
+  return {best, best_value};
+}
+
+GoodputPoint choose_batch(const ThroughputParams& params, double noise_scale, int nodes,
+                          int replicas, const BatchLimits& limits, EfficiencyModel model) {
+  return choose_batch_by(params, noise_scale, nodes, replicas, limits, model,
+                         [](const GoodputPoint& point) { return point.goodput; })
+      .first;
 }
 
 bool should_switch(const GoodputPoint& current, const GoodputPoint& best, double min_improvement) {

@@ -138,6 +138,18 @@ class PythonOptimizer : public dlrun::OptimizerAdapter {
     }
     return out;
   }
+  double momentum_gain() const override {
+    // torch.optim.SGD's heavy-ball momentum (its first group's); an optimizer without both
+    // keys has none.
+    if (m_kind != dlrun::OptimizerKind::sgd_like) return 1.0;
+    py::gil_scoped_acquire gil;
+    const std::vector<py::dict> all = groups();
+    if (all.empty() || !all[0].contains("momentum") || !all[0].contains("dampening")) return 1.0;
+    const auto momentum = all[0]["momentum"].cast<double>();
+    const auto dampening = all[0]["dampening"].cast<double>();
+    if (!(momentum > 0 && momentum < 1)) return 1.0;
+    return (1 - dampening) / (1 - momentum);
+  }
 
  private:
   std::vector<py::dict> groups() const {
@@ -321,8 +333,9 @@ void bind_adaptive(py::module_& m) {
                        py::object step, const std::string& kind, int64_t initial_batch,
                        int64_t max_batch, int64_t min_micro_batch, int64_t max_micro_batch,
                        bool accumulation, const std::string& rule, int64_t replan_every,
-                       int64_t measure_every, double min_improvement, int64_t log_every,
-                       const std::string& metrics_path, std::function<double()> clock) {
+                       int64_t measure_every, double min_improvement, bool noise_floor,
+                       int64_t log_every, const std::string& metrics_path,
+                       std::function<double()> clock) {
              dlrun::AdaptiveBatchOptions o;
              o.initial_batch = initial_batch;
              o.max_batch = max_batch;
@@ -339,6 +352,7 @@ void bind_adaptive(py::module_& m) {
              o.replan_every = replan_every;
              o.measure_every = measure_every;
              o.min_improvement = min_improvement;
+             o.noise_floor = noise_floor;
              o.log_every = log_every;
              o.metrics_path = metrics_path;
              o.clock = std::move(clock);
@@ -354,6 +368,7 @@ void bind_adaptive(py::module_& m) {
            })
       .def("split", &dlrun::AdaptiveBatch::split)
       .def("accumulated", &dlrun::AdaptiveBatch::accumulated)
+      .def("observe_loss", &dlrun::AdaptiveBatch::observe_loss)
       .def("step", &dlrun::AdaptiveBatch::step, py::arg("samples") = -1)
       .def("progress", &dlrun::AdaptiveBatch::progress)
       .def("set_base_lr", &dlrun::AdaptiveBatch::set_base_lr)
@@ -371,6 +386,8 @@ void bind_adaptive(py::module_& m) {
         d["samples_per_sec"] = s.samples_per_sec;
         d["goodput"] = s.goodput;
         d["measure_every"] = s.measure_every;
+        d["loss"] = s.loss;
+        d["noise_floor"] = s.noise_floor;
         return d;
       });
 }

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "adaptive_state.hpp"
@@ -16,6 +19,7 @@
 #include "goodput/goodput.hpp"
 #include "goodput/goodput_model.hpp"
 #include "goodput/gradient_noise_scale.hpp"
+#include "goodput/noise_floor.hpp"
 #include "goodput/throughput_model.hpp"
 #include "gradient_norms.hpp"
 #include "metrics_log.hpp"
@@ -114,6 +118,16 @@ struct AdaptiveBatch::Impl {
   int64_t preconditioner_step = -1;  // the step after which it was last refreshed
   BatchShape shape;
   AdaptiveStats stats;
+  // The noise floor (options.noise_floor): the losses observed since the last decision (a
+  // device tensor, read back at the decision), their steps, the mean per interval, and the
+  // last fall rate measured with the goodput predicted where it was measured.
+  at::Tensor loss_sum;
+  bool loss_this_step = false;
+  int64_t loss_steps = 0;
+  double interval_begin = 0;  // when the decision interval began (a decision, or the start)
+  runtime::LossTrend trend;
+  double fall_rate = -1, fall_goodput = 0;  // -1: none measured yet
+  std::string floor_why;    // rank 0: why the floor chose the next batch, for the log
   bool replan_due = false;  // restored with another world size: re-plan at the next step
   std::optional<runtime::MetricsLog> metrics;
   std::optional<runtime::ModelFile> model_file;  // RUN_DIR/goodput-model.json, rank 0
@@ -154,6 +168,16 @@ struct AdaptiveBatch::Impl {
   void switch_to(const BatchShape& next, const char* why);
   void log_metrics();
   void publish_model(const runtime::ThroughputParams& params, double noise_scale);
+  void close_loss_interval(double end);
+  std::vector<double> adam_denominators() const;
+  double floor_at(double batch, const std::vector<double>& denominators) const;
+  std::optional<runtime::FloorInputs> floor_inputs(const runtime::GoodputPoint& current);
+  std::pair<runtime::GoodputPoint, bool> floor_decision(const runtime::ThroughputParams& params,
+                                                        double phi,
+                                                        const runtime::BatchLimits& explore,
+                                                        const runtime::GoodputPoint& current,
+                                                        const runtime::GoodputPoint& best,
+                                                        const runtime::FloorInputs& floor);
 };
 
 runtime::BatchLimits AdaptiveBatch::Impl::limits() const {
@@ -268,6 +292,103 @@ void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
   reset_costs();
 }
 
+void AdaptiveBatch::Impl::close_loss_interval(double end) {
+  if (loss_sum.defined() && loss_steps > 0) {
+    stats.loss = loss_sum.item<double>() / static_cast<double>(loss_steps);
+    trend.add(interval_begin, end, stats.loss, shape.global_batch);
+  }
+  loss_sum = at::Tensor();
+  loss_steps = 0;
+  interval_begin = end;
+}
+
+// Per group, the mean of Adam's denominators √v̂ + ε (floored as the preconditioner floors
+// them); 1 for an optimizer without them. The noise scale's variance is weighted by their
+// inverse squared, tr(P²Σ); the floor needs tr(PΣ), taken as tr(P²Σ) × this mean (on the
+// examples' MLP the two agree within a factor of 1.5: docs/adaptive.md).
+std::vector<double> AdaptiveBatch::Impl::adam_denominators() const {
+  std::vector<double> out(groups.size(), 1.0);
+  if (!preconditioner) return out;
+  std::unordered_map<const c10::TensorImpl*, size_t> group_of;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& p : groups[g]) group_of[p.unsafeGetTensorImpl()] = g;
+  }
+  std::vector<double> sum(groups.size(), 0.0), count(groups.size(), 0.0);
+  for (const auto& m : optimizer->adam_moments()) {
+    auto found = group_of.find(m.param.unsafeGetTensorImpl());
+    if (m.step < 1 || !m.exp_avg_sq.defined() || found == group_of.end()) continue;
+    const double correction = 1 - std::pow(m.beta2, static_cast<double>(m.step));
+    at::Tensor root = (m.exp_avg_sq.to(at::kFloat) / correction).sqrt_();
+    root = at::maximum(root, root.mean() * runtime::k_denominator_floor);
+    sum[found->second] += root.add_(m.eps).sum().item<double>();
+    count[found->second] += static_cast<double>(root.numel());
+  }
+  for (size_t g = 0; g < out.size(); ++g) {
+    if (count[g] > 0) out[g] = sum[g] / count[g];
+  }
+  return out;
+}
+
+// The loss the gradient noise holds a global batch at, with the rate the scaling rule gives it.
+double AdaptiveBatch::Impl::floor_at(double batch, const std::vector<double>& denominators) const {
+  const double scale = batch / static_cast<double>(options.initial_batch);
+  const double factor = lr_factor(rule, noise.gain(scale), scale) * optimizer->momentum_gain();
+  double floor = 0;
+  for (size_t g = 0; g < base_lr.size() && g < noise.groups(); ++g) {
+    floor += runtime::noise_floor(base_lr[g] * factor, noise.var(g) * denominators[g], batch);
+  }
+  return floor;
+}
+
+// What choosing with the noise floor needs now; nullopt when it cannot (turned off, no loss
+// observed, or no fall rate known at any batch yet).
+std::optional<runtime::FloorInputs> AdaptiveBatch::Impl::floor_inputs(
+    const runtime::GoodputPoint& current) {
+  if (!options.noise_floor || !noise.ready() || !(current.goodput > 0)) return std::nullopt;
+  if (const auto fall = trend.fall_rate(shape.global_batch)) {
+    fall_rate = *fall;
+    fall_goodput = current.goodput;
+  } else if (fall_rate < 0 || !(fall_goodput > 0)) {
+    return std::nullopt;
+  }
+  runtime::FloorInputs in;
+  // Just after a switch the loss has no trend at the new batch yet: the one measured before,
+  // scaled by the goodput the model predicts here against there.
+  in.fall_rate = fall_rate * current.goodput / fall_goodput;
+  in.current_goodput = current.goodput;
+  in.current_batch = shape.global_batch;
+  in.horizon_steps = static_cast<double>(options.replan_every);
+  const std::vector<double> denominators = adam_denominators();
+  in.floor_at = [this, denominators](double batch) { return floor_at(batch, denominators); };
+  stats.noise_floor = in.floor_at(static_cast<double>(shape.global_batch));
+  return in;
+}
+
+// The shape the loss's fall per second chooses (noise floor and goodput together), and whether
+// to switch to it; sets floor_why for the log.
+std::pair<runtime::GoodputPoint, bool> AdaptiveBatch::Impl::floor_decision(
+    const runtime::ThroughputParams& params, double phi, const runtime::BatchLimits& explore,
+    const runtime::GoodputPoint& current, const runtime::GoodputPoint& best,
+    const runtime::FloorInputs& floor) {
+  // A smaller batch than now raises the floor, so a later decision does not undo what the
+  // floor grew.
+  const auto [chosen, value] = runtime::choose_batch_with_floor(
+      params, phi, context.nodes(), context.world_size(), explore, efficiency_model, floor);
+  if (runtime::should_switch_with_floor(floor, current, value, options.min_improvement)) {
+    floor_why = fmt::format(
+        "the loss falls {:.3g}/s, predicted {:.3g}/s there (noise floor {:.3g} -> {:.3g})",
+        floor.fall_rate, value, stats.noise_floor,
+        floor.floor_at(static_cast<double>(chosen.shape.global_batch())));
+    return {chosen, true};
+  }
+  // A loss that did not fall over the last interval says nothing of how fast the current batch
+  // progresses (the fall is below the noise of the interval means): goodput may still grow the
+  // batch then, never shrink it.
+  const bool grow = !(floor.fall_rate > 0) && best.shape.global_batch() > shape.global_batch &&
+                    runtime::should_switch(current, best, options.min_improvement);
+  return {best, grow};
+}
+
 std::pair<int64_t, int64_t> AdaptiveBatch::Impl::cadences(double replan_seconds) const {
   int64_t every = measure_every, interval = options.replan_every;
   const double step = plain_steps > 0      ? plain_seconds / static_cast<double>(plain_steps)
@@ -294,25 +415,31 @@ void AdaptiveBatch::Impl::replan() {
   // steps to the next decision.
   std::vector<double> decision(6, 0.0);
   const double started = now();
+  if (context.is_main()) close_loss_interval(started);
+  floor_why.clear();
   if (context.is_main() && !profile.empty()) {
     try {
       const runtime::ThroughputParams params = runtime::fit_throughput(profile);
       const double phi = noise.ready() ? noise.noise_scale() : 0.0;
       publish_model(params, phi);
-      const auto current = runtime::evaluate(params, phi, static_cast<double>(options.initial_batch),
-                                             step_shape(), efficiency_model);
+      const auto current = runtime::evaluate(
+          params, phi, static_cast<double>(options.initial_batch), step_shape(), efficiency_model);
       runtime::BatchLimits explore = limits();
       explore.max_batch = std::min(explore.max_batch,
                                    std::max(explore.initial_batch, k_max_growth * largest_batch));
-      const auto best =
-          runtime::choose_batch(params, phi, context.nodes(), context.world_size(), explore,
-                                efficiency_model);
+      const auto best = runtime::choose_batch(params, phi, context.nodes(), context.world_size(),
+                                              explore, efficiency_model);
       const bool forced = replan_due;
-      if (forced || runtime::should_switch(current, best, options.min_improvement)) {
-        decision[0] = static_cast<double>(best.shape.global_batch());
-        decision[1] = static_cast<double>(best.shape.micro_batch);
-        decision[2] = static_cast<double>(best.shape.accum_steps);
-        decision[3] = best.goodput;
+      const auto floor = forced ? std::nullopt : floor_inputs(current);
+      runtime::GoodputPoint target = best;
+      bool switching = forced || runtime::should_switch(current, best, options.min_improvement);
+      if (floor)
+        std::tie(target, switching) = floor_decision(params, phi, explore, current, best, *floor);
+      if (switching) {
+        decision[0] = static_cast<double>(target.shape.global_batch());
+        decision[1] = static_cast<double>(target.shape.micro_batch);
+        decision[2] = static_cast<double>(target.shape.accum_steps);
+        decision[3] = target.goodput;
       }
     } catch (const std::exception& e) {
       log::warn("adaptive batch: keeping global batch {}: {}", shape.global_batch, e.what());
@@ -341,7 +468,10 @@ void AdaptiveBatch::Impl::replan() {
       next.accum_steps == shape.accum_steps) {
     return;
   }
-  switch_to(next, fmt::format("predicted goodput {:.0f}/s", decision[3]).c_str());
+  const std::string why =
+      floor_why.empty() ? fmt::format("predicted goodput {:.0f}/s", decision[3]) : floor_why;
+  floor_why.clear();
+  switch_to(next, why.c_str());
 }
 
 void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params,
@@ -389,7 +519,9 @@ void AdaptiveBatch::Impl::log_metrics() {
                    {"grad_var", stats.grad_var},
                    {"efficiency", stats.efficiency},
                    {"goodput", stats.goodput},
-                   {"measure_every", static_cast<double>(measure_every)}});
+                   {"measure_every", static_cast<double>(measure_every)},
+                   {"loss", stats.loss},
+                   {"noise_floor", stats.noise_floor}});
 }
 
 AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
@@ -418,6 +550,7 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   d.dp.track_gradient_norms(d.groups, d.preconditioner);
   d.measure_every = d.stats.measure_every = d.options.measure_every;
   d.next_replan = d.options.replan_every;
+  d.interval_begin = d.now();
   d.prepare_step();
   d.shape = d.shape_for(d.options.initial_batch);
   d.largest_batch = d.shape.global_batch;
@@ -448,7 +581,21 @@ std::vector<std::vector<int64_t>> AdaptiveBatch::split(const std::vector<int64_t
   return out;
 }
 
+void AdaptiveBatch::observe_loss(const at::Tensor& loss) {
+  Impl& d = *m_impl;
+  if (!d.options.noise_floor || !d.context.is_main() || !loss.defined() || loss.numel() != 1)
+    return;
+  const at::Tensor value = loss.detach().reshape({});
+  if (d.loss_sum.defined()) {
+    d.loss_sum.add_(value);
+  } else {
+    d.loss_sum = value.to(at::kDouble).clone();
+  }
+  d.loss_this_step = true;
+}
+
 void AdaptiveBatch::backward(const at::Tensor& loss, bool last) {
+  observe_loss(loss);
   if (last) {
     m_impl->dp.backward(loss);
     return;
@@ -495,6 +642,8 @@ void AdaptiveBatch::step(int64_t samples) {
   }
   d.stats.progress += runtime::step_worth(d.efficiency_model, d.stats.gain, scale);
   ++d.stats.step;
+  if (d.loss_this_step) ++d.loss_steps;
+  d.loss_this_step = false;
   d.interval_samples += samples;
   if (d.replan_due || d.stats.step >= d.next_replan) d.replan();
   if (d.options.log_every > 0 && d.stats.step % d.options.log_every == 0) d.log_metrics();
@@ -550,6 +699,11 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.measure_every = d.stats.measure_every = d.options.measure_every;
   d.next_replan = d.stats.step + d.options.replan_every;
   d.reset_costs();
+  d.trend.clear();
+  d.fall_rate = -1;
+  d.loss_sum = at::Tensor();
+  d.loss_steps = 0;
+  d.interval_begin = d.now();
   d.prepare_step();
 }
 

@@ -6,6 +6,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 #include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
 
 #include <sstream>
 #include <type_traits>
@@ -86,6 +87,15 @@ class LibTorchOptimizer : public OptimizerAdapter {
       return moments<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(m_optimizer);
     }
     return {};
+  }
+  double momentum_gain() const override {
+    if (!dynamic_cast<torch::optim::SGD*>(&m_optimizer) || m_optimizer.param_groups().empty()) {
+      return 1.0;
+    }
+    const auto* options =
+        dynamic_cast<const torch::optim::SGDOptions*>(&m_optimizer.param_groups()[0].options());
+    if (!options || !(options->momentum() > 0 && options->momentum() < 1)) return 1.0;
+    return (1 - options->dampening()) / (1 - options->momentum());
   }
 
  private:

@@ -109,11 +109,13 @@ for case in json.load(open(sys.argv[1]))["cases"]:
         model.bias.fill_(0)
     model = dlrun.DataParallel(model)
     make = torch.optim.Adam if case["optimizer"] == "adam" else torch.optim.SGD
-    optimizer = make(model.parameters(), lr=case["lr"])
+    extra = {"momentum": case["momentum"]} if "momentum" in case else {}
+    optimizer = make(model.parameters(), lr=case["lr"], **extra)
     seconds = [0.0]
     loader = dlrun.AdaptiveDataLoader(torch.arange(1 << 20), case["initial_batch"], model=model, optimizer=optimizer,
                                       max_batch_size=case["max_batch"], replan_every=case["replan_every"],
-                                      measure_every=case["measure_every"], log_every=0, seed=1,
+                                      measure_every=case["measure_every"], scaling_rule=case.get("rule", "auto"),
+                                      log_every=0, seed=1,
                                       clock=lambda: seconds[0])
     batches = []
     for indices in loader:
@@ -125,6 +127,7 @@ for case in json.load(open(sys.argv[1]))["cases"]:
         y = x.sum(1, keepdim=True) * 0.5 + 3.0 * torch.randn(n, 1, generator=g)
         loss = (model(x) - y).pow(2).sum() * loader.loss_scale()
         loss.backward()
+        loader.observe_loss(loss)
         if not loader.accumulating:
             seconds[0] += 0.004
         optimizer.step()
@@ -139,7 +142,8 @@ for case in json.load(open(sys.argv[1]))["cases"]:
             break
     s = loader.stats()
     print(json.dumps({"name": case["name"], "batches": batches, "noise_scale": s["noise_scale"],
-                      "lr_factor": s["lr_factor"], "progress": loader.progress()}))
+                      "lr_factor": s["lr_factor"], "progress": loader.progress(),
+                      "noise_floor": s["noise_floor"]}))
 """
 
 
@@ -162,7 +166,7 @@ class SharedVector(DlrunTestCase):
             with self.subTest(case["name"]):
                 self.assertGreater(len(expected["batches"]), 1, "the vector should change the batch")
                 self.assertEqual(run["batches"], expected["batches"])
-                for key in ("noise_scale", "lr_factor", "progress"):
+                for key in ("noise_scale", "lr_factor", "progress", "noise_floor"):
                     self.assertAlmostEqual(run[key], expected[key], delta=1e-3 * abs(expected[key]), msg=key)
 
 

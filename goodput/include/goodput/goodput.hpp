@@ -11,8 +11,10 @@
 // current shape to the best is worth it. Pure logic, no I/O. Thread-safe.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "goodput/throughput_model.hpp"
 
@@ -63,6 +65,13 @@ GoodputPoint evaluate(const ThroughputParams& params, double noise_scale, double
 GoodputPoint choose_batch(const ThroughputParams& params, double noise_scale, int nodes,
                           int replicas, const BatchLimits& limits,
                           EfficiencyModel model = EfficiencyModel::sgd);
+
+// The same search, for the shape with the highest `value` of its point (on a tie, the smaller
+// batch); returns it and its value. choose_batch is this with value = goodput.
+std::pair<GoodputPoint, double> choose_batch_by(
+    const ThroughputParams& params, double noise_scale, int nodes, int replicas,
+    const BatchLimits& limits, EfficiencyModel model,
+    const std::function<double(const GoodputPoint&)>& value);
 
 // True when `best` predicts at least (1 + min_improvement) × the goodput of `current`.
 bool should_switch(const GoodputPoint& current, const GoodputPoint& best, double min_improvement);

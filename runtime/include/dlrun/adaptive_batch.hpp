@@ -71,8 +71,15 @@ struct AdaptiveBatchOptions {
   // steps in between cost what a plain DataParallel step does; each measurement weighs as
   // much as the steps it stands for, so the estimate spans the same samples at any cadence.
   int64_t measure_every = 4;
-  // Switch only when the predicted goodput gain is at least this fraction.
+  // Switch only when the predicted goodput gain is at least this fraction (with noise_floor,
+  // the predicted fall of the loss per second).
   double min_improvement = 0.05;
+  // Also value a batch by the noise floor its rate per sample trains towards, from the
+  // training loss (backward() or observe_loss()) and the gradient noise: as the loss levels
+  // off, a larger batch (a lower floor) is worth more than its goodput says, and the batch
+  // grows as a learning-rate decay would (docs/adaptive.md, "The noise floor"). false, or no
+  // loss observed: goodput alone decides, as in Pollux.
+  bool noise_floor = true;
   // The noise scale's moving average keeps this weight per initial batch of samples.
   double smoothing = 0.999;
   // Append to metrics.jsonl every this many steps (0: never). The file is
@@ -104,6 +111,8 @@ struct AdaptiveStats {
   double samples_per_sec = 0;  // measured over the last logging interval
   double goodput = 0;          // samples_per_sec × efficiency
   int64_t measure_every = 1;   // the noise scale's cadence now (options.measure_every, stretched)
+  double loss = 0;  // rank 0's mean training loss over the last decision interval (0: none seen)
+  double noise_floor = 0;  // the loss noise holds the current batch and rate at (0: not known)
 };
 
 class AdaptiveBatch : public Checkpointable {
@@ -125,7 +134,13 @@ class AdaptiveBatch : public Checkpointable {
 
   // loss.backward() of one micro-batch; last = true for the step's last micro-batch (the one
   // whose gradients are reduced over the ranks), false for the accumulated ones before it.
+  // Also observe_loss(loss).
   void backward(const at::Tensor& loss, bool last);
+  // The loss of one of this step's micro-batches, for a caller that runs the backward passes
+  // itself: the step's loss is the sum of those observed (as the losses passed to backward()
+  // sum to the step's mean loss, scaled by SampleBatch::loss_scale). Read back once per
+  // decision, not per step (no device sync). Without it the noise floor is not counted.
+  void observe_loss(const at::Tensor& loss);
   // For a caller that runs the backward passes itself (under DataParallel::no_sync() for all
   // but the last): call it after each accumulated micro-batch's backward, so that its time
   // enters the throughput model as backward(loss, false) would enter it.

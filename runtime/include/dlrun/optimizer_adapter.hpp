@@ -45,6 +45,10 @@ class OptimizerAdapter {
   // Adam's moments of the parameters that have them (none before the first step, or for
   // another kind).
   virtual std::vector<AdamMoments> adam_moments() const = 0;
+  // How far a gradient moves the parameters in the long run, in multiples of the learning
+  // rate: (1 − dampening) / (1 − momentum) for heavy-ball SGD, 1 for an optimizer whose
+  // momentum is an average (Adam) or that has none. The noise floor's rate is lr × this.
+  virtual double momentum_gain() const { return 1.0; }
 };
 
 // A LibTorch optimizer (not owned: it must outlive the adapter).

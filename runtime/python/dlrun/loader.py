@@ -134,18 +134,20 @@ class AdaptiveDataLoader(ElasticDataLoader):
     the loader yields, as in any loop. When a step is larger than max_micro_batch per rank,
     the loader yields it as several micro-batches; for all but the last, backward only
     accumulates and step()/zero_grad() do nothing. Sum the loss over the micro-batch and
-    multiply by loss_scale().
+    multiply by loss_scale(). Pass each micro-batch's loss to observe_loss() as well: with it
+    (and noise_floor=True), a batch is also valued by the noise floor its rate per sample
+    trains towards, so the batch keeps growing as the loss levels off (docs/adaptive.md).
 
     Options as AdaptiveBatchOptions (docs/adaptive.md): max_batch_size, min_micro_batch,
     max_micro_batch (0: max_batch_size / ranks), accumulation, scaling_rule ('auto',
     'adascale', 'linear', 'sqrt', 'adam', 'none'), replan_every, measure_every,
-    min_improvement, log_every. clock: a function returning seconds, read to time the steps
+    min_improvement, noise_floor, log_every. clock: a function returning seconds, read to time the steps
     (tests give times of their choosing; default: a monotonic clock).
     """
 
     def __init__(self, dataset, batch_size, *, model, optimizer, max_batch_size=4096, min_micro_batch=1,
                  max_micro_batch=0, accumulation=True, scaling_rule="auto", replan_every=50, measure_every=4,
-                 min_improvement=0.05, log_every=10, metrics_path="", seed=0, collate_fn=None, context=None,
+                 min_improvement=0.05, noise_floor=True, log_every=10, metrics_path="", seed=0, collate_fn=None, context=None,
                  clock=None):
         super().__init__(dataset, batch_size, seed=seed, collate_fn=collate_fn, context=context)
         from .parallel import DataParallel
@@ -162,7 +164,8 @@ class AdaptiveDataLoader(ElasticDataLoader):
         self.adaptive = _dlrun.AdaptiveBatch(
             self._context._native, model._native, optimizer, step, _kind(optimizer), self.batch_size,
             int(max_batch_size), int(min_micro_batch), int(max_micro_batch), bool(accumulation), str(scaling_rule),
-            int(replan_every), int(measure_every), float(min_improvement), int(log_every), str(metrics_path), clock)
+            int(replan_every), int(measure_every), float(min_improvement), bool(noise_floor), int(log_every),
+            str(metrics_path), clock)
         self._accumulating = False
         # Methods of the optimizer instance (LR schedulers wrap optimizer.step and expect that),
         # reaching the loader by a weak reference (no cycle keeps either alive).
@@ -183,9 +186,15 @@ class AdaptiveDataLoader(ElasticDataLoader):
         """(global batch, micro-batch per rank, micro-steps per step) of the next step."""
         return self.adaptive.shape()
 
+    def observe_loss(self, loss):
+        """The loss of the micro-batch just trained (the tensor passed to backward): the step's
+        loss is the sum of those observed. Read back once per decision, not per step."""
+        self.adaptive.observe_loss(loss)
+
     def stats(self):
         """What the last step measured and decided: step, progress, gain, lr_factor, noise_scale,
-        efficiency, samples_per_sec, goodput, measure_every."""
+        efficiency, samples_per_sec, goodput, measure_every, loss (the mean over the last
+        decision interval) and noise_floor."""
         return self.adaptive.stats()
 
     def progress(self):

@@ -62,15 +62,15 @@ dlrun::Context world_of_one() {
 struct Run {
   std::vector<int64_t> batches;  // global batch of every step
   int64_t measure_every = 0;
-  double noise_scale = 0, lr = 0, lr_factor = 0, progress = 0;
+  double noise_scale = 0, lr = 0, lr_factor = 0, progress = 0, noise_floor = 0;
   std::string state;
 };
 
 // Trains `steps` optimizer steps with AdaptiveBatch, the way docs/adaptive.md shows, with SGD
-// (or Adam) at learning rate `lr`, from weights `weight` (0.5: the optimum).
+// (with `momentum`) or Adam at learning rate `lr`, from weights `weight` (0.5: the optimum).
 Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
           const std::string& restore_from = "", bool adam = false, double lr = 0.01,
-          double weight = 0.5) {
+          double weight = 0.5, double momentum = 0) {
   auto model = make_model(weight);
   dlrun::DataParallel dp(model->ptr(), ctx);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -79,7 +79,8 @@ Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
         std::make_unique<torch::optim::Adam>((*model)->parameters(), torch::optim::AdamOptions(lr));
   } else {
     optimizer =
-        std::make_unique<torch::optim::SGD>((*model)->parameters(), torch::optim::SGDOptions(lr));
+        std::make_unique<torch::optim::SGD>((*model)->parameters(),
+                                            torch::optim::SGDOptions(lr).momentum(momentum));
   }
   torch::optim::Optimizer& sgd = *optimizer;
   // Step times are the test's, not the machine's: 10 µs a sample, and a fixed cost of 4 ms per
@@ -109,6 +110,7 @@ Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
   run.lr = sgd.param_groups()[0].options().get_lr();
   run.measure_every = adaptive.stats().measure_every;
   run.progress = adaptive.progress();
+  run.noise_floor = adaptive.stats().noise_floor;
   run.state = adaptive.checkpoint_state();
   return run;
 }
@@ -264,9 +266,10 @@ TEST_SUITE("runtime::AdaptiveBatch") {
       options.replan_every = c.at("replan_every");
       options.measure_every = c.at("measure_every");
       options.log_every = 0;
+      options.rule = *dlrun::parse_scaling_rule(c.value("rule", std::string("auto")));
       dlrun::Context one = world_of_one();
       Run run = train(one, c.at("steps"), options, "", c.at("optimizer") == "adam", c.at("lr"),
-                      c.at("initial_weight"));
+                      c.at("initial_weight"), c.value("momentum", 0.0));
       nlohmann::json runs = nlohmann::json::array();  // [batch, steps at it] in order
       for (int64_t b : run.batches) {
         if (runs.empty() || runs.back()[0] != b) runs.push_back({b, 0});
@@ -276,13 +279,16 @@ TEST_SUITE("runtime::AdaptiveBatch") {
       MESSAGE("got ", nlohmann::json{{"batches", runs},
                                      {"noise_scale", run.noise_scale},
                                      {"lr_factor", run.lr_factor},
-                                     {"progress", run.progress}}
+                                     {"progress", run.progress},
+                                     {"noise_floor", run.noise_floor}}
                           .dump());
       CHECK(runs == expected.at("batches"));
       CHECK(run.noise_scale ==
             doctest::Approx(expected.at("noise_scale").get<double>()).epsilon(1e-3));
       CHECK(run.lr_factor == doctest::Approx(expected.at("lr_factor").get<double>()).epsilon(1e-3));
       CHECK(run.progress == doctest::Approx(expected.at("progress").get<double>()).epsilon(1e-3));
+      CHECK(run.noise_floor ==
+            doctest::Approx(expected.at("noise_floor").get<double>()).epsilon(1e-3));
     }
   }
 
@@ -301,8 +307,8 @@ TEST_SUITE("runtime::AdaptiveBatch") {
                          Case{false, dlrun::ScalingRule::adam, false}}) {
       CAPTURE(c.adam);
       CAPTURE(static_cast<int>(c.rule));
-      const fs::path dir = fs::temp_directory_path() /
-                           ("dlrun-adaptive-efficiency-" + std::to_string(::getpid()));
+      const fs::path dir =
+          fs::temp_directory_path() / ("dlrun-adaptive-efficiency-" + std::to_string(::getpid()));
       fs::create_directories(dir);
       dlrun::AdaptiveBatchOptions options;
       options.initial_batch = 8;
@@ -357,5 +363,51 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     }
     CHECK(lines[2].front() == '{');
     CHECK(lines[2].back() == '}');
+  }
+
+  TEST_CASE(
+      "with the noise floor, a loss that has levelled off grows the batch where goodput "
+      "alone keeps it") {
+    // At the optimum (every gradient noise), the loss only fluctuates; steps cost 10 µs a
+    // sample and nothing fixed, so no batch is faster per sample and goodput alone stays at
+    // the initial batch. Under the square-root rule a larger batch trains towards a lower
+    // noise floor (the rate per sample falls as 1/√B): worth growing for.
+    at::set_num_threads(1);
+    auto run_with = [](bool noise_floor) {
+      dlrun::Context one = world_of_one();
+      auto model = make_model();
+      dlrun::DataParallel dp(model->ptr(), one);
+      torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+      double seconds = 0;
+      dlrun::AdaptiveBatchOptions options;
+      options.initial_batch = 16;
+      options.max_batch = 1024;
+      options.replan_every = 20;
+      options.measure_every = 1;
+      options.log_every = 0;
+      options.rule = dlrun::ScalingRule::sqrt;
+      options.noise_floor = noise_floor;
+      options.clock = [&seconds] { return seconds; };
+      dlrun::AdaptiveBatch adaptive(one, dp, sgd, options);
+      dlrun::ElasticSampler sampler(1 << 20, one, 1);
+      int64_t largest = 0;
+      for (int s = 0; s < 400; ++s) {
+        auto batch = sampler.next(adaptive.global_batch());
+        seconds += 1e-5 * static_cast<double>(batch->indices.size());
+        adaptive.backward(loss_of(**model, batch->indices, s, batch->loss_scale(1)), true);
+        adaptive.step(batch->global_size);
+        sgd.zero_grad();
+        largest = std::max(largest, batch->global_size);
+      }
+      return std::make_pair(largest, adaptive.stats());
+    };
+    const auto [without, plain] = run_with(false);
+    const auto [with, floored] = run_with(true);
+    MESSAGE("largest batch: ", without, " by goodput alone, ", with, " with the noise floor");
+    CHECK(without <= 32);  // the throughput model's prior tries one larger size, then stays
+    CHECK(with >= 4 * without);
+    CHECK(plain.noise_floor == 0);  // not computed without the option
+    CHECK(floored.noise_floor > 0);
+    CHECK(floored.loss > 0);  // the mean loss of the last interval
   }
 }

@@ -97,6 +97,19 @@ TEST_SUITE("runtime::GradientNorms") {
     CHECK(pre.inverse.empty());
   }
 
+  TEST_CASE("the momentum gain: how far a gradient moves the parameters, in learning rates") {
+    torch::nn::Linear model(3, 1);
+    torch::optim::SGD plain(model->parameters(), torch::optim::SGDOptions(0.1));
+    CHECK(dlrun::adapt_optimizer(plain)->momentum_gain() == 1.0);
+    torch::optim::SGD heavy(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    CHECK(dlrun::adapt_optimizer(heavy)->momentum_gain() == doctest::Approx(10.0));
+    torch::optim::SGD damped(model->parameters(),
+                             torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.5));
+    CHECK(dlrun::adapt_optimizer(damped)->momentum_gain() == doctest::Approx(5.0));
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.1));
+    CHECK(dlrun::adapt_optimizer(adam)->momentum_gain() == 1.0);  // an average, not a sum
+  }
+
   TEST_CASE("a world of one compares each step's gradient with the previous one") {
     torch::nn::Linear model(2, 1);
     const ParamGroups groups{model->parameters()};
