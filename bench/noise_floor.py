@@ -8,7 +8,7 @@ the training loss (10,000 fixed training images) and the floor the formula gives
     floor = lr_eff * tr(P Sigma) / (4 * batch)
 
 Sigma the per-sample gradient covariance (from --samples per-sample gradients), P Adam's
-preconditioner 1 / (sqrt(v_hat) + eps) (1 for SGD), lr_eff the rate / (1 - momentum) for SGD.
+preconditioner 1 / (sqrt(v_hat) + eps) as the runtime floors it (1 for SGD), lr_eff the rate / (1 - momentum) for SGD.
 If the formula holds, the training loss after the --large segments sits about
 floor(small) - floor(large) below the loss after the --small segments around them. It also
 prints tr(P Sigma) / tr(P^2 Sigma) against the mean of Adam's denominators: AdaptiveBatch
@@ -80,8 +80,9 @@ def main():
         for p in params:
             s = optimizer.state[p]
             step = float(s["step"])
-            v_hat = s["exp_avg_sq"] / (1 - 0.999 ** step)
-            out.append(1.0 / (v_hat.sqrt() + 1e-8))
+            root = (s["exp_avg_sq"] / (1 - 0.999 ** step)).sqrt()
+            # floored at a tenth of the tensor's mean, as the runtime's preconditioner does
+            out.append(1.0 / (torch.maximum(root, 0.1 * root.mean()) + 1e-8))
         return out
 
     def traces():

@@ -51,6 +51,7 @@ struct Options {
   int64_t max_batch_size = 2048;
   int64_t max_micro_batch = 0;
   int64_t replan_every = 50;
+  bool noise_floor = true;
   bool fixed = false;
   bool count_progress = false;  // --epochs in scale-invariant progress, not samples seen
   double target_loss = 0;       // stop once the data set's mean squared error is at most this
@@ -76,6 +77,7 @@ dlrun::AdaptiveBatchOptions adaptive_options(const Options& o) {
   a.max_batch = std::max(o.max_batch_size, o.batch_size);
   a.max_micro_batch = o.max_micro_batch;
   a.replan_every = o.replan_every;
+  a.noise_floor = o.noise_floor;
   a.rule = dlrun::ScalingRule::adascale;
   return a;
 }
@@ -334,6 +336,8 @@ void add_options(CLI::App& app, Options& o) {
                  "Largest per-rank micro-batch, as a GPU's memory limits it (AdaptiveBatch "
                  "accumulates gradients beyond it; 0: no limit)")
       ->check(k_non_negative);
+  app.add_flag("!--no-noise-floor", o.noise_floor,
+               "AdaptiveBatch chooses by goodput alone, without the noise floor (docs/adaptive.md)");
   app.add_option("--replan-every", o.replan_every,
                  "Optimizer steps between AdaptiveBatch's fits and decisions (each fit publishes "
                  "RUN_DIR/goodput-model.json)")

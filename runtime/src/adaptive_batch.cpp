@@ -124,7 +124,13 @@ struct AdaptiveBatch::Impl {
   at::Tensor loss_sum;
   bool loss_this_step = false;
   int64_t loss_steps = 0;
-  double interval_begin = 0;  // when the decision interval began (a decision, or the start)
+  // The trend's clock: seconds of the steps timed (record_time), so that evaluations and
+  // checkpoints between steps do not count as time the loss did not fall in.
+  double train_seconds = 0;
+  double interval_begin = 0;        // train_seconds when the decision interval began
+  int64_t interval_begin_step = 0;  // and the step
+  bool loss_seen = false;           // a loss was observed since the start (or the restore)
+  bool warned_no_loss = false;
   runtime::LossTrend trend;
   double fall_rate = -1, fall_goodput = 0;  // -1: none measured yet
   std::string floor_why;    // rank 0: why the floor chose the next batch, for the log
@@ -170,7 +176,8 @@ struct AdaptiveBatch::Impl {
   void publish_model(const runtime::ThroughputParams& params, double noise_scale);
   void close_loss_interval(double end);
   std::vector<double> adam_denominators() const;
-  double floor_at(double batch, const std::vector<double>& denominators) const;
+  double floor_at(double batch, const std::vector<double>& denominators,
+                  double momentum_gain) const;
   std::optional<runtime::FloorInputs> floor_inputs(const runtime::GoodputPoint& current);
   std::pair<runtime::GoodputPoint, bool> floor_decision(const runtime::ThroughputParams& params,
                                                         double phi,
@@ -293,9 +300,16 @@ void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
 }
 
 void AdaptiveBatch::Impl::close_loss_interval(double end) {
-  if (loss_sum.defined() && loss_steps > 0) {
-    stats.loss = loss_sum.item<double>() / static_cast<double>(loss_steps);
+  stats.loss = loss_sum.defined() && loss_steps > 0
+                   ? loss_sum.item<double>() / static_cast<double>(loss_steps)
+                   : 0.0;
+  if (loss_steps > 0 && std::isfinite(stats.loss)) {
     trend.add(interval_begin, end, stats.loss, shape.global_batch);
+  } else {
+    // An interval without a (finite) loss breaks the trend: nothing older stands for now.
+    trend.clear();
+    fall_rate = -1;
+    stats.noise_floor = 0;
   }
   loss_sum = at::Tensor();
   loss_steps = 0;
@@ -313,16 +327,25 @@ std::vector<double> AdaptiveBatch::Impl::adam_denominators() const {
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const auto& p : groups[g]) group_of[p.unsafeGetTensorImpl()] = g;
   }
-  std::vector<double> sum(groups.size(), 0.0), count(groups.size(), 0.0);
+  // Sums on the device, one host copy for all of them.
+  std::vector<at::Tensor> sums;
+  std::vector<size_t> group;
+  std::vector<double> count(groups.size(), 0.0);
   for (const auto& m : optimizer->adam_moments()) {
     auto found = group_of.find(m.param.unsafeGetTensorImpl());
     if (m.step < 1 || !m.exp_avg_sq.defined() || found == group_of.end()) continue;
     const double correction = 1 - std::pow(m.beta2, static_cast<double>(m.step));
     at::Tensor root = (m.exp_avg_sq.to(at::kFloat) / correction).sqrt_();
     root = at::maximum(root, root.mean() * runtime::k_denominator_floor);
-    sum[found->second] += root.add_(m.eps).sum().item<double>();
+    sums.push_back(root.add_(m.eps).sum().to(at::kCPU));
+    group.push_back(found->second);
     count[found->second] += static_cast<double>(root.numel());
   }
+  if (sums.empty()) return out;
+  const at::Tensor all = at::stack(sums).to(at::kDouble);
+  std::vector<double> sum(groups.size(), 0.0);
+  for (size_t i = 0; i < group.size(); ++i)
+    sum[group[i]] += all[static_cast<int64_t>(i)].item<double>();
   for (size_t g = 0; g < out.size(); ++g) {
     if (count[g] > 0) out[g] = sum[g] / count[g];
   }
@@ -330,9 +353,10 @@ std::vector<double> AdaptiveBatch::Impl::adam_denominators() const {
 }
 
 // The loss the gradient noise holds a global batch at, with the rate the scaling rule gives it.
-double AdaptiveBatch::Impl::floor_at(double batch, const std::vector<double>& denominators) const {
+double AdaptiveBatch::Impl::floor_at(double batch, const std::vector<double>& denominators,
+                                     double momentum_gain) const {
   const double scale = batch / static_cast<double>(options.initial_batch);
-  const double factor = lr_factor(rule, noise.gain(scale), scale) * optimizer->momentum_gain();
+  const double factor = lr_factor(rule, noise.gain(scale), scale) * momentum_gain;
   double floor = 0;
   for (size_t g = 0; g < base_lr.size() && g < noise.groups(); ++g) {
     floor += runtime::noise_floor(base_lr[g] * factor, noise.var(g) * denominators[g], batch);
@@ -340,11 +364,14 @@ double AdaptiveBatch::Impl::floor_at(double batch, const std::vector<double>& de
   return floor;
 }
 
-// What choosing with the noise floor needs now; nullopt when it cannot (turned off, no loss
-// observed, or no fall rate known at any batch yet).
+// What choosing with the noise floor needs now; nullopt when it cannot: turned off, no loss
+// observed, no fall rate known at any batch yet, or an adaptive optimizer whose denominators
+// the noise scale does not weigh by (RMSprop, Adagrad; Adam under another rule than adam):
+// its floor would be tr(Σ) where it needs tr(PΣ), off by the denominators' size.
 std::optional<runtime::FloorInputs> AdaptiveBatch::Impl::floor_inputs(
     const runtime::GoodputPoint& current) {
   if (!options.noise_floor || !noise.ready() || !(current.goodput > 0)) return std::nullopt;
+  if (optimizer->kind() != OptimizerKind::sgd_like && !preconditioner) return std::nullopt;
   if (const auto fall = trend.fall_rate(shape.global_batch)) {
     fall_rate = *fall;
     fall_goodput = current.goodput;
@@ -356,11 +383,16 @@ std::optional<runtime::FloorInputs> AdaptiveBatch::Impl::floor_inputs(
   // scaled by the goodput the model predicts here against there.
   in.fall_rate = fall_rate * current.goodput / fall_goodput;
   in.current_goodput = current.goodput;
-  in.current_batch = shape.global_batch;
-  in.horizon_steps = static_cast<double>(options.replan_every);
+  in.current_batch = current.shape.global_batch();
+  // The interval just ended stands for the next one (the budget stretches them).
+  in.horizon_steps = static_cast<double>(
+      std::max<int64_t>(options.replan_every, stats.step - interval_begin_step));
   const std::vector<double> denominators = adam_denominators();
-  in.floor_at = [this, denominators](double batch) { return floor_at(batch, denominators); };
-  stats.noise_floor = in.floor_at(static_cast<double>(shape.global_batch));
+  const double gain = optimizer->momentum_gain();
+  in.floor_at = [this, denominators, gain](double batch) {
+    return floor_at(batch, denominators, gain);
+  };
+  stats.noise_floor = in.floor_at(static_cast<double>(in.current_batch));
   return in;
 }
 
@@ -415,7 +447,15 @@ void AdaptiveBatch::Impl::replan() {
   // steps to the next decision.
   std::vector<double> decision(6, 0.0);
   const double started = now();
-  if (context.is_main()) close_loss_interval(started);
+  if (context.is_main()) {
+    close_loss_interval(train_seconds);
+    if (options.noise_floor && !loss_seen && !warned_no_loss) {
+      warned_no_loss = true;
+      log::info(
+          "adaptive batch: no training loss observed (backward(loss, last) or observe_loss(loss) "
+          "before step()): goodput alone decides, without the noise floor");
+    }
+  }
   floor_why.clear();
   if (context.is_main() && !profile.empty()) {
     try {
@@ -433,8 +473,15 @@ void AdaptiveBatch::Impl::replan() {
       const auto floor = forced ? std::nullopt : floor_inputs(current);
       runtime::GoodputPoint target = best;
       bool switching = forced || runtime::should_switch(current, best, options.min_improvement);
-      if (floor)
+      if (floor) {
         std::tie(target, switching) = floor_decision(params, phi, explore, current, best, *floor);
+      } else if (options.noise_floor && loss_seen &&
+                 best.shape.global_batch() < shape.global_batch) {
+        // The floor cannot judge yet (no fall measured since the start or a restore, or a
+        // world of another size): goodput may grow the batch, not shrink it, since a smaller
+        // batch raises the floor, which goodput does not count.
+        switching = false;
+      }
       if (switching) {
         decision[0] = static_cast<double>(target.shape.global_batch());
         decision[1] = static_cast<double>(target.shape.micro_batch);
@@ -456,6 +503,7 @@ void AdaptiveBatch::Impl::replan() {
   if (decision[4] >= 1) measure_every = std::llround(decision[4]);
   stats.measure_every = measure_every;
   next_replan = stats.step + (decision[5] >= 1 ? std::llround(decision[5]) : options.replan_every);
+  interval_begin_step = stats.step;
   // The cadence needs the cost of the steps between measurements: decide soon after they begin.
   if (stats.step < k_measure_warmup)
     next_replan = std::min(next_replan, k_measure_warmup + options.replan_every);
@@ -550,7 +598,7 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   d.dp.track_gradient_norms(d.groups, d.preconditioner);
   d.measure_every = d.stats.measure_every = d.options.measure_every;
   d.next_replan = d.options.replan_every;
-  d.interval_begin = d.now();
+  d.interval_begin = d.train_seconds;
   d.prepare_step();
   d.shape = d.shape_for(d.options.initial_batch);
   d.largest_batch = d.shape.global_batch;
@@ -592,6 +640,7 @@ void AdaptiveBatch::observe_loss(const at::Tensor& loss) {
     d.loss_sum = value.to(at::kDouble).clone();
   }
   d.loss_this_step = true;
+  d.loss_seen = true;
 }
 
 void AdaptiveBatch::backward(const at::Tensor& loss, bool last) {
@@ -631,8 +680,9 @@ void AdaptiveBatch::step(int64_t samples) {
   d.apply_lr(d.stats.lr_factor);
   d.dp.step([&d] { d.optimizer->step(); });
   const double seconds = d.now() - d.mark;
-  if (!d.record_time(seconds)) {
-    // Not a step time: counted for neither.
+  const bool timed = d.record_time(seconds);
+  if (!timed) {
+    // Not a step time: counted for neither, nor on the loss trend's clock.
   } else if (d.in_measurement(d.stats.step)) {
     d.measured_seconds += seconds;
     ++d.measured_steps;
@@ -640,6 +690,7 @@ void AdaptiveBatch::step(int64_t samples) {
     d.plain_seconds += seconds;
     ++d.plain_steps;
   }
+  if (timed) d.train_seconds += seconds;
   d.stats.progress += runtime::step_worth(d.efficiency_model, d.stats.gain, scale);
   ++d.stats.step;
   if (d.loss_this_step) ++d.loss_steps;
@@ -701,9 +752,13 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.reset_costs();
   d.trend.clear();
   d.fall_rate = -1;
+  d.fall_goodput = 0;
   d.loss_sum = at::Tensor();
   d.loss_steps = 0;
-  d.interval_begin = d.now();
+  d.loss_this_step = false;
+  d.loss_seen = false;
+  d.interval_begin_step = d.stats.step;
+  d.interval_begin = d.train_seconds;
   d.prepare_step();
 }
 

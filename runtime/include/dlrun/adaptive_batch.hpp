@@ -9,7 +9,10 @@
 // local norms in the step's stop vote); every step, the time of the step's micro-steps. Every `replan_every` steps rank
 // 0 fits the throughput model to the measured times, picks the shape with the highest
 // predicted goodput = throughput × statistical efficiency within the limits, and all ranks
-// switch to it at the same step (only when the predicted gain is worth it). Rank 0 appends a
+// switch to it at the same step (only when the predicted gain is worth it). With the training
+// loss (backward() or observe_loss()) it also counts the noise floor each batch's rate per
+// sample trains towards: the shape that sheds the most loss per second wins, so the batch keeps
+// growing as the loss levels off (noise_floor; docs/adaptive.md, "The noise floor"). Rank 0 appends a
 // JSON line to $DLRUN_RUN_DIR/metrics.jsonl every `log_every` steps (docs/metrics.md).
 // Track it in the Checkpoint (it is a Checkpointable): the noise scale, the measured profile,
 // the current batch and the progress survive a restart, also with another number of ranks
@@ -71,8 +74,9 @@ struct AdaptiveBatchOptions {
   // steps in between cost what a plain DataParallel step does; each measurement weighs as
   // much as the steps it stands for, so the estimate spans the same samples at any cadence.
   int64_t measure_every = 4;
-  // Switch only when the predicted goodput gain is at least this fraction (with noise_floor,
-  // the predicted fall of the loss per second).
+  // Switch only when the predicted goodput gain is at least this fraction; with the noise
+  // floor, when the predicted fall of the loss per second beats the measured one by this
+  // fraction of (the fall + the current floor over one decision interval).
   double min_improvement = 0.05;
   // Also value a batch by the noise floor its rate per sample trains towards, from the
   // training loss (backward() or observe_loss()) and the gradient noise: as the loss levels

@@ -8,6 +8,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -78,9 +79,8 @@ Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
     optimizer =
         std::make_unique<torch::optim::Adam>((*model)->parameters(), torch::optim::AdamOptions(lr));
   } else {
-    optimizer =
-        std::make_unique<torch::optim::SGD>((*model)->parameters(),
-                                            torch::optim::SGDOptions(lr).momentum(momentum));
+    optimizer = std::make_unique<torch::optim::SGD>(
+        (*model)->parameters(), torch::optim::SGDOptions(lr).momentum(momentum));
   }
   torch::optim::Optimizer& sgd = *optimizer;
   // Step times are the test's, not the machine's: 10 µs a sample, and a fixed cost of 4 ms per
@@ -367,15 +367,17 @@ TEST_SUITE("runtime::AdaptiveBatch") {
 
   TEST_CASE(
       "with the noise floor, a loss that has levelled off grows the batch where goodput "
-      "alone keeps it") {
+      "alone keeps it; without a (finite) loss observed, goodput alone decides") {
     // At the optimum (every gradient noise), the loss only fluctuates; steps cost 10 µs a
     // sample and nothing fixed, so no batch is faster per sample and goodput alone stays at
     // the initial batch. Under the square-root rule a larger batch trains towards a lower
     // noise floor (the rate per sample falls as 1/√B): worth growing for.
     at::set_num_threads(1);
-    auto run_with = [](bool noise_floor) {
+    enum class Loss { passed, not_passed, nan };
+    auto run_with = [](bool noise_floor, Loss loss, const std::string& restore_from = "",
+                       int steps = 400, double weight = 0.5) {
       dlrun::Context one = world_of_one();
-      auto model = make_model();
+      auto model = make_model(weight);
       dlrun::DataParallel dp(model->ptr(), one);
       torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
       double seconds = 0;
@@ -389,25 +391,51 @@ TEST_SUITE("runtime::AdaptiveBatch") {
       options.noise_floor = noise_floor;
       options.clock = [&seconds] { return seconds; };
       dlrun::AdaptiveBatch adaptive(one, dp, sgd, options);
+      if (!restore_from.empty()) adaptive.restore_checkpoint_state(restore_from);
       dlrun::ElasticSampler sampler(1 << 20, one, 1);
-      int64_t largest = 0;
-      for (int s = 0; s < 400; ++s) {
+      std::vector<int64_t> batches;
+      for (int s = 0; s < steps; ++s) {
         auto batch = sampler.next(adaptive.global_batch());
         seconds += 1e-5 * static_cast<double>(batch->indices.size());
-        adaptive.backward(loss_of(**model, batch->indices, s, batch->loss_scale(1)), true);
+        const at::Tensor l = loss_of(**model, batch->indices, s, batch->loss_scale(1));
+        if (loss == Loss::passed) {
+          adaptive.backward(l, true);
+        } else {
+          dp.backward(l);  // a caller that runs the backward itself
+          if (loss == Loss::nan) adaptive.observe_loss(l.detach() * std::nan(""));
+        }
         adaptive.step(batch->global_size);
         sgd.zero_grad();
-        largest = std::max(largest, batch->global_size);
+        batches.push_back(batch->global_size);
       }
-      return std::make_pair(largest, adaptive.stats());
+      return std::make_tuple(batches, adaptive.stats(), adaptive.checkpoint_state());
     };
-    const auto [without, plain] = run_with(false);
-    const auto [with, floored] = run_with(true);
+    const auto [plain, plain_stats, plain_state] = run_with(false, Loss::passed);
+    const auto [floored, floored_stats, floored_state] = run_with(true, Loss::passed);
+    const int64_t without = *std::max_element(plain.begin(), plain.end());
+    const int64_t with = *std::max_element(floored.begin(), floored.end());
     MESSAGE("largest batch: ", without, " by goodput alone, ", with, " with the noise floor");
     CHECK(without <= 32);  // the throughput model's prior tries one larger size, then stays
     CHECK(with >= 4 * without);
-    CHECK(plain.noise_floor == 0);  // not computed without the option
-    CHECK(floored.noise_floor > 0);
-    CHECK(floored.loss > 0);  // the mean loss of the last interval
+    CHECK(plain_stats.noise_floor == 0);  // not computed without the option
+    CHECK(floored_stats.noise_floor > 0);
+    CHECK(floored_stats.loss > 0);  // the mean loss of the last interval
+    // No loss passed, or only NaN: the option on decides as goodput alone does.
+    for (const Loss l : {Loss::not_passed, Loss::nan}) {
+      const auto [batches, stats, state] = run_with(true, l);
+      CHECK(batches == plain);
+      CHECK(stats.noise_floor == 0);
+    }
+    // Restored, the run has no fall measured yet. Away from the optimum (weights 0: a true
+    // gradient, so a small noise scale) goodput alone would go back to 16 there; until the
+    // floor can judge again it may only grow the batch.
+    const auto [grown, grown_stats, grown_state] = run_with(true, Loss::passed, "", 400, 0.0);
+    const auto [restored, restored_stats, restored_state] =
+        run_with(true, Loss::passed, grown_state, 60, 0.0);
+    const auto [unfloored, unfloored_stats, unfloored_state] =
+        run_with(false, Loss::passed, grown_state, 60, 0.0);
+    CHECK(restored.front() == grown.back());
+    CHECK(*std::min_element(restored.begin(), restored.end()) == grown.back());
+    CHECK(*std::min_element(unfloored.begin(), unfloored.end()) < grown.back());
   }
 }
