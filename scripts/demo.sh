@@ -21,8 +21,9 @@ if [[ -x "$build/examples/fashion_mnist/fashion_mnist" ]]; then
       --epochs 1 --train-limit 20000
   fi
   echo
-  echo "== --adaptive: dlrun::AdaptiveBatch picks the batch size by goodput (the small MLP, whose"
-  echo "   per-step cost a larger batch spreads over more samples, so that larger batches pay)"
+  echo "== --adaptive: dlrun::AdaptiveBatch picks the batch size by goodput and the noise floor"
+  echo "   (the small MLP, whose per-step cost a larger batch spreads over more samples, so that"
+  echo "   larger batches pay; as the loss levels off, a larger batch's lower floor pays too)"
   "$dlrun" local --nproc 2 --name demo-adaptive -- "$build/examples/fashion_mnist/fashion_mnist" \
     --model mlp --epochs 2 --adaptive --max-batch-size 4096 --replan-every 30
   echo

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace dlrun::launcher {
@@ -11,7 +10,9 @@ namespace {
 // Enough for the smoothing window: a runtime line is about 300 bytes.
 constexpr std::streamoff k_tail_bytes = 16384;
 
-bool same_replicas(const MetricsSnapshot& a, const MetricsSnapshot& b) { return a.replicas == b.replicas; }
+bool same_replicas(const MetricsSnapshot& a, const MetricsSnapshot& b) {
+  return a.replicas == b.replicas;
+}
 
 }  // namespace
 
@@ -23,8 +24,11 @@ MetricsSnapshot parse_metrics_line(std::string_view line) {
     if (it == json.end() || !it->is_number()) return std::nullopt;
     return it->get<double>();
   };
-  return {number("global_batch"), number("samples_per_sec"), number("step"), number("goodput"),
-          number("noise_scale"), number("time"), number("replicas")};
+  return {number("global_batch"), number("samples_per_sec"),
+          number("step"),         number("goodput"),
+          number("noise_scale"),  number("time"),
+          number("replicas"),     number("loss"),
+          number("noise_floor")};
 }
 
 MetricsSnapshot smooth_metrics(const std::vector<MetricsSnapshot>& lines) {

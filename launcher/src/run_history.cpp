@@ -169,6 +169,25 @@ std::string history_summary(const std::vector<MetricsSnapshot>& points,
         "above it, samples are worth less)\n",
         number(*first_noise), number(last.noise_scale));
   }
+  // AdaptiveBatch's noise floor (docs/adaptive.md): what the loss did, and where the noise
+  // held the last batch. Lines from before it have neither (0 until measured).
+  std::optional<double> first_loss, last_loss, last_floor;
+  for (const auto& p : points) {
+    if (p.loss && *p.loss > 0) {
+      if (!first_loss) first_loss = p.loss;
+      last_loss = p.loss;
+    }
+    if (p.noise_floor && *p.noise_floor > 0) last_floor = p.noise_floor;
+  }
+  if (first_loss) {
+    out += fmt::format("training loss: {} at first, {} at the end", number(*first_loss),
+                       number(*last_loss));
+    out += last_floor ? fmt::format(
+                            "; noise floor {} (what the gradient noise holds the batch "
+                            "at: a larger batch lowers it)\n",
+                            number(*last_floor))
+                      : "\n";
+  }
   if (predicted) {
     out += fmt::format(
         "goodput at the end: {:.0f}/s measured, {:.0f}/s predicted by the published model at "

@@ -69,6 +69,22 @@ TEST_SUITE("launcher::run_history") {
                     "at 2 rank(s)") != std::string::npos);
     CHECK(history_summary(points, std::nullopt).find("goodput at the end") == std::string::npos);
     CHECK(history_summary({}, std::nullopt).find("no metrics recorded") == 0);
+    CHECK(text.find("training loss") == std::string::npos);  // not recorded: not said
+  }
+
+  TEST_CASE("the summary says how the training loss went and the noise floor at the end") {
+    std::vector<MetricsSnapshot> points = {line(100, 10, 64, 2, 1000, 50),
+                                           line(101, 20, 128, 2, 1500, 90),
+                                           line(103, 30, 256, 2, 1600, 120)};
+    points[0].loss = 0;  // not measured yet
+    points[1].loss = 0.52, points[1].noise_floor = 0.11;
+    points[2].loss = 0.31, points[2].noise_floor = 0.034;
+    const std::string text = history_summary(points, std::nullopt);
+    CHECK(text.find("training loss: 0.52 at first, 0.31 at the end; noise floor 0.034") !=
+          std::string::npos);
+    points[2].noise_floor.reset();
+    points[1].noise_floor.reset();
+    CHECK(history_summary(points, std::nullopt).find("0.31 at the end\n") != std::string::npos);
   }
 
   TEST_CASE("the picture has three panels, and says where a value was never recorded") {

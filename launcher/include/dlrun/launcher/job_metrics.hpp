@@ -20,6 +20,8 @@ struct MetricsSnapshot {
   std::optional<double> noise_scale;
   std::optional<double> time;         // Unix seconds of the line
   std::optional<double> replicas;     // ranks when it was written
+  std::optional<double> loss;         // mean training loss of the last decision interval
+  std::optional<double> noise_floor;  // the loss the gradient noise holds the batch at
 
   bool empty() const { return !global_batch && !samples_per_sec && !goodput && !noise_scale; }
 };
