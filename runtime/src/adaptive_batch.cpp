@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 #include <utility>
 
 #include "adaptive_state.hpp"
@@ -316,31 +315,28 @@ void AdaptiveBatch::Impl::close_loss_interval(double end) {
   interval_begin = end;
 }
 
-// Per group, the mean of Adam's denominators √v̂ + ε (floored as the preconditioner floors
-// them); 1 for an optimizer without them. The noise scale's variance is weighted by their
-// inverse squared, tr(P²Σ); the floor needs tr(PΣ), taken as tr(P²Σ) × this mean (on the
-// examples' MLP the two agree within a factor of 1.3: docs/adaptive.md).
+// Per group, the mean of Adam's denominators √v̂ + ε, as the preconditioner last refreshed
+// them (floored there); 1 for an optimizer without them; empty before the first refresh. The
+// noise scale's variance is weighted by their inverse squared, tr(P²Σ); the floor needs tr(PΣ),
+// taken as tr(P²Σ) × this mean (on the examples' MLP the two agree within a factor of 1.3:
+// docs/adaptive.md).
 std::vector<double> AdaptiveBatch::Impl::adam_denominators() const {
-  std::vector<double> out(groups.size(), 1.0);
-  if (!preconditioner) return out;
-  std::unordered_map<const c10::TensorImpl*, size_t> group_of;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (const auto& p : groups[g]) group_of[p.unsafeGetTensorImpl()] = g;
-  }
+  if (!preconditioner) return std::vector<double>(groups.size(), 1.0);
+  if (preconditioner->inverse.empty()) return {};
   // Sums on the device, one host copy for all of them.
   std::vector<at::Tensor> sums;
   std::vector<size_t> group;
   std::vector<double> count(groups.size(), 0.0);
-  for (const auto& m : optimizer->adam_moments()) {
-    auto found = group_of.find(m.param.unsafeGetTensorImpl());
-    if (m.step < 1 || !m.exp_avg_sq.defined() || found == group_of.end()) continue;
-    const double correction = 1 - std::pow(m.beta2, static_cast<double>(m.step));
-    at::Tensor root = (m.exp_avg_sq.to(at::kFloat) / correction).sqrt_();
-    root = at::maximum(root, root.mean() * runtime::k_denominator_floor);
-    sums.push_back(root.add_(m.eps).sum().to(at::kDouble));
-    group.push_back(found->second);
-    count[found->second] += static_cast<double>(root.numel());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& p : groups[g]) {
+      auto found = preconditioner->inverse.find(p.unsafeGetTensorImpl());
+      if (found == preconditioner->inverse.end()) continue;
+      sums.push_back(found->second.reciprocal().sum().to(at::kDouble));
+      group.push_back(g);
+      count[g] += static_cast<double>(found->second.numel());
+    }
   }
+  std::vector<double> out(groups.size(), 1.0);
   if (sums.empty()) return out;
   const at::Tensor all = at::stack(sums).to(at::kCPU).contiguous();  // the one device sync
   const double* values = all.data_ptr<double>();
@@ -388,6 +384,7 @@ std::optional<runtime::FloorInputs> AdaptiveBatch::Impl::floor_inputs(
   in.horizon_steps = static_cast<double>(
       std::max<int64_t>(options.replan_every, stats.step - interval_begin_step));
   const std::vector<double> denominators = adam_denominators();
+  if (denominators.size() != groups.size()) return std::nullopt;
   const double gain = optimizer->momentum_gain();
   in.floor_at = [this, denominators, gain](double batch) {
     return floor_at(batch, denominators, gain);

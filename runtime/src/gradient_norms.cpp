@@ -15,6 +15,8 @@ std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
   return std::vector<double>(v, v + all.numel());
 }
 
+constexpr double k_denominator_floor = 0.1;
+
 bool plain_cpu_float(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
 }

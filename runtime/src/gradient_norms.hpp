@@ -19,9 +19,6 @@ using ParamGroups = std::vector<std::vector<at::Tensor>>;
 // use it: each element divided by Adam's denominator √(v̂) + ε (as AdaptDL does), floored at a
 // tenth of its tensor's mean denominator. inverse maps a parameter to 1 / denominator; a
 // parameter without an entry is taken as is.
-// The floor of an element's denominator, as a fraction of its tensor's mean denominator.
-constexpr double k_denominator_floor = 0.1;
-
 struct Preconditioner {
   std::unordered_map<const c10::TensorImpl*, at::Tensor> inverse;
   at::Tensor apply(const at::Tensor& param, const at::Tensor& grad) const;
