@@ -6,7 +6,6 @@
 #include <cmath>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "adaptive_state.hpp"
@@ -178,12 +177,14 @@ struct AdaptiveBatch::Impl {
   double floor_at(double batch, const std::vector<double>& denominators,
                   double momentum_gain) const;
   std::optional<runtime::FloorInputs> floor_inputs(const runtime::GoodputPoint& current);
-  std::pair<runtime::GoodputPoint, bool> floor_decision(const runtime::ThroughputParams& params,
-                                                        double phi,
-                                                        const runtime::BatchLimits& explore,
-                                                        const runtime::GoodputPoint& current,
-                                                        const runtime::GoodputPoint& best,
-                                                        const runtime::FloorInputs& floor);
+  struct FloorVerdict {
+    bool judged = false;
+    std::optional<runtime::GoodputPoint> target;  // none: stay
+  };
+  FloorVerdict floor_decision(const runtime::ThroughputParams& params, double phi,
+                              const runtime::BatchLimits& explore,
+                              const runtime::GoodputPoint& current,
+                              const runtime::FloorInputs& floor);
 };
 
 runtime::BatchLimits AdaptiveBatch::Impl::limits() const {
@@ -393,14 +394,13 @@ std::optional<runtime::FloorInputs> AdaptiveBatch::Impl::floor_inputs(
   return in;
 }
 
-// The shape the loss's fall per second chooses (noise floor and goodput together), and whether
-// to switch to it; sets floor_why for the log.
-std::pair<runtime::GoodputPoint, bool> AdaptiveBatch::Impl::floor_decision(
+// What the loss's fall per second decides (noise floor and goodput together): the shape to
+// switch to (setting floor_why for the log), or none to stay. Not judged when the loss did not
+// fall over the last interval, which says nothing of how fast the current batch progresses
+// (the fall is below the noise of the interval means).
+AdaptiveBatch::Impl::FloorVerdict AdaptiveBatch::Impl::floor_decision(
     const runtime::ThroughputParams& params, double phi, const runtime::BatchLimits& explore,
-    const runtime::GoodputPoint& current, const runtime::GoodputPoint& best,
-    const runtime::FloorInputs& floor) {
-  // A smaller batch than now raises the floor, so a later decision does not undo what the
-  // floor grew.
+    const runtime::GoodputPoint& current, const runtime::FloorInputs& floor) {
   const auto [chosen, value] = runtime::choose_batch_with_floor(
       params, phi, context.nodes(), context.world_size(), explore, efficiency_model, floor);
   if (runtime::should_switch_with_floor(floor, current, value, options.min_improvement)) {
@@ -408,14 +408,9 @@ std::pair<runtime::GoodputPoint, bool> AdaptiveBatch::Impl::floor_decision(
         "the loss falls {:.3g}/s, predicted {:.3g}/s there (noise floor {:.3g} -> {:.3g})",
         floor.fall_rate, value, stats.noise_floor,
         floor.floor_at(static_cast<double>(chosen.shape.global_batch())));
-    return {chosen, true};
+    return {true, chosen};
   }
-  // A loss that did not fall over the last interval says nothing of how fast the current batch
-  // progresses (the fall is below the noise of the interval means): goodput may still grow the
-  // batch then, never shrink it.
-  const bool grow = !(floor.fall_rate > 0) && best.shape.global_batch() > shape.global_batch &&
-                    runtime::should_switch(current, best, options.min_improvement);
-  return {best, grow};
+  return {floor.fall_rate > 0, std::nullopt};
 }
 
 std::pair<int64_t, int64_t> AdaptiveBatch::Impl::cadences(double replan_seconds) const {
@@ -470,13 +465,16 @@ void AdaptiveBatch::Impl::replan() {
       const auto floor = forced ? std::nullopt : floor_inputs(current);
       runtime::GoodputPoint target = best;
       bool switching = forced || runtime::should_switch(current, best, options.min_improvement);
-      if (floor) {
-        std::tie(target, switching) = floor_decision(params, phi, explore, current, best, *floor);
+      const FloorVerdict verdict =
+          floor ? floor_decision(params, phi, explore, current, *floor) : FloorVerdict{};
+      if (verdict.judged) {
+        switching = verdict.target.has_value();
+        if (switching) target = *verdict.target;
       } else if (options.noise_floor && loss_seen &&
                  best.shape.global_batch() < shape.global_batch) {
-        // The floor cannot judge yet (no fall measured since the start or a restore, or a
-        // world of another size): goodput may grow the batch, not shrink it, since a smaller
-        // batch raises the floor, which goodput does not count.
+        // Goodput decides while the floor cannot judge (no fall measured since the start or a
+        // restore, a world of another size, or a loss that did not fall), but it may only grow
+        // the batch: a smaller batch raises the floor, which goodput does not count.
         switching = false;
       }
       if (switching) {
