@@ -25,31 +25,18 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "fashion_mnist"))
-from fashion_mnist import load, mlp, optimizer as make_optimizer  # noqa: E402
+from fashion_mnist import SegmentTrainer, load, mlp, optimizer as make_optimizer  # noqa: E402
 
 
 def run(args, seed, x, y, tx, ty):
     torch.manual_seed(seed)
     model = mlp()
     optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr)
-    generator = torch.Generator().manual_seed(seed)
-    state = {"order": torch.randperm(len(y), generator=generator), "at": 0}
-
-    def next_batch(size):
-        if state["at"] + size > len(y):
-            state["order"], state["at"] = torch.randperm(len(y), generator=generator), 0
-        state["at"] += size
-        return state["order"][state["at"] - size:state["at"]]
+    trainer = SegmentTrainer(model, optimizer, x, y, seed)
 
     def train(samples, size):
         ratio = size / args.small
-        for group in optimizer.param_groups:
-            group["lr"] = args.lr * (ratio ** 0.5 if args.rule == "sqrt" else ratio)
-        for _ in range(samples // size):
-            batch = next_batch(size)
-            optimizer.zero_grad()
-            F.cross_entropy(model(x[batch]), y[batch]).backward()
-            optimizer.step()
+        trainer.train(samples, size, args.lr * (ratio ** 0.5 if args.rule == "sqrt" else ratio))
 
     def heldout():
         with torch.no_grad():

@@ -18,7 +18,8 @@ Usage: bench/noise_floor.py [--optimizer adam|sgd] [--lr 2e-3] [--small 64] [--l
                             [--segment 32768] [--warm 5000] [--segments 2] [--samples 512]
                             [--seed 1]
 
-docs/benchmarks.md ("The noise floor: the formula against the runs") has its figures."""
+docs/benchmarks.md ("The noise floor in the model") has its figures, from OMP_NUM_THREADS=1 (the
+results are deterministic per seed and thread count)."""
 import argparse
 import os
 import sys
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "fashion_mnist"))
-from fashion_mnist import load, mlp, optimizer as make_optimizer  # noqa: E402
+from fashion_mnist import SegmentTrainer, load, mlp, optimizer as make_optimizer  # noqa: E402
 
 
 def main():
@@ -50,24 +51,8 @@ def main():
     model = mlp()
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr0)
     params = list(model.parameters())
-    generator = torch.Generator().manual_seed(args.seed)
-    state = {"order": torch.randperm(len(y), generator=generator), "at": 0}
+    trainer = SegmentTrainer(model, optimizer, x, y, args.seed)
     fixed = torch.randperm(len(y), generator=torch.Generator().manual_seed(99))[:10000]
-
-    def next_batch(size):
-        if state["at"] + size > len(y):
-            state["order"], state["at"] = torch.randperm(len(y), generator=generator), 0
-        state["at"] += size
-        return state["order"][state["at"] - size:state["at"]]
-
-    def train(samples, size, lr):
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        for _ in range(samples // size):
-            batch = next_batch(size)
-            optimizer.zero_grad()
-            F.cross_entropy(model(x[batch]), y[batch]).backward()
-            optimizer.step()
 
     def training_loss():
         with torch.no_grad():
@@ -104,14 +89,14 @@ def main():
         denominators = torch.cat([(1 / q).flatten() for q in P])
         return tr_p, tr_p2, denominators.mean().item()
 
-    train(args.warm, args.small, lr0)
+    trainer.train(args.warm, args.small, lr0)
     print(f"{args.optimizer}, rate {lr0} at {args.small}, square-root rule; seed {args.seed}")
     print("| segment | batch | rate | training loss after | tr(PΣ) | floor | tr(PΣ)/tr(P²Σ) | mean denominator |")
     print("|---|---|---|---|---|---|---|---|")
     for pair in range(args.segments):
         for size in (args.small, args.large):
             lr = lr0 * (size / args.small) ** 0.5
-            train(args.segment, size, lr)
+            trainer.train(args.segment, size, lr)
             loss = training_loss()
             tr_p, tr_p2, mean_denominator = traces()
             floor = lr / (1 - momentum) * tr_p / (4 * size)

@@ -49,6 +49,34 @@ def mlp():
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
+class SegmentTrainer:
+    """Trains `model` on (x, y) in segments, each at its own batch size and learning rate:
+    batches drawn in a shuffled order without replacement (a new permutation of the data when one
+    runs out), deterministic per `seed`. For the benchmarks that switch batch sizes mid-run
+    (bench/batch_alternation.py, bench/noise_floor.py)."""
+
+    def __init__(self, model, optimizer, x, y, seed):
+        self.model, self.optimizer, self.x, self.y = model, optimizer, x, y
+        self.generator = torch.Generator().manual_seed(seed)
+        self.order, self.at = torch.randperm(len(y), generator=self.generator), 0
+
+    def next_batch(self, size):
+        if self.at + size > len(self.y):
+            self.order, self.at = torch.randperm(len(self.y), generator=self.generator), 0
+        self.at += size
+        return self.order[self.at - size:self.at]
+
+    def train(self, samples, size, lr):
+        """samples // size steps at batch `size` and learning rate `lr`."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        for _ in range(samples // size):
+            batch = self.next_batch(size)
+            self.optimizer.zero_grad()
+            F.cross_entropy(self.model(self.x[batch]), self.y[batch]).backward()
+            self.optimizer.step()
+
+
 def optimizer(name, parameters, lr, momentum=0.9):
     """'adam', or 'sgd' with momentum: what examples/fashion_mnist --optimizer trains with."""
     if name == "sgd":
