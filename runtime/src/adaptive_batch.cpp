@@ -131,6 +131,11 @@ struct AdaptiveBatch::Impl {
   bool warned_no_loss = false;
   runtime::LossTrend trend;
   double fall_rate = -1, fall_goodput = 0;  // -1: none measured yet
+  void forget_trend() {
+    trend.clear();
+    fall_rate = -1;
+    fall_goodput = 0;
+  }
   std::string floor_why;    // rank 0: why the floor chose the next batch, for the log
   bool replan_due = false;  // restored with another world size: re-plan at the next step
   std::optional<runtime::MetricsLog> metrics;
@@ -307,8 +312,7 @@ void AdaptiveBatch::Impl::close_loss_interval(double end) {
     trend.add(interval_begin, end, stats.loss, shape.global_batch);
   } else {
     // An interval without a (finite) loss breaks the trend: nothing older stands for now.
-    trend.clear();
-    fall_rate = -1;
+    forget_trend();
     stats.noise_floor = 0;
   }
   loss_sum = at::Tensor();
@@ -332,15 +336,13 @@ std::vector<double> AdaptiveBatch::Impl::adam_denominators() const {
     for (const auto& p : groups[g]) {
       auto found = preconditioner->inverse.find(p.unsafeGetTensorImpl());
       if (found == preconditioner->inverse.end()) continue;
-      sums.push_back(found->second.reciprocal().sum().to(at::kDouble));
+      sums.push_back(found->second.reciprocal().sum().to(at::kDouble));  // dtypes may differ
       group.push_back(g);
       count[g] += static_cast<double>(found->second.numel());
     }
   }
   std::vector<double> out(groups.size(), 1.0);
-  if (sums.empty()) return out;
-  const at::Tensor all = at::stack(sums).to(at::kCPU).contiguous();  // the one device sync
-  const double* values = all.data_ptr<double>();
+  const std::vector<double> values = runtime::to_host(sums);
   std::vector<double> sum(groups.size(), 0.0);
   for (size_t i = 0; i < group.size(); ++i) sum[group[i]] += values[i];
   for (size_t g = 0; g < out.size(); ++g) {
@@ -745,9 +747,7 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.measure_every = d.stats.measure_every = d.options.measure_every;
   d.next_replan = d.stats.step + d.options.replan_every;
   d.reset_costs();
-  d.trend.clear();
-  d.fall_rate = -1;
-  d.fall_goodput = 0;
+  d.forget_trend();
   d.loss_sum = at::Tensor();
   d.loss_steps = 0;
   d.loss_this_step = false;

@@ -5,15 +5,15 @@
 #include <cmath>
 
 namespace dlrun::runtime {
-namespace {
 
-// Stacks 0-d tensors and brings them to the host at once (one device sync, not one per group).
 std::vector<double> to_host(const std::vector<at::Tensor>& scalars) {
   if (scalars.empty()) return {};
-  const at::Tensor all = at::stack(scalars).to(at::kCPU, at::kDouble);
+  const at::Tensor all = at::stack(scalars).to(at::kCPU, at::kDouble).contiguous();
   const double* v = all.data_ptr<double>();
   return std::vector<double>(v, v + all.numel());
 }
+
+namespace {
 
 constexpr double k_denominator_floor = 0.1;
 

@@ -34,6 +34,10 @@ struct Preconditioner {
 // |t|² as a 0-d float tensor on t's device.
 at::Tensor sqr_norm(const at::Tensor& t);
 
+// 0-d tensors stacked and brought to the host at once, as doubles (one device sync, not one
+// per tensor).
+std::vector<double> to_host(const std::vector<at::Tensor>& scalars);
+
 // |∇|² of each group's gradients (parameters without a gradient count 0); one host copy.
 std::vector<double> grad_sqr_norms(const ParamGroups& groups,
                                    const Preconditioner* preconditioner = nullptr);
