@@ -7,8 +7,8 @@ root with --lr-scaling sqrt; 0.02 with --optimizer sgd), same model and seed.
 Each run stops as soon as the test accuracy, checked every --eval-every samples, reaches the
 target; the time reported is training time (optimizer steps, without the accuracy checks),
 and the samples are those trained on until then. A run that does not reach the target within
---max-epochs is reported as such. The adaptive run's metrics.jsonl is drawn as an SVG (global
-batch size and goodput over time) next to the table.
+--max-epochs is reported as such. After the table, `dlrun history` says what the adaptive run
+decided; with --svg FILE it also draws it (batch size, goodput and noise scale over time).
 
 Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
                                    [--max-epochs 8] [--eval-every 10000] [--base-lr LR]
@@ -16,7 +16,7 @@ Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
                                    [--lr-scaling linear|sqrt]
                                    [--with python,torchrun]
                                    [--step-ms MS --sample-ms MS --sync-ms-per-rank MS]
-                                   [--scaling-rule RULE] [--svg docs/adaptive-fashion-mnist.svg]
+                                   [--scaling-rule RULE] [--svg FILE]
 
 --with torchrun adds the same sweep of fixed sizes in PyTorch DDP under torchrun
 (bench/python/ddp_train.py: the same model, optimizer, seed and accuracy checks), and --with python
@@ -89,44 +89,13 @@ def cost_args(args):
     return [a for name, value in cost if value for a in (name, f"{value:g}")]
 
 
-def svg(points, path, target):
-    """Global batch (left axis, log scale) and goodput (right axis) against time."""
-    import math
-    w, h, pad = 720, 320, 60
-    t0 = points[0]["time"]
-    xs = [p["time"] - t0 for p in points]
-    xmax = max(xs) or 1
-    batches = [p["global_batch"] for p in points]
-    goodputs = [p["goodput"] or 0 for p in points]
-    bmin, bmax = math.log2(min(batches)) - 0.5, math.log2(max(batches)) + 0.5
-    gmax = max(goodputs) * 1.1 or 1
-
-    def x(v): return pad + (w - 2 * pad) * v / xmax
-    def yb(b): return h - pad - (h - 2 * pad) * (math.log2(b) - bmin) / (bmax - bmin)
-    def yg(g): return h - pad - (h - 2 * pad) * g / gmax
-
-    batch_line = " ".join(f"{x(t):.1f},{yb(b):.1f}" for t, b in zip(xs, batches))
-    good_line = " ".join(f"{x(t):.1f},{yg(g):.1f}" for t, g in zip(xs, goodputs))
-    ticks = "".join(f'<text x="{pad - 8}" y="{yb(2 ** k) + 4:.1f}" text-anchor="end">{2 ** k}</text>'
-                    for k in range(math.ceil(bmin), math.floor(bmax) + 1))
-    gticks = "".join(f'<text x="{w - pad + 8}" y="{yg(gmax * f / 1.1) + 4:.1f}">{gmax * f / 1.1:.0f}</text>'
-                     for f in (0, 0.25, 0.5, 0.75, 1.0))
-    with open(path, "w") as f:
-        f.write(f'''<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">
-<rect width="{w}" height="{h}" fill="white"/>
-<text x="{w / 2}" y="18" text-anchor="middle" font-size="13">dlrun --adaptive on Fashion-MNIST, 2 ranks: what it chose (until test accuracy {target})</text>
-<text x="{w / 2}" y="36" text-anchor="middle" fill="#555">goodput over each 10-step interval; its dips are the test-accuracy checks between steps</text>
-<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>
-<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>
-<line x1="{w - pad}" y1="{pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>
-{ticks}{gticks}
-<text x="{w / 2}" y="{h - 20}" text-anchor="middle">seconds since the start ({xmax:.0f} s)</text>
-<text x="14" y="{h / 2}" transform="rotate(-90 14 {h / 2})" text-anchor="middle" fill="#1f5fbf">global batch size</text>
-<text x="{w - 10}" y="{h / 2}" transform="rotate(90 {w - 10} {h / 2})" text-anchor="middle" fill="#c0392b">goodput (samples/s)</text>
-<polyline points="{batch_line}" fill="none" stroke="#1f5fbf" stroke-width="2"/>
-<polyline points="{good_line}" fill="none" stroke="#c0392b" stroke-width="1"/>
-</svg>
-''')
+def history(build, run_dir, svg_path):
+    """What the adaptive run decided, as `dlrun history` tells it (and draws it with --svg)."""
+    cmd = [os.path.join(build, "cli", "dlrun"), "history", run_dir] + (["--svg", svg_path] if svg_path else [])
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}{out.stderr}")
+    return out.stdout
 
 
 def main():
@@ -155,7 +124,8 @@ def main():
                     help="every run's optimizer: adam, or sgd with momentum 0.9 (adaptive: AdaScale)")
     ap.add_argument("--scaling-rule", default="", help="the adaptive run's learning-rate rule (default: the example's, "
                                                         "adam for Adam: lr x sqrt(batch / 64); adascale for SGD: lr x gain)")
-    ap.add_argument("--svg", default=os.path.join(os.path.dirname(__file__), "..", "docs", "adaptive-fashion-mnist.svg"))
+    ap.add_argument("--svg", default="", help="draw the adaptive run's history there (dlrun history --svg): batch "
+                                              "size, goodput and noise scale over time")
     args = ap.parse_args()
     if args.base_lr is None:
         args.base_lr = BASE_LRS[args.optimizer]
@@ -205,7 +175,7 @@ def main():
     rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × {rule})", r))
     print(rows[-1], file=sys.stderr)
     points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
-    svg(points, args.svg, args.target)
+    decided = history(args.build, adaptive_dir, args.svg)
     batches = sorted({p["global_batch"] for p in points})
 
     print(f"| run | time to {args.target:.0%} (training s) | samples | steps | wall s (with checks) |")
@@ -227,7 +197,8 @@ def main():
         for name, r in (("adaptive (C++)", ad), ("import dlrun adaptive", python_row[1] if python_row else None)):
             if r and r["reached"]:
                 print(f"{name} / torchrun DDP's best fixed = {r['seconds'] / torch_best:.2f}")
-    print(f"batch sizes adaptive used: {batches}; plot: {args.svg}")
+    print(f"batch sizes adaptive used: {batches}" + (f"; plot: {args.svg}" if args.svg else ""))
+    print(f"\nwhat the adaptive run decided (dlrun history):\n{decided}")
 
 
 if __name__ == "__main__":
