@@ -93,8 +93,8 @@ def history(build, run_dir, svg_path):
     """What the adaptive run decided, as `dlrun history` tells it (and draws it with --svg)."""
     cmd = [os.path.join(build, "cli", "dlrun"), "history", run_dir] + (["--svg", svg_path] if svg_path else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}{out.stderr}")
+    if out.returncode != 0:  # the table still prints: the runs' results are not lost to it
+        return f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}{out.stderr}"
     return out.stdout
 
 
