@@ -159,12 +159,17 @@ def main():
             train_seconds += time.perf_counter() - started
             step = loader.step
             loss_avg = step_loss if step == 1 else 0.95 * loss_avg + 0.05 * step_loss
+            # The step's stop vote first (it finishes the step, as the C++ example's dp.step does):
+            # a step in the trace is one whose vote is in, so a stop request sent after it is
+            # carried by the next step. (The vote leaves with the last gradient bucket; a rank can
+            # finish its optimizer step before a slower rank has cast its vote.)
+            stop = ctx.stop_requested()
             trace.write("samples", f"{step} {epoch} " + " ".join(map(str, loader.batch.indices)))
             trace.write("loss", f"{step} {loss_avg:.6f} {step_loss:.6f}")
             samples += loader.batch.global_size
             epoch_samples += loader.batch.global_size
             step_loss, started, last_accuracy = 0.0, None, None
-            if ctx.stop_requested():
+            if stop:
                 ckpt.save(loss=loss_avg)
                 if main_rank:
                     print(f"stopped after step {step} (epoch {epoch + 1}, sample {loader.sampler.position} of "
