@@ -41,8 +41,12 @@ Command add_cancel_command(CLI::App& dlrun) {
       "cancel",
       "Stop jobs: a pending job is removed from the queue; a running job's ranks get SIGTERM, then "
       "SIGKILL after the job's grace period");
-  app->add_option("JOB", args->jobs, "Submitted jobs' ids (dlrun status lists them)")->required();
+  app->add_option("JOB", args->jobs, "Jobs' numbers or names, submitted or run by dlrun local or run (dlrun status "
+                                      "lists them)")
+      ->required();
   app->add_flag("--force", args->force, "Kill the ranks at once (SIGKILL)");
+  app->footer("Exit codes: 0 every job named is cancelled (or had already ended); 1 a job could not be stopped; "
+              "2 no such job, or another user's (docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_cancel(*args); }};
 }
 

@@ -81,6 +81,8 @@ Command add_history_command(CLI::App& dlrun) {
   app->add_option("--svg", args->svg,
                   "Also draw batch size, goodput and noise scale over time, as an SVG file")
       ->type_name("FILE");
+  app->footer("Exit codes: 0 the history is printed (and drawn); 2 no such job or run directory, no metrics yet, "
+              "or the SVG file cannot be written (docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_history(*args); }};
 }
 

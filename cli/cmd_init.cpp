@@ -145,6 +145,8 @@ Command add_init_command(CLI::App& dlrun) {
   app->add_flag("--python", args->python,
                 "A Python project: train.py with import dlrun (docs/python.md)");
   app->add_flag("--force", args->force, "Overwrite the skeleton's files if they exist");
+  app->footer("Exit codes: 0 the skeleton is written; 2 a file of it exists already (--force overwrites), or DIR "
+              "is not a directory or cannot be created; 70 a file cannot be written (docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_init(*args); }};
 }
 

@@ -53,7 +53,12 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
     options.gpus_in_use = record->gpus_held_elsewhere(launcher::current_environment());
   auto job = launcher::make_plan(options, launcher::current_environment(), record->job_id());
   record->attach(job);
-  return launcher::run_plan(job);
+  try {
+    return launcher::run_plan(job);
+  } catch (const Error& e) {
+    record->record_error(e.what(), e.exit_code());
+    throw;
+  }
 }
 
 }  // namespace

@@ -29,9 +29,15 @@ int run_logs(const LogsArgs& args) {
 Command add_logs_command(CLI::App& dlrun) {
   auto args = std::make_shared<LogsArgs>();
   CLI::App* app = dlrun.add_subcommand("logs", "Print a job's output: all ranks prefixed, or one rank's own log");
-  app->add_option("JOB", args->job, "A submitted job's id (dlrun status lists them)")->required();
-  app->add_option("--rank", args->rank, "Only this rank's output, as it wrote it")->type_name("R");
+  app->add_option("JOB", args->job, "A job's number or name, submitted or run by dlrun local or run (dlrun status "
+                                     "lists them)")
+      ->required();
+  app->add_option("--rank", args->rank, "Only this rank's output, as it wrote it")
+      ->type_name("R")
+      ->check(CLI::NonNegativeNumber.description(""));
   app->add_flag("-f,--follow", args->follow, "Keep printing new output until the job ends");
+  app->footer("Exit codes: 0 the output is printed (with --follow: once the job ended); 2 no such job or rank "
+              "(docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_logs(*args); }};
 }
 

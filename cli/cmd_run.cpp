@@ -39,7 +39,9 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     c.gpu_slots = true;
   }
   if (app.count("--hosts") == app.count("--hostfile")) {
-    throw ConfigError("say where to run: --hosts a:4,b:4 or --hostfile FILE (one of them)");
+    throw ConfigError(app.count("--hosts") == 0
+                          ? "say where to run: --hosts a:4,b:4 or --hostfile FILE"
+                          : "--hosts and --hostfile both say where to run: give one of them, not both");
   }
   if (app.count("--hosts")) {
     c.hosts = launcher::parse_host_list(args.hosts);
@@ -54,7 +56,12 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
   auto record = start_foreground(args.foreground, app, launcher::JobOrigin::run, c.plan, c.gpu_slots);
   c.job_id = record->job_id();
   c.attach = [&record](launcher::Plan& plan) { record->attach(plan); };
-  return launcher::run_cluster_job(c, launcher::current_environment());
+  try {
+    return launcher::run_cluster_job(c, launcher::current_environment());
+  } catch (const Error& e) {
+    record->record_error(e.what(), e.exit_code());
+    throw;
+  }
 }
 
 }  // namespace
@@ -84,9 +91,11 @@ Command add_run_command(CLI::App& dlrun) {
   app->add_option("--ssh-config", c.ssh.config_file, "ssh client configuration file (ssh -F)")->type_name("FILE");
   app->add_option("--ssh-option", c.ssh.options, "An ssh option (ssh -o), may be repeated")->type_name("OPTION");
   app->add_option("--connect-timeout", c.ssh.connect_timeout_seconds, "Seconds to wait for each host's ssh")
+      ->type_name("SECONDS")
       ->check(duration_check())
       ->capture_default_str();
   app->add_option("--join-timeout", c.join_timeout, "Seconds for every host's agent to join the rendezvous")
+      ->type_name("SECONDS")
       ->check(duration_check())
       ->capture_default_str();
   app->add_option("--remote-dlrun", c.remote_dlrun, "dlrun's path on the other hosts (default: this one's)")

@@ -131,7 +131,10 @@ Command add_status_command(CLI::App& dlrun) {
   app->add_option("JOB", args->job, "Show this job in detail");
   app->add_flag("--json", args->json, "Print JSON (an array, or one object with JOB)");
   app->add_flag("-a,--all", args->all, "List every job in the history");
-  app->add_option("--recent", args->recent, "How many finished jobs to list")->capture_default_str();
+  app->add_option("--recent", args->recent, "How many finished jobs to list")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber.description(""));
   app->add_flag("--trace", args->trace,
                 "Draw which job held which GPU over time (every start, resize and end the queue recorded), "
                 "one row per GPU, one letter per job");

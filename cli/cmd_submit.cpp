@@ -36,7 +36,7 @@ void report_end(launcher::JobQueue& queue, int64_t id, int tail_lines, std::ostr
   if (!job) throw ConfigError(fmt::format("no job {}", id));
   launcher::LogTail tail;
   if (tail_lines > 0 && job->state == launcher::JobState::failed) {
-    tail = launcher::read_log_tail(launcher::failure_log_path(*job, queue.run_dir(id)), static_cast<size_t>(tail_lines));
+    tail = launcher::read_log_tail(launcher::failure_log_path(*job, queue.log_dir(*job)), static_cast<size_t>(tail_lines));
   }
   out << launcher::job_end_report(*job, tail) << std::flush;
 }
@@ -116,7 +116,8 @@ Command add_submit_command(CLI::App& dlrun) {
       "(128+N when it was killed by signal N), 143 when it was cancelled, 70 when it was lost; 130, 143 or 129 "
       "when this command got SIGINT, SIGTERM or SIGHUP (the job is then cancelled, or left running with "
       "--detach-on-interrupt); 1 when it could not be cancelled. Without --wait: 0 once submitted. "
-      "2: bad usage or job file, nothing submitted (docs/exit-codes.md).\n"
+      "2: bad usage or job file, nothing submitted; 69: Slurm's sbatch failed (the job is recorded as FAILED) "
+      "(docs/exit-codes.md).\n"
       "The job's state, logs and run directories are under $DLRUN_HOME (default ~/.local/state/dlrun).");
   return {app, [args](const Trailing&) { return run_submit(*args); }};
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -25,6 +26,28 @@ std::vector<std::string> visible_verbs(const CLI::App& dlrun) {
 }
 
 }  // namespace
+
+std::string plain_parse_error(const std::string& message) {
+  static const std::regex conversion(R"(^Could not convert: (\S+) = (.*)$)");
+  static const std::regex range(R"(^(\S+): Value (\S+) not in range (\S+) to (\S+)$)");
+  static const std::regex repeated(R"(^(\S+): At Most 1 required but received \d+$)");
+  // CLI11 prints a double's bounds with six decimals: 36500.000000 reads 36500.
+  auto number = [](std::string text) {
+    if (text.find('.') == std::string::npos) return text;
+    text.erase(text.find_last_not_of('0') + 1);
+    if (text.back() == '.') text.pop_back();
+    return text;
+  };
+  std::smatch m;
+  if (std::regex_match(message, m, conversion)) return fmt::format("{} {}: not a number", m[1].str(), m[2].str());
+  if (std::regex_match(message, m, range)) {
+    const std::string high = number(m[4]);
+    if (high.size() > 15) return fmt::format("{} {}: must be {} or more", m[1].str(), m[2].str(), number(m[3]));
+    return fmt::format("{} {}: must be from {} to {}", m[1].str(), m[2].str(), number(m[3]), high);
+  }
+  if (std::regex_match(message, m, repeated)) return fmt::format("{} given more than once", m[1].str());
+  return message;
+}
 
 std::string help_hint(const CLI::App& app) {
   return fmt::format("; see '{} --help'", app.get_parent() ? "dlrun " + app.get_name() : "dlrun");

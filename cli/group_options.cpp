@@ -14,7 +14,7 @@ CLI::Validator duration_check() {
         if (!CLI::detail::lexical_cast(text, seconds)) return std::string();  // CLI11 says it is not a number
         return launcher::duration_problem(seconds, text).value_or("");
       },
-      "SECONDS");
+      "");  // the options' type_name says SECONDS
 }
 
 void add_program_options(CLI::App* app, GroupArgs& args) {
@@ -37,7 +37,12 @@ void add_output_options(CLI::App* app, GroupArgs& args) {
   app->add_option("--color", args.color, "Colour the prefixes: auto (on a terminal, unless NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
-  app->add_option("--tail", o.tail_lines, "Lines of a failed rank's stderr to show (a traceback from its error file: whole, up to 100 lines; 0: neither)")->type_name("N")->capture_default_str();
+  app->add_option("--tail", o.tail_lines,
+                  "Lines of a failed rank's stderr to show (a traceback from its error file: whole, up to 100 lines; "
+                  "0: neither)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   app->add_flag("-q,--quiet", o.quiet, "No informational lines from dlrun itself (its warnings and errors still)");
 }
 

@@ -24,7 +24,8 @@ namespace {
 // with the closest one, before CLI11's own complaints, which it may have caused), and where
 // to read more.
 int usage_error(const CLI::ParseError& error, const CLI::App& where) {
-  std::string message = dlrun::cli::unexpected_words_message(where).value_or(error.what());
+  std::string message =
+      dlrun::cli::unexpected_words_message(where).value_or(dlrun::cli::plain_parse_error(error.what()));
   std::cerr << "dlrun: error: " << message << dlrun::cli::help_hint(where) << "\n";
   return dlrun::exit_code::k_usage;
 }

@@ -150,6 +150,16 @@ ForegroundJob::~ForegroundJob() {
   }
 }
 
+void ForegroundJob::record_error(const std::string& message, int code) {
+  if (!m_store || m_ended || !m_started) return;
+  try {
+    m_store->queue.store().finish(*m_number, JobState::failed, code, message);
+    m_ended = true;
+  } catch (const std::exception& e) {
+    log::warn("job {}: its end could not be recorded: {}", m_job_id, e.what());
+  }
+}
+
 std::vector<std::string> ForegroundJob::gpus_held_elsewhere(const Environment& env) const {
   if (!m_store) return {};
   std::vector<int64_t> except = {*m_number};

@@ -122,12 +122,7 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
   }
   const bool foreground = job->submitted.origin != JobOrigin::submit;
   if (foreground && rank < 0) return follow_foreground(queue, *job, follow, out);
-  std::string log_dir = foreground ? job->run_dir : queue.run_dir(id);
-  try {
-    if (!foreground) log_dir = queue.log_dir(id, submitted_spec(*job));
-  } catch (const ConfigError&) {
-    // A file that no longer parses never ran: its supervisor wrote why in the run directory.
-  }
+  const std::string log_dir = queue.log_dir(*job);
   const std::string path = rank >= 0 ? rank_log_path(log_dir, rank) : log_dir + "/output.log";
   std::streamoff offset = copy_new(path, 0, out);
   if (follow == Follow::no) return;

@@ -152,6 +152,11 @@ Capacity JobQueue::capacity() const {
 }
 
 JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& kind, std::string& text) {
+  std::error_code probe;
+  if (std::filesystem::is_directory(job_file, probe)) {
+    throw ConfigError(fmt::format("{} is a directory: give its job file (e.g. {}/job.toml)", job_file,
+                                  job_file == "/" ? "" : job_file));
+  }
   std::ifstream file(job_file);
   if (!file) throw ConfigError(fmt::format("cannot read job file {}: {}", job_file, std::strerror(errno)));
   // A byte past the limit is enough for parse_job_spec to refuse it: /dev/zero is not read whole.
@@ -184,6 +189,15 @@ SbatchInput JobQueue::sbatch_input(const JobSpec& spec, const std::string& id) c
 
 std::string JobQueue::log_dir(int64_t id, const JobSpec& spec) const {
   return spec.log_dir.empty() ? run_dir(id) : fmt::format("{}/{}", spec.log_dir, id);
+}
+
+std::string JobQueue::log_dir(const JobRecord& job) const {
+  if (job.submitted.origin != JobOrigin::submit) return job.run_dir;
+  try {
+    return log_dir(job.id, submitted_spec(job));
+  } catch (const ConfigError&) {
+    return run_dir(job.id);
+  }
 }
 
 JobSpec submitted_spec(const JobRecord& job) {

@@ -38,18 +38,25 @@ JobRef parse_job_ref(std::string_view text) {
   return job;
 }
 
-void check_job_name(std::string_view name) {
-  JobRef ref;
-  try {
-    ref = parse_job_ref(name);
-  } catch (const ConfigError&) {
-    throw ConfigError(
-        fmt::format("--name '{}': a name is letters, digits, '-', '_' and '.' (not first), at most "
-                    "128 bytes, so that every verb can name the job by it",
-                    name));
+std::optional<std::string> job_name_problem(std::string_view name) {
+  std::optional<JobRef> ref;
+  if (name.empty() || name.front() != '-') {  // `dlrun logs -x` would read an option
+    try {
+      ref = parse_job_ref(name);
+    } catch (const ConfigError&) {
+    }
   }
-  if (ref.number)
-    throw ConfigError(fmt::format("--name {}: a number is a job's number; add a letter", name));
+  if (!ref) {
+    return fmt::format("'{}': a name is letters, digits, '-', '_' and '.' ('-' and '.' not first), at "
+                       "most 128 bytes, so that every verb can name the job by it",
+                       name);
+  }
+  if (ref->number) return fmt::format("{}: a number is a job's number; add a letter", name);
+  return std::nullopt;
+}
+
+void check_job_name(std::string_view name) {
+  if (auto problem = job_name_problem(name)) throw ConfigError("--name " + *problem);
 }
 
 int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb) {

@@ -104,6 +104,13 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows, cons
   return out;
 }
 
+// A table keeps one line per job: a reason of several lines (sbatch's stderr) shows its first,
+// and `dlrun status JOB` the whole.
+static std::string one_line(const std::string& text) {
+  const size_t end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end) + " …";
+}
+
 std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& jobs, double now,
                                                   const QueueInsight& insight) {
   std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "EXIT", "RANKS", "GPUS", "RESTARTS", "RESIZES",
@@ -117,7 +124,7 @@ std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& 
                     job.submitted_at > 0 ? local_iso8601(static_cast<std::time_t>(job.submitted_at)) : "-",
                     job.started_at > 0 ? format_duration(elapsed(job, now)) : "-", number_text(metrics.global_batch),
                     number_text(metrics.samples_per_sec), policy_text(policy_of(insight, job)),
-                    reason.empty() ? "-" : reason});
+                    reason.empty() ? "-" : one_line(reason)});
   }
   return rows;
 }

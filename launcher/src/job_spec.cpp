@@ -1,5 +1,6 @@
 #include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/job_spec.hpp"
+#include "dlrun/launcher/job_ref.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -52,6 +53,7 @@ class Checker {
   Checker(const std::string& path, const std::string& base_dir) : m_path(path), m_base(base_dir) {}
 
   void error(const toml::source_region& where, const std::string& message) {
+    if (where.begin.line == 0) return error_at_file(message);  // a table the file does not have
     m_errors.push_back(fmt::format("{}:{}:{}: {}", m_path, where.begin.line, where.begin.column, message));
   }
   void error_at_file(const std::string& message) { m_errors.push_back(fmt::format("{}: {}", m_path, message)); }
@@ -489,7 +491,13 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   Checker check(path, base_dir);
   JobSpec spec;
   check.unknown_keys(root, k_top_keys, "");
-  if (auto name = check.string(root.get("name"), "name", k_max_name_bytes)) spec.name = *name;
+  if (auto name = check.string(root.get("name"), "name", k_max_name_bytes)) {
+    if (auto problem = job_name_problem(*name)) {
+      check.error(root.get("name")->source(), "name " + *problem);
+    } else {
+      spec.name = *name;
+    }
+  }
   parse_command(check, root.get("command"), spec);
   if (spec.name.empty() && !spec.command.empty()) {
     spec.name = std::filesystem::path(spec.command[0]).filename().string().substr(0, k_max_name_bytes);
@@ -504,12 +512,14 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   if (spec.scheduler == "local") {
     parse_resources(check, root.get("resources"), spec);
   } else if (const toml::node* resources = root.get("resources")) {
+    const std::string with = kind_override.empty() ? fmt::format("with [scheduler] kind = \"{}\"", spec.scheduler)
+                                                   : fmt::format("with --scheduler {}", spec.scheduler);
     check.error(resources->source(),
-                spec.scheduler == "ssh"
-                    ? "with [scheduler] kind = \"ssh\" the ranks come from the hosts' slots: remove [resources] "
-                      "(gpu = true in [scheduler] makes each slot a GPU)"
-                    : "with [scheduler] kind = \"slurm\" the ranks come from nodes and ranks_per_node (or "
-                      "gpus_per_node) in [scheduler]: remove [resources]");
+                with + (spec.scheduler == "ssh"
+                            ? " the ranks come from the hosts' slots: remove [resources] (gpu = true in "
+                              "[scheduler] makes each slot a GPU)"
+                            : " the ranks come from nodes and ranks_per_node (or gpus_per_node) in [scheduler]: "
+                              "remove [resources]"));
   }
   settle_policy(check, root.get("scheduler"), spec);
   if (auto v = check.integer(root.get("max_restarts"), "max_restarts", 0, 1000000)) spec.max_restarts = *v;

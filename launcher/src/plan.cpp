@@ -25,7 +25,10 @@ namespace {
 std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env, std::optional<int> min,
                                      SettingsSource source, const std::string& label,
                                      const std::vector<std::string>& busy) {
-  const std::string spec = label.empty() ? setting_label(source, "gpus", format_gpu_request(request)) : label;
+  // An elastic request says its whole range: "--gpus 5:8", not the 8 it asks for at most.
+  const std::string asked = min && request.count ? fmt::format("{}:{}", *min, *request.count)
+                                                 : format_gpu_request(request);
+  const std::string spec = label.empty() ? setting_label(source, "gpus", asked) : label;
   const char* cpu_ranks = source == SettingsSource::job_file ? "nproc = N in [resources]" : "--nproc N";
   GpuInventory inventory = discover_gpus();
   std::optional<std::string> visible;

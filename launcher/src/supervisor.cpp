@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <regex>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
+#include "dlrun/launcher/text.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -157,6 +159,10 @@ void Supervisor::start_attempt() {
       if (const std::string* path = error_file_of(member)) ::unlink(path->c_str());
     }
   }
+  if (m_job.options.watchdog_seconds > 0) {
+    // Before the ranks start: a rank may touch its DLRUN_PROGRESS_FILE at once.
+    std::filesystem::create_directories(m_job.run_dir + "/progress", ignored);
+  }
   m_group = m_runner->start(members, make_output);
   m_attempt_started = std::chrono::steady_clock::now();
   arm_watchdog();
@@ -185,10 +191,12 @@ void Supervisor::on_children_ended() {
     }
     if (m_phase == Phase::running && !m_failure) {
       m_failure = Failure{index, status, {}, {}, {}};
-      size_t others = m_group->running();
-      log::error("{} {}{}", member.name, status.describe(),
-                 others ? fmt::format("; stopping the other {} {}{}", others, m_job.member_noun, others == 1 ? "" : "s")
-                        : "");
+      // Said now only while others are stopped (which may take the grace period); the report
+      // at the end says it in full.
+      if (size_t others = m_group->running()) {
+        log::error("{} {}; stopping the other {} {}{}", member.name, status.describe(), others, m_job.member_noun,
+                   others == 1 ? "" : "s");
+      }
       stop_group(SIGTERM);
     }
   }
@@ -334,6 +342,24 @@ void Supervisor::read_error_file_of(Failure& failure) const {
   }
 }
 
+// Whether a member's stderr tail holds its own dlrun's report of a failed rank (the
+// "dlrun[HOST]: error: …" lines of a `dlrun run` agent or a Slurm step).
+static bool reported_by_agent(const std::deque<std::string>& tail) {
+  return std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
+    return line.rfind("dlrun[", 0) == 0 && line.find("]: error: ") != std::string::npos;
+  });
+}
+
+// The rank whose failure a host's dlrun reported first ("dlrun[HOST]: error: rank 5 …").
+static std::optional<int> rank_reported_by_agent(const std::deque<std::string>& tail) {
+  static const std::regex report(R"(^dlrun\[[^\]]*\]: error: rank (\d+) )");
+  std::smatch m;
+  for (const std::string& line : tail) {
+    if (std::regex_search(line, m, report)) return parse_int(m[1].str());
+  }
+  return std::nullopt;
+}
+
 void Supervisor::report_failure(const Failure& failure) const {
   if (!failure.reason.empty()) return;  // said when it happened
   const Member& member = m_group->member(failure.index);
@@ -347,6 +373,16 @@ void Supervisor::report_failure(const Failure& failure) const {
                                    failure.error_path, log_path);
     for (const auto& line : traceback_lines(failure.error->traceback, k_max_traceback_lines)) text += "\n  | " + line;
     log::error("{}", text);
+    return;
+  }
+  if (m_job.options.tail_lines <= 0) {
+    log::error("{} (its output: {})", what, log_path);
+    return;
+  }
+  if (m_job.member_noun != "rank" && reported_by_agent(tail)) {
+    // A host's (or Slurm step's) dlrun said which rank failed, and that rank's stderr, on the
+    // terminal already: quoting it again would say it twice more.
+    log::error("{} (what it said is above; all in {})", what, log_path);
     return;
   }
   if (tail.empty()) {
@@ -394,8 +430,12 @@ void Supervisor::finish(int code) {
       m_summary += fmt::format(": {}", first_line(m_failure->error->message));
     }
   }
-  if (!m_stop_signal && m_failure && m_failure->index < m_group->size() && !m_job.planner) {
-    m_failed_rank = m_group->member(m_failure->index).spec.rank;
+  if (!m_stop_signal && m_failure && m_failure->index < m_group->size()) {
+    if (m_job.member_noun == "rank" && !m_job.planner) {
+      m_failed_rank = m_group->member(m_failure->index).spec.rank;
+    } else if (m_job.member_noun != "rank") {
+      m_failed_rank = rank_reported_by_agent(m_group->stderr_tail(m_failure->index));
+    }
   }
   m_phase = Phase::done;
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);

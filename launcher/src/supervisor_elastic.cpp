@@ -121,8 +121,6 @@ bool Supervisor::leave_out_failing_gpu(const Failure& failure) {
 
 void Supervisor::arm_watchdog() {
   if (m_job.options.watchdog_seconds <= 0) return;
-  std::error_code ec;
-  std::filesystem::create_directories(m_job.run_dir + "/progress", ec);
   auto period = std::chrono::duration<double>(std::min(1.0, m_job.options.watchdog_seconds / 4));
   m_watchdog_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(period));
   m_watchdog_timer.async_wait([this](const boost::system::error_code& ec) {

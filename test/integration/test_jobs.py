@@ -283,6 +283,14 @@ class WaitReport(JobsTestCase):
                                                      f"({os.path.join(self.home, 'jobs', r.stdout.strip(), 'rank-1.log')}) <==",
                                                      "line 30", "oops"])
 
+    def test_with_a_log_dir_the_tail_comes_from_there(self):
+        logs = os.path.join(self.tmp, "mylogs")
+        r = self.dlrun("submit", "--wait", "--tail", "1", self.job_file(f'log_dir = "{logs}"\n' + self.FAILING))
+        self.assertEqual(r.returncode, 3, r.stderr)
+        job_id = int(r.stdout.split()[2])
+        self.assertEqual(r.stdout.splitlines()[2:], [
+            f"==> last 1 line of rank 1's log ({os.path.join(logs, str(job_id), 'rank-1.log')}) <==", "oops"])
+
     def test_a_success_is_one_line(self):
         r = self.dlrun("submit", "--wait", self.job_file(MINIMAL))
         self.assertEqual(r.returncode, 0, r.stderr)

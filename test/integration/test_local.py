@@ -118,6 +118,33 @@ exec sleep 300
             record = json.load(f)
         self.assertEqual((record["state"], record["exit_code"]), ("failed", 7))
 
+    def test_one_rank_failure_is_said_once_and_tail_0_shows_no_lines(self):
+        r = self.dlrun("local", "--nproc", "1", "sh", "-c", "echo oops >&2; exit 3")
+        self.assertEqual(r.returncode, 3)
+        self.assertEqual(r.stderr.count("rank 0 exited with code 3"), 1, r.stderr)
+        self.assertIn("rank 0 exited with code 3; last 1 line of its stderr", r.stderr)
+        r = self.dlrun("local", "--nproc", "1", "--tail", "0", "sh", "-c", "echo oops >&2; exit 3")
+        self.assertEqual(r.returncode, 3)
+        self.assertNotIn("wrote nothing", r.stderr)
+        self.assertRegex(r.stderr, r"dlrun: error: rank 0 exited with code 3 \(its output: \S+rank-0.log\)\n")
+
+    def test_a_rank_that_cannot_start_is_recorded_with_dlruns_error(self):
+        path = os.path.join(self.tmp, "no-interpreter.sh")
+        with open(path, "w") as f:
+            f.write("echo hi\n")  # no #! line: exec fails with ENOEXEC
+        os.chmod(path, 0o755)
+        r = self.dlrun("local", "--nproc", "1", path)
+        self.assertEqual(r.returncode, 70, r.stderr)
+        self.assertIn("cannot start", r.stderr)
+        jobs = json.loads(self.dlrun("status", "--all", "--json").stdout)
+        self.assertEqual((jobs[-1]["state"], jobs[-1]["exit_code"]), ("FAILED", 70))
+        self.assertTrue(jobs[-1]["reason"].startswith(f"cannot start {path}: Exec format error"), jobs[-1])
+
+    def test_a_rank_may_touch_its_progress_file_at_once(self):
+        for _ in range(5):  # the directory once came after the ranks: 2 runs in 5 failed
+            r = self.dlrun("local", "--nproc", "2", "--watchdog", "60", "sh", "-c", "touch $DLRUN_PROGRESS_FILE")
+            self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_rank_killed_by_signal_gives_128_plus_signal(self):
         r = self.dlrun("local", "--nproc", "2", "sh", "-c", 'if [ $RANK = 0 ]; then kill -SEGV $$; fi; sleep 300')
         self.assertEqual(r.returncode, 128 + signal.SIGSEGV)
@@ -174,6 +201,17 @@ class BadInput(DlrunTestCase):
         self.assert_usage_error(["local", "--nproc", "2", "--gpus", "1", "true"], "exclude each other")
         self.assert_usage_error(["local", "--nproc", "two", "true"], "--nproc")
         self.assert_usage_error(["local", "--nproc", "2", "--grace", "-1", "true"], "--grace: -1 is out of range")
+
+    def test_bad_values_are_said_in_dlruns_words(self):
+        self.assert_usage_error(["local", "--nproc", "1", "--tail", "-1", "true"], "--tail -1: must be from 0 to 100000")
+        self.assert_usage_error(["local", "--nproc", "1", "--master-port", "abc", "true"],
+                                "--master-port abc: not a number")
+        self.assert_usage_error(["local", "--nproc", "1", "--nproc-per-node", "2", "true"],
+                                "--nproc given more than once")
+        self.assert_usage_error(["status", "--recent", "-1"], "--recent -1: must be 0 or more")
+        self.assert_usage_error(["logs", "1", "--rank", "-1"], "--rank -1: must be 0 or more")
+        self.assert_usage_error(["clean", "--older-than", "-1"], "--older-than -1: must be from 0 to 36500")
+        self.assert_usage_error(["submit", self.tmp], f"{self.tmp} is a directory: give its job file")
 
     def test_unknown_option_suggests(self):
         self.assert_usage_error(["local", "--nprocs", "2", "true"],

@@ -363,6 +363,24 @@ class LocalHosts(DlrunTestCase):
                          (2, "dlrun: error: --gpu-ids 0,1 names 2 GPUs, and host localhost has 3 slots (one rank "
                              "per GPU): give each host at most 2 slots, or name more GPUs\n"))
 
+    def test_a_failed_rank_is_recorded_and_said_once_by_its_host(self):
+        r = self.dlrun("run", "--hosts", "localhost:2", "--run-dir", self.run_dir(), "sh", "-c",
+                       "[ $RANK = 1 ] && { echo boom >&2; exit 6; }; sleep 30")
+        self.assertEqual(r.returncode, 6, r.stderr)
+        self.assertIn("dlrun[localhost]: error: rank 1 exited with code 6; last 1 line of its stderr", r.stderr)
+        self.assertIn("dlrun: error: host localhost (node 0) exited with code 6 (what it said is above; all in ",
+                      r.stderr)
+        self.assertEqual(r.stderr.count("boom"), 2, r.stderr)  # live, then in its host's report
+        jobs = json.loads(self.dlrun("status", "--all", "--json").stdout)
+        self.assertEqual(jobs[-1]["failed_rank"], 1)
+        r = self.dlrun("logs", str(jobs[-1]["id"]), "--rank", "1")
+        self.assertEqual(r.stdout, "boom\n")
+
+    def test_hosts_and_hostfile_exclude_each_other(self):
+        r = self.dlrun("run", "--hosts", "localhost:1", "--hostfile", os.path.join(self.tmp, "x"), "true")
+        self.assertEqual((r.returncode, r.stderr.splitlines()[0]),
+                         (2, "dlrun: error: --hosts and --hostfile both say where to run: give one of them, not both"))
+
     def test_watchdog(self):
         r = self.dlrun("run", "--watchdog", "3", "--grace", "0", "--hosts", "localhost:2", "--run-dir",
                        self.run_dir(), "sh", "-c", "[ $RANK = 1 ] && exec sleep 600; "

@@ -23,4 +23,16 @@ TEST_SUITE("launcher::JobRef") {
     CHECK_THROWS_AS(parse_job_ref(std::string(129, 'a')), dlrun::ConfigError);
     CHECK_NOTHROW(parse_job_ref(std::string(128, 'a')));
   }
+  TEST_CASE("a job's name is one every verb can name it by") {
+    CHECK_FALSE(job_name_problem("mnist-small.v2"));
+    for (const char* bad : {"my job", "-x", ".x", "a/b", ""}) {
+      CAPTURE(bad);
+      REQUIRE(job_name_problem(bad));
+      CHECK(job_name_problem(bad)->find("a name is letters, digits") != std::string::npos);
+    }
+    CHECK(job_name_problem("77") == "77: a number is a job's number; add a letter");
+    CHECK(job_name_problem(std::string(129, 'a')));
+    CHECK_THROWS_WITH_AS(check_job_name("77"), "--name 77: a number is a job's number; add a letter",
+                         dlrun::ConfigError);
+  }
 }

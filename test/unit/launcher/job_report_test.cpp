@@ -15,6 +15,17 @@ TEST_SUITE("launcher::JobReport") {
   TEST_CASE("tables are aligned") {
     CHECK(render_table({{"ID", "NAME"}, {"12", "x"}}) == "ID  NAME\n12  x\n");
   }
+  TEST_CASE("a reason of several lines takes one row of the table, and all of it in the details") {
+    JobRecord job;
+    job.id = 74;
+    job.name = "on-slurm";
+    job.state = JobState::failed;
+    job.reason = "sbatch exited with code 1: sbatch: error: no partition\nsbatch: error: rejected";
+    const auto rows = status_rows({job}, 0);
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[1].back() == "sbatch exited with code 1: sbatch: error: no partition …");
+    CHECK(status_details(job, 0).find("sbatch: error: rejected") != std::string::npos);
+  }
   TEST_CASE("status exit codes") {
     CHECK(status_exit_code(JobState::succeeded) == 0);
     CHECK(status_exit_code(JobState::failed) == 1);

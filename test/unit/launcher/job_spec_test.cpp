@@ -125,6 +125,28 @@ kind = "local"
           "job.toml:2:1: with [scheduler] kind = \"slurm\" the ranks come from nodes and ranks_per_node (or "
           "gpus_per_node) in [scheduler]: remove [resources]");
   }
+  TEST_CASE("a name in the file follows --name's rules") {
+    CHECK(error_of("name = \"my job\"\ncommand = [\"x\"]\n[resources]\nnproc = 1\n")
+              .find("job.toml:1:8: name 'my job': a name is letters, digits") == 0);
+    CHECK(error_of("name = \"77\"\ncommand = [\"x\"]\n[resources]\nnproc = 1\n") ==
+          "job.toml:1:8: name 77: a number is a job's number; add a letter");
+    CHECK(error_of("name = \"-x\"\ncommand = [\"x\"]\n[resources]\nnproc = 1\n").find("job.toml:1:8: name '-x'") == 0);
+  }
+  TEST_CASE("--scheduler over a file: errors name the override, never a position the file lacks") {
+    auto with_kind = [](const std::string& text, const std::string& kind) {
+      try {
+        parse_job_spec(text, "job.toml", "/jobs", kind);
+      } catch (const dlrun::ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    CHECK(with_kind("command = [\"x\"]\n", "ssh") ==
+          "job.toml: kind = \"ssh\" needs hosts = \"a:4,b:4\" or hostfile = \"FILE\" (one of them)");
+    CHECK(with_kind("command = [\"x\"]\n[resources]\nnproc = 1\n", "slurm") ==
+          "job.toml:2:1: with --scheduler slurm the ranks come from nodes and ranks_per_node (or gpus_per_node) in "
+          "[scheduler]: remove [resources]");
+  }
   TEST_CASE("kind ssh takes its ranks from hosts") {
     auto spec = parse("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a:2,b:2\"\ngpu = true\n");
     CHECK(spec.remote());

@@ -75,6 +75,10 @@ class ForegroundJob {
   // store up to date (restarts, resizes, the end). Throws ConfigError when a resumed job was
   // taken up by someone else meanwhile.
   void attach(Plan& plan);
+  // The run ended with dlrun's own error (`message`, exit code `code`: a rank that could not
+  // be started, say) after attach(): recorded FAILED with them, so that dlrun status says what
+  // the terminal said. Nothing before attach() (the run is forgotten) or after its end.
+  void record_error(const std::string& message, int code);
 
  private:
   void record_end(const RunEnd& end);

@@ -46,6 +46,10 @@ class JobQueue {
   // Where job `id`'s logs go (output.log, rank-N.log): LOG_DIR/ID with the job file's
   // log_dir, else its run directory.
   std::string log_dir(int64_t id, const JobSpec& spec) const;
+  // Where a recorded job's logs are: a `dlrun local`/`run` job's run directory, a submitted
+  // job's log_dir(); its run directory when its file no longer parses (it never ran: its
+  // supervisor wrote why there).
+  std::string log_dir(const JobRecord& job) const;
 
   // Checks the job file (ConfigError with FILE:LINE:COL on any problem) and whether it
   // could ever run here, records it and starts its supervisor (or hands it to Slurm with

@@ -23,8 +23,12 @@ class JobStore;
 // character no id has (ids are letters, digits, '-', '_' and '.', never a path: "..", "/").
 JobRef parse_job_ref(std::string_view text);
 
-// Throws ConfigError for a `--name` no verb could name the job by: not an id's characters
-// (letters, digits, '-', '_', '.', not first), over 128 bytes, or all digits (a number).
+// What makes `name` one no verb could name a job by, nullopt when it is fine: not an id's
+// characters (letters, digits, '-', '_', '.'), '.' or '-' first (a path, an option), over
+// 128 bytes, or all digits (a number). Said after the name itself, e.g. "'my job': a name is …".
+std::optional<std::string> job_name_problem(std::string_view name);
+
+// Throws ConfigError for a `--name` job_name_problem finds fault with.
 void check_job_name(std::string_view name);
 
 // The job's number: its own, or the newest job's of that name. ConfigError when no job has
