@@ -43,8 +43,8 @@ std::vector<std::string> kept_words() {
 std::string default_name(const std::vector<std::string>& command) {
   if (command.empty()) return "job";
   std::string program = command.front();
-  if (command.size() > 2 && command[1] == "-m") return command[2];
-  return fs::path(program).filename().string();
+  if (command.size() > 2 && command[1] == "-m") return launcher::job_name_from(command[2]);
+  return launcher::job_name_from(fs::path(program).filename().string());
 }
 
 [[noreturn]] void run_again(const std::string& verb, const launcher::ResumeTarget& target) {

@@ -55,6 +55,18 @@ std::optional<std::string> job_name_problem(std::string_view name) {
   return std::nullopt;
 }
 
+std::string job_name_from(std::string_view program_name) {
+  std::string name(program_name.substr(0, 128));
+  for (size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    const bool allowed = std::isalnum(c) || ((c == '-' || c == '.') && i > 0) || c == '_';
+    if (!allowed || (c == '.' && name[i - 1] == '.')) name[i] = '_';
+  }
+  if (name.empty()) return "job";
+  if (!job_name_problem(name)) return name;
+  return ("job-" + name).substr(0, 128);  // all digits
+}
+
 void check_job_name(std::string_view name) {
   if (auto problem = job_name_problem(name)) throw ConfigError("--name " + *problem);
 }

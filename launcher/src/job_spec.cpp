@@ -500,8 +500,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   }
   parse_command(check, root.get("command"), spec);
   if (spec.name.empty() && !spec.command.empty()) {
-    spec.name = std::filesystem::path(spec.command[0]).filename().string().substr(0, k_max_name_bytes);
-    std::replace_if(spec.name.begin(), spec.name.end(), is_control, '?');
+    spec.name = job_name_from(std::filesystem::path(spec.command[0]).filename().string());
   }
   spec.workdir = check.directory(root.get("workdir"), "workdir");
   if (spec.workdir.empty()) spec.workdir = std::filesystem::path(base_dir).lexically_normal().string();

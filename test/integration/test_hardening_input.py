@@ -193,9 +193,10 @@ class SlurmScript(InputCase):
         self.assertFalse(os.path.exists(marker), r.stdout)
 
     def test_sbatch_values_with_spaces_are_quoted_for_sbatch(self):
-        r = self.dry_run(SLURM_JOB.replace('"on-slurm"', '"my job #1 \\"x\\""'))
+        # (A job's name cannot hold them since it names the job to every verb: its account can.)
+        r = self.dry_run(SLURM_JOB.replace('"lab"', '"my lab #1 \\"x\\""'))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn('#SBATCH "--job-name=my job #1 \\"x\\""\n', r.stdout)
+        self.assertIn('#SBATCH "--account=my lab #1 \\"x\\""\n', r.stdout)
 
     def test_a_valid_job_still_renders(self):
         r = self.dry_run(SLURM_JOB)

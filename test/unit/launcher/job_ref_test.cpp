@@ -32,6 +32,16 @@ TEST_SUITE("launcher::JobRef") {
     }
     CHECK(job_name_problem("77") == "77: a number is a job's number; add a letter");
     CHECK(job_name_problem(std::string(129, 'a')));
+    CHECK(job_name_from("my train.sh") == "my_train.sh");
+    CHECK(job_name_from("123") == "job-123");
+    CHECK(job_name_from("-x") == "_x");
+    CHECK(job_name_from("a..b") == "a._b");
+    CHECK(job_name_from("") == "job");
+    CHECK(job_name_from(std::string(200, 'a')).size() == 128);
+    for (const char* program : {"my train.sh", "123", "-x", ".hidden", "a..b", "\xff\n", "train.py"}) {
+      CAPTURE(program);
+      CHECK_FALSE(job_name_problem(job_name_from(program)));
+    }
     CHECK_THROWS_WITH_AS(check_job_name("77"), "--name 77: a number is a job's number; add a letter",
                          dlrun::ConfigError);
   }

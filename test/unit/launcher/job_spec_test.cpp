@@ -233,8 +233,8 @@ sbatch_options = ["--qos=high", "--exclusive"]
     CHECK(error_of(job + "[env]\n\"A;B\" = 1\n").find("job.toml:5:1: 'A;B' is not a valid environment variable name") == 0);
     CHECK(error_of(job + "[env]\n1A = 1\n").find("'1A' is not a valid environment variable name") != std::string::npos);
     CHECK(parse(job + "[env]\n_a1 = 1\n").env.at("_a1") == "1");
-    // A name taken from the program is shown, not refused.
-    CHECK(parse("command = [\"./a\\nb\"]\n[resources]\nnproc = 1\n").name == "a?b");
+    // A name taken from the program is made one (job_name_from), not refused.
+    CHECK(parse("command = [\"./a\\nb\"]\n[resources]\nnproc = 1\n").name == "a_b");
   }
   TEST_CASE("the sharing policy: goodput for elastic GPU jobs unless said, and only where it can act") {
     const std::string head = "command = [\"x\"]\n";

@@ -28,6 +28,11 @@ JobRef parse_job_ref(std::string_view text);
 // 128 bytes, or all digits (a number). Said after the name itself, e.g. "'my job': a name is …".
 std::optional<std::string> job_name_problem(std::string_view name);
 
+// A name job_name_problem accepts, made from a program's name: other characters become '_',
+// so does a leading '-' or '.', it is cut at 128 bytes, and a number gets "job-" before it
+// ("my train.sh" -> "my_train.sh", "123" -> "job-123", "" -> "job").
+std::string job_name_from(std::string_view program_name);
+
 // Throws ConfigError for a `--name` job_name_problem finds fault with.
 void check_job_name(std::string_view name);
 
