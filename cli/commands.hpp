@@ -38,9 +38,10 @@ std::optional<std::string> unexpected_words_message(const CLI::App& app);
 std::string help_hint(const CLI::App& app);
 
 // CLI11's own wording of a bad value, in dlrun's: "Could not convert: --port = abc" becomes
-// "--port abc: not a number", "--n: Value -1 not in range 0.000000 to 10.000000" becomes
-// "--n -1: must be from 0 to 10" (or "must be 0 or more" without a bound), "--n: At Most 1 required but received 2" becomes "--n given
-// more than once". Other messages come back as they are.
+// "--port abc: not a number"; "--n: Value -1 not in range 0.000000 to 10.000000" becomes
+// "--n -1: must be from 0 to 10" (or "must be 0 or more" without an upper bound); "--n: At
+// Most 1 required but received 2" becomes "--n given more than once". Other messages come
+// back as they are.
 std::string plain_parse_error(const std::string& message);
 
 // dlrun's own words (argv without its name), as main() got them: what a foreground run keeps
