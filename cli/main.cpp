@@ -68,11 +68,21 @@ int main(int argc, char** argv) {
   commands.push_back(dlrun::cli::add_supervise_command(app));
   commands.push_back(dlrun::cli::add_schedule_command(app));
 
-  // Cut the command line at the first "--": CLI11 sees only what comes before it.
+  // Cut the command line at the first "--": CLI11 sees only what comes before it, and a verb
+  // that runs a program takes what follows as the program. A verb that runs none (status,
+  // resize, …) leaves "--" to CLI11, which takes what follows as positionals: `dlrun resize --
+  // JOB -1` asks for -1 ranks, it does not lose JOB.
   dlrun::cli::Trailing trailing;
   std::vector<std::string> words;
   for (int i = argc - 1; i >= 1; --i) words.emplace_back(argv[i]);  // CLI11 wants them reversed
-  for (size_t i = words.size(); i-- > 0;) {
+  const CLI::App* verb = nullptr;
+  if (argc > 1) {
+    try {
+      verb = app.get_subcommand(argv[1]);
+    } catch (const CLI::OptionNotFound&) {
+    }
+  }
+  for (size_t i = (verb && !verb->get_prefix_command()) ? 0 : words.size(); i-- > 0;) {
     if (words[i] == "--") {
       trailing.present = true;
       for (size_t j = i; j-- > 0;) trailing.words.push_back(words[j]);

@@ -48,12 +48,17 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   check_owner(*job, "resize");
   const auto& request = job->submitted.request;
   if (!ranks) {
+    if (is_terminal(job->state)) throw ConfigError(fmt::format("job {} has ended ({})", id, to_string(job->state)));
+    if (job->submitted.origin != JobOrigin::submit) {
+      throw ConfigError(fmt::format("job {}: 'auto' is for submitted jobs the goodput scheduler sizes; this one runs "
+                                    "in the foreground (dlrun {}), at the size you give it",
+                                    id, job->submitted.origin == JobOrigin::run ? "run" : "local"));
+    }
     if (!request.goodput) {
       throw ConfigError(fmt::format("job {}: 'auto' is for jobs the goodput scheduler sizes; this one has "
                                     "policy = \"fifo\"",
                                     id));
     }
-    if (is_terminal(job->state)) throw ConfigError(fmt::format("job {} has ended ({})", id, to_string(job->state)));
     queue.store().set_pinned(id, 0);
     queue.ensure_scheduler();
     return ResizeOutcome::unpinned;

@@ -397,9 +397,11 @@ std::optional<runtime::FloorInputs> AdaptiveBatch::Impl::floor_inputs(
 }
 
 // What the loss's fall per second decides (noise floor and goodput together): the shape to
-// switch to (setting floor_why for the log), or none to stay. Not judged when the loss did not
-// fall over the last interval, which says nothing of how fast the current batch progresses
-// (the fall is below the noise of the interval means).
+// switch to (setting floor_why for the log), or none to stay. When the loss did not fall over
+// the last interval (a fall below the noise of the interval means says nothing of how fast the
+// current batch progresses), the floor's term alone may still grow the batch: a loss that has
+// stopped falling is where a lower floor counts most. If it does not, the verdict is "not
+// judged", and goodput decides, growing only (replan()).
 AdaptiveBatch::Impl::FloorVerdict AdaptiveBatch::Impl::floor_decision(
     const runtime::ThroughputParams& params, double phi, const runtime::BatchLimits& explore,
     const runtime::GoodputPoint& current, const runtime::FloorInputs& floor) {
@@ -446,8 +448,9 @@ void AdaptiveBatch::Impl::replan() {
     if (options.noise_floor && !loss_seen && !warned_no_loss) {
       warned_no_loss = true;
       log::info(
-          "adaptive batch: no training loss observed (backward(loss, last) or observe_loss(loss) "
-          "before step()): goodput alone decides, without the noise floor");
+          "adaptive batch: no training loss observed (in C++ backward(loss, last) or observe_loss(loss), "
+          "in Python loader.observe_loss(loss), before the step): goodput alone decides, without the "
+          "noise floor");
     }
   }
   floor_why.clear();

@@ -43,6 +43,7 @@ def main():
         for xb, yb in loader:
             loss = F.mse_loss(model(xb.to(ctx.device)), yb.to(ctx.device), reduction="sum") * loader.loss_scale()
             loss.backward()
+            loader.observe_loss(loss)  # the noise floor values larger batches by it (docs/adaptive.md)
             optimizer.step()
             optimizer.zero_grad()
             loss_value = loss.item()

@@ -74,6 +74,8 @@ class PythonProject(DlrunTestCase):
                            capture_output=True, text=True, env=env, timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         self.assertRegex(r.stdout, r"\[0\] epoch 5: loss \d+\.\d{4}, batch \d+")
+        self.assertNotIn("warning", r.stderr)
+        self.assertNotIn("no training loss observed", r.stderr)  # it follows the documented loop
         # Its checkpoints went to the run directory.
         self.assertRegex(r.stderr, r"checkpoint of step \d+ saved to .*/checkpoints/step-")
         # The job file runs as it is: it carries the PYTHONPATH.

@@ -142,6 +142,12 @@ while :; do sleep 0.05; done
         self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "sizes-2")), 30))
         [record] = json.loads(self.dlrun("status", "--json").stdout)
         self.assertEqual((record["id"], record["state"], record["ranks"]), (1, "RUNNING", 3))
+        r = self.dlrun("resize", "1", "auto")  # no scheduler sizes a foreground run
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("job 1: 'auto' is for submitted jobs the goodput scheduler sizes; this one runs in the "
+                      "foreground (dlrun local)", r.stderr)
+        r = self.dlrun("resize", "--", "1", "-1")  # after "--" still JOB and RANKS, -1 refused as such
+        self.assertEqual((r.returncode, r.stderr), (2, "dlrun: error: resize to -1 ranks: must be at least 1\n"))
         r = self.dlrun("resize", "1", "2")
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(os.path.join(run_dir, "sizes-0")) as f:
@@ -154,6 +160,8 @@ while :; do sleep 0.05; done
         p.communicate(timeout=30)
         self.assertEqual(p.returncode, 143)
         self.assertEqual(json.loads(self.dlrun("status", "1", "--json").stdout)["state"], "CANCELLED")
+        r = self.dlrun("resize", "1", "auto")
+        self.assertEqual((r.returncode, r.stderr), (2, "dlrun: error: job 1 has ended (CANCELLED)\n"))
 
     def test_a_gpu_count_takes_only_gpus_no_other_job_holds(self):
         env = dict(self.env, DLRUN_FAKE_GPUS="4")
