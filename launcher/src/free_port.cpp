@@ -1,18 +1,23 @@
 #include "dlrun/launcher/free_port.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
 
 namespace dlrun::launcher {
+namespace fs = std::filesystem;
 namespace {
 
 // Binds like the rendezvous server will (SO_REUSEADDR, so ports in TIME_WAIT count as
@@ -43,10 +48,37 @@ int try_bind(const std::string& address, int port) {
 
 }  // namespace
 
-int pick_free_port(const std::string& address) {
-  int port = try_bind(address, 0);
-  if (port < 0) throw SystemError(fmt::format("cannot find a free TCP port on {}", address), -port);
-  return port;
+bool reserve_port(const std::string& dir, int port, double now) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return true;
+  // Stale claims go first: the directory holds the last minute's ports, not every one.
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && now - static_cast<double>(st.st_mtime) > k_port_reservation_seconds) {
+      ::unlink(it->path().c_str());
+    }
+  }
+  const std::string path = fmt::format("{}/{}", dir, port);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+    return true;
+  }
+  return errno != EEXIST;  // EEXIST: a claim younger than a minute (older ones were removed above)
+}
+
+int pick_free_port(const std::string& address, const std::string& reservations) {
+  constexpr int k_attempts = 32;
+  int port = -1;
+  for (int attempt = 0; attempt < k_attempts; ++attempt) {
+    port = try_bind(address, 0);
+    if (port < 0) throw SystemError(fmt::format("cannot find a free TCP port on {}", address), -port);
+    if (reservations.empty() || reserve_port(reservations, port, static_cast<double>(std::time(nullptr)))) {
+      return port;
+    }
+  }
+  return port;  // every pick claimed: the kernel's last one
 }
 
 void ensure_port_free(const std::string& address, int port) {
