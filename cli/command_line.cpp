@@ -28,6 +28,9 @@ std::vector<std::string> visible_verbs(const CLI::App& dlrun) {
 }  // namespace
 
 std::string plain_parse_error(const std::string& message) {
+  // std::regex recurses per character: a value of tens of thousands of characters would
+  // overflow the stack. No real option and value is that long; such a message stays as it is.
+  if (message.size() > 512) return message;
   static const std::regex conversion(R"(^Could not convert: (\S+) = (.*)$)");
   static const std::regex range(R"(^(\S+): Value (\S+) not in range (\S+) to (\S+)$)");
   static const std::regex repeated(R"(^(\S+): At Most 1 required but received \d+$)");

@@ -69,7 +69,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   request.round = options.round;
   request.node = options.node;
   request.address = options.master_addr.empty() ? client.local_address() : options.master_addr;
-  request.port = options.node == 0 ? pick_free_port(client.local_address()) : 0;
+  request.port = options.node == 0 ? pick_free_port(client.local_address(), port_claims_file()) : 0;
   Assignment assignment = client.join(request, 3600);
   AgentPlan plan = parse_agent_plan(assignment.plan);
   if (!plan.workdir.empty() && ::chdir(plan.workdir.c_str()) != 0) {

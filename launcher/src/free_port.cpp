@@ -7,17 +7,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/file.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/run_dir.hpp"
 
 namespace dlrun::launcher {
-namespace fs = std::filesystem;
 namespace {
 
 // Binds like the rendezvous server will (SO_REUSEADDR, so ports in TIME_WAIT count as
@@ -48,35 +52,43 @@ int try_bind(const std::string& address, int port) {
 
 }  // namespace
 
-bool reserve_port(const std::string& dir, int port, double now) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return true;
-  // Stale claims go first: the directory holds the last minute's ports, not every one.
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0 && now - static_cast<double>(st.st_mtime) > k_port_reservation_seconds) {
-      ::unlink(it->path().c_str());
-    }
-  }
-  const std::string path = fmt::format("{}/{}", dir, port);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd >= 0) {
+bool claim_port(const std::string& claims, int port, double now) {
+  const int fd = ::open(claims.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return true;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || ::flock(fd, LOCK_EX) != 0) {
     ::close(fd);
     return true;
   }
-  return errno != EEXIST;  // EEXIST: a claim younger than a minute (older ones were removed above)
+  // The last minute's claims, a few lines: read whole, kept if young, rewritten with ours.
+  std::string text, kept;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0 && text.size() < (1 << 20);) text.append(buffer, n);
+  bool taken = false;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    int claimed = 0;
+    double at = 0;
+    if (std::sscanf(line.c_str(), "%d %lf", &claimed, &at) != 2 || now - at > k_port_claim_seconds) continue;
+    taken = taken || claimed == port;
+    kept += line + "\n";
+  }
+  if (!taken) kept += fmt::format("{} {:.0f}\n", port, now);
+  const bool written = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, kept.data(), kept.size(), 0) ==
+                                                     static_cast<ssize_t>(kept.size());
+  ::close(fd);  // and the lock with it
+  return !taken || !written;
 }
 
-int pick_free_port(const std::string& address, const std::string& reservations) {
+std::string port_claims_file() { return dlrun_home(current_environment()) + "/port-claims"; }
+
+int pick_free_port(const std::string& address, const std::string& claims) {
   constexpr int k_attempts = 32;
   int port = -1;
   for (int attempt = 0; attempt < k_attempts; ++attempt) {
     port = try_bind(address, 0);
     if (port < 0) throw SystemError(fmt::format("cannot find a free TCP port on {}", address), -port);
-    if (reservations.empty() || reserve_port(reservations, port, static_cast<double>(std::time(nullptr)))) {
-      return port;
-    }
+    if (claims.empty() || claim_port(claims, port, static_cast<double>(std::time(nullptr)))) return port;
   }
   return port;  // every pick claimed: the kernel's last one
 }

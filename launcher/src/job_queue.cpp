@@ -203,7 +203,7 @@ std::string JobQueue::log_dir(const JobRecord& job) const {
 JobSpec submitted_spec(const JobRecord& job) {
   // `dlrun submit --scheduler KIND` is not in the file: what the job asks for tells it.
   const char* kind = job.submitted.slurm ? "slurm" : job.submitted.request.remote ? "ssh" : "local";
-  return parse_job_spec(job.submitted.spec_text, job.submitted.spec_path, job.submitted.base_dir, kind);
+  return parse_job_spec(job.submitted.spec_text, job.submitted.spec_path, job.submitted.base_dir, kind, true);
 }
 
 std::string JobQueue::sbatch_script(const std::string& job_file, const std::string& kind) {
@@ -464,7 +464,9 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   if (is_terminal(job->state)) return job->state;
   // A foreground run (dlrun local, dlrun run) keeps its grace with its command line.
   const double grace = job->submitted.origin == JobOrigin::submit
-                           ? parse_job_spec(job->submitted.spec_text, job->submitted.spec_path, job->submitted.base_dir).grace
+                           ? parse_job_spec(job->submitted.spec_text, job->submitted.spec_path,
+                                            job->submitted.base_dir, {}, true)
+                                 .grace
                            : decode_foreground_grace(job->submitted.spec_text);
   const ProcessIdentity supervisor = job->supervisor;
   // What could not be done is said (exit 1), and the job's state is left as it is: its ranks

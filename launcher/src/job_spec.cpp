@@ -471,7 +471,7 @@ const std::vector<std::string>& job_spec_keys(std::string_view table) {
 }
 
 JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
-                       const std::string& kind_override) {
+                       const std::string& kind_override, bool stored) {
   if (text.size() > k_max_job_file_bytes) {
     throw ConfigError(fmt::format("{}: the job file is too large: at most {} bytes are accepted", path,
                                   k_max_job_file_bytes));
@@ -492,7 +492,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   JobSpec spec;
   check.unknown_keys(root, k_top_keys, "");
   if (auto name = check.string(root.get("name"), "name", k_max_name_bytes)) {
-    if (auto problem = job_name_problem(*name)) {
+    if (auto problem = stored ? std::nullopt : job_name_problem(*name)) {
       check.error(root.get("name")->source(), "name " + *problem);
     } else {
       spec.name = *name;

@@ -164,7 +164,7 @@ std::vector<Member> plan_local_members(const Plan& job, int restart_count) {
   plan.first_rank = job.first_rank;
   plan.master_addr = options.master_addr;
   plan.master_port = options.master_port ? *options.master_port
-                                         : pick_free_port(options.master_addr, dlrun_home(job.base_env) + "/ports");
+                                         : pick_free_port(options.master_addr, port_claims_file());
   plan.run_dir = job.run_dir;
   plan.job_id = job.job_id;
   plan.restart_count = job.restarts_before + restart_count;

@@ -61,6 +61,33 @@ void RankOutput::write_log(std::string_view data) {
   }
 }
 
+namespace {
+constexpr std::string_view k_dlrun_open = "dlrun[", k_error_mark = "]: error: ";
+constexpr size_t k_max_label = 256;
+
+// Where the message after "]: error: " starts, or npos.
+size_t dlrun_error_message(std::string_view line) {
+  if (line.substr(0, k_dlrun_open.size()) != k_dlrun_open) return std::string_view::npos;
+  const size_t close = line.find(']', k_dlrun_open.size());
+  if (close == std::string_view::npos || close - k_dlrun_open.size() > k_max_label) return std::string_view::npos;
+  if (line.substr(close, k_error_mark.size()) != k_error_mark) return std::string_view::npos;
+  return close + k_error_mark.size();
+}
+}  // namespace
+
+bool is_dlrun_error(std::string_view line) { return dlrun_error_message(line) != std::string_view::npos; }
+
+std::optional<int> rank_in_dlrun_error(std::string_view line) {
+  constexpr std::string_view k_rank = "rank ";
+  const size_t at = dlrun_error_message(line);
+  if (at == std::string_view::npos || line.substr(at, k_rank.size()) != k_rank) return std::nullopt;
+  const size_t digits = at + k_rank.size();
+  size_t end = digits;
+  while (end < line.size() && end - digits < 9 && line[end] >= '0' && line[end] <= '9') ++end;
+  if (end == digits || end >= line.size() || line[end] != ' ') return std::nullopt;
+  return std::stoi(std::string(line.substr(digits, end - digits)));
+}
+
 void RankOutput::take_line(Stream stream, std::string_view raw) {
   // A bar's redraws show as their last state; a bar that cleared itself shows nothing.
   const std::string_view line = shown_segment(raw);
@@ -73,6 +100,9 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
   if (stream == Stream::err && m_options.tail_lines > 0) {
     if (m_tail.size() == m_options.tail_lines) m_tail.pop_front();
     m_tail.emplace_back(line);
+  }
+  if (stream == Stream::err && m_first_dlrun_error.empty() && is_dlrun_error(line)) {
+    m_first_dlrun_error = std::string(line.substr(0, 4096));
   }
 }
 

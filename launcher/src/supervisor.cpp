@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <regex>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -22,7 +21,6 @@
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
-#include "dlrun/launcher/text.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -196,6 +194,7 @@ void Supervisor::on_children_ended() {
       if (size_t others = m_group->running()) {
         log::error("{} {}; stopping the other {} {}{}", member.name, status.describe(), others, m_job.member_noun,
                    others == 1 ? "" : "s");
+        m_failure->said = true;
       }
       stop_group(SIGTERM);
     }
@@ -299,6 +298,7 @@ void Supervisor::finish_attempt() {
       finish(decision.exit_code);
       return;
     case NextStep::resize:
+      say_failure_once();
       apply_resize();
       return;
     case NextStep::restart_after_failure:
@@ -342,26 +342,18 @@ void Supervisor::read_error_file_of(Failure& failure) const {
   }
 }
 
-// Whether a member's stderr tail holds its own dlrun's report of a failed rank (the
-// "dlrun[HOST]: error: …" lines of a `dlrun run` agent or a Slurm step).
-static bool reported_by_agent(const std::deque<std::string>& tail) {
-  return std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
-    return line.rfind("dlrun[", 0) == 0 && line.find("]: error: ") != std::string::npos;
-  });
-}
-
-// The rank whose failure a host's dlrun reported first ("dlrun[HOST]: error: rank 5 …").
-static std::optional<int> rank_reported_by_agent(const std::deque<std::string>& tail) {
-  static const std::regex report(R"(^dlrun\[[^\]]*\]: error: rank (\d+) )");
-  std::smatch m;
-  for (const std::string& line : tail) {
-    if (std::regex_search(line, m, report)) return parse_int(m[1].str());
-  }
-  return std::nullopt;
+// A failure that no report will say (a stop signal came, or a resize ends the attempt) is said
+// once, briefly.
+void Supervisor::say_failure_once() const {
+  if (!m_failure || m_failure->said || !m_failure->reason.empty() || !m_group) return;
+  if (m_failure->index >= m_group->size()) return;
+  log::error("{} {}", m_group->member(m_failure->index).name, m_failure->status.describe());
+  m_failure->said = true;
 }
 
 void Supervisor::report_failure(const Failure& failure) const {
   if (!failure.reason.empty()) return;  // said when it happened
+  failure.said = true;
   const Member& member = m_group->member(failure.index);
   const auto& tail = m_group->stderr_tail(failure.index);
   const std::string& log_path = member.log_path;
@@ -379,7 +371,7 @@ void Supervisor::report_failure(const Failure& failure) const {
     log::error("{} (its output: {})", what, log_path);
     return;
   }
-  if (m_job.member_noun != "rank" && reported_by_agent(tail)) {
+  if (m_job.member_noun != "rank" && !m_group->first_dlrun_error(failure.index).empty()) {
     // A host's (or Slurm step's) dlrun said which rank failed, and that rank's stderr, on the
     // terminal already: quoting it again would say it twice more.
     log::error("{} (what it said is above; all in {})", what, log_path);
@@ -420,6 +412,7 @@ void Supervisor::count_restart() {
 
 void Supervisor::finish(int code) {
   m_exit_code = code;
+  say_failure_once();
   if (m_stop_signal) {
     m_summary = fmt::format("stopped by {}", signal_name(m_stop_signal));
   } else if (m_failure && !m_failure->reason.empty()) {
@@ -434,7 +427,7 @@ void Supervisor::finish(int code) {
     if (m_job.member_noun == "rank" && !m_job.planner) {
       m_failed_rank = m_group->member(m_failure->index).spec.rank;
     } else if (m_job.member_noun != "rank") {
-      m_failed_rank = rank_reported_by_agent(m_group->stderr_tail(m_failure->index));
+      m_failed_rank = rank_in_dlrun_error(m_group->first_dlrun_error(m_failure->index));
     }
   }
   m_phase = Phase::done;

@@ -1,6 +1,5 @@
 #include "dlrun/launcher/free_port.hpp"
 
-
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -12,29 +11,49 @@
 using namespace dlrun::launcher;
 namespace fs = std::filesystem;
 
+namespace {
+std::string scratch() {
+  char pattern[] = "/tmp/dlrun-free-port-test-XXXXXX";
+  return ::mkdtemp(pattern);
+}
+}  // namespace
+
 TEST_SUITE("launcher::FreePort") {
-  TEST_CASE("a port claimed in the last minute is not claimed again; an older claim is taken over") {
-    char pattern[] = "/tmp/dlrun-free-port-test-XXXXXX";
-    const std::string dir = std::string(::mkdtemp(pattern)) + "/ports";  // made on first use
-    const double now = static_cast<double>(std::time(nullptr));
-    CHECK(reserve_port(dir, 40000, now));
-    CHECK_FALSE(reserve_port(dir, 40000, now + 1));
-    CHECK(reserve_port(dir, 40001, now + 1));
-    // A minute later the claims are stale: removed, and the port can be claimed again.
-    CHECK(reserve_port(dir, 40000, now + k_port_reservation_seconds + 2));
-    CHECK_FALSE(fs::exists(dir + "/40001"));
-    // Where claims cannot be kept (the directory is a file), the kernel's pick stands.
-    const std::string file = dir + "/../not-a-dir";
-    std::ofstream(file) << "x";
-    CHECK(reserve_port(file, 40002, now));
-    fs::remove_all(fs::path(dir).parent_path());
+  TEST_CASE("a port claimed in the last minute is not claimed again; older claims are dropped") {
+    const std::string dir = scratch();
+    const std::string claims = dir + "/port-claims";
+    const double now = 1.8e9;  // the claims' times are the caller's, not the clock's
+    CHECK(claim_port(claims, 40000, now));
+    CHECK_FALSE(claim_port(claims, 40000, now + 1));
+    CHECK(claim_port(claims, 40001, now + 1));
+    CHECK(claim_port(claims, 40000, now + k_port_claim_seconds + 1));
+    std::ifstream in(claims);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(text == "40001 1800000001\n40000 1800000061\n");  // the stale claim is gone
+    const auto private_file = fs::perms::owner_read | fs::perms::owner_write;
+    CHECK((fs::status(claims).permissions() & fs::perms::all) == private_file);
+    fs::remove_all(dir);
+  }
+  TEST_CASE("claims that cannot be kept claim nothing and refuse nothing") {
+    const std::string dir = scratch();
+    const double now = 1.8e9;
+    CHECK(claim_port(dir + "/no/such/dir/port-claims", 40000, now));
+    // A symlink in its place is not followed: the file it points to is left alone.
+    const std::string target = dir + "/target";
+    std::ofstream(target) << "keep\n";
+    fs::create_symlink(target, dir + "/port-claims");
+    CHECK(claim_port(dir + "/port-claims", 40000, now));
+    CHECK(claim_port(dir + "/port-claims", 40000, now));
+    std::ifstream in(target);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(text == "keep\n");
+    fs::remove_all(dir);
   }
   TEST_CASE("ports picked with claims differ, whatever the kernel hands out") {
-    char pattern[] = "/tmp/dlrun-free-port-test-XXXXXX";
-    const std::string dir = std::string(::mkdtemp(pattern)) + "/ports";
+    const std::string dir = scratch();
     std::set<int> ports;
-    for (int i = 0; i < 200; ++i) ports.insert(pick_free_port("127.0.0.1", dir));
-    CHECK(ports.size() == 200);
-    fs::remove_all(fs::path(dir).parent_path());
+    for (int i = 0; i < 200; ++i) ports.insert(pick_free_port("127.0.0.1", dir + "/port-claims"));
+    CHECK(ports.size() == 200);  // without claims, about 1.4 repeats are expected
+    fs::remove_all(dir);
   }
 }

@@ -131,6 +131,10 @@ kind = "local"
     CHECK(error_of("name = \"77\"\ncommand = [\"x\"]\n[resources]\nnproc = 1\n") ==
           "job.toml:1:8: name 77: a number is a job's number; add a letter");
     CHECK(error_of("name = \"-x\"\ncommand = [\"x\"]\n[resources]\nnproc = 1\n").find("job.toml:1:8: name '-x'") == 0);
+    // A job recorded by an older dlrun keeps its name when its file is read again (cancel, run).
+    CHECK(parse_job_spec("name = \"my job\"\ncommand = [\"x\"]\n[resources]\nnproc = 1\n", "job.toml", "/jobs", {},
+                         true)
+              .name == "my job");
   }
   TEST_CASE("--scheduler over a file: errors name the override, never a position the file lacks") {
     auto with_kind = [](const std::string& text, const std::string& kind) {

@@ -10,6 +10,8 @@
 using dlrun::launcher::RankOutput;
 using dlrun::launcher::Stream;
 using dlrun::launcher::Terminal;
+using dlrun::launcher::is_dlrun_error;
+using dlrun::launcher::rank_in_dlrun_error;
 
 namespace {
 
@@ -107,5 +109,16 @@ TEST_SUITE("launcher::RankOutput") {
     rank3.on_data(Stream::err, "\r 10%");
     rank3.on_data(Stream::err, "\r 20%\n");
     CHECK(screen.read_err().empty());
+  }
+  TEST_CASE("a nested dlrun's error line, and the rank it names") {
+    CHECK(is_dlrun_error("dlrun[node-1]: error: rank 5 exited with code 6"));
+    CHECK(rank_in_dlrun_error("dlrun[node-1]: error: rank 5 exited with code 6") == 5);
+    CHECK(is_dlrun_error("dlrun[a]: error: --gpu-ids 1,7: GPU 7 does not exist"));
+    CHECK_FALSE(rank_in_dlrun_error("dlrun[a]: error: --gpu-ids 1,7: GPU 7 does not exist"));
+    CHECK_FALSE(is_dlrun_error("dlrun: error: rank 5 exited"));  // this dlrun's own, not a host's
+    CHECK_FALSE(is_dlrun_error("[localhost:1] dlrun[a]: error: rank 5 exited"));
+    CHECK_FALSE(is_dlrun_error("dlrun[" + std::string(1 << 20, 'x')));  // no ']': not one, and no stack spent
+    CHECK_FALSE(rank_in_dlrun_error("dlrun[a]: error: rank 99999999999 exited"));
+    CHECK_FALSE(rank_in_dlrun_error("dlrun[a]: error: rank 5"));
   }
 }

@@ -51,6 +51,7 @@ class FakeGroup : public MemberGroup {
   pid_t pid(size_t index) const override { return 1000 + static_cast<pid_t>(index); }
   const std::optional<ExitStatus>& exit_status(size_t index) const override { return m_exits.at(index); }
   const std::deque<std::string>& stderr_tail(size_t) const override { return m_tail; }
+  std::string first_dlrun_error(size_t) const override { return {}; }
 
   std::vector<int> signals;  // in the order sent; leaders-only ones as well
 

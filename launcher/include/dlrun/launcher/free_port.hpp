@@ -8,19 +8,23 @@
 namespace dlrun::launcher {
 
 // A port that was free on `address` a moment ago (bind to port 0, read it back, close).
-// With `reservations` (a directory: $DLRUN_HOME/ports), it is also one that no other dlrun
-// of this user picked in the last k_port_reservation_seconds: the kernel may hand the same
-// free port to two jobs starting together, before either's rank 0 binds it (seen: 4 jobs
-// started at once, 2 given one port). Reservations that cannot be kept (no directory) are
-// skipped, the kernel's pick stands.
-int pick_free_port(const std::string& address, const std::string& reservations = "");
+// With `claims` (a file: $DLRUN_HOME/port-claims), it is also one that no other dlrun of this
+// user picked in the last k_port_claim_seconds: the kernel may hand the same free port to
+// two jobs starting together, before either's rank 0 binds it (seen: 4 jobs started at once,
+// 2 given one port). Claims that cannot be kept (the file cannot be opened, is a symlink or
+// another user's) are skipped, and the kernel's pick stands.
+int pick_free_port(const std::string& address, const std::string& claims = "");
 
-inline constexpr double k_port_reservation_seconds = 60;
+inline constexpr double k_port_claim_seconds = 60;
 
-// Claims `port` in `dir` (a file named by it, made with O_EXCL): false when another claim
-// younger than k_port_reservation_seconds holds it at `now` (seconds since the epoch); an
-// older one is taken over, and stale claims are removed. True when claims cannot be kept.
-bool reserve_port(const std::string& dir, int port, double now);
+// This user's claims file: $DLRUN_HOME/port-claims, from dlrun's own environment (never a
+// job's [env]).
+std::string port_claims_file();
+
+// Claims `port` in the file `claims` ("PORT SECONDS" lines, under an exclusive flock, claims
+// older than k_port_claim_seconds at `now` dropped): false when a younger claim holds it.
+// True, claiming nothing, when the file cannot be used.
+bool claim_port(const std::string& claims, int port, double now);
 
 // Throws ConfigError when `port` cannot be bound on `address` (busy, or not ours to bind),
 // naming the port and what to do.

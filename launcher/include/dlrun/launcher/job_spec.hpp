@@ -79,9 +79,11 @@ struct JobSpec {
 
 // `path` is used in messages; relative directories are resolved against `base_dir` (the
 // job file's directory). Throws ConfigError listing every problem, one per line.
-// `kind_override` (from `dlrun submit --scheduler`) replaces [scheduler] kind.
+// `kind_override` (from `dlrun submit --scheduler`) replaces [scheduler] kind. `stored`: a
+// recorded job's file read again, whose name is taken as it was recorded (an older dlrun
+// accepted names that the checks of new files refuse).
 JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
-                       const std::string& kind_override = {});
+                       const std::string& kind_override = {}, bool stored = false);
 
 // The keys accepted at the top level and in each table, for messages and docs.
 const std::vector<std::string>& job_spec_keys(std::string_view table);

@@ -49,6 +49,9 @@ class MemberGroup {
   virtual const std::optional<ExitStatus>& exit_status(size_t index) const = 0;
   // The last lines the member wrote to stderr (shown when it fails).
   virtual const std::deque<std::string>& stderr_tail(size_t index) const = 0;
+  // The first line member `index` wrote to stderr as a nested dlrun's error (a `dlrun run`
+  // host's agent: "dlrun[HOST]: error: rank 5 …"), whatever the tail keeps; empty if none.
+  virtual std::string first_dlrun_error(size_t index) const = 0;
 };
 
 class ProcessRunner {

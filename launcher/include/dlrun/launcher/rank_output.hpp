@@ -51,6 +51,12 @@ class Terminal {
   } m_progress;
 };
 
+// Whether `line` is a nested dlrun's error, as a `dlrun run` host's agent writes it:
+// "dlrun[LABEL]: error: …" (LABEL at most 256 bytes, no ']').
+bool is_dlrun_error(std::string_view line);
+// The rank such a line says failed ("dlrun[a]: error: rank 5 exited …" -> 5), if it says one.
+std::optional<int> rank_in_dlrun_error(std::string_view line);
+
 class RankOutput {
  public:
   struct Options {
@@ -72,6 +78,8 @@ class RankOutput {
   void note_in_log(std::string_view line);
 
   const std::deque<std::string>& stderr_tail() const { return m_tail; }
+  // The first stderr line of the form "dlrun[LABEL]: error: …" (at most 4096 bytes kept).
+  const std::string& first_dlrun_error() const { return m_first_dlrun_error; }
 
  private:
   void write_log(std::string_view data);
@@ -84,6 +92,7 @@ class RankOutput {
   Terminal& m_terminal;
   LineSplitter m_splitters[2];
   std::deque<std::string> m_tail;
+  std::string m_first_dlrun_error;
   std::string m_batch;
 };
 

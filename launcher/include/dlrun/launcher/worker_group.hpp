@@ -65,6 +65,9 @@ class WorkerGroup : public MemberGroup {
   const Member& member(size_t index) const override { return m_ranks.at(index).member; }
   pid_t pid(size_t index) const override { return m_ranks.at(index).pid; }
   const std::optional<ExitStatus>& exit_status(size_t index) const override { return m_ranks.at(index).exit; }
+  std::string first_dlrun_error(size_t index) const override {
+    return m_ranks.at(index).output->first_dlrun_error();
+  }
   const std::deque<std::string>& stderr_tail(size_t index) const override {
     return m_ranks.at(index).output->stderr_tail();
   }
