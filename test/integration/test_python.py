@@ -202,7 +202,9 @@ class Errors(DlrunTestCase):
             for make in (lambda: dlrun.ElasticDataLoader(ds, 0),
                          lambda: dlrun.AdaptiveDataLoader(ds, 64, model=model, optimizer=opt, max_batch_size=8),
                          lambda: dlrun.AdaptiveDataLoader(ds, 8, model=model, optimizer=opt, scaling_rule="fast"),
-                         lambda: dlrun.Checkpoint([object()])):
+                         lambda: dlrun.Checkpoint([object()]),
+                         lambda: dlrun.AdaptiveDataLoader(ds, 8, model=model, optimizer=model.parameters()),
+                         lambda: dlrun.Checkpoint(model)):
                 try:
                     make()
                     print("no error")
@@ -210,7 +212,7 @@ class Errors(DlrunTestCase):
                     print(type(e).__name__, "|", e)
             """)
         lines = out.splitlines()
-        self.assertEqual(len(lines), 7, out)
+        self.assertEqual(len(lines), 9, out)
         self.assertEqual(lines[0], "ConfigError | a timeout must be a positive number of seconds")
         self.assertEqual(lines[1], 'ConfigError | backend must be one of "auto", "gloo", "nccl", not "mpi"')
         self.assertEqual(lines[2], 'ConfigError | device must be one of "auto", "cpu", "cuda", not "tpu"')
@@ -218,6 +220,9 @@ class Errors(DlrunTestCase):
         self.assertEqual(lines[4], "ConfigError | AdaptiveBatch: max_batch (8) is below initial_batch (64)")
         self.assertIn("scaling_rule must be auto, adascale", lines[5])
         self.assertIn("Checkpoint cannot track a object", lines[6])
+        self.assertEqual(lines[7], "ConfigError | AdaptiveDataLoader needs optimizer= a torch.optim optimizer, "
+                                   "not a generator")
+        self.assertIn("Checkpoint takes a list of what to track", lines[8])
 
     def test_what_a_pytorch_user_does_works_or_is_refused_plainly(self):
         out = self.python("""

@@ -26,6 +26,9 @@ class Checkpoint:
     """
 
     def __init__(self, track, directory=None, keep_last=3, context=None):
+        if not isinstance(track, (list, tuple)):
+            raise _dlrun.ConfigError(f"Checkpoint takes a list of what to track, e.g. Checkpoint([model, optimizer, "
+                                     f"loader]), not a {type(track).__name__}")
         self._context = context or _context.current()
         if directory is None:
             directory = os.environ.get("DLRUN_CHECKPOINT_DIR") or os.path.join(self._context.run_dir or ".",

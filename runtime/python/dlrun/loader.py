@@ -153,6 +153,9 @@ class AdaptiveDataLoader(ElasticDataLoader):
         from .parallel import DataParallel
         if not isinstance(model, DataParallel):
             raise _dlrun.ConfigError("AdaptiveDataLoader needs model= a dlrun.DataParallel")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise _dlrun.ConfigError(f"AdaptiveDataLoader needs optimizer= a torch.optim optimizer, not a "
+                                     f"{type(optimizer).__name__}")
         owner = getattr(optimizer, "_dlrun_loader", None)
         if owner is not None and owner() is not None:
             raise _dlrun.ConfigError("this optimizer already belongs to another AdaptiveDataLoader")
