@@ -302,7 +302,7 @@ void Supervisor::finish_attempt() {
       apply_resize();
       return;
     case NextStep::restart_after_failure:
-      report_failure(*m_failure);
+      report_failure();
       leave_out_failing_gpu(*m_failure);
       ++m_failures_restarted;
       count_restart();
@@ -317,7 +317,7 @@ void Supervisor::finish_attempt() {
       return;
     case NextStep::finish:
       if (m_failure && !m_stop_signal) {
-        report_failure(*m_failure);
+        report_failure();
         leave_out_failing_gpu(*m_failure);
         if (decision.budget_spent) log::error("no restarts left ({} used)", m_failures_restarted);
       }
@@ -344,14 +344,15 @@ void Supervisor::read_error_file_of(Failure& failure) const {
 
 // A failure that no report will say (a stop signal came, or a resize ends the attempt) is said
 // once, briefly.
-void Supervisor::say_failure_once() const {
+void Supervisor::say_failure_once() {
   if (!m_failure || m_failure->said || !m_failure->reason.empty() || !m_group) return;
   if (m_failure->index >= m_group->size()) return;
   log::error("{} {}", m_group->member(m_failure->index).name, m_failure->status.describe());
   m_failure->said = true;
 }
 
-void Supervisor::report_failure(const Failure& failure) const {
+void Supervisor::report_failure() {
+  Failure& failure = *m_failure;
   if (!failure.reason.empty()) return;  // said when it happened
   failure.said = true;
   const Member& member = m_group->member(failure.index);

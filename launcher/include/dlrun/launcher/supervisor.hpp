@@ -78,7 +78,7 @@ class Supervisor {
     std::string reason;  // set for request_stop(): no member failed by itself
     std::optional<RankError> error;  // what the member's error file says (error_file.hpp)
     std::string error_path;
-    mutable bool said = false;  // on the terminal already (at once, or by report_failure)
+    bool said = false;  // on the terminal already (at once, or by report_failure)
   };
 
   void start_attempt();
@@ -90,8 +90,8 @@ class Supervisor {
   void begin_drain();
   void finish_attempt();
   void read_error_file_of(Failure& failure) const;
-  void report_failure(const Failure& failure) const;
-  void say_failure_once() const;
+  void report_failure();  // m_failure's, in full, at the attempt's end
+  void say_failure_once();
   bool all_succeeded() const;
   void record(const std::string& state, std::optional<int> exit_code);
   void finish(int exit_code);
