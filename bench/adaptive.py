@@ -178,6 +178,10 @@ def main():
     decided = history(args.build, adaptive_dir, args.svg)
     batches = sorted({p["global_batch"] for p in points})
 
+    # OpenBLAS's kernels set the MLP's speed (on an AVX-512 CPU, OPENBLAS_CORETYPE=Haswell halves
+    # its matrix products); every run above inherited this setting.
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    print(f"OpenBLAS kernels: {'OPENBLAS_CORETYPE=' + core if core else 'chosen by OpenBLAS (OPENBLAS_CORETYPE unset)'}")
     print(f"| run | time to {args.target:.0%} (training s) | samples | steps | wall s (with checks) |")
     print("|---|---|---|---|---|")
     for name, r in rows + torch_rows + ([python_row] if python_row else []):
