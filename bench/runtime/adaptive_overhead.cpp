@@ -11,6 +11,9 @@
 //
 // MODEL: small (examples/fashion_mnist's MLP, 784-256-10) or cnn (its CNN); 32 samples per rank,
 // as the example's default global batch of 64 on 2 ranks. See bench/adaptive_overhead.sh.
+// A MEASURE_EVERY of 0 adds a second plain arm (an A/A control: what the method reads between
+// two identical arms). Environment: REPLAN_EVERY sets the adaptive arms' replan_every;
+// NO_NOISE_FLOOR turns their loss bookkeeping off (noise_floor = false).
 
 #include <ATen/Parallel.h>
 #include <torch/nn/functional/loss.h>
@@ -70,6 +73,7 @@ std::unique_ptr<Arm> make_arm(const std::string& model, dlrun::Context& ctx, int
     o.measure_every = measure_every;
     o.log_every = 0;  // as a plain run writes no metrics
     if (const char* every = std::getenv("REPLAN_EVERY")) o.replan_every = std::atoll(every);
+    if (std::getenv("NO_NOISE_FLOOR")) o.noise_floor = false;  // the loss's bookkeeping off
     arm->adaptive = std::make_unique<dlrun::AdaptiveBatch>(ctx, *arm->dp, *arm->adam, o);
     arm->name = "adaptive, noise scale every " + std::to_string(measure_every) + " step(s)";
   }
