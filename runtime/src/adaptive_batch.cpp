@@ -38,9 +38,9 @@ constexpr int64_t k_preconditioner_every = 10;
 // k_max_measure_every steps apart) to stay within k_measure_budget of a step, and decisions
 // (fitting the throughput model, publishing it) come no more often than keeps them within
 // k_replan_budget.
-constexpr double k_measure_budget = 0.0075;
-constexpr double k_replan_budget = 0.005;
-constexpr int64_t k_max_measure_every = 64;
+constexpr double k_measure_budget = 0.005;
+constexpr double k_replan_budget = 0.0025;
+constexpr int64_t k_max_measure_every = 128;
 // The first decisions rest on the first measurements: the first k_measure_warmup steps are
 // all measured, whatever the cadence.
 constexpr int64_t k_measure_warmup = 100;

@@ -228,6 +228,48 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK_THROWS_AS(train(one, 1, options), dlrun::ConfigError);
   }
 
+  TEST_CASE(
+      "the cadence is stretched to the fewest steps that keep measuring within 0.5% of a step, "
+      "at most 128") {
+    at::set_num_threads(1);
+    // Held at one size, every step takes 4.08 ms on the test's clock, and a measured step (in a
+    // world of one, also the step before it: the pair's first gradient) `extra` more.
+    auto cadence_with = [](double extra) {
+      dlrun::Context one = world_of_one();
+      auto model = make_model();
+      dlrun::DataParallel dp(model->ptr(), one);
+      torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+      double seconds = 0;
+      dlrun::AdaptiveBatchOptions options;
+      options.initial_batch = 8;
+      options.max_batch = 8;
+      options.log_every = 0;
+      options.clock = [&seconds] { return seconds; };
+      dlrun::AdaptiveBatch adaptive(one, dp, sgd, options);
+      dlrun::ElasticSampler sampler(1 << 20, one, 1);
+      for (int s = 0; s < 400; ++s) {
+        const int64_t step = adaptive.stats().step, every = adaptive.stats().measure_every;
+        const bool measured = step < 100 || step % every == 0 || (step + 1) % every == 0;
+        auto batch = sampler.next(adaptive.global_batch());
+        seconds += 0.004 + 1e-5 * static_cast<double>(batch->indices.size());
+        if (measured) seconds += extra;
+        adaptive.backward(loss_of(**model, batch->indices, s, batch->loss_scale(1)), true);
+        adaptive.step(batch->global_size);
+        sgd.zero_grad();
+      }
+      return adaptive.stats().measure_every;
+    };
+    const double step = 0.00408, budget = 0.005;
+    CHECK(cadence_with(0) == 4);  // free measurements: options.measure_every
+    for (const double extra : {0.0001, 0.0002, 0.0005}) {
+      CAPTURE(extra);
+      const int64_t every = cadence_with(extra);
+      CHECK(extra / (static_cast<double>(every) * step) <= budget * 1.0001);
+      CHECK(extra / (static_cast<double>(every - 1) * step) > budget);
+    }
+    CHECK(cadence_with(0.01) == 128);  // 491 steps would keep the budget: the cap
+  }
+
   TEST_CASE("the checkpointed state restores batch, progress and noise scale, in another world") {
     at::set_num_threads(1);
     dlrun::AdaptiveBatchOptions options;
