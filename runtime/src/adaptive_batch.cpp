@@ -82,6 +82,7 @@ void check_options(const AdaptiveBatchOptions& o, int world_size) {
   if (o.measure_every < 1) fail("measure_every must be at least 1");
   if (!(o.smoothing > 0 && o.smoothing < 1)) fail("smoothing must be in (0, 1)");
   if (o.log_every < 0) fail("log_every must not be negative");
+  if (!(o.min_improvement >= 0)) fail("min_improvement must be at least 0");
   if (o.max_batch < int64_t{world_size} * o.min_micro_batch) {
     fail(fmt::format("max_batch ({}) leaves less than min_micro_batch ({}) for each of {} ranks",
                      o.max_batch, o.min_micro_batch, world_size));

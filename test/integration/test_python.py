@@ -213,16 +213,89 @@ class Errors(DlrunTestCase):
             """)
         lines = out.splitlines()
         self.assertEqual(len(lines), 9, out)
-        self.assertEqual(lines[0], "ConfigError | a timeout must be a positive number of seconds")
+        self.assertEqual(lines[0], "ConfigError | rendezvous_timeout must be a positive number, not 0 (int)")
         self.assertEqual(lines[1], 'ConfigError | backend must be one of "auto", "gloo", "nccl", not "mpi"')
         self.assertEqual(lines[2], 'ConfigError | device must be one of "auto", "cpu", "cuda", not "tpu"')
-        self.assertEqual(lines[3], "ConfigError | batch_size must be at least 1, not 0")
+        self.assertEqual(lines[3], "ConfigError | batch_size must be at least 1, not 0 (int)")
         self.assertEqual(lines[4], "ConfigError | AdaptiveBatch: max_batch (8) is below initial_batch (64)")
         self.assertIn("scaling_rule must be auto, adascale", lines[5])
         self.assertIn("Checkpoint cannot track a object", lines[6])
         self.assertEqual(lines[7], "ConfigError | AdaptiveDataLoader needs optimizer= a torch.optim optimizer, "
                                    "not a generator")
         self.assertIn("Checkpoint takes a list of what to track", lines[8])
+
+    def test_arguments_of_the_wrong_type_are_config_errors_that_name_them(self):
+        out = self.python("""
+            import pathlib, numpy, torch, dlrun
+            for options in ({"rendezvous_timeout": "60"}, {"handle_signals": "no"}, {"backend": None}):
+                try:
+                    dlrun.init(**options)
+                except dlrun.ConfigError as e:
+                    print("ConfigError |", e)
+            ds = torch.utils.data.TensorDataset(torch.zeros(10, 3), torch.zeros(10, dtype=torch.long))
+            model = dlrun.DataParallel(torch.nn.Linear(3, 2))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            def adaptive(**options):
+                return dlrun.AdaptiveDataLoader(ds, 8, model=model, optimizer=opt, **options)
+            for make in (lambda: dlrun.ElasticDataLoader(ds, "64"),
+                         lambda: dlrun.ElasticDataLoader(ds, 6.5),
+                         lambda: dlrun.ElasticDataLoader(ds, True),
+                         lambda: dlrun.ElasticDataLoader(ds, 4, seed=-1),
+                         lambda: dlrun.ElasticDataLoader(ds, 4, collate_fn="stack"),
+                         lambda: dlrun.ElasticDataLoader(iter(range(10)), 4),
+                         lambda: adaptive(noise_floor="false"),
+                         lambda: adaptive(max_batch_size=None),
+                         lambda: adaptive(min_improvement=float("nan")),
+                         lambda: adaptive(measure_every=0),
+                         lambda: adaptive(clock=3.0),
+                         lambda: dlrun.DataParallel(torch.nn.Linear(3, 2).parameters()),
+                         lambda: dlrun.DataParallel(torch.nn.Linear(3, 2), bucket_cap_mb="25"),
+                         lambda: dlrun.Checkpoint([model], keep_last=0),
+                         lambda: dlrun.Checkpoint([model], directory=3)):
+                try:
+                    make()
+                    print("no error")
+                except dlrun.ConfigError as e:
+                    print("ConfigError |", e)
+            # What stands for a whole number, a number or a flag in Python is taken as one.
+            print("batch", dlrun.ElasticDataLoader(ds, 4.0).batch_size,
+                  dlrun.ElasticDataLoader(ds, numpy.int64(4)).batch_size,
+                  dlrun.ElasticDataLoader(ds, torch.tensor(4)).batch_size)
+            loader = adaptive(noise_floor=0, max_batch_size=64.0, min_improvement=numpy.float32(0.1))
+            loader.set_base_lr(torch.tensor(0.05))
+            ckpt = dlrun.Checkpoint([model, opt, loader], directory=pathlib.Path("ckpt"))
+            print("saved", ckpt.save(loss=torch.tensor(0.5)).name, ckpt.restore().values)
+            try:
+                ckpt.save(step="3")
+            except dlrun.ConfigError as e:
+                print("ConfigError |", e)
+            """)
+        errors = [line.split(" | ", 1)[1] for line in out.splitlines() if line.startswith("ConfigError | ")]
+        self.assertEqual(errors, [
+            "rendezvous_timeout must be a positive number, not '60' (str)",
+            "handle_signals must be True or False, not 'no' (str)",
+            "backend must be a string, not None (NoneType)",
+            "batch_size must be a whole number, at least 1, not '64' (str)",
+            "batch_size must be a whole number, at least 1, not 6.5 (float)",
+            "batch_size must be a whole number, at least 1, not True (bool)",
+            "seed must be at least 0, not -1 (int)",
+            "collate_fn must be a function (or None), not 'stack' (str)",
+            "the dataset must have __len__ and __getitem__ (a map-style torch Dataset or a tensor), not a "
+            "range_iterator: a loader that resumes at a sample index needs to index its samples",
+            "noise_floor must be True or False, not 'false' (str)",
+            "max_batch_size must be a whole number, at least 1, not None (NoneType)",
+            "min_improvement must be a number, not nan (float)",
+            "measure_every must be at least 1, not 0 (int)",
+            "clock must be a function (or None), not 3.0 (float)",
+            "DataParallel wraps a torch.nn.Module, not a generator",
+            "bucket_cap_mb must be a positive number, not '25' (str)",
+            "keep_last must be at least 1, not 0 (int)",
+            "directory must be a path (a string or a pathlib.Path), not 3 (int)",
+            "step must be a whole number, at least 0, not '3' (str)",
+        ], out)
+        self.assertNotIn("no error", out)
+        self.assertIn("batch 4 4 4", out)
+        self.assertIn("saved step-000000000000 {'loss': 0.5}", out)
 
     def test_what_a_pytorch_user_does_works_or_is_refused_plainly(self):
         out = self.python("""

@@ -6,7 +6,7 @@ import re
 
 import torch
 
-from . import _dlrun, context as _context
+from . import _arguments, _dlrun, context as _context
 from .loader import AdaptiveDataLoader, ElasticDataLoader
 
 
@@ -33,8 +33,9 @@ class Checkpoint:
         if directory is None:
             directory = os.environ.get("DLRUN_CHECKPOINT_DIR") or os.path.join(self._context.run_dir or ".",
                                                                              "checkpoints")
-        self.directory = os.fspath(directory)
-        self._native = _dlrun.Checkpoint(self._context._native, self.directory, int(keep_last))
+        self.directory = _arguments.path("directory", directory)
+        self._native = _dlrun.Checkpoint(self._context._native, self.directory,
+                                         _arguments.whole("keep_last", keep_last, 1))
         self._loader = None
         self._objects = []  # kept alive as long as the checkpoint
         names = set()
@@ -79,7 +80,8 @@ class Checkpoint:
             if self._loader is None:
                 raise _dlrun.ConfigError("Checkpoint.save() needs step= when no ElasticDataLoader is tracked")
             step = self._loader.step
-        return self._native.save(int(step), {k: float(v) for k, v in values.items()})
+        step = _arguments.whole("step", step, 0)
+        return self._native.save(step, {k: _arguments.real(k, v) for k, v in values.items()})
 
     def restore(self):
         """Loads the newest valid checkpoint into the tracked objects. Returns its info (.step,

@@ -2,7 +2,7 @@
 
 import weakref
 
-from . import _dlrun
+from . import _arguments, _dlrun
 
 _current = None
 # The DataParallel models whose last step may still have a stop vote in flight: asking for
@@ -66,8 +66,12 @@ def init(*, rendezvous_timeout=60.0, collective_timeout=600.0, backend="auto", d
     """
     global _current
     if _current is None:
-        _current = Context(_dlrun.init(rendezvous_timeout, collective_timeout, backend, device, handle_signals,
-                                       shared_memory_allreduce))
+        a = _arguments
+        _current = Context(_dlrun.init(
+            a.real("rendezvous_timeout", rendezvous_timeout, positive=True),
+            a.real("collective_timeout", collective_timeout, positive=True), a.text("backend", backend),
+            a.text("device", device), a.flag("handle_signals", handle_signals),
+            a.flag("shared_memory_allreduce", shared_memory_allreduce)))
     return _current
 
 

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import TensorDataset
 from torch.utils.data.dataloader import default_collate
 
-from . import _dlrun, context as _context
+from . import _arguments, _dlrun, context as _context
 
 
 class ElasticDataLoader:
@@ -33,15 +33,18 @@ class ElasticDataLoader:
     """
 
     def __init__(self, dataset, batch_size, *, seed=0, collate_fn=None, context=None):
-        if int(batch_size) < 1:
-            raise _dlrun.ConfigError(f"batch_size must be at least 1, not {batch_size}")
+        self.batch_size = _arguments.whole("batch_size", batch_size, 1)
+        seed = _arguments.whole("seed", seed, 0)
+        self.collate_fn = _arguments.function("collate_fn", collate_fn) or default_collate
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise _dlrun.ConfigError(
+                f"the dataset must have __len__ and __getitem__ (a map-style torch Dataset or a tensor), not "
+                f"a {type(dataset).__name__}: a loader that resumes at a sample index needs to index its samples")
         if len(dataset) < 1:
             raise _dlrun.ConfigError("the dataset is empty")
         self.dataset = dataset
-        self.batch_size = int(batch_size)
-        self.collate_fn = collate_fn or default_collate
         self._context = context or _context.current()
-        self.sampler = _dlrun.ElasticSampler(len(dataset), self._context._native, int(seed))
+        self.sampler = _dlrun.ElasticSampler(len(dataset), self._context._native, seed)
         self.batch = None  # the SampleBatch of the last step
         self.step = 0      # steps taken, over all epochs and restarts (a Checkpoint restores it)
 
@@ -164,11 +167,15 @@ class AdaptiveDataLoader(ElasticDataLoader):
         # The optimizer's own methods, as the class defines them (not a previous loader's).
         step = types.MethodType(type(optimizer).step, optimizer)
         self._zero_grad = types.MethodType(type(optimizer).zero_grad, optimizer)
+        a = _arguments
         self.adaptive = _dlrun.AdaptiveBatch(
             self._context._native, model._native, optimizer, step, _kind(optimizer), self.batch_size,
-            int(max_batch_size), int(min_micro_batch), int(max_micro_batch), bool(accumulation), str(scaling_rule),
-            int(replan_every), int(measure_every), float(min_improvement), bool(noise_floor), int(log_every),
-            str(metrics_path), clock)
+            a.whole("max_batch_size", max_batch_size, 1), a.whole("min_micro_batch", min_micro_batch, 1),
+            a.whole("max_micro_batch", max_micro_batch, 0), a.flag("accumulation", accumulation),
+            a.text("scaling_rule", scaling_rule), a.whole("replan_every", replan_every, 1),
+            a.whole("measure_every", measure_every, 1), a.real("min_improvement", min_improvement, 0.0),
+            a.flag("noise_floor", noise_floor), a.whole("log_every", log_every, 0),
+            a.path("metrics_path", metrics_path), a.function("clock", clock))
         self._accumulating = False
         # Methods of the optimizer instance (LR schedulers wrap optimizer.step and expect that),
         # reaching the loader by a weak reference (no cycle keeps either alive).
@@ -209,7 +216,7 @@ class AdaptiveDataLoader(ElasticDataLoader):
     def set_base_lr(self, lr):
         """The learning rate for batch_size (e.g. from a schedule on progress()); each step applies
         it times the scaling rule's factor."""
-        self.adaptive.set_base_lr(float(lr))
+        self.adaptive.set_base_lr(_arguments.real("lr", lr, positive=True))
 
     def _step_size(self):
         return self.global_batch

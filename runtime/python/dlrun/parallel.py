@@ -2,7 +2,7 @@
 
 import torch
 
-from . import _dlrun, context as _context
+from . import _arguments, _dlrun, context as _context
 
 
 class DataParallel(torch.nn.Module):
@@ -24,6 +24,10 @@ class DataParallel(torch.nn.Module):
 
     def __init__(self, module, context=None, bucket_cap_mb=25.0, first_bucket_cap_mb=1.0):
         super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise _dlrun.ConfigError(f"DataParallel wraps a torch.nn.Module, not a {type(module).__name__}")
+        bucket_cap_mb = _arguments.real("bucket_cap_mb", bucket_cap_mb, positive=True)
+        first_bucket_cap_mb = _arguments.real("first_bucket_cap_mb", first_bucket_cap_mb, positive=True)
         self.module = module
         self._context = context or _context.current()
         parameters = list(module.parameters())

@@ -150,6 +150,10 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK_THROWS_WITH_AS(dlrun::AdaptiveBatch(ctx, dp, sgd, options),
                          "AdaptiveBatch: max_batch (256) is below initial_batch (512)",
                          dlrun::ConfigError);
+    options.max_batch = 1024;
+    options.min_improvement = -0.1;
+    CHECK_THROWS_WITH_AS(dlrun::AdaptiveBatch(ctx, dp, sgd, options),
+                         "AdaptiveBatch: min_improvement must be at least 0", dlrun::ConfigError);
   }
 
   TEST_CASE("2 ranks measure the same noise scale and switch to a larger batch at the same step") {
