@@ -265,10 +265,11 @@ class Errors(DlrunTestCase):
             loader.set_base_lr(torch.tensor(0.05))
             ckpt = dlrun.Checkpoint([model, opt, loader], directory=pathlib.Path("ckpt"))
             print("saved", ckpt.save(loss=torch.tensor(0.5)).name, ckpt.restore().values)
-            try:
-                ckpt.save(step="3")
-            except dlrun.ConfigError as e:
-                print("ConfigError |", e)
+            for bad in (lambda: ckpt.save(step="3"), lambda: next(loader.epochs("3"))):
+                try:
+                    bad()
+                except dlrun.ConfigError as e:
+                    print("ConfigError |", e)
             """)
         errors = [line.split(" | ", 1)[1] for line in out.splitlines() if line.startswith("ConfigError | ")]
         self.assertEqual(errors, [
@@ -292,6 +293,7 @@ class Errors(DlrunTestCase):
             "keep_last must be at least 1, not 0 (int)",
             "directory must be a path (a string or a pathlib.Path), not 3 (int)",
             "step must be a whole number, at least 0, not '3' (str)",
+            "count must be a whole number, at least 0, not '3' (str)",
         ], out)
         self.assertNotIn("no error", out)
         self.assertIn("batch 4 4 4", out)

@@ -61,6 +61,7 @@ class ElasticDataLoader:
     def epochs(self, count):
         """Yields the epoch numbers from the current one (after a restore: the saved one) up to
         count - 1; iterate the loader once per epoch."""
+        count = _arguments.whole("count", count, 0)
         while self.sampler.epoch < count:
             epoch = self.sampler.epoch
             yield epoch
