@@ -227,7 +227,8 @@ class Errors(DlrunTestCase):
     def test_arguments_of_the_wrong_type_are_config_errors_that_name_them(self):
         out = self.python("""
             import pathlib, numpy, torch, dlrun
-            for options in ({"rendezvous_timeout": "60"}, {"handle_signals": "no"}, {"backend": None}):
+            for options in ({"rendezvous_timeout": "60"}, {"collective_timeout": float("inf")},
+                            {"handle_signals": "no"}, {"backend": None}):
                 try:
                     dlrun.init(**options)
                 except dlrun.ConfigError as e:
@@ -261,7 +262,8 @@ class Errors(DlrunTestCase):
             print("batch", dlrun.ElasticDataLoader(ds, 4.0).batch_size,
                   dlrun.ElasticDataLoader(ds, numpy.int64(4)).batch_size,
                   dlrun.ElasticDataLoader(ds, torch.tensor(4)).batch_size)
-            loader = adaptive(noise_floor=0, max_batch_size=64.0, min_improvement=numpy.float32(0.1))
+            loader = adaptive(noise_floor=0, accumulation=numpy.bool_(True), max_batch_size=64.0,
+                              min_improvement=numpy.float32(0.1))
             loader.set_base_lr(torch.tensor(0.05))
             ckpt = dlrun.Checkpoint([model, opt, loader], directory=pathlib.Path("ckpt"))
             print("saved", ckpt.save(loss=torch.tensor(0.5)).name, ckpt.restore().values)
@@ -274,6 +276,7 @@ class Errors(DlrunTestCase):
         errors = [line.split(" | ", 1)[1] for line in out.splitlines() if line.startswith("ConfigError | ")]
         self.assertEqual(errors, [
             "rendezvous_timeout must be a positive number, not '60' (str)",
+            "collective_timeout must be a finite number, not inf (float)",
             "handle_signals must be True or False, not 'no' (str)",
             "backend must be a string, not None (NoneType)",
             "batch_size must be a whole number, at least 1, not '64' (str)",
@@ -285,7 +288,7 @@ class Errors(DlrunTestCase):
             "range_iterator: a loader that resumes at a sample index needs to index its samples",
             "noise_floor must be True or False, not 'false' (str)",
             "max_batch_size must be a whole number, at least 1, not None (NoneType)",
-            "min_improvement must be a number, not nan (float)",
+            "min_improvement must be a finite number, not nan (float)",
             "measure_every must be at least 1, not 0 (int)",
             "clock must be a function (or None), not 3.0 (float)",
             "DataParallel wraps a torch.nn.Module, not a generator",

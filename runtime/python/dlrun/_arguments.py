@@ -23,9 +23,14 @@ def _fail(name, what, value):
     raise _dlrun.ConfigError(f"{name} must be {what}, not {_shown(value)}")
 
 
+def _is_bool(value):
+    # Python's and NumPy's (numpy.bool_ still converts to an index, with a warning).
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
 def whole(name, value, minimum=None):
     """An int: ints (NumPy's and 0-d integer tensors too) and floats with no fraction."""
-    if not isinstance(value, bool):
+    if not _is_bool(value):
         try:
             number = operator.index(value)
         except TypeError:
@@ -41,13 +46,15 @@ def whole(name, value, minimum=None):
 
 
 def real(name, value, minimum=None, positive=False):
-    """A float from any real number (not a string, not a bool, not NaN)."""
-    if not isinstance(value, (bool, str, bytes)):
+    """A float from any finite real number (not a string, not a bool)."""
+    if not (_is_bool(value) or isinstance(value, (str, bytes))):
         try:
             number = float(value)
         except (TypeError, ValueError):
             number = None
-        if number is not None and not math.isnan(number):
+        if number is not None and not math.isfinite(number):
+            _fail(name, "a finite number", value)
+        if number is not None:
             if positive and not number > 0:
                 _fail(name, "a positive number", value)
             if minimum is not None and number < minimum:
@@ -58,8 +65,8 @@ def real(name, value, minimum=None, positive=False):
 
 def flag(name, value):
     """True or False (1 and 0 too, as Python counts them); never a string such as "false"."""
-    if isinstance(value, bool):
-        return value
+    if _is_bool(value):
+        return bool(value)
     try:
         number = operator.index(value)
     except TypeError:
