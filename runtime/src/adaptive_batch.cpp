@@ -425,8 +425,10 @@ std::pair<int64_t, int64_t> AdaptiveBatch::Impl::cadences(double replan_seconds)
                                            : 0.0;
   if (!(step > 0)) return {every, interval};
   if (measured_steps >= 2 && plain_steps >= 2) {
-    const double extra =
-        std::max(0.0, measured_seconds / static_cast<double>(measured_steps) - step);
+    // In a world of one a measurement takes two steps: the step before it keeps its gradient.
+    const double steps_per_measurement = context.world_size() == 1 ? 2.0 : 1.0;
+    const double extra = steps_per_measurement *
+                         std::max(0.0, measured_seconds / static_cast<double>(measured_steps) - step);
     const auto needed = static_cast<int64_t>(std::ceil(extra / (k_measure_budget * step)));
     every = std::clamp(needed, options.measure_every,
                        std::max(options.measure_every, k_max_measure_every));

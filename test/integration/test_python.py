@@ -252,21 +252,26 @@ class Errors(DlrunTestCase):
                          lambda: dlrun.DataParallel(torch.nn.Linear(3, 2).parameters()),
                          lambda: dlrun.DataParallel(torch.nn.Linear(3, 2), bucket_cap_mb="25"),
                          lambda: dlrun.Checkpoint([model], keep_last=0),
-                         lambda: dlrun.Checkpoint([model], directory=3)):
+                         lambda: dlrun.Checkpoint([model], directory=3),
+                         lambda: dlrun.ElasticDataLoader(ds, 2**70),
+                         lambda: dlrun.ElasticDataLoader(ds, 1e300)):
                 try:
                     make()
                     print("no error")
                 except dlrun.ConfigError as e:
                     print("ConfigError |", e)
             # What stands for a whole number, a number or a flag in Python is taken as one.
-            print("batch", dlrun.ElasticDataLoader(ds, 4.0).batch_size,
-                  dlrun.ElasticDataLoader(ds, numpy.int64(4)).batch_size,
-                  dlrun.ElasticDataLoader(ds, torch.tensor(4)).batch_size)
+            print("batch", *(dlrun.ElasticDataLoader(ds, b).batch_size for b in
+                              (4.0, numpy.int64(4), numpy.float32(4), torch.tensor(4), torch.tensor(4.0))))
             loader = adaptive(noise_floor=0, accumulation=numpy.bool_(True), max_batch_size=64.0,
                               min_improvement=numpy.float32(0.1))
             loader.set_base_lr(torch.tensor(0.05))
+            loader.set_base_lr(0)  # a schedule's warm-up starts there
+            print("epochs", next(loader.epochs(float("inf"))))
             ckpt = dlrun.Checkpoint([model, opt, loader], directory=pathlib.Path("ckpt"))
-            print("saved", ckpt.save(loss=torch.tensor(0.5)).name, ckpt.restore().values)
+            # A diverged loss is saved as it is, a flag as 0 or 1.
+            saved = ckpt.save(loss=torch.tensor(0.5), diverged=float("nan"), ppl=float("inf"), done=True)
+            print("saved", saved.name, sorted(ckpt.restore().values.items()))
             for bad in (lambda: ckpt.save(step="3"), lambda: next(loader.epochs("3"))):
                 try:
                     bad()
@@ -288,19 +293,22 @@ class Errors(DlrunTestCase):
             "range_iterator: a loader that resumes at a sample index needs to index its samples",
             "noise_floor must be True or False, not 'false' (str)",
             "max_batch_size must be a whole number, at least 1, not None (NoneType)",
-            "min_improvement must be a finite number, not nan (float)",
+            "min_improvement must be a number, not nan (float)",
             "measure_every must be at least 1, not 0 (int)",
             "clock must be a function (or None), not 3.0 (float)",
             "DataParallel wraps a torch.nn.Module, not a generator",
             "bucket_cap_mb must be a positive number, not '25' (str)",
             "keep_last must be at least 1, not 0 (int)",
             "directory must be a path (a string or a pathlib.Path), not 3 (int)",
+            "batch_size must be at most 9223372036854775807, not 1180591620717411303424 (int)",
+            "batch_size must be at most 9223372036854775807, not 1e+300 (float)",
             "step must be a whole number, at least 0, not '3' (str)",
             "count must be a whole number, at least 0, not '3' (str)",
         ], out)
         self.assertNotIn("no error", out)
-        self.assertIn("batch 4 4 4", out)
-        self.assertIn("saved step-000000000000 {'loss': 0.5}", out)
+        self.assertIn("batch 4 4 4 4 4", out)
+        self.assertIn("epochs 0", out)
+        self.assertIn("saved step-000000000000 [('diverged', nan), ('done', 1.0), ('loss', 0.5), ('ppl', inf)]", out)
 
     def test_what_a_pytorch_user_does_works_or_is_refused_plainly(self):
         out = self.python("""

@@ -11,6 +11,8 @@ import os
 
 from . import _dlrun
 
+INT64_MAX = 2**63 - 1
+
 
 def _shown(value):
     text = repr(value)
@@ -23,49 +25,65 @@ def _fail(name, what, value):
     raise _dlrun.ConfigError(f"{name} must be {what}, not {_shown(value)}")
 
 
-def _is_bool(value):
-    # Python's and NumPy's (numpy.bool_ still converts to an index, with a warning).
-    return isinstance(value, bool) or type(value).__name__ == "bool_"
+def is_bool(value):
+    """Python's, NumPy's (numpy.bool_, numpy.bool in NumPy 2) and a 0-d torch.bool tensor."""
+    if isinstance(value, bool):
+        return True
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"):
+        return True
+    return str(getattr(value, "dtype", "")) == "torch.bool" and tuple(getattr(value, "shape", (0,))) == ()
 
 
-def whole(name, value, minimum=None):
-    """An int: ints (NumPy's and 0-d integer tensors too) and floats with no fraction."""
-    if not _is_bool(value):
+def _as_float(value):
+    """float(value) for a number (not a string or bytes), or None."""
+    if isinstance(value, (str, bytes)):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def whole(name, value, minimum=None, maximum=INT64_MAX):
+    """An int: ints (NumPy's and 0-d integer tensors too) and numbers with no fraction."""
+    number = None
+    if not is_bool(value):
         try:
             number = operator.index(value)
         except TypeError:
-            number = None
-            if isinstance(value, float) and value.is_integer():
-                number = int(value)
-        if number is not None:
-            if minimum is not None and number < minimum:
-                _fail(name, f"at least {minimum}", value)
-            return number
-    _fail(name, "a whole number" if minimum is None else f"a whole number, at least {minimum}",
-          value)
+            real_value = _as_float(value)
+            if real_value is not None and real_value.is_integer():
+                number = int(real_value)
+    if number is None:
+        _fail(name, "a whole number" if minimum is None else f"a whole number, at least {minimum}", value)
+    if minimum is not None and number < minimum:
+        _fail(name, f"at least {minimum}", value)
+    if number > maximum:
+        _fail(name, f"at most {maximum}", value)
+    return number
 
 
-def real(name, value, minimum=None, positive=False):
-    """A float from any finite real number (not a string, not a bool)."""
-    if not (_is_bool(value) or isinstance(value, (str, bytes))):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = None
-        if number is not None and not math.isfinite(number):
-            _fail(name, "a finite number", value)
-        if number is not None:
-            if positive and not number > 0:
-                _fail(name, "a positive number", value)
-            if minimum is not None and number < minimum:
-                _fail(name, f"at least {minimum}", value)
-            return number
-    _fail(name, "a positive number" if positive else "a number", value)
+def real(name, value, minimum=None, positive=False, finite=True, nan=False):
+    """A float from any real number (not a string, not a bool); finite unless finite=False,
+    never NaN unless nan=True."""
+    number = None if is_bool(value) else _as_float(value)
+    if number is None or (math.isnan(number) and not nan):
+        _fail(name, "a positive number" if positive else "a number", value)
+    if math.isnan(number):
+        return number
+    if finite and not math.isfinite(number):
+        _fail(name, "a finite number", value)
+    if positive and not number > 0:
+        _fail(name, "a positive number", value)
+    if minimum is not None and number < minimum:
+        _fail(name, f"at least {minimum}", value)
+    return number
 
 
 def flag(name, value):
     """True or False (1 and 0 too, as Python counts them); never a string such as "false"."""
-    if _is_bool(value):
+    if is_bool(value):
         return bool(value)
     try:
         number = operator.index(value)
@@ -83,14 +101,11 @@ def text(name, value):
 
 
 def path(name, value):
-    """A file system path: a string or an os.PathLike (pathlib.Path)."""
+    """A file system path: a string, bytes or an os.PathLike (pathlib.Path)."""
     try:
-        out = os.fspath(value)
+        return os.fsdecode(value)
     except TypeError:
-        out = None
-    if isinstance(out, str):
-        return out
-    _fail(name, "a path (a string or a pathlib.Path)", value)
+        _fail(name, "a path (a string or a pathlib.Path)", value)
 
 
 def function(name, value):

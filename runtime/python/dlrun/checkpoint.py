@@ -35,7 +35,7 @@ class Checkpoint:
                                                                              "checkpoints")
         self.directory = _arguments.path("directory", directory)
         self._native = _dlrun.Checkpoint(self._context._native, self.directory,
-                                         _arguments.whole("keep_last", keep_last, 1))
+                                         _arguments.whole("keep_last", keep_last, 1, 2**31 - 1))
         self._loader = None
         self._objects = []  # kept alive as long as the checkpoint
         names = set()
@@ -81,7 +81,7 @@ class Checkpoint:
                 raise _dlrun.ConfigError("Checkpoint.save() needs step= when no ElasticDataLoader is tracked")
             step = self._loader.step
         step = _arguments.whole("step", step, 0)
-        return self._native.save(step, {k: _arguments.real(k, v) for k, v in values.items()})
+        return self._native.save(step, {k: _checkpoint_value(k, v) for k, v in values.items()})
 
     def restore(self):
         """Loads the newest valid checkpoint into the tracked objects. Returns its info (.step,
@@ -104,6 +104,13 @@ class _StateDict:
 
     def restore_checkpoint_state(self, data):
         self._obj.load_state_dict(torch.load(io.BytesIO(data), map_location=self._device))
+
+
+def _checkpoint_value(name, value):
+    # Any number, NaN and infinities included (a diverged loss is still worth saving), and flags.
+    if _arguments.is_bool(value):
+        return float(bool(value))
+    return _arguments.real(f"the checkpoint value {name}", value, finite=False, nan=True)
 
 
 def _name_of(obj):

@@ -1,6 +1,7 @@
 """dlrun.ElasticDataLoader: batches whose position survives a restart at any number of ranks."""
 
 import contextlib
+import math
 import types
 import weakref
 
@@ -34,7 +35,7 @@ class ElasticDataLoader:
 
     def __init__(self, dataset, batch_size, *, seed=0, collate_fn=None, context=None):
         self.batch_size = _arguments.whole("batch_size", batch_size, 1)
-        seed = _arguments.whole("seed", seed, 0)
+        seed = _arguments.whole("seed", seed, 0, 2**64 - 1)
         self.collate_fn = _arguments.function("collate_fn", collate_fn) or default_collate
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise _dlrun.ConfigError(
@@ -61,7 +62,8 @@ class ElasticDataLoader:
     def epochs(self, count):
         """Yields the epoch numbers from the current one (after a restore: the saved one) up to
         count - 1; iterate the loader once per epoch."""
-        count = _arguments.whole("count", count, 0)
+        if count != math.inf:  # inf: until the script leaves the loop
+            count = _arguments.whole("count", count, 0)
         while self.sampler.epoch < count:
             epoch = self.sampler.epoch
             yield epoch
@@ -174,9 +176,9 @@ class AdaptiveDataLoader(ElasticDataLoader):
             a.whole("max_batch_size", max_batch_size, 1), a.whole("min_micro_batch", min_micro_batch, 1),
             a.whole("max_micro_batch", max_micro_batch, 0), a.flag("accumulation", accumulation),
             a.text("scaling_rule", scaling_rule), a.whole("replan_every", replan_every, 1),
-            a.whole("measure_every", measure_every, 1), a.real("min_improvement", min_improvement, 0.0),
+            a.whole("measure_every", measure_every, 1), a.real("min_improvement", min_improvement, 0.0, finite=False),
             a.flag("noise_floor", noise_floor), a.whole("log_every", log_every, 0),
-            a.path("metrics_path", metrics_path), a.function("clock", clock))
+            a.path("metrics_path", metrics_path or ""), a.function("clock", clock))
         self._accumulating = False
         # Methods of the optimizer instance (LR schedulers wrap optimizer.step and expect that),
         # reaching the loader by a weak reference (no cycle keeps either alive).
@@ -217,7 +219,7 @@ class AdaptiveDataLoader(ElasticDataLoader):
     def set_base_lr(self, lr):
         """The learning rate for batch_size (e.g. from a schedule on progress()); each step applies
         it times the scaling rule's factor."""
-        self.adaptive.set_base_lr(_arguments.real("lr", lr, positive=True))
+        self.adaptive.set_base_lr(_arguments.real("lr", lr, minimum=0.0))
 
     def _step_size(self):
         return self.global_batch
