@@ -60,6 +60,29 @@ dlrun::Context world_of_one() {
   return dlrun::Context(state);
 }
 
+// One rank training make_model(weight) with SGD at 0.01, its steps timed on a clock the test
+// moves (`seconds`). Not movable: options() hands AdaptiveBatch a clock that reads this one.
+struct OneRank {
+  explicit OneRank(double weight = 0.5)
+      : ctx(world_of_one()),
+        model(make_model(weight)),
+        dp(model->ptr(), ctx),
+        sgd((*model)->parameters(), torch::optim::SGDOptions(0.01)) {}
+  OneRank(const OneRank&) = delete;
+  OneRank& operator=(const OneRank&) = delete;
+  dlrun::AdaptiveBatchOptions options() {
+    dlrun::AdaptiveBatchOptions o;
+    o.log_every = 0;
+    o.clock = [this] { return seconds; };
+    return o;
+  }
+  dlrun::Context ctx;
+  std::shared_ptr<torch::nn::Linear> model;
+  dlrun::DataParallel dp;
+  torch::optim::SGD sgd;
+  double seconds = 0;
+};
+
 struct Run {
   std::vector<int64_t> batches;  // global batch of every step
   int64_t measure_every = 0;
@@ -239,27 +262,21 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     // Held at one size, every step takes 4.08 ms on the test's clock, and a measured step `extra`
     // more; in a world of one so does the step before it (the pair's first gradient).
     auto cadence_with = [](double extra) {
-      dlrun::Context one = world_of_one();
-      auto model = make_model();
-      dlrun::DataParallel dp(model->ptr(), one);
-      torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
-      double seconds = 0;
-      dlrun::AdaptiveBatchOptions options;
+      OneRank one;
+      dlrun::AdaptiveBatchOptions options = one.options();
       options.initial_batch = 8;
       options.max_batch = 8;
-      options.log_every = 0;
-      options.clock = [&seconds] { return seconds; };
-      dlrun::AdaptiveBatch adaptive(one, dp, sgd, options);
-      dlrun::ElasticSampler sampler(1 << 20, one, 1);
+      dlrun::AdaptiveBatch adaptive(one.ctx, one.dp, one.sgd, options);
+      dlrun::ElasticSampler sampler(1 << 20, one.ctx, 1);
       for (int s = 0; s < 400; ++s) {
         const int64_t step = adaptive.stats().step, every = adaptive.stats().measure_every;
         const bool measured = step < 100 || step % every == 0 || (step + 1) % every == 0;
         auto batch = sampler.next(adaptive.global_batch());
-        seconds += 0.004 + 1e-5 * static_cast<double>(batch->indices.size());
-        if (measured) seconds += extra;
-        adaptive.backward(loss_of(**model, batch->indices, s, batch->loss_scale(1)), true);
+        one.seconds += 0.004 + 1e-5 * static_cast<double>(batch->indices.size());
+        if (measured) one.seconds += extra;
+        adaptive.backward(loss_of(**one.model, batch->indices, s, batch->loss_scale(1)), true);
         adaptive.step(batch->global_size);
-        sgd.zero_grad();
+        one.sgd.zero_grad();
       }
       return adaptive.stats().measure_every;
     };
@@ -423,36 +440,30 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     enum class Loss { passed, not_passed, nan };
     auto run_with = [](bool noise_floor, Loss loss, const std::string& restore_from = "",
                        int steps = 400, double weight = 0.5) {
-      dlrun::Context one = world_of_one();
-      auto model = make_model(weight);
-      dlrun::DataParallel dp(model->ptr(), one);
-      torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
-      double seconds = 0;
-      dlrun::AdaptiveBatchOptions options;
+      OneRank one(weight);
+      dlrun::AdaptiveBatchOptions options = one.options();
       options.initial_batch = 16;
       options.max_batch = 1024;
       options.replan_every = 20;
       options.measure_every = 1;
-      options.log_every = 0;
       options.rule = dlrun::ScalingRule::sqrt;
       options.noise_floor = noise_floor;
-      options.clock = [&seconds] { return seconds; };
-      dlrun::AdaptiveBatch adaptive(one, dp, sgd, options);
+      dlrun::AdaptiveBatch adaptive(one.ctx, one.dp, one.sgd, options);
       if (!restore_from.empty()) adaptive.restore_checkpoint_state(restore_from);
-      dlrun::ElasticSampler sampler(1 << 20, one, 1);
+      dlrun::ElasticSampler sampler(1 << 20, one.ctx, 1);
       std::vector<int64_t> batches;
       for (int s = 0; s < steps; ++s) {
         auto batch = sampler.next(adaptive.global_batch());
-        seconds += 1e-5 * static_cast<double>(batch->indices.size());
-        const at::Tensor l = loss_of(**model, batch->indices, s, batch->loss_scale(1));
+        one.seconds += 1e-5 * static_cast<double>(batch->indices.size());
+        const at::Tensor l = loss_of(**one.model, batch->indices, s, batch->loss_scale(1));
         if (loss == Loss::passed) {
           adaptive.backward(l, true);
         } else {
-          dp.backward(l);  // a caller that runs the backward itself
+          one.dp.backward(l);  // a caller that runs the backward itself
           if (loss == Loss::nan) adaptive.observe_loss(l.detach() * std::nan(""));
         }
         adaptive.step(batch->global_size);
-        sgd.zero_grad();
+        one.sgd.zero_grad();
         batches.push_back(batch->global_size);
       }
       return std::make_tuple(batches, adaptive.stats(), adaptive.checkpoint_state());
