@@ -33,7 +33,8 @@ def run(args, work, extra):
            os.path.join(args.build, "examples", "synthetic", "dlrun_synthetic"),
            "--noise", str(args.noise), "--samples", str(args.samples), "--epochs", str(args.max_epochs),
            "--target-loss", str(args.target), "--eval-every", str(args.eval_every),
-           "--step-ms", str(args.step_ms), "--sample-ms", str(args.sample_ms), "--seed", "1"] + extra
+           "--step-ms", str(args.step_ms), "--sample-ms", str(args.sample_ms), "--seed", "1",
+           "--condition", str(args.condition)] + extra
     env = dict(os.environ, DLRUN_HOME=os.path.join(work, "home"))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -60,7 +61,8 @@ def one_pass(args, work):
     if not best[initial]:
         sys.exit(f"fixed {initial} reached the target at no learning rate of the sweep")
     lr = best[initial][1]
-    adaptive = run(args, work, ["--batch-size", str(initial), "--lr", str(lr), "--max-batch-size", str(args.max_batch)])
+    adaptive = run(args, work, ["--batch-size", str(initial), "--lr", str(lr), "--max-batch-size", str(args.max_batch),
+                                "--scaling-rule", args.scaling_rule])
     print(f"adaptive from {initial} lr {lr}: {adaptive['seconds'] if adaptive else 'not reached'}"
           f" batches {adaptive['batches'] if adaptive else ''}", flush=True)
     return best, lr, adaptive
@@ -80,6 +82,9 @@ def main():
     ap.add_argument("--step-ms", type=float, default=20)
     ap.add_argument("--sample-ms", type=float, default=0.05)
     ap.add_argument("--max-batch", type=int, default=4096)
+    ap.add_argument("--condition", type=float, default=1,
+                    help="the problem's curvature spread (examples/synthetic --condition): 1000 needs thousands of steps")
+    ap.add_argument("--scaling-rule", default="adascale", help="the adaptive run's learning-rate rule")
     args = ap.parse_args()
     ratios = []
     with tempfile.TemporaryDirectory() as work:

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "dlrun/scaling_rule.hpp"
+
 namespace examples {
 namespace {
 
@@ -28,6 +30,12 @@ const CLI::Validator k_fraction = number_check(
     "FRACTION", [](double v) { return v > 0 && v < 1; }, "strictly between 0 and 1");
 const CLI::Validator k_unit_interval = number_check(
     "IN [0, 1)", [](double v) { return v >= 0 && v < 1; }, "at least 0 and below 1");
+
+const CLI::Validator k_scaling_rule(
+    [](std::string& text) -> std::string {
+      return dlrun::parse_scaling_rule(text) ? "" : "unknown scaling rule '" + text + "'";
+    },
+    "RULE");
 
 void add_step_cost_options(CLI::App& app, StepCost& cost) {
   app.add_option("--step-ms", cost.step_ms,

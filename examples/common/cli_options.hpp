@@ -18,6 +18,9 @@ extern const CLI::Validator k_fraction;
 // "'abc' is not a number", "1 is not at least 0 and below 1".
 extern const CLI::Validator k_unit_interval;
 
+// "unknown scaling rule 'x'" for a name dlrun::parse_scaling_rule does not know.
+extern const CLI::Validator k_scaling_rule;
+
 // --step-ms, --sample-ms and --sync-ms-per-rank into `cost` (its values are the defaults shown).
 void add_step_cost_options(CLI::App& app, StepCost& cost);
 

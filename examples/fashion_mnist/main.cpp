@@ -404,9 +404,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--scaling-rule", options.scaling_rule,
                  "Learning-rate rule of --adaptive: auto, adascale, adam, linear, sqrt, none")
-      ->check([](const std::string& v) {
-        return dlrun::parse_scaling_rule(v) ? std::string() : "unknown scaling rule '" + v + "'";
-      });
+      ->check(examples::k_scaling_rule);
   app.add_option("--target-accuracy", options.target_accuracy,
                  "Stop once the test accuracy reaches this (checked every --eval-every samples)");
   app.add_option("--eval-every", options.eval_every,

@@ -47,6 +47,8 @@ struct Options {
   int64_t dim = 16;
   uint64_t seed = 1;
   double noise = 1.0;
+  double condition = 1.0;  // the curvature's spread over the features (regression.hpp)
+  std::string scaling_rule = "adascale";
   int64_t batch_size = 64;  // global, over all ranks
   int64_t max_batch_size = 2048;
   int64_t max_micro_batch = 0;
@@ -78,7 +80,7 @@ dlrun::AdaptiveBatchOptions adaptive_options(const Options& o) {
   a.max_micro_batch = o.max_micro_batch;
   a.replan_every = o.replan_every;
   a.noise_floor = o.noise_floor;
-  a.rule = dlrun::ScalingRule::adascale;
+  a.rule = *dlrun::parse_scaling_rule(o.scaling_rule);  // checked by the command line
   return a;
 }
 
@@ -93,7 +95,8 @@ class Trainer {
       : m_options(options),
         m_ctx(dlrun::init(init_options())),
         m_data(
-            synthetic::make_regression(options.samples, options.dim, options.noise, options.seed)),
+            synthetic::make_regression(options.samples, options.dim, options.noise, options.seed,
+                                   options.condition)),
         m_net(make_net(options)),
         m_dp(m_net.ptr(), m_ctx),
         m_sgd(m_net->parameters(), torch::optim::SGDOptions(options.lr)),
@@ -326,6 +329,10 @@ void add_options(CLI::App& app, Options& o) {
                  "SIGMA in y = x.w* + SIGMA*eps: higher means a larger gradient noise scale, so "
                  "larger batches pay")
       ->check(k_non_negative);
+  app.add_option("--condition", o.condition,
+                 "Ratio of the loss's largest curvature to its smallest (features scaled apart): "
+                 "1 is well conditioned and converges in tens of steps, 1000 needs thousands")
+      ->check(examples::k_positive);
   app.add_option("--batch-size", o.batch_size,
                  "Global batch (over all ranks): the initial one, or the only one with --fixed")
       ->check(k_positive);
@@ -342,6 +349,11 @@ void add_options(CLI::App& app, Options& o) {
                  "Optimizer steps between AdaptiveBatch's fits and decisions (each fit publishes "
                  "RUN_DIR/goodput-model.json)")
       ->check(k_positive);
+  app.add_option("--scaling-rule", o.scaling_rule,
+                 "Learning-rate rule of AdaptiveBatch: adascale (the gain), sqrt (the square root "
+                 "of the batch's growth), linear, adam, auto, none")
+      ->check(examples::k_scaling_rule)
+      ->capture_default_str();
   app.add_flag("--fixed", o.fixed, "Train at --batch-size throughout (no AdaptiveBatch)");
   app.add_flag("--count-progress", o.count_progress,
                "Count --epochs in AdaScale's scale-invariant progress (each step: its gain x "

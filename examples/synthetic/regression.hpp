@@ -5,6 +5,11 @@
 // same data set without reading or sending anything. The noise level sets how noisy the
 // per-sample gradients stay near the optimum, hence the gradient noise scale AdaptiveBatch
 // measures: about noise² · dim / |w − w*|², growing as training converges.
+//
+// `condition` > 1 scales feature j by condition^(−j / (2 (dim − 1))), so the loss's curvature
+// along the features spans 1 down to 1 / condition: the largest stable learning rate stays the
+// same, and the flattest directions need about `condition` times as many steps (an
+// ill-conditioned problem, as real models are, where training takes thousands of steps).
 
 #include <ATen/core/Tensor.h>
 
@@ -18,6 +23,7 @@ struct Regression {
   int64_t size() const { return x.size(0); }
 };
 
-Regression make_regression(int64_t samples, int64_t dim, double noise, uint64_t seed);
+Regression make_regression(int64_t samples, int64_t dim, double noise, uint64_t seed,
+                           double condition = 1.0);
 
 }  // namespace synthetic
