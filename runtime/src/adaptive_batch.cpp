@@ -14,6 +14,7 @@
 #include "dlrun/log.hpp"
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
+#include "goodput/divergence.hpp"
 #include "goodput/goodput.hpp"
 #include "goodput/goodput_model.hpp"
 #include "goodput/gradient_noise_scale.hpp"
@@ -131,6 +132,7 @@ struct AdaptiveBatch::Impl {
   bool loss_seen = false;           // a loss was observed since the start (or the restore)
   bool warned_no_loss = false;
   runtime::LossTrend trend;
+  runtime::DivergenceWatch divergence;  // rank 0: warns once of a loss that runs away
   double fall_rate = -1, fall_goodput = 0;  // -1: none measured yet
   void forget_trend() {
     trend.clear();
@@ -175,6 +177,7 @@ struct AdaptiveBatch::Impl {
   void apply_lr(double factor);
   bool record_time(double seconds);  // false: not a step time (warm-up, user code between steps)
   void replan();
+  void warn_divergence(const runtime::DivergenceWatch::Alarm& alarm) const;
   void switch_to(const BatchShape& next, const char* why);
   void log_metrics();
   void publish_model(const runtime::ThroughputParams& params, double noise_scale);
@@ -309,6 +312,9 @@ void AdaptiveBatch::Impl::close_loss_interval(double end) {
   stats.loss = loss_sum.defined() && loss_steps > 0
                    ? loss_sum.item<double>() / static_cast<double>(loss_steps)
                    : 0.0;
+  if (loss_steps > 0) {
+    if (const auto alarm = divergence.observe(stats.loss, shape.global_batch)) warn_divergence(*alarm);
+  }
   if (loss_steps > 0 && std::isfinite(stats.loss)) {
     trend.add(interval_begin, end, stats.loss, shape.global_batch);
   } else {
@@ -319,6 +325,22 @@ void AdaptiveBatch::Impl::close_loss_interval(double end) {
   loss_sum = at::Tensor();
   loss_steps = 0;
   interval_begin = end;
+}
+
+// Said once, on rank 0: nothing stops, and a loss may rise this far for other reasons, but
+// the usual cause under AdaptiveBatch is a scaled learning rate beyond what the model takes.
+void AdaptiveBatch::Impl::warn_divergence(const runtime::DivergenceWatch::Alarm& alarm) const {
+  const std::string since =
+      alarm.lowest > 0
+          ? fmt::format("{:.0f}x its lowest ({:.4g}, at global batch {})", alarm.loss / alarm.lowest,
+                        alarm.lowest, alarm.lowest_batch)
+          : std::string("not finite");
+  log::warn(
+      "adaptive batch: the training loss ({:.4g}) is {}: training may be diverging at global batch "
+      "{}, where the learning rate is x{:.2f} the initial one. If it is, the scaled rate is too "
+      "high for this model: lower the initial learning rate, or max_batch (docs/adaptive.md, "
+      "\"A loss that runs away\")",
+      alarm.loss, since, shape.global_batch, stats.lr_factor);
 }
 
 // Per group, the mean of Adam's denominators √v̂ + ε, as the preconditioner last refreshed
@@ -754,6 +776,7 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.next_replan = d.stats.step + d.options.replan_every;
   d.reset_costs();
   d.forget_trend();
+  d.divergence.forget();
   d.loss_sum = at::Tensor();
   d.loss_steps = 0;
   d.loss_this_step = false;

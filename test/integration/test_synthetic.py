@@ -120,6 +120,59 @@ class SyntheticWorkload(SyntheticCase):
         self.assertNotIn("target reached", never)
         self.assertEqual(self.done_line(never)[1], 20 * SAMPLES)
 
+    def test_an_ill_conditioned_problem_trains_slower_at_the_same_rate(self):
+        # --condition 1000 spreads the curvature over the features 1000-fold (the targets stay
+        # the same): at the same rate and steps the flattest directions barely move, so the
+        # loss stays far above the well-conditioned run's. Fixed batch, seeded: deterministic.
+        def final_loss(condition):
+            code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--fixed", "--samples",
+                                            str(SAMPLES), "--epochs", "2", "--batch-size", "256", "--lr", "0.1",
+                                            "--step-ms", "0", "--sample-ms", "0", "--sync-ms-per-rank", "0",
+                                            "--condition", condition, timeout=120)
+            self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+            return self.done_line(out)[3]
+        well, ill = final_loss("1"), final_loss("1000")
+        self.assertGreater(ill, 2 * well, f"condition 1: {well}, condition 1000: {ill}")
+
+    def test_the_scaling_rule_option_sets_the_learning_rate_factor(self):
+        # --scaling-rule sqrt: every epoch's learning-rate factor is the square root of the
+        # batch's growth (the default, adascale, follows the measured gain instead).
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--samples", str(SAMPLES),
+                                        "--epochs", "4", "--noise", "4", "--step-ms", "10", "--sample-ms", "0",
+                                        "--sync-ms-per-rank", "0", "--max-batch-size", "1024",
+                                        "--replan-every", "5", "--scaling-rule", "sqrt", timeout=180)
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        epochs = [(int(b), float(f)) for b, f in re.findall(
+            r"^\[0\] epoch \d+/4: .* batch (\d+) \(.*, lr x(\d+\.\d\d)$", out, re.M)]
+        self.assertEqual(len(epochs), 4, out[-2000:])
+        self.assertGreater(max(b for b, _ in epochs), 64, out[-2000:])
+        for batch, factor in epochs:
+            self.assertAlmostEqual(factor, (batch / 64) ** 0.5, delta=0.006, msg=f"batch {batch}")
+        self.assertNotIn("may be diverging", out + err)
+        code, out, err = self.run_dlrun("local", "--nproc", "1", "--", SYNTHETIC, "--scaling-rule", "steep")
+        self.assertEqual(code, 2, out + err)
+        self.assertIn("unknown scaling rule 'steep'", out + err)
+
+    def test_a_learning_rate_scaled_past_what_the_model_takes_is_warned_of_once(self):
+        # The linear rule from lr 0.3: at batch 256 the rate is 1.2, beyond the 1 this problem
+        # takes (its steepest curvature is 2), and the loss grows by orders of magnitude. The
+        # run goes on (nothing fails), and rank 0 says once what is likely wrong.
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--samples", str(SAMPLES),
+                                        "--epochs", "8", "--noise", "4", "--step-ms", "10", "--sample-ms", "0",
+                                        "--sync-ms-per-rank", "0", "--max-batch-size", "1024",
+                                        "--replan-every", "5", "--scaling-rule", "linear", "--lr", "0.3",
+                                        timeout=180)
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        warnings = re.findall(r"^\[0\] dlrun: warning: adaptive batch: the training loss \((\S+)\) is (.*): "
+                              r"training may be diverging at global batch (\d+), where the learning rate is "
+                              r"x(\d+\.\d\d) the initial one\. If it is, the scaled rate is too high", out + err, re.M)
+        self.assertEqual(len(warnings), 1, out[-3000:] + err[-3000:])
+        _, since, batch, factor = warnings[0]
+        self.assertRegex(since, r"^(\d+x its lowest \(\S+, at global batch \d+\)|not finite)$")
+        self.assertGreater(int(batch), 64)
+        self.assertGreater(float(factor), 1 / 0.3)  # the rate had passed 1
+        self.assertNotIn("[1] dlrun: warning: adaptive batch: the training loss", out + err)
+
     def test_count_progress_trains_on_while_a_large_batch_makes_less_progress_per_sample(self):
         # A fixed step cost makes larger batches faster per sample, the noise (scale about 150)
         # makes them less efficient: AdaptiveBatch grows the batch beyond the initial 64, each
