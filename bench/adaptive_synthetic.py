@@ -13,7 +13,8 @@ depend on how busy the machine is.
 Usage: bench/adaptive_synthetic.py BUILD_DIR [--target 16.345] [--sizes 64,256,1024,4096]
                                    [--lrs 0.01,0.02,0.05,0.1,0.2] [--passes 3] [--max-epochs 40]
                                    [--eval-every 1024] [--noise 4] [--samples 16384]
-                                   [--step-ms 20] [--sample-ms 0.05] [--max-batch 4096]
+                                   [--step-ms 20] [--sample-ms 0.05] [--max-batch 4096[,...]]
+                                   [--condition 1] [--scaling-rule adascale]
 
 Prints one line per run and a Markdown table per pass; docs/benchmarks.md has the results."""
 import argparse
@@ -61,10 +62,13 @@ def one_pass(args, work):
     if not best[initial]:
         sys.exit(f"fixed {initial} reached the target at no learning rate of the sweep")
     lr = best[initial][1]
-    adaptive = run(args, work, ["--batch-size", str(initial), "--lr", str(lr), "--max-batch-size", str(args.max_batch),
-                                "--scaling-rule", args.scaling_rule])
-    print(f"adaptive from {initial} lr {lr}: {adaptive['seconds'] if adaptive else 'not reached'}"
-          f" batches {adaptive['batches'] if adaptive else ''}", flush=True)
+    adaptive = {}
+    for most in [int(v) for v in args.max_batch.split(",")]:
+        r = run(args, work, ["--batch-size", str(initial), "--lr", str(lr), "--max-batch-size", str(most),
+                             "--scaling-rule", args.scaling_rule])
+        print(f"adaptive from {initial} to <= {most}, lr {lr}: {r['seconds'] if r else 'not reached'}"
+              f" batches {r['batches'] if r else ''}", flush=True)
+        adaptive[most] = r
     return best, lr, adaptive
 
 
@@ -81,12 +85,13 @@ def main():
     ap.add_argument("--samples", type=int, default=16384)
     ap.add_argument("--step-ms", type=float, default=20)
     ap.add_argument("--sample-ms", type=float, default=0.05)
-    ap.add_argument("--max-batch", type=int, default=4096)
+    ap.add_argument("--max-batch", default="4096",
+                    help="the adaptive run's largest batch; a list (1024,4096) runs one adaptive run per value")
     ap.add_argument("--condition", type=float, default=1,
                     help="the problem's curvature spread (examples/synthetic --condition): 1000 needs thousands of steps")
     ap.add_argument("--scaling-rule", default="adascale", help="the adaptive run's learning-rate rule")
     args = ap.parse_args()
-    ratios = []
+    ratios = {}
     with tempfile.TemporaryDirectory() as work:
         for p in range(args.passes):
             best, lr, adaptive = one_pass(args, work)
@@ -98,17 +103,25 @@ def main():
                     print(f"| fixed {size} | {b[1]} | {b[0]:.2f} s | {b[2]['samples']} | {b[2]['steps']} |")
                 else:
                     print(f"| fixed {size} | | not reached | | |")
-            if adaptive:
-                print(f"| adaptive ({args.sizes.split(',')[0]} -> <= {args.max_batch}) | {lr} at the start | "
-                      f"{adaptive['seconds']:.2f} s | {adaptive['samples']} | {adaptive['steps']} |")
-                fastest = min(b[0] for b in best.values() if b)
-                ratios.append(adaptive["seconds"] / fastest)
-                print(f"\nadaptive / best fixed: {ratios[-1]:.2f}\n", flush=True)
-            else:
-                print("\nadaptive did not reach the target\n", flush=True)
-    if ratios:
-        print(f"adaptive / best fixed over {len(ratios)} passes: {', '.join(f'{r:.2f}' for r in ratios)} "
-              f"(median {statistics.median(ratios):.2f})")
+            fastest = min((b[0] for b in best.values() if b), default=None)
+            for most, r in adaptive.items():
+                name = f"adaptive ({args.sizes.split(',')[0]} -> <= {most})"
+                if r:
+                    print(f"| {name} | {lr} at the start | {r['seconds']:.2f} s | {r['samples']} | {r['steps']} |")
+                    if fastest:
+                        ratios.setdefault(most, []).append(r["seconds"] / fastest)
+                else:
+                    print(f"| {name} | {lr} at the start | not reached | | |")
+            print("", flush=True)
+            for most, r in adaptive.items():
+                if r and fastest:
+                    print(f"adaptive (<= {most}) / best fixed: {r['seconds'] / fastest:.2f}")
+                else:
+                    print(f"adaptive (<= {most}) did not reach the target")
+            print("", flush=True)
+    for most, values in ratios.items():
+        print(f"adaptive (<= {most}) / best fixed over {len(values)} passes that reached it: "
+              f"{', '.join(f'{r:.2f}' for r in values)} (median {statistics.median(values):.2f})")
     return 0
 
 
