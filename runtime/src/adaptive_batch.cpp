@@ -331,7 +331,7 @@ void AdaptiveBatch::Impl::close_loss_interval(double end) {
 // the usual cause under AdaptiveBatch is a scaled learning rate beyond what the model takes.
 void AdaptiveBatch::Impl::warn_divergence(const runtime::DivergenceWatch::Alarm& alarm) const {
   const std::string since =
-      alarm.lowest > 0
+      std::isfinite(alarm.loss) && alarm.lowest > 0
           ? fmt::format("{:.0f}x its lowest ({:.4g}, at global batch {})", alarm.loss / alarm.lowest,
                         alarm.lowest, alarm.lowest_batch)
           : std::string("not finite");

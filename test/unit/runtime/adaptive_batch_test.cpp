@@ -8,8 +8,11 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -58,6 +61,44 @@ dlrun::Context world_of_one() {
   auto state = std::make_shared<dlrun::runtime::ContextState>();
   state->uses_signals = false;
   return dlrun::Context(state);
+}
+
+// What the code under test writes to stderr (dlrun::log's warnings) while it lives; text()
+// puts stderr back and returns it.
+class StderrCapture {
+ public:
+  StderrCapture() : m_file(std::tmpfile()), m_saved(::dup(STDERR_FILENO)) {
+    REQUIRE(m_file != nullptr);
+    REQUIRE(m_saved >= 0);
+    REQUIRE(::dup2(::fileno(m_file), STDERR_FILENO) >= 0);
+  }
+  StderrCapture(const StderrCapture&) = delete;
+  StderrCapture& operator=(const StderrCapture&) = delete;
+  ~StderrCapture() { restore(); }
+  std::string text() {
+    restore();
+    std::string out;
+    std::rewind(m_file);
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, m_file)) > 0;) out.append(buffer, n);
+    return out;
+  }
+
+ private:
+  void restore() {
+    if (m_saved < 0) return;
+    ::dup2(m_saved, STDERR_FILENO);
+    ::close(m_saved);
+    m_saved = -1;
+  }
+  std::FILE* m_file;
+  int m_saved;
+};
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
+  return count;
 }
 
 // One rank training make_model(weight) with SGD at 0.01, its steps timed on a clock the test
@@ -495,5 +536,41 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(restored.front() == grown.back());
     CHECK(*std::min_element(restored.begin(), restored.end()) == grown.back());
     CHECK(*std::min_element(unfloored.begin(), unfloored.end()) < grown.back());
+  }
+
+  TEST_CASE("a training loss that runs away is warned of once: 10x its lowest, or not finite") {
+    // The loss the caller observes is scaled up from step 100 (or made NaN): each run warns
+    // once, in words that say which; a loss that stays within 10x of its lowest, never.
+    at::set_num_threads(1);
+    auto run_with = [](double scale_after_100) {
+      OneRank one(0.0);
+      dlrun::AdaptiveBatchOptions options = one.options();
+      options.initial_batch = 16;
+      options.max_batch = 16;
+      options.replan_every = 20;
+      dlrun::AdaptiveBatch adaptive(one.ctx, one.dp, one.sgd, options);
+      dlrun::ElasticSampler sampler(1 << 20, one.ctx, 1);
+      StderrCapture capture;
+      for (int s = 0; s < 200; ++s) {
+        auto batch = sampler.next(adaptive.global_batch());
+        one.seconds += 1e-5 * static_cast<double>(batch->indices.size());
+        const at::Tensor l = loss_of(**one.model, batch->indices, s, batch->loss_scale(1));
+        one.dp.backward(l);
+        adaptive.observe_loss(s < 100 ? l.detach() : l.detach() * scale_after_100);
+        adaptive.step(batch->global_size);
+        one.sgd.zero_grad();
+      }
+      return capture.text();
+    };
+    const std::string warning = "adaptive batch: the training loss (";
+    const std::string grown = run_with(1e3);
+    CHECK(count_of(grown, warning) == 1);
+    CHECK(grown.find("x its lowest (") != std::string::npos);
+    CHECK(grown.find("training may be diverging at global batch 16, where the learning rate is x1.00") !=
+          std::string::npos);
+    const std::string nan = run_with(std::nan(""));
+    CHECK(count_of(nan, warning) == 1);
+    CHECK(nan.find("the training loss (nan) is not finite: training may be diverging") != std::string::npos);
+    CHECK(count_of(run_with(2.0), warning) == 0);
   }
 }
