@@ -30,6 +30,8 @@ const CLI::Validator k_fraction = number_check(
     "FRACTION", [](double v) { return v > 0 && v < 1; }, "strictly between 0 and 1");
 const CLI::Validator k_unit_interval = number_check(
     "IN [0, 1)", [](double v) { return v >= 0 && v < 1; }, "at least 0 and below 1");
+const CLI::Validator k_at_least_one = number_check(
+    "AT LEAST 1", [](double v) { return v >= 1; }, "at least 1");
 
 const CLI::Validator k_scaling_rule(
     [](std::string& text) -> std::string {

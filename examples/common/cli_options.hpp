@@ -17,6 +17,8 @@ extern const CLI::Validator k_non_negative;
 extern const CLI::Validator k_fraction;
 // "'abc' is not a number", "1 is not at least 0 and below 1".
 extern const CLI::Validator k_unit_interval;
+// "'abc' is not a number", "0.5 is not at least 1".
+extern const CLI::Validator k_at_least_one;
 
 // "unknown scaling rule 'x'" for a name dlrun::parse_scaling_rule does not know.
 extern const CLI::Validator k_scaling_rule;

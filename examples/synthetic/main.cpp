@@ -332,7 +332,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--condition", o.condition,
                  "Ratio of the loss's largest curvature to its smallest (features scaled apart): "
                  "1 is well conditioned and converges in tens of steps, 1000 needs thousands")
-      ->check(examples::k_positive);
+      ->check(examples::k_at_least_one);
   app.add_option("--batch-size", o.batch_size,
                  "Global batch (over all ranks): the initial one, or the only one with --fixed")
       ->check(k_positive);

@@ -6,9 +6,9 @@
 // per-sample gradients stay near the optimum, hence the gradient noise scale AdaptiveBatch
 // measures: about noise² · dim / |w − w*|², growing as training converges.
 //
-// `condition` > 1 scales feature j by condition^(−j / (2 (dim − 1))), so the loss's curvature
-// along the features spans 2 down to 2 / condition: the largest stable learning rate stays the
-// same, and the flattest directions need about `condition` times as many steps (an
+// `condition` (at least 1) scales feature j by condition^(−j / (2 (dim − 1))), so the loss's
+// curvature along the features spans 2 down to 2 / condition: the largest stable learning rate
+// stays the same, and the flattest directions need about `condition` times as many steps (an
 // ill-conditioned problem, as real models are, where training takes thousands of steps).
 
 #include <ATen/core/Tensor.h>

@@ -133,6 +133,10 @@ class SyntheticWorkload(SyntheticCase):
             return self.done_line(out)[3]
         well, ill = final_loss("1"), final_loss("1000")
         self.assertGreater(ill, 2 * well, f"condition 1: {well}, condition 1000: {ill}")
+        # Below 1 the spread would be the other way round: refused, not silently ignored.
+        code, out, err = self.run_dlrun("local", "--nproc", "1", "--", SYNTHETIC, "--condition", "0.5")
+        self.assertEqual(code, 2, out + err)
+        self.assertIn("0.5 is not at least 1", out + err)
 
     def test_the_scaling_rule_option_sets_the_learning_rate_factor(self):
         # --scaling-rule sqrt: every epoch's learning-rate factor is the square root of the
