@@ -248,7 +248,8 @@ class Trainer {
 
   // Whether the loss just computed reaches --target-loss; says so once, when it does.
   bool at_target() {
-    if (m_options.target_loss <= 0 || *m_dataset_loss > m_options.target_loss) return false;
+    // Written so that a loss that is not a number (a diverged run) never counts as reached.
+    if (m_options.target_loss <= 0 || !(*m_dataset_loss <= m_options.target_loss)) return false;
     m_reached = true;
     if (m_ctx.is_main()) {
       fmt::print("target reached: loss={:.6f} after {} samples, {} steps, {:.3f} s\n",

@@ -4,6 +4,7 @@ its steps take at least the GPU-like cost it declares. The trace, the step gate 
 checks are those of the fashion_mnist tests (test_runtime.ExampleCase)."""
 
 import json
+import math
 import os
 import re
 import time
@@ -16,7 +17,7 @@ SYNTHETIC = os.path.join(BUILD_DIR, "examples", "synthetic", "dlrun_synthetic")
 SAMPLES = 2048
 EPOCHS = 2
 DONE = re.compile(r"^\[0\] synthetic: done steps=(\d+) samples=(\d+) epochs=(\d+) "
-                  r"final_loss=(\d+\.\d+) seconds=(\d+\.\d+)$")
+                  r"final_loss=(-?(?:\d+\.\d+|nan|inf)) seconds=(\d+\.\d+)$")
 
 
 class SyntheticCase(ExampleCase):
@@ -119,6 +120,20 @@ class SyntheticWorkload(SyntheticCase):
         never = run("0.001")
         self.assertNotIn("target reached", never)
         self.assertEqual(self.done_line(never)[1], 20 * SAMPLES)
+
+    def test_a_diverged_run_never_reaches_the_target(self):
+        # At lr 3 (past the stable rate, about 1 on this well-conditioned problem) the loss
+        # grows until it is infinite and then not a number. NaN compares false with the target,
+        # so a check written as "not above it" took such a run as having reached it.
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--fixed", "--samples",
+                                        str(SAMPLES), "--epochs", "20", "--batch-size", "64", "--lr", "3",
+                                        "--step-ms", "0", "--sample-ms", "0", "--sync-ms-per-rank", "0",
+                                        "--target-loss", "100", "--eval-every", "512", timeout=120)
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        self.assertNotIn("target reached", out)
+        _, samples, _, final_loss, _ = self.done_line(out)
+        self.assertEqual(samples, 20 * SAMPLES)
+        self.assertTrue(math.isnan(final_loss), out[-2000:])
 
     def test_an_ill_conditioned_problem_trains_slower_at_the_same_rate(self):
         # --condition 1000 spreads the curvature over the features 1000-fold (the targets stay
