@@ -47,8 +47,8 @@ def batch_grid(b0, b_max, per_octave=16):
 
 
 def bound(phases, b0, b_max, step_s, sample_s, power):
-    """phases: [(weight, phi)]. Returns (oracle / best fixed, best fixed batch, oracle's
-    batches at the first and the last phase)."""
+    """phases: [(weight, phi)]. Returns (oracle / best fixed, best fixed batch, the oracle's
+    smallest and largest batch). The oracle, like AdaptiveBatch, never goes below b0."""
     grid = batch_grid(b0, b_max)
     total = sum(w for w, _ in phases)
     cost = [[w / total * seconds_per_progress(phi, b, b0, step_s, sample_s, power) for b in grid]
@@ -56,9 +56,8 @@ def bound(phases, b0, b_max, step_s, sample_s, power):
     oracle = sum(min(row) for row in cost)
     fixed = [sum(row[i] for row in cost) for i in range(len(grid))]
     best = min(range(len(grid)), key=fixed.__getitem__)
-    first = grid[min(range(len(grid)), key=cost[0].__getitem__)]
-    last = grid[min(range(len(grid)), key=cost[-1].__getitem__)]
-    return oracle / fixed[best], grid[best], first, last
+    chosen = [grid[min(range(len(grid)), key=row.__getitem__)] for row in cost]
+    return oracle / fixed[best], grid[best], min(chosen), max(chosen)
 
 
 def geometric_phases(growth, phi0=1.0, phases=200):
@@ -97,6 +96,8 @@ def run(args):
         if not rows:
             sys.exit(f"adaptive_bound: {path}: no line with a noise scale")
         b0 = args.initial_batch or rows[0]["global_batch"]
+        # Each line's noise scale stands for the progress made since the line before (a line
+        # without one adds its progress to the next).
         phases, last_progress = [], 0.0
         for r in rows:
             weight = r["progress"] - last_progress
@@ -104,12 +105,12 @@ def run(args):
             if weight > 0:
                 phases.append((weight, r["noise_scale"]))
         phis = sorted(phi for _, phi in phases)
-        pct = lambda q: phis[min(len(phis) - 1, int(q * len(phis)))]
-        r, best, first, last = bound(phases, b0, args.max_batch, args.step_ms / 1e3,
+        pct = lambda q: phis[min(len(phis) - 1, int(q * len(phis)))]  # over lines, unweighted
+        r, best, smallest, largest = bound(phases, b0, args.max_batch, args.step_ms / 1e3,
                                      args.sample_us / 1e6, power)
         print(f"{path}: {len(phases)} points, noise scale {phis[0]:.0f}-{phis[-1]:.0f} "
               f"(10th-90th percentile {pct(0.1):.0f}-{pct(0.9):.0f}); best fixed batch {best:.0f}, "
-              f"the oracle's from {first:.0f} to {last:.0f}: oracle / best fixed {r:.3f}")
+              f"the oracle's {smallest:.0f}-{largest:.0f}: oracle / best fixed {r:.3f}")
 
 
 def main():
@@ -119,14 +120,15 @@ def main():
     t = sub.add_parser("table", help="the bound for a noise scale that grows K-fold")
     t.add_argument("--growths", default="1,2,4,10,30,100,1000")
     t.add_argument("--bc-ratios", default="0.1,1,10,100")
-    t.add_argument("--max-batch", type=float, default=1e5, help="in units of B0")
+    t.add_argument("--max-batch", type=float, default=1e5, help="the largest batch, in units of B0")
     r = sub.add_parser("run", help="the bound along a run's measured noise scale")
     r.add_argument("metrics", nargs="+", help="metrics.jsonl of an adaptive run")
     r.add_argument("--step-ms", type=float, required=True, help="fixed seconds of a step, in ms")
     r.add_argument("--sample-us", type=float, required=True,
                    help="seconds per sample of the global batch, in microseconds")
-    r.add_argument("--initial-batch", type=float, default=0, help="B0 (default: the run's first)")
-    r.add_argument("--max-batch", type=float, default=4096)
+    r.add_argument("--initial-batch", type=float, default=0,
+                   help="B0 (default: the batch of the run's first line with a noise scale)")
+    r.add_argument("--max-batch", type=float, default=4096, help="the largest global batch")
     args = p.parse_args()
     table(args) if args.mode == "table" else run(args)
 
