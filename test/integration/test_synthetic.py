@@ -50,7 +50,22 @@ class SyntheticCase(ExampleCase):
             self.assertEqual(set(counts.values()), {1}, f"epoch {epoch}: samples trained more than once")
 
 
+# No slept cost: fixed runs whose outcome, not their time, is tested.
+NO_COST = ("--step-ms", "0", "--sample-ms", "0", "--sync-ms-per-rank", "0")
+# AdaptiveBatch with a 10 ms step (larger batches pay) on noisy data, deciding every 5 steps.
+GROWING = ("--noise", "4", "--step-ms", "10", "--sample-ms", "0", "--sync-ms-per-rank", "0",
+           "--max-batch-size", "1024", "--replan-every", "5")
+
+
 class SyntheticWorkload(SyntheticCase):
+    def train(self, *args, launch=("--nproc", "2"), timeout=120):
+        """dlrun_synthetic over SAMPLES samples with `args` under `dlrun local`; asserts that it
+        exits 0 and returns its stdout and stderr."""
+        code, out, err = self.run_dlrun("local", *launch, "--", SYNTHETIC, "--samples", str(SAMPLES), *args,
+                                        timeout=timeout)
+        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        return out, err
+
     def test_four_fake_gpus_train_every_sample_once_and_publish_the_goodput_model(self):
         run_dir = self.run_dir()
         code, out, err = self.run_dlrun("local", "--gpus", "1:4", "--run-dir", run_dir, "--",
@@ -99,11 +114,8 @@ class SyntheticWorkload(SyntheticCase):
         # reached within 20 epochs of 2048 samples at batch 256 and lr 0.1; the run stops at the
         # first check (every 512 samples) at or below it, long before the 20 epochs.
         def run(target):
-            code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--fixed", "--samples",
-                                            str(SAMPLES), "--epochs", "20", "--batch-size", "256", "--lr", "0.1",
-                                            "--step-ms", "0", "--sample-ms", "0", "--sync-ms-per-rank", "0",
-                                            "--target-loss", target, "--eval-every", "512", timeout=120)
-            self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+            out, _ = self.train("--fixed", "--epochs", "20", "--batch-size", "256", "--lr", "0.1", *NO_COST,
+                                "--target-loss", target, "--eval-every", "512")
             return out
         out = run("3")
         reached = re.search(r"^\[0\] target reached: loss=(\d+\.\d+) after (\d+) samples, (\d+) steps, "
@@ -125,11 +137,8 @@ class SyntheticWorkload(SyntheticCase):
         # At lr 3 (past the stable rate, about 1 on this well-conditioned problem) the loss
         # grows until it is infinite and then not a number. NaN compares false with the target,
         # so a check written as "not above it" took such a run as having reached it.
-        code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--fixed", "--samples",
-                                        str(SAMPLES), "--epochs", "20", "--batch-size", "64", "--lr", "3",
-                                        "--step-ms", "0", "--sample-ms", "0", "--sync-ms-per-rank", "0",
-                                        "--target-loss", "100", "--eval-every", "512", timeout=120)
-        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        out, _ = self.train("--fixed", "--epochs", "20", "--batch-size", "64", "--lr", "3", *NO_COST,
+                            "--target-loss", "100", "--eval-every", "512")
         self.assertNotIn("target reached", out)
         _, samples, _, final_loss, _ = self.done_line(out)
         self.assertEqual(samples, 20 * SAMPLES)
@@ -140,11 +149,8 @@ class SyntheticWorkload(SyntheticCase):
         # the same): at the same rate and steps the flattest directions barely move, so the
         # loss stays far above the well-conditioned run's. Fixed batch, seeded: deterministic.
         def final_loss(condition):
-            code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--fixed", "--samples",
-                                            str(SAMPLES), "--epochs", "2", "--batch-size", "256", "--lr", "0.1",
-                                            "--step-ms", "0", "--sample-ms", "0", "--sync-ms-per-rank", "0",
-                                            "--condition", condition, timeout=120)
-            self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+            out, _ = self.train("--fixed", "--epochs", "2", "--batch-size", "256", "--lr", "0.1", *NO_COST,
+                                "--condition", condition)
             return self.done_line(out)[3]
         well, ill = final_loss("1"), final_loss("1000")
         self.assertGreater(ill, 2 * well, f"condition 1: {well}, condition 1000: {ill}")
@@ -156,11 +162,7 @@ class SyntheticWorkload(SyntheticCase):
     def test_the_scaling_rule_option_sets_the_learning_rate_factor(self):
         # --scaling-rule sqrt: every epoch's learning-rate factor is the square root of the
         # batch's growth (the default, adascale, follows the measured gain instead).
-        code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--samples", str(SAMPLES),
-                                        "--epochs", "4", "--noise", "4", "--step-ms", "10", "--sample-ms", "0",
-                                        "--sync-ms-per-rank", "0", "--max-batch-size", "1024",
-                                        "--replan-every", "5", "--scaling-rule", "sqrt", timeout=180)
-        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        out, err = self.train("--epochs", "4", *GROWING, "--scaling-rule", "sqrt", timeout=180)
         epochs = [(int(b), float(f)) for b, f in re.findall(
             r"^\[0\] epoch \d+/4: .* batch (\d+) \(.*, lr x(\d+\.\d\d)$", out, re.M)]
         self.assertEqual(len(epochs), 4, out[-2000:])
@@ -179,12 +181,7 @@ class SyntheticWorkload(SyntheticCase):
         # whatever the machine's speed; a rate that passed 1 only after the batch grew would be
         # caught only by the decisions after it, which the cost budget spaces on a busy machine).
         # The run goes on (nothing fails), and rank 0 says once what is likely wrong.
-        code, out, err = self.run_dlrun("local", "--nproc", "2", "--", SYNTHETIC, "--samples", str(SAMPLES),
-                                        "--epochs", "8", "--noise", "4", "--step-ms", "10", "--sample-ms", "0",
-                                        "--sync-ms-per-rank", "0", "--max-batch-size", "1024",
-                                        "--replan-every", "5", "--scaling-rule", "linear", "--lr", "1.2",
-                                        timeout=180)
-        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        out, err = self.train("--epochs", "8", *GROWING, "--scaling-rule", "linear", "--lr", "1.2", timeout=180)
         warnings = re.findall(r"^\[0\] dlrun: warning: adaptive batch: the training loss \((\S+)\) is (.*): "
                               r"training may be diverging at global batch (\d+), where the learning rate is "
                               r"x(\d+\.\d\d) the initial one\. If it is, the scaled rate is too high", out + err, re.M)
@@ -201,11 +198,7 @@ class SyntheticWorkload(SyntheticCase):
         # such step's AdaScale gain is below its batch / 64, and --count-progress trains more
         # samples than the epochs hold to make the same progress. Without the flag the run
         # ends after exactly EPOCHS x SAMPLES samples (the tests above).
-        code, out, err = self.run_dlrun("local", "--gpus", "2", "--", SYNTHETIC, "--samples", str(SAMPLES),
-                                        "--epochs", "4", "--noise", "4", "--step-ms", "10", "--sample-ms", "0",
-                                        "--sync-ms-per-rank", "0", "--max-batch-size", "1024",
-                                        "--replan-every", "5", "--count-progress", timeout=180)
-        self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+        out, _ = self.train("--epochs", "4", *GROWING, "--count-progress", launch=("--gpus", "2"), timeout=180)
         batches = [int(b) for b in re.findall(r"^\[0\] epoch \d+ \(\d+\.\d\d of 4 in progress\): .* batch (\d+) ",
                                                out, re.M)]
         self.assertGreater(max(batches, default=0), 64, out[-2000:])
