@@ -9,6 +9,9 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <tuple>
+#include <utility>
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
@@ -25,25 +28,51 @@ struct HistoryArgs {
   std::string svg;
 };
 
+// The job `what` names, if any (a name with a '/' never names one): its run directory and a
+// title. A name that is also a directory here, other than that job's run directory, is
+// ambiguous: the user says which.
+std::optional<std::pair<std::string, std::string>> find_job(const std::string& what) {
+  std::error_code ec;
+  const bool directory = std::filesystem::is_directory(what, ec);
+  std::optional<launcher::JobRecord> job;
+  int64_t id = 0;
+  try {
+    launcher::JobQueue queue(launcher::current_environment());
+    id = launcher::job_number(queue.store(), launcher::parse_job_ref(what), "history");
+    job = queue.store().get(id);
+  } catch (const ConfigError&) {
+    if (directory) return std::nullopt;  // no such job: the directory it is
+    throw;
+  }
+  if (!job) {
+    if (directory) return std::nullopt;
+    throw ConfigError(fmt::format("no job {}", id));
+  }
+  const std::string title =
+      job->name.empty() ? fmt::format("job {}", id) : fmt::format("job {} ({})", id, job->name);
+  if (job->run_dir.empty()) {
+    throw ConfigError(fmt::format("{} has not started yet: it has no run directory, nor metrics "
+                                  "(dlrun status {})",
+                                  title, id));
+  }
+  if (directory && !std::filesystem::equivalent(what, job->run_dir, ec)) {
+    throw ConfigError(fmt::format("'{}' is both {} and a directory here: write ./{} for the "
+                                  "directory, or the job's number",
+                                  what, title, what));
+  }
+  return std::make_pair(job->run_dir, title);
+}
+
 int run_history(const HistoryArgs& args) {
   std::string run_dir = args.what, title = args.what;
   std::error_code ec;
-  // A path (it has a '/', or names a directory here) is a run directory; anything else a job.
-  const bool path =
-      args.what.find('/') != std::string::npos || std::filesystem::is_directory(args.what, ec);
-  if (!path) {
-    launcher::JobQueue queue(launcher::current_environment());
-    const int64_t id =
-        launcher::job_number(queue.store(), launcher::parse_job_ref(args.what), "history");
-    auto job = queue.store().get(id);
-    if (!job) throw ConfigError(fmt::format("no job {}", id));
-    run_dir = job->run_dir;
-    title =
-        job->name.empty() ? fmt::format("job {}", id) : fmt::format("job {} ({})", id, job->name);
-  }
+  // A path (it has a '/') is a run directory; anything else a job, or else a directory here.
+  const bool path = args.what.find('/') != std::string::npos;
+  const auto job = path ? std::nullopt : find_job(args.what);
+  if (job) std::tie(run_dir, title) = *job;
   if (!std::filesystem::is_directory(run_dir, ec)) {
     throw ConfigError(
-        path ? fmt::format("{}: no such directory", run_dir)
+        !job ? fmt::format("{}: no such directory", run_dir)
              : fmt::format("{}: its run directory {} is gone (dlrun clean removes old ones)", title,
                            run_dir));
   }
@@ -77,7 +106,9 @@ Command add_history_command(CLI::App& dlrun) {
   CLI::App* app = dlrun.add_subcommand(
       "history",
       "What a run's adaptive batch decided (batch sizes, noise scale, goodput), and its picture");
-  app->add_option("JOB", args->what, "A job's number or name, or a run directory")->required();
+  app->add_option("JOB", args->what,
+                  "A job's number or name, or a run directory (a path with a '/', or a "
+                  "directory here that names no job)")->required();
   app->add_option("--svg", args->svg,
                   "Also draw batch size, goodput and noise scale over time, as an SVG file")
       ->type_name("FILE");

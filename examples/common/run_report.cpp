@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
 #include <exception>
 
 namespace examples {
@@ -31,8 +32,11 @@ void print_stopped(const dlrun::Context& ctx, int64_t step, const dlrun::Elastic
 std::string adaptive_summary(const dlrun::AdaptiveBatch& adaptive) {
   const auto shape = adaptive.shape();
   const auto& stats = adaptive.stats();
-  return fmt::format(", batch {} ({} x {} per rank), noise scale {:.0f}, lr x{:.2f}",
-                     shape.global_batch, shape.micro_batch, shape.accum_steps, stats.noise_scale,
+  // 0 until the first measurement (a run of one step has none).
+  const std::string noise = stats.noise_scale > 0 ? fmt::format("{:.0f}", stats.noise_scale)
+                                                  : std::string("not measured yet");
+  return fmt::format(", batch {} ({} x {} per rank), noise scale {}, lr x{:.2f}",
+                     shape.global_batch, shape.micro_batch, shape.accum_steps, noise,
                      stats.lr_factor);
 }
 

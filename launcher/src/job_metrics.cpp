@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace dlrun::launcher {
@@ -24,11 +25,24 @@ MetricsSnapshot parse_metrics_line(std::string_view line) {
     if (it == json.end() || !it->is_number()) return std::nullopt;
     return it->get<double>();
   };
-  return {number("global_batch"), number("samples_per_sec"),
-          number("step"),         number("goodput"),
-          number("noise_scale"),  number("time"),
-          number("replicas"),     number("loss"),
-          number("noise_floor")};
+  // The runtime writes a loss that is not finite as null: NaN here, not "not recorded".
+  auto loss_value = [&](const char* key) -> std::optional<double> {
+    auto it = json.find(key);
+    if (it != json.end() && it->is_null()) return std::numeric_limits<double>::quiet_NaN();
+    return number(key);
+  };
+  MetricsSnapshot p;
+  p.global_batch = number("global_batch");
+  p.samples_per_sec = number("samples_per_sec");
+  p.step = number("step");
+  p.goodput = number("goodput");
+  p.noise_scale = number("noise_scale");
+  p.time = number("time");
+  p.replicas = number("replicas");
+  p.loss = loss_value("loss");
+  p.noise_floor = loss_value("noise_floor");
+  p.seconds = number("seconds");
+  return p;
 }
 
 MetricsSnapshot smooth_metrics(const std::vector<MetricsSnapshot>& lines) {

@@ -19,24 +19,69 @@ double value_or(const std::optional<double>& v, double fallback) {
   return v ? *v : fallback;
 }
 
-// Whether every line has a time (else the run is drawn and summed up by step).
+// Whether every line has a length in time: its own "seconds", or a "time" to take the
+// difference of (else the run is drawn and summed up by step).
 bool all_timed(const std::vector<MetricsSnapshot>& points) {
-  return !points.empty() && std::all_of(points.begin(), points.end(),
-                                        [](const auto& p) { return p.time.has_value(); });
+  return !points.empty() &&
+         std::all_of(points.begin(), points.end(),
+                     [](const auto& p) { return p.seconds.has_value() || p.time.has_value(); });
 }
 
-// Seconds since the first line, or the step where the lines have no time.
+// The seconds each line covers: the runtime's own ("seconds": since its previous line in the
+// same process), else the time since the line before (files from before that field).
+std::vector<double> line_seconds(const std::vector<MetricsSnapshot>& points) {
+  std::vector<double> out;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    double dt = 0;
+    if (p.seconds) {
+      dt = *p.seconds;
+    } else if (i > 0 && p.time && points[i - 1].time) {
+      dt = *p.time - *points[i - 1].time;
+    }
+    out.push_back(std::isfinite(dt) ? std::max(0.0, dt) : 0.0);
+  }
+  return out;
+}
+
+// The run's own time at each line (the seconds summed: what passed between a run and its
+// resume does not count), or the step where the lines have no time.
 std::vector<double> x_values(const std::vector<MetricsSnapshot>& points) {
-  const bool timed = all_timed(points);
-  std::vector<double> x;
-  for (const auto& p : points)
-    x.push_back(timed ? *p.time - *points.front().time : value_or(p.step, 0));
+  if (!all_timed(points)) {
+    std::vector<double> x;
+    for (const auto& p : points) x.push_back(value_or(p.step, 0));
+    return x;
+  }
+  std::vector<double> x = line_seconds(points);
+  for (size_t i = 1; i < x.size(); ++i) x[i] += x[i - 1];
   return x;
 }
 
+// A line whose interval began this long after the line before it was written starts a new
+// process: a restart from a checkpoint (a resume, a resize, a requeue).
+constexpr double k_restart_gap_seconds = 1.0;
+
+// Where on the run's own time it restarted (the x of the last line before each restart).
+std::vector<double> restarts(const std::vector<MetricsSnapshot>& points,
+                             const std::vector<double>& x) {
+  std::vector<double> out;
+  for (size_t i = 1; i < points.size(); ++i) {
+    const auto& p = points[i];
+    const auto& before = points[i - 1];
+    if (p.seconds && p.time && before.time &&
+        *p.time - *p.seconds - *before.time > k_restart_gap_seconds) {
+      out.push_back(x[i - 1]);
+    }
+  }
+  return out;
+}
+
 std::string number(double v) {
-  if (v >= 100 || v == std::round(v)) return fmt::format("{:.0f}", v);
-  if (v >= 10) return fmt::format("{:.1f}", v);
+  const double a = std::abs(v);
+  if (!std::isfinite(v)) return std::isnan(v) ? "not finite" : (v > 0 ? "infinite" : "-infinite");
+  if (a >= 1e6) return fmt::format("{:.3g}", v);
+  if (a >= 100 || v == std::round(v)) return fmt::format("{:.0f}", v);
+  if (a >= 10) return fmt::format("{:.1f}", v);
   return fmt::format("{:.2g}", v);
 }
 
@@ -85,6 +130,10 @@ std::string svg_panel(const std::vector<MetricsSnapshot>& points, const std::vec
   }
   out += fmt::format(
       "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"{}\"/>\n", path);
+  if (values.size() == 1) {  // a line of one point draws nothing
+    out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"#1f77b4\"/>\n",
+                       px(values[0].first), py(values[0].second));
+  }
   for (double v : {lo, hi}) {
     out += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">{}</text>\n",
                        k_left - 6, py(v) + 4, number(v));
@@ -96,40 +145,37 @@ std::string svg_panel(const std::vector<MetricsSnapshot>& points, const std::vec
 
 std::vector<BatchPhase> batch_phases(const std::vector<MetricsSnapshot>& points) {
   std::vector<BatchPhase> phases;
-  std::vector<int> lines;  // per phase, for the means
-  const std::vector<double> x = x_values(points);
+  struct Counts {
+    int samples_per_sec = 0, goodput = 0;
+  };
+  std::vector<Counts> counts;  // per phase: the lines that recorded each mean's value
+  const std::vector<double> dt =
+      all_timed(points) ? line_seconds(points) : std::vector<double>(points.size(), 0.0);
   for (size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     if (!p.global_batch) continue;
     const double replicas = value_or(p.replicas, 0);
     if (phases.empty() || phases.back().global_batch != *p.global_batch ||
         phases.back().replicas != replicas) {
-      if (!phases.empty())
-        phases.back().seconds = x[i] - phases.back().seconds;  // start time -> duration
-      phases.push_back({*p.global_batch, replicas, value_or(p.step, 0), value_or(p.step, 0), x[i]});
-      lines.push_back(0);
+      phases.push_back({*p.global_batch, replicas, value_or(p.step, 0), value_or(p.step, 0), 0});
+      counts.emplace_back();
     }
     auto& phase = phases.back();
     phase.last_step = value_or(p.step, phase.last_step);
-    phase.samples_per_sec += value_or(p.samples_per_sec, 0);
-    phase.goodput += value_or(p.goodput, 0);
-    if (p.noise_scale) phase.noise_scale = *p.noise_scale;
-    ++lines.back();
-  }
-  if (!phases.empty()) {
-    // The last phase lasts to its last line.
-    double last_x = 0;
-    for (size_t i = points.size(); i-- > 0;) {
-      if (points[i].global_batch) {
-        last_x = x[i];
-        break;
-      }
+    phase.seconds += dt[i];  // a line covers the interval before it, trained at its batch
+    if (p.samples_per_sec && std::isfinite(*p.samples_per_sec)) {
+      phase.samples_per_sec += *p.samples_per_sec;
+      ++counts.back().samples_per_sec;
     }
-    phases.back().seconds = last_x - phases.back().seconds;
+    if (p.goodput && std::isfinite(*p.goodput)) {
+      phase.goodput += *p.goodput;
+      ++counts.back().goodput;
+    }
+    if (p.noise_scale) phase.noise_scale = *p.noise_scale;
   }
   for (size_t k = 0; k < phases.size(); ++k) {
-    phases[k].samples_per_sec /= lines[k];
-    phases[k].goodput /= lines[k];
+    if (counts[k].samples_per_sec > 0) phases[k].samples_per_sec /= counts[k].samples_per_sec;
+    if (counts[k].goodput > 0) phases[k].goodput /= counts[k].goodput;
   }
   return phases;
 }
@@ -171,22 +217,37 @@ std::string history_summary(const std::vector<MetricsSnapshot>& points,
   }
   // AdaptiveBatch's noise floor (docs/adaptive.md): what the loss did, and where the noise
   // held the last batch. Lines from before it have neither (0 until measured).
-  std::optional<double> first_loss, last_loss, last_floor;
+  std::optional<double> first_loss, last_loss;
+  double last_floor = 0;  // 0: none on the line of the last loss
   for (const auto& p : points) {
-    if (p.loss && *p.loss > 0) {
-      if (!first_loss) first_loss = p.loss;
+    // A loss not finite (null in the file) is the run's latest too: it diverged.
+    if (p.loss && (*p.loss > 0 || std::isnan(*p.loss))) {
+      if (!first_loss && std::isfinite(*p.loss)) first_loss = p.loss;
       last_loss = p.loss;
+      last_floor = 0;  // a floor from an earlier line is not this loss's
     }
-    if (p.noise_floor && *p.noise_floor > 0) last_floor = p.noise_floor;
+    if (p.noise_floor && *p.noise_floor > 0 && std::isfinite(*p.noise_floor))
+      last_floor = *p.noise_floor;
   }
-  if (first_loss) {
+  if (last_loss && !std::isfinite(*last_loss)) {
+    out += fmt::format(
+        "training loss: {}, not finite at the end: the run diverged (docs/adaptive.md, \"A loss "
+        "that runs away\")\n",
+        first_loss ? number(*first_loss) + " at first" : "never finite");
+  } else if (first_loss) {
     out += fmt::format("training loss: {} at first, {} at the end", number(*first_loss),
                        number(*last_loss));
-    out += last_floor ? fmt::format(
+    out += last_floor > 0 ? fmt::format(
                             "; noise floor {} (what the gradient noise holds the batch "
                             "at: a larger batch lowers it)\n",
-                            number(*last_floor))
+                            number(last_floor))
                       : "\n";
+  }
+  if (const auto r = restarts(points, x_values(points)); !r.empty()) {
+    out += fmt::format(
+        "restarts: {} (from a checkpoint: a resume, resize or requeue; the time between two runs "
+        "is not counted)\n",
+        r.size());
   }
   if (predicted) {
     out += fmt::format(
@@ -227,13 +288,22 @@ std::string render_history_svg(const std::vector<MetricsSnapshot>& points,
   }
   const double axis = top - k_gap + 16;
   const double plot_width = k_width - k_left - k_right;
-  for (double f : {0.0, 0.5, 1.0}) {
+  for (double at : restarts(points, x)) {
+    // Each restart: a dashed line through the three panels.
+    const double px = k_left + plot_width * (x_max > 0 ? at / x_max : 0);
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.0f}\" x2=\"{0:.1f}\" y2=\"{2:.0f}\" stroke=\"#d62728\" "
+        "stroke-dasharray=\"4 3\"/>\n"
+        "<text x=\"{0:.1f}\" y=\"{3:.0f}\" fill=\"#d62728\" text-anchor=\"middle\">restart</text>\n",
+        px, k_top, top - k_gap, k_top + 12);
+  }
+  for (double f : x_max > 0 ? std::vector<double>{0.0, 0.5, 1.0} : std::vector<double>{0.0}) {
     out += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}{}</text>\n",
                        k_left + f * plot_width, axis, number(f * x_max), timed ? " s" : "");
   }
   out +=
       fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}</text>\n",
-                  k_left + plot_width / 2, axis + 16, timed ? "time since the first line" : "step");
+                  k_left + plot_width / 2, axis + 16, timed ? "seconds of the run (the time between restarts left out)" : "step");
   return out + "</svg>\n";
 }
 

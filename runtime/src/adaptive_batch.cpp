@@ -150,6 +150,10 @@ struct AdaptiveBatch::Impl {
   bool time_this_step = false;  // the first step (and the first after a switch) warms up
   double interval_start = now();
   int64_t interval_samples = 0;
+  int64_t logged_step = -1;  // the step of the last metrics line (a switch logs before it)
+  bool log_due() const {
+    return options.log_every > 0 && stats.step % options.log_every == 0 && logged_step != stats.step;
+  }
 
   runtime::BatchLimits limits() const;
   BatchShape shape_for(int64_t global_batch) const;
@@ -544,6 +548,8 @@ void AdaptiveBatch::Impl::replan() {
   const std::string why =
       floor_why.empty() ? fmt::format("predicted goodput {:.0f}/s", decision[3]) : floor_why;
   floor_why.clear();
+  // A metrics line describes one shape: the interval before a switch is logged at the old one.
+  if (options.log_every > 0 && logged_step != stats.step) log_metrics();
   switch_to(next, why.c_str());
 }
 
@@ -577,6 +583,7 @@ void AdaptiveBatch::Impl::log_metrics() {
   stats.goodput = stats.samples_per_sec * stats.efficiency;
   interval_start = now();
   interval_samples = 0;
+  logged_step = stats.step;
   if (!metrics) return;
   metrics->append({{"step", static_cast<double>(stats.step)},
                    {"progress", stats.progress},
@@ -587,6 +594,7 @@ void AdaptiveBatch::Impl::log_metrics() {
                    {"lr_factor", stats.lr_factor},
                    {"gain", stats.gain},
                    {"samples_per_sec", stats.samples_per_sec},
+                   {"seconds", seconds},
                    {"noise_scale", stats.noise_scale},
                    {"grad_sqr", stats.grad_sqr},
                    {"grad_var", stats.grad_var},
@@ -722,7 +730,7 @@ void AdaptiveBatch::step(int64_t samples) {
   d.loss_this_step = false;
   d.interval_samples += samples;
   if (d.replan_due || d.stats.step >= d.next_replan) d.replan();
-  if (d.options.log_every > 0 && d.stats.step % d.options.log_every == 0) d.log_metrics();
+  if (d.log_due()) d.log_metrics();
   // Refreshing Adam's denominators before a measurement is part of what it costs: it is
   // timed with the next step.
   d.mark = d.now();

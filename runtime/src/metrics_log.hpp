@@ -1,8 +1,9 @@
 #pragma once
-// MetricsLog: appends one JSON object per line to metrics.jsonl (docs/metrics.md), the
-// channel through which the runtime tells `dlrun status` and plots how training goes. Each
-// line is written with one write() on a file opened for appending, so a reader never sees a
-// half line from a live writer (and a crash loses at most the line being written).
+// MetricsLog: appends one JSON object per line to metrics.jsonl (docs/adaptive.md,
+// "metrics.jsonl"), the channel through which the runtime tells `dlrun status` and plots how
+// training goes. Each line is written with one write() on a file opened for appending, so a
+// reader never sees a half line from a live writer (and a crash loses at most the line being
+// written).
 // Internal. Thread-safety: one writer (rank 0's training thread).
 
 #include <filesystem>

@@ -740,6 +740,18 @@ class Cancel(JobsTestCase):
         job = self.status(second)
         self.assertEqual((job["state"], job["reason"]), ("CANCELLED", "cancelled before it started"))
 
+    def test_history_of_a_job_not_started_says_so(self):
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')
+        second = self.submit('name = "later"\ncommand = ["true"]\n[resources]\nnproc = 1\n')
+        r = self.dlrun("history", "later")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"job {second} (later) has not started yet: it has no run directory", r.stderr)
+        open(gate, "w").close()
+        self.wait_state(first, ("SUCCEEDED",))
+        self.wait_state(second, ("SUCCEEDED",))
+
     def test_cancel_kills_a_job_that_ignores_sigterm(self):
         ready = os.path.join(self.tmp, "ready")
         job_id = self.submit('grace = 0.5\ncommand = ["sh", "-c", "trap \'\' TERM; touch ' + ready +

@@ -271,6 +271,20 @@ class History(SyntheticCase):
         code, by_dir, err = self.run_dlrun("history", run_dir)
         self.assertEqual(code, 0, by_dir + err)
         self.assertEqual(by_dir.splitlines()[1:], out.splitlines()[1:-1])
+        # A directory here named as the job: which one is meant is asked, not guessed; ./ says.
+        here = os.path.join(self.tmp, "here")
+        os.makedirs(os.path.join(here, "grows"))
+        r = self.dlrun("history", "grows", cwd=here)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("'grows' is both job 1 (grows) and a directory here: write ./grows", r.stderr)
+        r = self.dlrun("history", "./grows", cwd=here)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("./grows/metrics.jsonl has no metrics", r.stderr)
+        # A directory that names no job is that directory; the job's own directory, the job.
+        os.symlink(run_dir, os.path.join(here, "mine"))
+        r = self.dlrun("history", "mine", cwd=here)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.splitlines()[1:], out.splitlines()[1:-1])
 
     def test_what_has_no_history_is_refused_with_the_reason(self):
         empty = os.path.join(self.tmp, "empty-run")

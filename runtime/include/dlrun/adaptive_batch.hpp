@@ -12,8 +12,9 @@
 // switch to it at the same step (only when the predicted gain is worth it). With the training
 // loss (backward() or observe_loss()) it also counts the noise floor each batch's rate per
 // sample trains towards: the shape that sheds the most loss per second wins, so the batch keeps
-// growing as the loss levels off (noise_floor; docs/adaptive.md, "The noise floor"). Rank 0 appends a
-// JSON line to $DLRUN_RUN_DIR/metrics.jsonl every `log_every` steps (docs/metrics.md).
+// growing as the loss levels off (noise_floor; docs/adaptive.md, "The noise floor"). Rank 0
+// appends a JSON line to $DLRUN_RUN_DIR/metrics.jsonl every `log_every` steps, and before each
+// switch of batch (docs/adaptive.md, "metrics.jsonl").
 // Track it in the Checkpoint (it is a Checkpointable): the noise scale, the measured profile,
 // the current batch and the progress survive a restart, also with another number of ranks
 // (the plan is then re-made for the new count).

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 using namespace dlrun::launcher;
 
 namespace {
@@ -29,6 +31,20 @@ TEST_SUITE("launcher::JobMetrics") {
     CHECK_FALSE(parse_metrics_line("{}").global_batch);
     CHECK_FALSE(parse_metrics_line(R"({"global_batch": "x"})").global_batch);
     CHECK_FALSE(parse_metrics_line(R"({"global_batch": 12)").global_batch);  // half a line
+  }
+  TEST_CASE("a loss written as null is not finite, not missing, and a line has its own seconds") {
+    auto m = parse_metrics_line(
+        R"({"step": 30, "global_batch": 64, "loss": null, "noise_floor": null, "seconds": 0.25, "goodput": null})");
+    REQUIRE(m.loss);
+    CHECK(std::isnan(*m.loss));
+    REQUIRE(m.noise_floor);
+    CHECK(std::isnan(*m.noise_floor));
+    CHECK(m.seconds == 0.25);
+    CHECK_FALSE(m.goodput);  // elsewhere null stays "not recorded"
+    m = parse_metrics_line(R"({"step": 30, "loss": 0.5})");
+    CHECK(m.loss == 0.5);
+    CHECK_FALSE(m.noise_floor);
+    CHECK_FALSE(m.seconds);
   }
   TEST_CASE("samples/s is the window's samples over its seconds") {
     // Intervals of 1 s at 1000 and 3000 samples/s, alternating: 2000 on average.

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -41,16 +42,16 @@ TEST_SUITE("launcher::run_history") {
     CHECK(phases[0].global_batch == 64);
     CHECK(phases[0].first_step == 10);
     CHECK(phases[0].last_step == 20);
-    CHECK(phases[0].seconds == doctest::Approx(2));  // to the next phase's first line
+    CHECK(phases[0].seconds == doctest::Approx(1));  // each line covers the time before it
     CHECK(phases[0].goodput == doctest::Approx(1100));
     CHECK(phases[0].samples_per_sec == doctest::Approx(1375));
     CHECK(phases[0].noise_scale == 80);
     CHECK(phases[1].global_batch == 128);
     CHECK(phases[1].replicas == 2);
-    CHECK(phases[1].seconds == doctest::Approx(8));
+    CHECK(phases[1].seconds == doctest::Approx(3));
     CHECK(phases[2].replicas == 1);  // a resize starts a phase at the same batch
     CHECK(phases[3].global_batch == 256);
-    CHECK(phases[3].seconds == doctest::Approx(0));  // to its own last line
+    CHECK(phases[3].seconds == doctest::Approx(1));
   }
 
   TEST_CASE(
@@ -61,7 +62,7 @@ TEST_SUITE("launcher::run_history") {
     const std::string text = history_summary(points, 1700.0);
     CHECK(count(text, "\n") == 6);  // header, 2 phases, batch, noise, goodput
     CHECK(text.find(
-              "     128      2          20-30       2.0        1938        1550          120\n") !=
+              "     128      2          20-30       3.0        1938        1550          120\n") !=
           std::string::npos);
     CHECK(text.find("batch size: 64 at first, 128 at the end (1 change)") != std::string::npos);
     CHECK(text.find("noise scale: 50 samples at first, 120 at the end") != std::string::npos);
@@ -87,6 +88,56 @@ TEST_SUITE("launcher::run_history") {
     CHECK(history_summary(points, std::nullopt).find("0.31 at the end\n") != std::string::npos);
   }
 
+  TEST_CASE("a line's own seconds make the run's time: a restart's gap is left out, and marked") {
+    // Two runs: the second resumed 100 s after the first's last line. Each line says the
+    // seconds since the one before it in its process.
+    std::vector<MetricsSnapshot> points = {
+        line(100, 10, 64, 2, 1000, 50), line(102, 20, 64, 2, 1000, 60),
+        line(203, 30, 128, 2, 1500, 90), line(205, 40, 128, 2, 1500, 90)};
+    points[0].seconds = 1, points[1].seconds = 2, points[2].seconds = 1, points[3].seconds = 2;
+    const auto phases = batch_phases(points);
+    REQUIRE(phases.size() == 2);
+    CHECK(phases[0].seconds == doctest::Approx(3));
+    CHECK(phases[1].seconds == doctest::Approx(3));  // not the 100 s between the runs
+    const std::string text = history_summary(points, std::nullopt);
+    CHECK(text.find("restarts: 1 (") != std::string::npos);
+    const std::string svg = render_history_svg(points, "t");
+    CHECK(count(svg, ">restart</text>") == 1);
+    CHECK(svg.find(">6 s</text>") != std::string::npos);  // the axis ends at the run's own 6 s
+    // Without a gap: no restart said or drawn.
+    points[2].time = 103, points[3].time = 105;
+    CHECK(history_summary(points, std::nullopt).find("restart") == std::string::npos);
+    CHECK(count(render_history_svg(points, "t"), ">restart</text>") == 0);
+  }
+
+  TEST_CASE("a value a line does not have is left out of a phase's means, not counted as 0") {
+    std::vector<MetricsSnapshot> points = {line(100, 10, 64, 2, 1000, 50),
+                                           line(101, 20, 64, 2, 2000, 50)};
+    points[1].samples_per_sec.reset();
+    points[1].goodput.reset();
+    const auto phases = batch_phases(points);
+    REQUIRE(phases.size() == 1);
+    CHECK(phases[0].goodput == doctest::Approx(1000));
+    CHECK(phases[0].samples_per_sec == doctest::Approx(1250));
+  }
+
+  TEST_CASE("a run whose loss is not finite at the end is said to have diverged") {
+    std::vector<MetricsSnapshot> points = {line(100, 10, 64, 2, 1000, 50),
+                                           line(101, 20, 64, 2, 1000, 50),
+                                           line(102, 30, 64, 2, 1000, 50)};
+    points[0].loss = 68643303964588.0, points[0].noise_floor = 1e28;
+    points[1].loss = 9.4e28, points[1].noise_floor = 4.7e28;
+    points[2].loss = std::nan("");  // null in the file
+    std::string text = history_summary(points, std::nullopt);
+    CHECK(text.find("training loss: 6.86e+13 at first, not finite at the end: the run diverged") !=
+          std::string::npos);
+    CHECK(text.find("noise floor") == std::string::npos);  // not the earlier line's
+    points.pop_back();  // a huge loss that is still finite: written short
+    text = history_summary(points, std::nullopt);
+    CHECK(text.find("training loss: 6.86e+13 at first, 9.4e+28 at the end; noise floor 4.7e+28") !=
+          std::string::npos);
+  }
+
   TEST_CASE("the picture has three panels, and says where a value was never recorded") {
     std::vector<MetricsSnapshot> points = {line(100, 10, 64, 2, 1000, 50),
                                            line(102, 20, 128, 2, 1500, 90)};
@@ -100,5 +151,10 @@ TEST_SUITE("launcher::run_history") {
     svg = render_history_svg(points, "t");
     CHECK(count(svg, "<polyline") == 2);
     CHECK(count(svg, "not recorded") == 1);
+    // One line: a point is drawn (a polyline of one point shows nothing), one axis label.
+    points.resize(1);
+    svg = render_history_svg(points, "t");
+    CHECK(count(svg, "<circle") == 2);
+    CHECK(count(svg, ">0 s</text>") == 1);
   }
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
@@ -468,6 +469,59 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     }
     CHECK(lines[2].front() == '{');
     CHECK(lines[2].back() == '}');
+  }
+
+  TEST_CASE("every metrics.jsonl line describes one batch: a switch is logged before it") {
+    // A step costs 10 ms plus 10 µs a sample, so goodput grows the batch. Each line's seconds
+    // and samples/s must be those of the steps since the line before it at the batch it names,
+    // whether a switch falls on a logging step or between two (the line written at a switch
+    // named the next batch, and a line after one mixed two).
+    at::set_num_threads(1);
+    for (const int log_every : {1, 7}) {
+      CAPTURE(log_every);
+      const fs::path dir =
+          fs::temp_directory_path() / ("dlrun-adaptive-lines-" + std::to_string(::getpid()));
+      fs::create_directories(dir);
+      OneRank one;
+      dlrun::AdaptiveBatchOptions options = one.options();
+      options.initial_batch = 16;
+      options.max_batch = 1024;
+      options.replan_every = 20;
+      options.log_every = log_every;
+      options.metrics_path = (dir / "metrics.jsonl").string();
+      {
+        dlrun::AdaptiveBatch adaptive(one.ctx, one.dp, one.sgd, options);
+        dlrun::ElasticSampler sampler(1 << 20, one.ctx, 1);
+        for (int s = 0; s < 200; ++s) {
+          auto batch = sampler.next(adaptive.global_batch());
+          one.seconds += 0.01 + 1e-5 * static_cast<double>(batch->indices.size());
+          adaptive.backward(loss_of(**one.model, batch->indices, s, batch->loss_scale(1)), true);
+          adaptive.step(batch->global_size);
+          one.sgd.zero_grad();
+        }
+      }
+      std::ifstream in(dir / "metrics.jsonl");
+      std::set<double> batches;
+      double previous_step = 0;
+      int lines = 0, off_cadence = 0;
+      for (std::string line; std::getline(in, line); ++lines) {
+        const auto m = nlohmann::json::parse(line);
+        const double batch = m.at("global_batch").get<double>();
+        const double step = m.at("step").get<double>();
+        const double seconds = (step - previous_step) * (0.01 + 1e-5 * batch);
+        CAPTURE(line);
+        CHECK(m.at("seconds").get<double>() == doctest::Approx(seconds));
+        CHECK(m.at("samples_per_sec").get<double>() ==
+              doctest::Approx(batch * (step - previous_step) / seconds));
+        off_cadence += static_cast<int64_t>(step) % log_every != 0;
+        batches.insert(batch);
+        previous_step = step;
+      }
+      dlrun::runtime::remove_tree(dir);
+      CHECK(lines >= 200 / log_every);
+      CHECK(batches.size() >= 3);  // the batch changed: the lines at the switches were checked
+      if (log_every == 7) CHECK(off_cadence > 0);  // switches between logging steps were logged
+    }
   }
 
   TEST_CASE(

@@ -22,6 +22,7 @@ struct MetricsSnapshot {
   std::optional<double> replicas;     // ranks when it was written
   std::optional<double> loss;         // mean training loss of the last decision interval
   std::optional<double> noise_floor;  // the loss the gradient noise holds the batch at
+  std::optional<double> seconds;      // since the line before it in the same process
 
   bool empty() const { return !global_batch && !samples_per_sec && !goodput && !noise_scale; }
 };

@@ -19,7 +19,7 @@ struct BatchPhase {
   double global_batch = 0;
   double replicas = 0;
   double first_step = 0, last_step = 0;  // of the metrics lines it spans
-  double seconds = 0;                    // from its first line to the next phase's first
+  double seconds = 0;                    // its lines' seconds (each covers the time before it)
   double samples_per_sec = 0;            // the lines' mean
   double goodput = 0;
   double noise_scale = 0;  // at its last line
@@ -39,7 +39,8 @@ std::string render_history_svg(const std::vector<MetricsSnapshot>& points,
                                const std::string& title);
 
 // Every line of RUN_DIR/metrics.jsonl that has a step, oldest first (a resumed run appends
-// to the same file, so a restart shows as a gap in time). Empty without one.
+// to the same file: the summary and the picture count each line's own seconds, so the time
+// between two runs is left out, and the picture marks each restart). Empty without one.
 std::vector<MetricsSnapshot> read_run_history(const std::string& run_dir);
 
 // The goodput the run's published model predicts at `replicas` ranks (its best batch there);
