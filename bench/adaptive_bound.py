@@ -20,7 +20,8 @@ Two modes:
       progress), for several K and for per-step costs c/s = B_c relative to the first phi;
   adaptive_bound.py run RUN_DIR/metrics.jsonl ... --step-ms C --sample-us S
       the bound along the noise scale a real run measured (its metrics.jsonl, one line every
-      log_every steps), each line weighted by the progress made since the one before.
+      log_every steps and one before each switch), each line weighted by the progress made
+      since the one before.
 
 Pure arithmetic: no timing, deterministic.
 """

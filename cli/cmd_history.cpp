@@ -16,8 +16,10 @@
 #include "commands.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_store.hpp"
 #include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_history.hpp"
 
 namespace dlrun::cli {
@@ -34,14 +36,18 @@ struct HistoryArgs {
 std::optional<std::pair<std::string, std::string>> find_job(const std::string& what) {
   std::error_code ec;
   const bool directory = std::filesystem::is_directory(what, ec);
+  const launcher::Environment env = launcher::current_environment();
+  // A directory here, with no job store yet: no job can have its name (nor is a store made).
+  if (directory && !std::filesystem::exists(launcher::dlrun_home(env) + "/jobs.db", ec))
+    return std::nullopt;
   std::optional<launcher::JobRecord> job;
   int64_t id = 0;
   try {
-    launcher::JobQueue queue(launcher::current_environment());
+    launcher::JobQueue queue(env);
     id = launcher::job_number(queue.store(), launcher::parse_job_ref(what), "history");
     job = queue.store().get(id);
-  } catch (const ConfigError&) {
-    if (directory) return std::nullopt;  // no such job: the directory it is
+  } catch (const std::exception&) {
+    if (directory) return std::nullopt;  // no such job (or no store to ask): the directory
     throw;
   }
   if (!job) {
@@ -51,9 +57,13 @@ std::optional<std::pair<std::string, std::string>> find_job(const std::string& w
   const std::string title =
       job->name.empty() ? fmt::format("job {}", id) : fmt::format("job {} ({})", id, job->name);
   if (job->run_dir.empty()) {
-    throw ConfigError(fmt::format("{} has not started yet: it has no run directory, nor metrics "
-                                  "(dlrun status {})",
-                                  title, id));
+    throw ConfigError(
+        launcher::is_terminal(job->state)
+            ? fmt::format("{} ended ({}) before it started: it has no run directory, nor metrics",
+                          title, launcher::to_string(job->state))
+            : fmt::format("{} has not started yet: it has no run directory, nor metrics "
+                          "(dlrun status {})",
+                          title, id));
   }
   if (directory && !std::filesystem::equivalent(what, job->run_dir, ec)) {
     throw ConfigError(fmt::format("'{}' is both {} and a directory here: write ./{} for the "

@@ -60,10 +60,14 @@ MetricsSnapshot smooth_metrics(const std::vector<MetricsSnapshot>& lines) {
   }
   if (timed) {
     // Each line's samples/s covers the time since the line before it: samples over seconds.
+    // The line's own "seconds" says how long (a restart's gap is not in it); lines from before
+    // that field take the difference of the times.
     double samples = 0, seconds = 0;
-    for (size_t i = first + 1; i < lines.size(); ++i) {
-      const double dt = *lines[i].time - *lines[i - 1].time;
-      if (dt <= 0) continue;
+    for (size_t i = first; i < lines.size(); ++i) {
+      const double dt = lines[i].seconds ? *lines[i].seconds
+                        : i > first      ? *lines[i].time - *lines[i - 1].time
+                                         : 0.0;
+      if (!(dt > 0)) continue;
       samples += *lines[i].samples_per_sec * dt;
       seconds += dt;
     }

@@ -58,8 +58,10 @@ std::vector<double> x_values(const std::vector<MetricsSnapshot>& points) {
 }
 
 // A line whose interval began this long after the line before it was written starts a new
-// process: a restart from a checkpoint (a resume, a resize, a requeue).
-constexpr double k_restart_gap_seconds = 1.0;
+// process: a restart from a checkpoint (a resume, a resize, a requeue). Within one process the
+// two differ by the time between two clock reads; a new process takes longer than this to
+// start and load its checkpoint.
+constexpr double k_restart_gap_seconds = 0.25;
 
 // Where on the run's own time it restarted (the x of the last line before each restart).
 std::vector<double> restarts(const std::vector<MetricsSnapshot>& points,
@@ -79,7 +81,8 @@ std::vector<double> restarts(const std::vector<MetricsSnapshot>& points,
 std::string number(double v) {
   const double a = std::abs(v);
   if (!std::isfinite(v)) return std::isnan(v) ? "not finite" : (v > 0 ? "infinite" : "-infinite");
-  if (a >= 1e6) return fmt::format("{:.3g}", v);
+  // Short past a million, unless a whole number below 10^12 (a batch, a step) says more whole.
+  if (a >= 1e12 || (a >= 1e6 && v != std::round(v))) return fmt::format("{:.3g}", v);
   if (a >= 100 || v == std::round(v)) return fmt::format("{:.0f}", v);
   if (a >= 10) return fmt::format("{:.1f}", v);
   return fmt::format("{:.2g}", v);

@@ -472,6 +472,7 @@ void AdaptiveBatch::Impl::replan() {
   // steps to the next decision.
   std::vector<double> decision(6, 0.0);
   const double started = now();
+  const bool after_restore = replan_due;  // the first step since a restore into another world
   if (context.is_main()) {
     close_loss_interval(train_seconds);
     if (options.noise_floor && !loss_seen && !warned_no_loss) {
@@ -548,8 +549,14 @@ void AdaptiveBatch::Impl::replan() {
   const std::string why =
       floor_why.empty() ? fmt::format("predicted goodput {:.0f}/s", decision[3]) : floor_why;
   floor_why.clear();
-  // A metrics line describes one shape: the interval before a switch is logged at the old one.
-  if (options.log_every > 0 && logged_step != stats.step) log_metrics();
+  if (after_restore) {
+    // One step (a warm-up) at the old shape in the new world: not an interval worth a line,
+    // the next line begins with the new shape.
+    interval_start = now();
+    interval_samples = 0;
+  } else if (options.log_every > 0 && logged_step != stats.step) {
+    log_metrics();  // a line describes one shape: the interval before a switch, the old one
+  }
   switch_to(next, why.c_str());
 }
 
@@ -791,6 +798,8 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.loss_seen = false;
   d.interval_begin_step = d.stats.step;
   d.interval_begin = d.train_seconds;
+  d.interval_start = d.now();  // the first line's seconds: from here, not the construction
+  d.interval_samples = 0;
   d.prepare_step();
 }
 

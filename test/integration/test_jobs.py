@@ -748,9 +748,12 @@ class Cancel(JobsTestCase):
         r = self.dlrun("history", "later")
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn(f"job {second} (later) has not started yet: it has no run directory", r.stderr)
+        self.dlrun("cancel", str(second))  # it never will
+        r = self.dlrun("history", str(second))
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"job {second} (later) ended (CANCELLED) before it started", r.stderr)
         open(gate, "w").close()
         self.wait_state(first, ("SUCCEEDED",))
-        self.wait_state(second, ("SUCCEEDED",))
 
     def test_cancel_kills_a_job_that_ignores_sigterm(self):
         ready = os.path.join(self.tmp, "ready")

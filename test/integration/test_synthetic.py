@@ -280,11 +280,44 @@ class History(SyntheticCase):
         r = self.dlrun("history", "./grows", cwd=here)
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("./grows/metrics.jsonl has no metrics", r.stderr)
-        # A directory that names no job is that directory; the job's own directory, the job.
+        # A directory that names no job is that directory.
         os.symlink(run_dir, os.path.join(here, "mine"))
         r = self.dlrun("history", "mine", cwd=here)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.splitlines()[0], f"mine: mine")
         self.assertEqual(r.stdout.splitlines()[1:], out.splitlines()[1:-1])
+        # A directory here that is the job's own run directory: the job, no question asked.
+        there = os.path.join(self.tmp, "there")
+        os.makedirs(there)
+        os.symlink(run_dir, os.path.join(there, "grows"))
+        r = self.dlrun("history", "grows", cwd=there)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.splitlines()[0], f"job 1 (grows): {run_dir}")
+
+    def test_a_resumed_run_is_one_history_without_the_time_between(self):
+        run_dir = self.run_dir()
+        args = [SYNTHETIC, "--samples", str(SAMPLES), "--noise", "4", "--step-ms", "10", "--sample-ms", "0",
+                "--sync-ms-per-rank", "0", "--max-batch-size", "1024", "--replan-every", "5"]
+        for epochs in ("2", "4"):  # the second run resumes from the first's checkpoint
+            code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", run_dir, "--", *args,
+                                            "--epochs", epochs, timeout=180)
+            self.assertEqual(code, 0, out[-2000:] + err[-3000:])
+            if epochs == "2":
+                time.sleep(3)  # between the runs: not the run's time
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            lines = [json.loads(line) for line in f]
+        own = sum(line["seconds"] for line in lines)
+        self.assertGreater(lines[-1]["time"] - lines[0]["time"], own + 2.5)
+        svg = os.path.join(self.tmp, "resumed.svg")
+        code, out, err = self.run_dlrun("history", run_dir, "--svg", svg)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("restarts: 1 (", out)
+        seconds = [float(v) for v in re.findall(r"^\s+\d+\s+2\s+\d+-\d+\s+([\d.]+)\s", out, re.M)]
+        # The rows count the run's own seconds, both runs'.
+        self.assertLess(sum(seconds), own + 0.5, out)
+        self.assertGreater(sum(seconds), own - 0.5, out)
+        with open(svg) as f:
+            self.assertEqual(f.read().count(">restart</text>"), 1)
 
     def test_what_has_no_history_is_refused_with_the_reason(self):
         empty = os.path.join(self.tmp, "empty-run")

@@ -87,8 +87,8 @@ struct AdaptiveBatchOptions {
   bool noise_floor = true;
   // The noise scale's moving average keeps this weight per initial batch of samples.
   double smoothing = 0.999;
-  // Append to metrics.jsonl every this many steps (0: never). The file is
-  // $DLRUN_RUN_DIR/metrics.jsonl unless metrics_path is given.
+  // Append to metrics.jsonl every this many steps, and before a switch of batch (0: never).
+  // The file is $DLRUN_RUN_DIR/metrics.jsonl unless metrics_path is given.
   int64_t log_every = 10;
   std::string metrics_path;
   // Seconds on a monotonic clock, read to time steps and micro-steps. Empty: steady_clock.

@@ -56,6 +56,14 @@ TEST_SUITE("launcher::JobMetrics") {
     CHECK(smooth_metrics({}).empty());
     CHECK(*smooth_metrics({line(0, 7)}).samples_per_sec == 7);
   }
+  TEST_CASE("a line's own seconds weigh it: a restart's gap within the window is not its time") {
+    // 1 s at 1000, 1 s at 1000, then a restart 20 s later and 1 s at 3000.
+    std::vector<MetricsSnapshot> lines = {line(100, 1000), line(101, 1000), line(121, 3000)};
+    for (auto& l : lines) l.seconds = 1;
+    CHECK(*smooth_metrics(lines).samples_per_sec == doctest::Approx(5000.0 / 3));
+    for (auto& l : lines) l.seconds.reset();  // from before the field: the gap counts
+    CHECK(*smooth_metrics(lines).samples_per_sec == doctest::Approx((1000.0 + 3000 * 20) / 21));
+  }
   TEST_CASE("the window is the last 30 s, and never crosses a resize") {
     // 60 s at 100 samples/s, then 30 s at 400: only the newest 30 s count.
     std::vector<MetricsSnapshot> lines;

@@ -136,6 +136,13 @@ TEST_SUITE("launcher::run_history") {
     text = history_summary(points, std::nullopt);
     CHECK(text.find("training loss: 6.86e+13 at first, 9.4e+28 at the end; noise floor 4.7e+28") !=
           std::string::npos);
+    points[1].noise_floor = 0;  // the last loss's line has no floor: not the one before it
+    text = history_summary(points, std::nullopt);
+    CHECK(text.find("9.4e+28 at the end\n") != std::string::npos);
+    // A whole number below 10^12 (a batch) is written whole.
+    points[1].global_batch = 2097152;
+    CHECK(history_summary(points, std::nullopt).find("64 at first, 2097152 at the end") !=
+          std::string::npos);
   }
 
   TEST_CASE("the picture has three panels, and says where a value was never recorded") {
