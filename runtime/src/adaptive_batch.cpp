@@ -152,7 +152,8 @@ struct AdaptiveBatch::Impl {
   int64_t interval_samples = 0;
   int64_t logged_step = -1;  // the step of the last metrics line (a switch logs before it)
   bool log_due() const {
-    return options.log_every > 0 && stats.step % options.log_every == 0 && logged_step != stats.step;
+    return options.log_every > 0 && stats.step % options.log_every == 0 &&
+           logged_step != stats.step;
   }
 
   runtime::BatchLimits limits() const;
@@ -551,9 +552,10 @@ void AdaptiveBatch::Impl::replan() {
   floor_why.clear();
   if (after_restore) {
     // One step (a warm-up) at the old shape in the new world: not an interval worth a line,
-    // the next line begins with the new shape.
+    // the next line begins with the new shape (none at this step: it would cover nothing).
     interval_start = now();
     interval_samples = 0;
+    logged_step = stats.step;
   } else if (options.log_every > 0 && logged_step != stats.step) {
     log_metrics();  // a line describes one shape: the interval before a switch, the old one
   }

@@ -355,6 +355,28 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(two[0].batches == two[1].batches);
     CHECK(two[0].batches.front() == first.batches.back());
     CHECK_THROWS_AS(train(one, 1, options, "not a state"), std::invalid_argument);
+    // With a line every step: the first step's re-plan (a warm-up at the old shape) writes no
+    // line of its own, nor an empty one after it; every line covers steps.
+    const fs::path dir =
+        fs::temp_directory_path() / ("dlrun-adaptive-restore-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    options.log_every = 1;
+    options.metrics_path = (dir / "metrics.jsonl").string();
+    dlrun::test::run_ranks(
+        2, [&](dlrun::Context& ctx) { two[ctx.rank()] = train(ctx, 3, options, first.state); });
+    std::ifstream in(dir / "metrics.jsonl");
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    dlrun::runtime::remove_tree(dir);
+    MESSAGE("batches after the restore: ", two[0].batches[0], " ", two[0].batches[1]);
+    CHECK(two[0].batches[1] != two[0].batches[0]);  // the re-plan switched
+    REQUIRE(lines.size() == 2);                      // steps 2 and 3, not the warm-up
+    for (const auto& m : lines) {
+      CAPTURE(m.dump());
+      CHECK(m.at("global_batch").get<int64_t>() == two[0].batches[1]);
+      CHECK(m.at("seconds").get<double>() > 0);
+      CHECK(m.at("samples_per_sec").get<double>() > 0);
+    }
   }
 
   TEST_CASE("the shared test vector: what AdaptiveBatch decides for the same data and step times") {
