@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <string>
 #include <exception>
+#include <string>
 
 namespace examples {
 

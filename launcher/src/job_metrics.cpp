@@ -1,6 +1,7 @@
 #include "dlrun/launcher/job_metrics.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -45,6 +46,16 @@ MetricsSnapshot parse_metrics_line(std::string_view line) {
   return p;
 }
 
+double interval_seconds(const MetricsSnapshot* before, const MetricsSnapshot& line) {
+  double dt = 0;
+  if (line.seconds) {
+    dt = *line.seconds;
+  } else if (before && line.time && before->time) {
+    dt = *line.time - *before->time;
+  }
+  return std::isfinite(dt) ? std::max(0.0, dt) : 0.0;
+}
+
 MetricsSnapshot smooth_metrics(const std::vector<MetricsSnapshot>& lines) {
   if (lines.empty()) return {};
   MetricsSnapshot newest = lines.back();
@@ -60,14 +71,10 @@ MetricsSnapshot smooth_metrics(const std::vector<MetricsSnapshot>& lines) {
   }
   if (timed) {
     // Each line's samples/s covers the time since the line before it: samples over seconds.
-    // The line's own "seconds" says how long (a restart's gap is not in it); lines from before
-    // that field take the difference of the times.
     double samples = 0, seconds = 0;
     for (size_t i = first; i < lines.size(); ++i) {
-      const double dt = lines[i].seconds ? *lines[i].seconds
-                        : i > first      ? *lines[i].time - *lines[i - 1].time
-                                         : 0.0;
-      if (!(dt > 0)) continue;
+      const double dt = interval_seconds(i > first ? &lines[i - 1] : nullptr, lines[i]);
+      if (dt <= 0) continue;
       samples += *lines[i].samples_per_sec * dt;
       seconds += dt;
     }

@@ -27,20 +27,11 @@ bool all_timed(const std::vector<MetricsSnapshot>& points) {
                      [](const auto& p) { return p.seconds.has_value() || p.time.has_value(); });
 }
 
-// The seconds each line covers: the runtime's own ("seconds": since its previous line in the
-// same process), else the time since the line before (files from before that field).
+// The seconds each line covers (interval_seconds).
 std::vector<double> line_seconds(const std::vector<MetricsSnapshot>& points) {
   std::vector<double> out;
-  for (size_t i = 0; i < points.size(); ++i) {
-    const auto& p = points[i];
-    double dt = 0;
-    if (p.seconds) {
-      dt = *p.seconds;
-    } else if (i > 0 && p.time && points[i - 1].time) {
-      dt = *p.time - *points[i - 1].time;
-    }
-    out.push_back(std::isfinite(dt) ? std::max(0.0, dt) : 0.0);
-  }
+  for (size_t i = 0; i < points.size(); ++i)
+    out.push_back(interval_seconds(i > 0 ? &points[i - 1] : nullptr, points[i]));
   return out;
 }
 
@@ -152,8 +143,7 @@ std::vector<BatchPhase> batch_phases(const std::vector<MetricsSnapshot>& points)
     int samples_per_sec = 0, goodput = 0;
   };
   std::vector<Counts> counts;  // per phase: the lines that recorded each mean's value
-  const std::vector<double> dt =
-      all_timed(points) ? line_seconds(points) : std::vector<double>(points.size(), 0.0);
+  const std::vector<double> dt = line_seconds(points);
   for (size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     if (!p.global_batch) continue;
@@ -304,9 +294,9 @@ std::string render_history_svg(const std::vector<MetricsSnapshot>& points,
     out += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}{}</text>\n",
                        k_left + f * plot_width, axis, number(f * x_max), timed ? " s" : "");
   }
-  out +=
-      fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}</text>\n",
-                  k_left + plot_width / 2, axis + 16, timed ? "seconds of the run (the time between restarts left out)" : "step");
+  out += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}</text>\n",
+                     k_left + plot_width / 2, axis + 16,
+                     timed ? "seconds of the run (the time between restarts left out)" : "step");
   return out + "</svg>\n";
 }
 

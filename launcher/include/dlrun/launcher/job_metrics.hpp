@@ -39,6 +39,11 @@ constexpr int k_smoothing_lines_untimed = 10;
 // not a number, or the line is not JSON.
 MetricsSnapshot parse_metrics_line(std::string_view json_line);
 
+// The seconds `line` covers: its own "seconds" (since the line before it in its process; a
+// restart's gap is not in it), else, for a line from before that field, the time since
+// `before` (nullptr: none); 0 where neither says.
+double interval_seconds(const MetricsSnapshot* before, const MetricsSnapshot& line);
+
 // The newest of `lines` (oldest first) with samples_per_sec smoothed: the samples the lines
 // of the window measured over the time they span (each line's samples/s covers the interval
 // since the line before it), or, without times, the mean of the newest lines. Empty for none.
