@@ -123,7 +123,7 @@ Command add_local_command(CLI::App& dlrun) {
       "fails with "
       "a TORCHELASTIC_ERROR_FILE (@record) is reported with its traceback.\n"
       "Exit code: 0, or the failing rank's own code (128+N if killed by signal N), "
-      "130/143 after SIGINT/SIGTERM, 2 for bad usage (docs/exit-codes.md).");
+      "130/143/129/131 after SIGINT/SIGTERM/SIGHUP/SIGQUIT, 2 for bad usage (docs/exit-codes.md).");
   return {app, [args, app](const Trailing& trailing) { return run_local(*args, *app, trailing); }};
 }
 

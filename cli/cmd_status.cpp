@@ -83,9 +83,10 @@ std::pair<std::string, int> render_status(launcher::JobQueue& queue, const Statu
   return {launcher::status_table(jobs, now, insight), 0};
 }
 
-// --watch: redraws until SIGINT, SIGTERM or SIGHUP, then exits 0. On a terminal each redraw
+// --watch: redraws until SIGINT, SIGTERM, SIGHUP or SIGQUIT, then exits 0, or until its reader is gone. On a terminal each redraw
 // replaces the last; otherwise (a pipe, a file) they follow each other, each under its header.
 int watch_status(launcher::JobQueue& queue, const StatusArgs& args, bool one_job) {
+  ::signal(SIGPIPE, SIG_DFL);  // as watch(1): a reader that is gone (| head) ends it
   const sigset_t stop = launcher::stop_signal_set();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;

@@ -41,7 +41,7 @@ void report_end(launcher::JobQueue& queue, int64_t id, int tail_lines, std::ostr
   out << launcher::job_end_report(*job, tail) << std::flush;
 }
 
-// SIGINT, SIGTERM or SIGHUP while waiting: the job is cancelled (as by dlrun cancel), or left
+// SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting: the job is cancelled (as by dlrun cancel), or left
 // running with --detach-on-interrupt. Exits 128 + the signal, as dlrun does when stopped.
 int interrupted(launcher::JobQueue& queue, int64_t id, int sig, const SubmitArgs& args, std::ostream& out) {
   const std::string name = launcher::signal_name(sig);
@@ -99,9 +99,9 @@ Command add_submit_command(CLI::App& dlrun) {
   CLI::Option* wait = app->add_flag(
       "--wait", args->wait,
       "Wait for the job to end, print how it ended (state, exit code, failing rank and the last lines of its "
-      "log) and exit with its exit code. SIGINT, SIGTERM or SIGHUP meanwhile cancel the job");
+      "log) and exit with its exit code. SIGINT, SIGTERM, SIGHUP or SIGQUIT meanwhile cancel the job");
   app->add_flag("--detach-on-interrupt", args->detach_on_interrupt,
-                "With --wait: SIGINT, SIGTERM or SIGHUP stop the waiting but leave the job running")
+                "With --wait: SIGINT, SIGTERM, SIGHUP or SIGQUIT stop the waiting but leave the job running")
       ->needs(wait);
   app->add_option("--tail", args->tail, "With --wait: lines of the failing rank's log to print (0: none)")
       ->type_name("N")
@@ -114,7 +114,7 @@ Command add_submit_command(CLI::App& dlrun) {
   app->footer(
       "Exit codes with --wait: 0 the job succeeded; else the job's exit code: the failing rank's own code "
       "(128+N when it was killed by signal N), 143 when it was cancelled, 70 when it was lost; 130, 143 or 129 "
-      "when this command got SIGINT, SIGTERM or SIGHUP (the job is then cancelled, or left running with "
+      "when this command got SIGINT, SIGTERM, SIGHUP or SIGQUIT (the job is then cancelled, or left running with "
       "--detach-on-interrupt); 1 when it could not be cancelled. Without --wait: 0 once submitted. "
       "2: bad usage or job file, nothing submitted; 69: Slurm's sbatch failed (the job is recorded as FAILED) "
       "(docs/exit-codes.md).\n"

@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
@@ -42,9 +43,8 @@ std::vector<std::string> kept_words() {
 // The program's name as a job name: train.py, not the python3 that runs it.
 std::string default_name(const std::vector<std::string>& command) {
   if (command.empty()) return "job";
-  std::string program = command.front();
-  if (command.size() > 2 && command[1] == "-m") return launcher::job_name_from(command[2]);
-  return launcher::job_name_from(fs::path(program).filename().string());
+  const launcher::ShownProgram program = launcher::shown_program(command);
+  return launcher::job_name_from(program.module ? program.word : fs::path(program.word).filename().string());
 }
 
 [[noreturn]] void run_again(const std::string& verb, const launcher::ResumeTarget& target) {

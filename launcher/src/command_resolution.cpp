@@ -67,6 +67,41 @@ std::string find_in_path(const std::string& name, const std::string& path_env,
 
 }  // namespace
 
+namespace {
+
+bool is_python(std::string_view name) {
+  if (name.substr(0, 6) != "python") return false;
+  return name.find_first_not_of("0123456789.", 6) == std::string_view::npos;
+}
+
+bool is_shell(std::string_view name) { return name == "sh" || name == "bash" || name == "dash" || name == "zsh"; }
+
+}  // namespace
+
+ShownProgram shown_program(const std::vector<std::string>& command) {
+  auto named = [](const std::string& word) { return ShownProgram{word, false, {}}; };
+  if (command.empty()) return named({});
+  const std::string& first = command.front();
+  const std::string_view name = std::string_view(first).substr(first.rfind('/') + 1);
+  const bool python = is_python(name);
+  if (!python && !is_shell(name)) return named(first);
+  // Options an interpreter takes before its script, those followed by a value of their own.
+  for (size_t i = 1; i < command.size(); ++i) {
+    const std::string& word = command[i];
+    if (word == "--") return i + 1 < command.size() ? named(command[i + 1]) : named(first);
+    if (word.empty() || word[0] != '-' || word == "-") {
+      return named(word.empty() || word == "-" ? first : word);
+    }
+    if (word == "-c") return named(first);  // a command string: no script to name
+    if (python && word == "-m") {
+      return i + 1 < command.size() ? ShownProgram{command[i + 1], true, first} : named(first);
+    }
+    const bool takes_value = python ? word == "-X" || word == "-W" : word == "-o" || word == "-O";
+    if (takes_value) ++i;
+  }
+  return named(first);
+}
+
 bool is_python_script(std::string_view program) {
   return program.size() > 3 && program.substr(program.size() - 3) == ".py";
 }

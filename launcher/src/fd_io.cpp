@@ -1,6 +1,7 @@
 #include "dlrun/launcher/fd_io.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,15 @@ bool write_all(int fd, std::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
+}
+
+bool reader_gone(int fd) {
+  pollfd entry{fd, 0, 0};  // no events asked for: POLLERR and POLLHUP come anyway
+  int n;
+  do {
+    n = ::poll(&entry, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  return n == 1 && (entry.revents & (POLLERR | POLLHUP)) != 0;
 }
 
 std::string read_all(int fd) {

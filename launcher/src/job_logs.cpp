@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -92,7 +93,13 @@ PrefixedLogs foreground_logs(const JobRecord& job) {
   return logs;
 }
 
-void follow_foreground(JobQueue& queue, const JobRecord& job, Follow follow, std::ostream& out) {
+// Whether following should stop: what is written no longer reaches anyone.
+bool gone(const std::ostream& out, const std::function<bool()>& reader_gone) {
+  return !out || (reader_gone && reader_gone());
+}
+
+void follow_foreground(JobQueue& queue, const JobRecord& job, Follow follow, std::ostream& out,
+                       const std::function<bool()>& reader_gone) {
   std::error_code ec;
   if (!fs::is_directory(job.run_dir, ec)) {
     throw ConfigError(fmt::format("job {}: its run directory {} is gone (dlrun clean removes old ones)", job.id,
@@ -106,7 +113,7 @@ void follow_foreground(JobQueue& queue, const JobRecord& job, Follow follow, std
   for (int polls = 1;; ++polls) {
     const bool ended = is_terminal(queue.store().get(job.id)->state);
     logs.copy(out, ended);
-    if (ended) return;
+    if (ended || gone(out, reader_gone)) return;
     std::this_thread::sleep_for(k_poll);
     if (polls % k_polls_per_sweep == 0) queue.sweep();
   }
@@ -114,15 +121,24 @@ void follow_foreground(JobQueue& queue, const JobRecord& job, Follow follow, std
 
 }  // namespace
 
-void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ostream& out) {
+void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ostream& out,
+                  const std::function<bool()>& reader_gone) {
   auto job = queue.store().get(id);
   if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", id));
-  if (rank >= 0 && job->allocation.ranks > 0 && rank >= job->allocation.ranks) {
-    throw ConfigError(fmt::format("--rank {}: job {} has ranks 0 to {}", rank, id, job->allocation.ranks - 1));
+  // The most ranks the job may have had: an elastic job that shrank keeps its larger ranks' logs,
+  // and one that has not started has no allocation yet.
+  const int ranks = std::max(job->allocation.ranks, job->submitted.request.max_ranks);
+  if (rank >= 0 && ranks > 0 && rank >= ranks) {
+    throw ConfigError(fmt::format("--rank {}: job {} has ranks 0 to {}", rank, id, ranks - 1));
   }
   const bool foreground = job->submitted.origin != JobOrigin::submit;
-  if (foreground && rank < 0) return follow_foreground(queue, *job, follow, out);
+  if (foreground && rank < 0) return follow_foreground(queue, *job, follow, out, reader_gone);
   const std::string log_dir = queue.log_dir(*job);
+  std::error_code ec;
+  if (!job->run_dir.empty() && !fs::is_directory(log_dir, ec)) {
+    throw ConfigError(fmt::format("job {}: its {} {} is gone (dlrun clean removes old ones)", id,
+                                  log_dir == job->run_dir ? "run directory" : "log directory", log_dir));
+  }
   const std::string path = rank >= 0 ? rank_log_path(log_dir, rank) : log_dir + "/output.log";
   std::streamoff offset = copy_new(path, 0, out);
   if (follow == Follow::no) return;
@@ -130,7 +146,7 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
     job = queue.store().get(id);
     const bool ended = is_terminal(job->state);
     offset = copy_new(path, offset, out);
-    if (ended) return;
+    if (ended || gone(out, reader_gone)) return;
     std::this_thread::sleep_for(k_poll);
     if (polls % k_polls_per_sweep == 0) queue.sweep();
   }

@@ -457,7 +457,7 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   if (is_terminal(job->state)) return job->state;
   check_owner(*job, "cancel");
   if (job->submitted.slurm) return cancel_slurm(*job, force);
-  if (job->state == JobState::pending && m_store.cancel_pending(id, "cancelled before it started")) {
+  if (job->state == JobState::pending && m_store.cancel_pending(id, "by dlrun cancel", exit_code::k_signal_base + SIGTERM)) {
     return JobState::cancelled;
   }
   job = m_store.get(id);

@@ -52,7 +52,8 @@ bool wait_for_resources(JobQueue& queue, int64_t id, const Capacity& capacity) {
     timespec timeout{0, 100 * 1000 * 1000};
     int sig = ::sigtimedwait(&stop, nullptr, &timeout);
     if (sig > 0) {
-      queue.store().cancel_pending(id, fmt::format("cancelled by {} before it started", signal_name(sig)));
+      queue.store().cancel_pending(id, fmt::format("by {} to its supervisor", signal_name(sig)),
+                                   exit_code::k_signal_base + sig);
       return false;
     }
   }
@@ -112,7 +113,7 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   cluster.ssh.config_file = spec.ssh_config;
   int code = run_cluster_job(cluster, env);
   bool stopped = code == exit_code::k_signal_base + SIGTERM || code == exit_code::k_signal_base + SIGINT ||
-                 code == exit_code::k_signal_base + SIGHUP;
+                 code == exit_code::k_signal_base + SIGHUP || code == exit_code::k_signal_base + SIGQUIT;
   queue.store().finish(id, state_after(code, stopped), code, code == 0 ? "" : fmt::format("dlrun run exited with code {}", code),
                        {std::nullopt, read_job_metrics(run_dir)});
   return code;
@@ -185,8 +186,11 @@ int run_submitted_job(int64_t id, const Environment& env) {
     return code;
   } catch (const Error& e) {
     log::error("{}", e.what());
-    store.finish(id, JobState::failed, e.exit_code(), e.what(), {std::nullopt, read_job_metrics(run_dir)});
-    return e.exit_code();
+    // Exit 2 says "nothing was submitted"; this job was, and could not start (its program or
+    // working directory gone by then): dlrun could not start a process, 70.
+    const int code = e.exit_code() == exit_code::k_usage ? exit_code::k_internal : e.exit_code();
+    store.finish(id, JobState::failed, code, e.what(), {std::nullopt, read_job_metrics(run_dir)});
+    return code;
   }
 }
 

@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   origin           TEXT NOT NULL DEFAULT 'submit'
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs(ended_at, id);
 CREATE TABLE IF NOT EXISTS allocations (
   seq              INTEGER PRIMARY KEY AUTOINCREMENT,
   job              INTEGER NOT NULL,
@@ -76,7 +77,7 @@ CREATE TABLE IF NOT EXISTS scheduler_lease (
 )sql";
 
 // The schema's version, kept in the store's user_version: raise it with every change below.
-constexpr int k_schema_version = 1;
+constexpr int k_schema_version = 2;  // 2: jobs_by_end
 
 // Columns later versions added, with what rows from before them hold.
 constexpr std::pair<const char*, const char*> k_added_columns[] = {
@@ -358,7 +359,7 @@ std::vector<JobRecord> JobStore::list(bool all, int recent) {
   std::string sql =
       all ? fmt::format("SELECT {} FROM jobs ORDER BY id", job_list_columns())
           : fmt::format("SELECT * FROM (SELECT {0} FROM jobs WHERE state IN ('SUCCEEDED','FAILED','CANCELLED') "
-                        "ORDER BY id DESC LIMIT {1}) UNION ALL SELECT {0} FROM jobs WHERE state IN "
+                        "ORDER BY ended_at DESC, id DESC LIMIT {1}) UNION ALL SELECT {0} FROM jobs WHERE state IN "
                         "('PENDING','RUNNING','RESCALING') ORDER BY id",
                         job_list_columns(), recent);
   if (all) {
@@ -544,9 +545,10 @@ void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, 
   }
 }
 
-bool JobStore::cancel_pending(int64_t id, const std::string& reason) {
-  Statement s(m_db, "UPDATE jobs SET state = 'CANCELLED', reason = ?, ended_at = ? WHERE id = ? AND state = 'PENDING'");
-  s.bind(1, reason).bind(2, now_seconds()).bind(3, id);
+bool JobStore::cancel_pending(int64_t id, const std::string& reason, int exit_code) {
+  Statement s(m_db, "UPDATE jobs SET state = 'CANCELLED', reason = ?, ended_at = ?, exit_code = ? WHERE id = ? AND "
+                    "state = 'PENDING'");
+  s.bind(1, reason).bind(2, now_seconds()).bind(3, exit_code).bind(4, id);
   s.step();
   return sqlite3_changes(m_db) > 0;
 }

@@ -9,20 +9,24 @@ void LineSplitter::feed(std::string_view chunk, const LineHandler& on_line) {
     size_t newline = chunk.find('\n');
     if (newline == std::string_view::npos) {
       m_partial.append(chunk.data(), chunk.size());
+      m_cut = false;
       if (chunk.find('\r') != std::string_view::npos) drop_replaced_redraws(m_partial);
       while (m_partial.size() >= m_max_line) {
         on_line(std::string_view(m_partial).substr(0, m_max_line));
         m_partial.erase(0, m_max_line);
+        m_cut = m_partial.empty();
       }
       return;
     }
     if (m_partial.empty()) {
-      on_line(chunk.substr(0, newline));
+      // The newline that ends a line just cut at max_line is that line's end, not an empty line.
+      if (newline > 0 || !m_cut) on_line(chunk.substr(0, newline));
     } else {
       m_partial.append(chunk.data(), newline);
       on_line(m_partial);
       m_partial.clear();
     }
+    m_cut = false;
     chunk.remove_prefix(newline + 1);
   }
 }

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -61,6 +62,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_resize_signal(m_io, signals::k_resize_request),
       m_watchdog_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
+  m_stop_signals.add(SIGQUIT);  // the constructor takes three at most
   m_terminal.set_live(Stream::out, live_terminal(STDOUT_FILENO, m_job.base_env));
   m_terminal.set_live(Stream::err, live_terminal(STDERR_FILENO, m_job.base_env));
   // Tells the ranks that their progress bars reach a terminal although their stderr is a pipe.
@@ -89,8 +91,8 @@ void Supervisor::begin() {
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
     // The program as the user named it: train.py, not the python3 that runs it; python3 -m pkg.
     const auto& command = m_job.options.command.empty() ? m_job.program.argv : m_job.options.command;
-    const std::string program =
-        command.size() > 2 && command[1] == "-m" ? fmt::format("{} -m {}", command[0], command[2]) : command.at(0);
+    const ShownProgram shown = shown_program(command);
+    const std::string program = shown.module ? fmt::format("{} -m {}", shown.interpreter, shown.word) : shown.word;
     log::info("job {}: {} rank{} of {}, logs in {}", m_job.job_id, m_job.world_size,
               m_job.world_size == 1 ? "" : "s", program,
               m_job.log_dir.empty() ? m_job.run_dir : m_job.log_dir);
@@ -203,8 +205,21 @@ void Supervisor::on_children_ended() {
 }
 
 void Supervisor::handle_stop_signal(int signal) {
-  if (m_phase == Phase::draining || m_phase == Phase::done) {
-    if (!m_stop_signal) m_stop_signal = signal;
+  if (m_phase == Phase::done) return;
+  // The attempt is ending anyway: every member has exited (its output is draining), or a
+  // failure is stopping the others. The signal hurries that along and lets nothing start again
+  // (no restart, no resize), but the job's outcome stays what its members made of it.
+  if (m_phase == Phase::draining || (m_failure && !m_stop_signal)) {
+    if (!m_late_signal) m_late_signal = signal;
+    if (m_phase == Phase::draining) {
+      m_group->close_pipes();  // what they wrote is in; an escaped child's output is not waited for
+      return;
+    }
+    if (!m_job.options.quiet && m_group->running() > 0) {
+      log::warn("got {}: killing the other {} now", signal_name(signal), m_job.member_noun + "s");
+    }
+    if (m_job.deliver_signal) m_job.deliver_signal(signal);
+    m_group->signal_running(SIGKILL);
     return;
   }
   if (m_stop_signal) {
@@ -281,6 +296,7 @@ void Supervisor::finish_attempt() {
   if (m_phase != Phase::draining) return;
   AttemptEnd end;
   end.stop_signal = m_stop_signal;
+  end.late_signal = m_late_signal;
   end.resize_pending = m_pending_resize.has_value();
   end.restart_requested = m_restart_requested;
   if (m_failure) {
@@ -291,6 +307,7 @@ void Supervisor::finish_attempt() {
   end.failures_restarted = m_failures_restarted;
   end.max_restarts = m_job.options.max_restarts;
   const Decision decision = decide_after_attempt(end);
+  if (decision.stopped && !m_stop_signal) m_stop_signal = m_late_signal;  // a restart it prevented
   switch (decision.step) {
     case NextStep::finished_before_resize:
       m_pending_resize.reset();

@@ -5,9 +5,14 @@
 namespace dlrun::launcher {
 
 Decision decide_after_attempt(const AttemptEnd& end) {
-  if (end.stop_signal) return {NextStep::finish, exit_code::k_signal_base + end.stop_signal};
+  if (end.stop_signal) return {NextStep::finish, exit_code::k_signal_base + end.stop_signal, false, true};
   if (end.resize_pending && !end.restart_requested && !end.failure_code && end.all_succeeded) {
     return {NextStep::finished_before_resize, exit_code::k_success};
+  }
+  if (end.late_signal) {
+    if (end.failure_code) return {NextStep::finish, *end.failure_code};
+    if (end.all_succeeded) return {NextStep::finish, exit_code::k_success};
+    return {NextStep::finish, exit_code::k_signal_base + end.late_signal, false, true};
   }
   if (end.resize_pending) return {NextStep::resize};
   if (end.failure_code) {

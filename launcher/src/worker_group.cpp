@@ -27,7 +27,7 @@ WorkerGroup::~WorkerGroup() {
       if (rank.pid > 0 && !rank.exit) ::waitpid(rank.pid, nullptr, 0);
     }
   }
-  close_pipes();
+  close_pipes(false);
   for (auto& rank : m_ranks) {
     if (rank.stdin_fd >= 0) ::close(rank.stdin_fd);
   }
@@ -153,10 +153,15 @@ void WorkerGroup::kill_all_groups() {
   }
 }
 
-void WorkerGroup::close_pipes() {
+void WorkerGroup::close_pipes() { close_pipes(true); }
+
+void WorkerGroup::close_pipes(bool finish_lines) {
   for (auto& rank : m_ranks) {
-    for (auto& pipe : rank.pipes) {
+    for (int stream = 0; stream < 2; ++stream) {
+      auto& pipe = rank.pipes[stream];
       if (pipe && pipe->is_open()) {
+        // A last line without its newline is passed on as at the end of the stream.
+        if (finish_lines && rank.output) rank.output->on_eof(stream == 0 ? Stream::out : Stream::err);
         boost::system::error_code ignored;
         pipe->close(ignored);
         pipe_closed();

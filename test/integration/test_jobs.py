@@ -5,6 +5,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -256,6 +257,58 @@ nproc = 1
         r = self.dlrun("logs", "-f", "--rank", "0", str(job_id), timeout=60)
         self.assertEqual(r.stdout, "tick 1\ntick 2\ntick 3\n")
 
+    def test_following_ends_when_its_reader_is_gone(self):
+        # logs -f JOB | grep -m1 MARK, status --watch | head: a CI step waiting for a line must
+        # not wait for the whole job. The job runs until the test's gate opens.
+        gate = os.path.join(self.tmp, "gate")
+        job_id = self.submit(f'command = ["sh", "-c", "echo started; while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                             '[resources]\nnproc = 1\n')
+        try:
+            for command in (f"{DLRUN} logs -f {job_id} | grep -m1 started",
+                            f"{DLRUN} logs -f --rank 0 {job_id} | grep -m1 started",
+                            f"{DLRUN} status --watch 0.1 | head -1"):
+                r = subprocess.run(["sh", "-c", command], env=self.env, capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 0, (command, r.stderr))
+            self.assertEqual(self.status(job_id)["state"], "RUNNING")
+        finally:
+            open(gate, "w").close()
+        self.wait_state(job_id, ("SUCCEEDED",))
+
+    def test_logs_of_a_job_whose_run_directory_was_removed_say_so(self):
+        job_id = self.submit(MINIMAL, "--wait")
+        shutil.rmtree(os.path.join(self.home, "jobs", str(job_id)))
+        for extra in ([], ["--rank", "0"], ["-f"]):
+            r = self.dlrun("logs", str(job_id), *extra)
+            self.assertEqual(r.returncode, 2, (extra, r.stdout, r.stderr))
+            self.assertIn(f"job {job_id}: its run directory {os.path.join(self.home, 'jobs', str(job_id))} is gone",
+                          r.stderr)
+
+    def test_logs_rank_is_checked_against_the_ranks_the_job_may_have(self):
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                            '[resources]\nnproc = 1\n')
+        pending = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
+        r = self.dlrun("logs", str(pending), "--rank", "1")  # it has not started: no allocation yet
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"--rank 1: job {pending} has ranks 0 to 0", r.stderr)
+        self.assertEqual(self.dlrun("logs", str(pending), "--rank", "0").returncode, 0)
+        open(gate, "w").close()
+        self.wait_state(first, ("SUCCEEDED",))
+        self.wait_state(pending, ("SUCCEEDED",))
+
+    def test_status_lists_the_jobs_that_ended_last(self):
+        # A long job ends after shorter ones submitted after it: it is among the last to end.
+        gate = os.path.join(self.tmp, "gate")
+        long = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                           '[resources]\nnproc = 1\n')
+        short = [self.submit(MINIMAL, "--wait") for _ in range(2)]
+        open(gate, "w").close()
+        self.wait_state(long, ("SUCCEEDED",))
+        r = self.dlrun("status", "--json", "--recent", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([job["id"] for job in json.loads(r.stdout)], sorted([long, short[1]]))
+
 
 class WaitReport(JobsTestCase):
     """`dlrun submit --wait` tells CI how the job ended, and does not leave it behind (issue
@@ -352,6 +405,39 @@ class WaitReport(JobsTestCase):
         self.assertEqual(self.status(job_id)["state"], "RUNNING")
         open(gate, "w").close()
         self.assertEqual(self.wait_state(job_id, ("SUCCEEDED", "FAILED", "CANCELLED"))["state"], "SUCCEEDED")
+
+    def test_a_job_cancelled_before_it_started_exits_143(self):
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                            '[resources]\nnproc = 1\n')
+        p = self.start("submit", "--wait", self.job_file('name = "later"\ncommand = ["true"]\n[resources]\nnproc = 1\n'))
+        second = int(p.stdout.readline().split()[2])
+        self.assertEqual(self.status(second)["state"], "PENDING")
+        self.assertEqual(self.dlrun("cancel", str(second)).returncode, 0)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 143, err)  # was 70, "lost or internal error"
+        self.assertIn(f"Job {second} (later) CANCELLED before it started with exit code 143: by dlrun cancel\n", out)
+        open(gate, "w").close()
+        self.wait_state(first, ("SUCCEEDED",))
+
+    def test_a_job_that_cannot_start_does_not_exit_as_if_never_submitted(self):
+        # Exit 2 tells CI that nothing was submitted; this job was, and its directory went away.
+        workdir = os.path.join(self.tmp, "work")
+        os.mkdir(workdir)
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                            '[resources]\nnproc = 1\n')
+        p = self.start("submit", "--wait", self.job_file(f'workdir = "{workdir}"\ncommand = ["true"]\n'
+                                                         '[resources]\nnproc = 1\n'))
+        second = int(p.stdout.readline().split()[2])
+        os.rmdir(workdir)
+        open(gate, "w").close()
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 70, out + err)
+        self.assertEqual((self.status(second)["state"], self.status(second)["exit_code"]), ("FAILED", 70))
+        self.wait_state(first, ("SUCCEEDED",))
 
     def test_detach_on_interrupt_needs_wait(self):
         r = self.dlrun("submit", "--detach-on-interrupt", self.job_file(MINIMAL))
@@ -738,7 +824,7 @@ class Cancel(JobsTestCase):
         self.wait_state(first, ("SUCCEEDED",))
         self.wait_state(third, ("SUCCEEDED",))
         job = self.status(second)
-        self.assertEqual((job["state"], job["reason"]), ("CANCELLED", "cancelled before it started"))
+        self.assertEqual((job["state"], job["reason"], job["exit_code"]), ("CANCELLED", "by dlrun cancel", 143))
 
     def test_history_of_a_job_not_started_says_so(self):
         self.env["DLRUN_CPU_SLOTS"] = "1"

@@ -295,6 +295,33 @@ class Output(DlrunTestCase):
         r = self.dlrun("local", "--nproc", "1", "printf", "a\\nno newline")
         self.assertEqual(r.stdout, "[0] a\n[0] no newline\n")
 
+    def test_last_line_is_kept_when_an_escaped_child_holds_the_output(self):
+        # A child in a session of its own holds the rank's pipes: dlrun stops waiting for the
+        # end of its output after a while, and the rank's unfinished last lines still count.
+        escaped = os.path.join(self.tmp, "escaped")
+        script = self.script("escape.sh", f"""
+setsid sh -c 'echo $$ > {escaped}; exec sleep 1000' &
+while [ ! -s {escaped} ]; do sleep 0.05; done
+printf 'final words'
+printf 'err partial' >&2
+exit 3
+""")
+        r = self.dlrun("local", "--nproc", "1", script)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertEqual(r.stdout, "[0] final words\n")
+        self.assertIn("rank 0 exited with code 3; last 1 line of its stderr", r.stderr)
+        self.assertIn("  | err partial", r.stderr)
+        # The escaped child is gone with the job.
+        self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{read_words(escaped)[0]}"), 30))
+
+    def test_a_line_of_exactly_a_mebibyte_is_one_line(self):
+        script = self.script("mib.sh", f"""
+{PYTHON} -c 'import sys, time; sys.stdout.write("z" * (1 << 20)); sys.stdout.flush(); time.sleep(0.3); print(); print("next")'
+""")
+        r = self.dlrun("local", "--nproc", "1", script)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["[0] " + "z" * (1 << 20), "[0] next"])
+
     def test_colour_only_when_asked_or_on_a_terminal(self):
         r = self.dlrun("local", "--nproc", "1", "--color", "always", "echo", "x")
         self.assertEqual(r.stdout, "\x1b[36m[0]\x1b[0m x\n")
@@ -461,20 +488,53 @@ while true; do sleep 0.05; done
     def test_sigterm_reaches_ranks_and_their_children(self):
         self.run_and_signal(signal.SIGTERM, 143)
 
-    def test_sighup_is_passed_on(self):
+    def passed_on(self, sig, *extra):
+        """dlrun gets `sig` while two ranks that trap it run; returns dlrun, its stderr and
+        the marks the ranks left."""
+        name = signal.Signals(sig).name[3:]
         marks = os.path.join(self.tmp, "marks")
         ready = os.path.join(self.tmp, "ready")
-        script = self.script("hup.sh", f"""
-trap "echo rank-$RANK-HUP >> {marks}; exit 0" HUP
+        script = self.script("trap.sh", f"""
+trap "echo rank-$RANK-{name} >> {marks}; exit 0" {name}
 echo $RANK >> {ready}
 while true; do sleep 0.05; done
 """)
-        p = self.start("local", "--nproc", "2", script)
+        p = self.start("local", "--nproc", "2", *extra, script)
         self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30))
-        p.send_signal(signal.SIGHUP)
-        p.communicate(timeout=60)
-        self.assertEqual(p.returncode, 129)
-        self.assertEqual(sorted(read_words(marks)), ["rank-0-HUP", "rank-1-HUP"])
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        return p, err, sorted(read_words(marks))
+
+    def test_sighup_is_passed_on(self):
+        p, err, marks = self.passed_on(signal.SIGHUP)
+        self.assertEqual(p.returncode, 129, err)
+        self.assertEqual(marks, ["rank-0-HUP", "rank-1-HUP"])
+
+    def test_sigquit_is_passed_on_with_the_grace_period(self):
+        # As torchrun: Ctrl-\ lets the ranks finish (it killed them with SIGKILL, unsaved).
+        p, err, marks = self.passed_on(signal.SIGQUIT, "--grace", "120")
+        self.assertEqual(p.returncode, 131, err)
+        self.assertEqual(marks, ["rank-0-QUIT", "rank-1-QUIT"])
+
+    def test_ctrl_c_while_a_failure_stops_the_group_kills_at_once_and_keeps_the_failure(self):
+        marks = os.path.join(self.tmp, "marks")
+        script = self.script("fail.sh", f"""
+if [ $RANK = 1 ]; then
+  while [ ! -s {marks} ]; do sleep 0.05; done  # rank 0 runs
+  echo boom >&2; exit 5
+fi
+trap "echo stopped >> {marks}" TERM  # takes the stop, and goes on
+echo started >> {marks}
+while true; do sleep 0.05; done
+""")
+        p = self.start("local", "--nproc", "2", "--grace", "600", "--max-restarts", "2", script)
+        self.assertTrue(wait_for(lambda: "stopped" in read_words(marks), 60), read_words(marks))
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)  # not the 600 s of --grace
+        self.assertEqual(p.returncode, 5, err)  # the failure's code, not 130
+        self.assertIn("got SIGINT: killing the other ranks now", err)
+        self.assertIn("rank 1 exited with code 5; last 1 line of its stderr", err)
+        self.assertNotIn("restarting", err)  # the signal said stop: no restart follows
 
     def test_second_ctrl_c_kills_at_once(self):
         marks, ready, script = self.rank_script("trap '' INT")

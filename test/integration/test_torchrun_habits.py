@@ -95,9 +95,12 @@ class PythonPrograms(TorchrunTestCase):
 
     def test_explicit_python3_still_works(self):
         self.write("train.py", SHOW)
-        r = self.run_here("local", "--nproc", "1", "python3", "train.py", "a")
+        r = self.run_here("local", "--nproc", "1", "python3", "-u", "train.py", "a")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, f"[0] {os.path.join(self.bin, 'python3')} 0 a\n")
+        # The job is the script's, not the interpreter's (it was "python3" for every such job).
+        self.assertIn("1 rank of train.py,", r.stderr)
+        self.assertEqual(json.loads(self.run_here("status", "--json").stdout)[-1]["name"], "train.py")
 
     def test_missing_script_and_program_are_named(self):
         self.assert_usage_error(self.run_here("local", "--nproc", "2", "trian.py"),

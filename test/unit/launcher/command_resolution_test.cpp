@@ -47,6 +47,21 @@ TEST_SUITE("launcher::CommandResolution") {
     CHECK_FALSE(is_python_script(".py"));
     CHECK_FALSE(is_python_script("train.pyc"));
   }
+  TEST_CASE("the program shown is the script an interpreter runs, or the module") {
+    using V = std::vector<std::string>;
+    CHECK(shown_program(V{"/usr/bin/python3", "-u", "ddp.py", "--lr", "1"}).word == "ddp.py");
+    CHECK(shown_program(V{"python3.11", "-X", "dev", "-W", "ignore", "train.py"}).word == "train.py");
+    CHECK(shown_program(V{"bash", "-e", "-o", "pipefail", "run.sh"}).word == "run.sh");
+    CHECK(shown_program(V{"sh", "-c", "exit 3"}).word == "sh");
+    CHECK(shown_program(V{"python3"}).word == "python3");
+    CHECK(shown_program(V{"./train", "x.py"}).word == "./train");
+    CHECK(shown_program(V{"pythonista", "x.py"}).word == "pythonista");
+    const ShownProgram module = shown_program(V{"python3", "-m", "pkg.train", "--epochs", "2"});
+    CHECK(module.module);
+    CHECK(module.word == "pkg.train");
+    CHECK(module.interpreter == "python3");
+    CHECK_FALSE(shown_program(V{"bash", "-m", "x"}).module);  // -m is Python's only
+  }
   TEST_CASE("-m MODULE runs python3 -m MODULE with the arguments after it") {
     CHECK(python_module_command({"pkg.train", "--lr", "1"}) ==
           std::vector<std::string>{"python3", "-m", "pkg.train", "--lr", "1"});

@@ -54,9 +54,9 @@ TEST_SUITE("launcher::JobEndReport") {
   TEST_CASE("a cancelled job, and one that never started") {
     CHECK(job_end_report(ended(JobState::cancelled, 143, "stopped by SIGTERM"), {"x", {"not shown"}, true}) ==
           "Job 7 (train) CANCELLED after 0:12 with exit code 143: stopped by SIGTERM\n");
-    JobRecord job = ended(JobState::cancelled, std::nullopt, "cancelled before it started");
+    JobRecord job = ended(JobState::cancelled, 143, "by dlrun cancel");
     job.started_at = 0;
     job.allocation.ranks = 0;
-    CHECK(job_end_summary(job) == "Job 7 (train) CANCELLED before it started: cancelled before it started");
+    CHECK(job_end_summary(job) == "Job 7 (train) CANCELLED before it started with exit code 143: by dlrun cancel");
   }
 }

@@ -180,11 +180,12 @@ TEST_SUITE("launcher::JobStore") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");
     int64_t a = store.submit(job("a", false, 1));
-    CHECK(store.cancel_pending(a, "by test"));
+    CHECK(store.cancel_pending(a, "by test", 143));
     CHECK(store.get(a)->state == JobState::cancelled);
+    CHECK(store.get(a)->exit_code == 143);
     int64_t b = store.submit(job("b", false, 1));
     REQUIRE(store.try_start(b, Capacity{0, 2}, "/run"));
-    CHECK_FALSE(store.cancel_pending(b, "by test"));
+    CHECK_FALSE(store.cancel_pending(b, "by test", 143));
   }
   TEST_CASE("a finished job is never reopened by a late update") {
     TempDir dir;

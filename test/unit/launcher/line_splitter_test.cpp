@@ -54,6 +54,25 @@ TEST_SUITE("launcher::LineSplitter") {
     splitter.feed("\n", c.handler());
     CHECK(c.lines.back() == "ij");
   }
+  TEST_CASE("a line cut exactly at max_line gets no empty line after it") {
+    LineSplitter splitter(4);
+    Collector c;
+    splitter.feed("abcd", c.handler());
+    CHECK(c.lines == std::vector<std::string>{"abcd"});
+    splitter.feed("\nnext\n\n", c.handler());
+    CHECK(c.lines == std::vector<std::string>{"abcd", "next", ""});  // an empty line of its own stays
+    // The same bytes in one chunk give the same lines.
+    LineSplitter whole(4);
+    Collector w;
+    whole.feed("abcd\nnext\n\n", w.handler());
+    CHECK(w.lines == c.lines);
+    // Cut, then more of the line: its newline ends that rest.
+    LineSplitter more(4);
+    Collector m;
+    more.feed("abcdef", m.handler());
+    more.feed("\n", m.handler());
+    CHECK(m.lines == std::vector<std::string>{"abcd", "ef"});
+  }
   TEST_CASE("byte by byte gives the same lines as all at once") {
     std::string text = "one\ntwo three\n\nfour\nfive";
     LineSplitter a, b;

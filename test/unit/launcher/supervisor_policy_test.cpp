@@ -16,6 +16,7 @@ TEST_SUITE("launcher::SupervisorPolicy") {
     const Decision d = decide_after_attempt(end);
     CHECK(d.step == NextStep::finish);
     CHECK(d.exit_code == 143);
+    CHECK(d.stopped);
   }
 
   TEST_CASE("a failure restarts while the budget lasts, then ends the job with its code") {
@@ -54,6 +55,32 @@ TEST_SUITE("launcher::SupervisorPolicy") {
     end.failure_code.reset();
     end.all_succeeded = true;
     CHECK(decide_after_attempt(end).step == NextStep::finished_before_resize);
+  }
+
+  TEST_CASE("a late signal keeps the attempt's own outcome and starts nothing again") {
+    AttemptEnd end;
+    end.late_signal = 2;
+    end.failure_code = 5;
+    end.max_restarts = 3;  // a restart was left: the signal said stop
+    Decision d = decide_after_attempt(end);
+    CHECK(d.step == NextStep::finish);
+    CHECK(d.exit_code == 5);
+    CHECK_FALSE(d.stopped);
+    end.failure_code.reset();
+    end.all_succeeded = true;
+    d = decide_after_attempt(end);
+    CHECK(d.step == NextStep::finish);
+    CHECK(d.exit_code == 0);
+    CHECK_FALSE(d.stopped);
+    end.all_succeeded = false;
+    end.restart_requested = true;  // the ranks asked to be restarted, the signal to stop: stopped
+    d = decide_after_attempt(end);
+    CHECK(d.step == NextStep::finish);
+    CHECK(d.exit_code == 130);
+    CHECK(d.stopped);
+    end.restart_requested = false;
+    end.resize_pending = true;
+    CHECK(decide_after_attempt(end).exit_code == 130);
   }
 
   TEST_CASE("a GPU is left out after two failures in a row on it, never below the minimum") {

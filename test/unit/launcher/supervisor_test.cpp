@@ -38,15 +38,15 @@ class FakeGroup : public MemberGroup {
   void signal_running(int signal) override;
   void signal_leaders(int signal) override;
   void kill_all_groups() override {}
-  void close_pipes() override {}
-  void on_drained(std::function<void()>) override {}
+  void close_pipes() override;
+  void on_drained(std::function<void()> callback) override;
   size_t size() const override { return m_members.size(); }
   size_t running() const override {
     size_t n = 0;
     for (const auto& exit : m_exits) n += exit ? 0 : 1;
     return n;
   }
-  bool drained() const override { return true; }
+  bool drained() const override;
   const Member& member(size_t index) const override { return m_members.at(index); }
   pid_t pid(size_t index) const override { return 1000 + static_cast<pid_t>(index); }
   const std::optional<ExitStatus>& exit_status(size_t index) const override { return m_exits.at(index); }
@@ -75,6 +75,8 @@ struct FakeWorld {
   bool announce_stop_handling = true;    // each attempt writes RUN_DIR/handles-stop at its start
   std::string run_dir;
   std::function<void(size_t attempt, FakeGroup& group)> on_start;
+  bool output_held = false;               // an escaped child holds the members' pipes open
+  std::function<void()> drained_callback;  // the Supervisor's, once it waits for the drain
 
   FakeGroup& current() { return *attempts.back(); }
   void notify() {
@@ -87,6 +89,16 @@ void FakeGroup::end(size_t index, ExitStatus status) {
   m_exits[index] = status;
   m_ended.push_back(index);
   m_world.notify();
+}
+
+bool FakeGroup::drained() const { return !m_world.output_held; }
+
+void FakeGroup::on_drained(std::function<void()> callback) { m_world.drained_callback = std::move(callback); }
+
+void FakeGroup::close_pipes() {
+  if (!m_world.output_held) return;
+  m_world.output_held = false;
+  if (m_world.drained_callback) m_world.drained_callback();
 }
 
 void FakeGroup::signal_running(int signal) {
@@ -301,6 +313,53 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(world.signals[0] == std::vector<int>{SIGINT, SIGKILL});
     CHECK(supervisor.summary() == "stopped by SIGINT");
     CHECK_FALSE(supervisor.failed_rank());
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "a stop signal while a failure stops the group kills at once and keeps the failure") {
+    world.ignore_sigterm = {0};
+    world.on_start = [](size_t, FakeGroup& group) { group.end(1, ExitStatus::exited(5)); };
+    Plan j = job(2);
+    j.options.grace_seconds = 600;  // the signal, not the grace period, ends rank 0
+    j.options.max_restarts = 2;     // and no restart follows it
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    REQUIRE(run_until(supervisor, [&] { return world.signals[0] == std::vector<int>{SIGTERM}; }));
+    supervisor.handle_stop_signal(SIGINT);
+    CHECK(finish(supervisor) == 5);
+    CHECK(world.signals[0] == std::vector<int>{SIGTERM, SIGKILL});
+    CHECK(world.attempts.size() == 1);
+    CHECK(supervisor.summary() == "rank 1 exited with code 5");
+    CHECK(supervisor.failed_rank() == 1);
+    CHECK(read_file("job.json").find("\"state\": \"failed\"") != std::string::npos);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "a stop signal once every rank has exited cuts the drain short and keeps their outcome") {
+    world.output_held = true;
+    world.on_start = [](size_t, FakeGroup& group) {
+      for (size_t i = 0; i < group.size(); ++i) group.end(i, ExitStatus::exited(0));
+    };
+    Supervisor supervisor(job(2), runner());
+    supervisor.begin();
+    REQUIRE(run_until(supervisor, [&] { return bool(world.drained_callback); }));
+    supervisor.handle_stop_signal(SIGTERM);
+    CHECK(finish(supervisor) == 0);  // not 143: the ranks had finished
+    CHECK(supervisor.summary().empty());
+    CHECK(read_file("job.json").find("\"state\": \"succeeded\"") != std::string::npos);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "a stop signal once every rank has asked for a restart stops the job") {
+    world.output_held = true;
+    world.on_start = [](size_t, FakeGroup& group) {
+      for (size_t i = 0; i < group.size(); ++i) group.end(i, ExitStatus::exited(dlrun::exit_code::k_restart_me));
+    };
+    Supervisor supervisor(job(2), runner());
+    supervisor.begin();
+    REQUIRE(run_until(supervisor, [&] { return bool(world.drained_callback); }));
+    supervisor.handle_stop_signal(SIGTERM);
+    CHECK(finish(supervisor) == 143);
+    CHECK(world.attempts.size() == 1);
+    CHECK(supervisor.summary() == "stopped by SIGTERM");
+    CHECK(read_file("job.json").find("\"state\": \"cancelled\"") != std::string::npos);
   }
 
   TEST_CASE_FIXTURE(Fixture, "resize up and down restarts the group at the new size") {

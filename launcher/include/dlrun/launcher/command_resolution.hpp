@@ -22,6 +22,16 @@ inline constexpr const char* k_python = "python3";
 // Whether `program` is run through Python: its name ends in ".py".
 bool is_python_script(std::string_view program);
 
+// The program as its user would name it: the script an interpreter runs (python3 -u train.py
+// → "train.py", bash run.sh → "run.sh"), "python3 -m pkg.train" for a module, else the first
+// word. For the job's default name and the line that starts it.
+struct ShownProgram {
+  std::string word;     // the script, the module, or the program
+  bool module = false;  // `word` is a module, run by `interpreter -m`
+  std::string interpreter;
+};
+ShownProgram shown_program(const std::vector<std::string>& command);
+
 // {MODULE, ARGS…} → {"python3", "-m", MODULE, ARGS…}. Throws ConfigError without a module.
 std::vector<std::string> python_module_command(const std::vector<std::string>& words);
 

@@ -10,6 +10,9 @@ namespace dlrun::launcher {
 
 // False when the reader is gone (EPIPE) or another error stops it.
 bool write_all(int fd, std::string_view data);
+// Whether nothing written to `fd` can reach a reader any more: a pipe whose reading end is
+// closed, a terminal hung up. False for files, and while it cannot tell.
+bool reader_gone(int fd);
 // Everything until end-of-file (or an error: what came before it).
 std::string read_all(int fd);
 // A whole file (also /proc files, whose size stat() does not tell); nullopt when it cannot

@@ -96,7 +96,7 @@ class JobStore {
   // exists without it).
   int64_t submit(const NewJob& job, const ProcessIdentity& supervisor = {});
   std::optional<JobRecord> get(int64_t id);
-  // Jobs in id order: all of them, or the active ones plus the `recent` last finished. A
+  // Jobs in id order: all of them, or the active ones plus the `recent` that ended last. A
   // listing: submitted.spec_text, base_dir and environment are left empty (get() has them).
   std::vector<JobRecord> list(bool all, int recent);
 
@@ -163,8 +163,9 @@ class JobStore {
               const EndDetails& details = {});
   // The metrics of a job that ended without its supervisor's word (a lost one).
   void set_final_metrics(int64_t id, const MetricsSnapshot& metrics);
-  // PENDING → CANCELLED in one step; false if the job was not pending.
-  bool cancel_pending(int64_t id, const std::string& reason);
+  // PENDING → CANCELLED in one step, with the exit code a cancelled job gets (128 + the
+  // signal that cancelled it); false if the job was not pending.
+  bool cancel_pending(int64_t id, const std::string& reason, int exit_code);
 
   // Running jobs whose supervisor died become FAILED ("lost") and free their resources;
   // pending jobs without a live supervisor are returned for adoption. Slurm jobs have

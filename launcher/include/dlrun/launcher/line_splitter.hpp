@@ -30,6 +30,7 @@ class LineSplitter {
  private:
   size_t m_max_line;
   std::string m_partial;
+  bool m_cut = false;  // the last line passed on was cut at max_line, and nothing came since
 };
 
 }  // namespace dlrun::launcher

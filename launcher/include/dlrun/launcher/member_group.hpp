@@ -35,7 +35,8 @@ class MemberGroup {
   virtual void signal_leaders(int signal) = 0;
   // SIGKILL to every member's process group, also of members that ended.
   virtual void kill_all_groups() = 0;
-  // Stops reading output: what is still in the pipes is dropped (after a drain timeout).
+  // Stops reading output: what is still in the pipes is dropped (after a drain timeout, or
+  // a stop signal then); a last line without its newline is passed on.
   virtual void close_pipes() = 0;
   // Called once when the last output pipe of the group has closed.
   virtual void on_drained(std::function<void()> callback) = 0;

@@ -67,7 +67,7 @@ struct RestartCounts {
 // How a job's run ended, as its Supervisor tells it.
 struct RunEnd {
   int exit_code = 0;                // dlrun's (docs/exit-codes.md)
-  int stop_signal = 0;              // the signal that stopped it (SIGINT, SIGTERM, SIGHUP), or 0
+  int stop_signal = 0;              // the signal that stopped it (SIGINT, SIGTERM, SIGHUP, SIGQUIT), or 0
   std::string summary;              // why it failed or stopped; empty on success
   std::optional<int> failed_rank;   // the rank whose failure ended it, if one did
 };
@@ -108,7 +108,7 @@ struct Plan {
   std::function<std::vector<Member>(int restart_count)> planner;
   // What dlrun calls a member in messages ("rank", "host").
   std::string member_noun = "rank";
-  // Passes a stop signal (SIGTERM, SIGINT, SIGHUP) on to the members; SIGKILL always goes
+  // Passes a stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) on to the members; SIGKILL always goes
   // to their process groups. Empty: signal their process groups. `dlrun run` sends it
   // over the rendezvous instead, so that remote ranks get it before their ssh ends.
   std::function<void(int signal)> deliver_signal;

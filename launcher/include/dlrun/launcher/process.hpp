@@ -67,7 +67,7 @@ Environment current_environment();
 // Cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();
 
-// SIGINT, SIGTERM and SIGHUP: what asks a dlrun process to stop (blocked until its handlers
+// SIGINT, SIGTERM, SIGHUP and SIGQUIT: what asks a dlrun process to stop (blocked until its handlers
 // exist, then waited for or handled).
 sigset_t stop_signal_set();
 

@@ -3,7 +3,7 @@
 // policy: one failing rank stops the whole group (SIGTERM, then SIGKILL after the grace
 // period) and is reported (its stderr's tail, or the exception in its error file,
 // error_file.hpp); the group restarts while the job's restart budget lasts; ranks that all exit
-// with exit_code::k_restart_me are restarted without spending it; SIGINT, SIGTERM and SIGHUP
+// with exit_code::k_restart_me are restarted without spending it; SIGINT, SIGTERM, SIGHUP, SIGQUIT
 // are passed on to every rank's process group, a second one kills at once. Elastic jobs
 // change their rank count on request (dlrun resize) and leave out a GPU whose rank keeps
 // failing; a rank without progress for --watchdog seconds counts as failed
@@ -51,7 +51,7 @@ class Supervisor {
   // After the last event: the last group is gone, the runner released.
   void end();
   int exit_code() const { return m_exit_code; }
-  // What SIGINT, SIGTERM and SIGHUP to dlrun do: pass it on, and kill at the second one.
+  // What SIGINT, SIGTERM, SIGHUP and SIGQUIT to dlrun do: pass it on, and kill at the second one.
   void handle_stop_signal(int signal);
   // What `dlrun resize` asks for. Returns the answer at once ("ok N", "refused: …", "error: …";
   // resize.hpp), or nothing while the resize is under way (the answer comes once the new
@@ -62,7 +62,7 @@ class Supervisor {
   // Thread-safe: fail the current attempt (stop the group) for a reason found elsewhere,
   // e.g. hosts that never joined the rendezvous. Counts like a failed rank.
   void request_stop(const std::string& reason, int exit_code);
-  // The signal that stopped the job (SIGINT, SIGTERM, SIGHUP), or 0.
+  // The signal that stopped the job (SIGINT, SIGTERM, SIGHUP, SIGQUIT), or 0.
   int stop_signal() const { return m_stop_signal; }
   // One line on how the job ended ("rank 1 exited with code 7"), empty on success.
   const std::string& summary() const { return m_summary; }
@@ -130,6 +130,7 @@ class Supervisor {
   int m_resizes = 0;           // restarts at a new size
   std::optional<Failure> m_failure;
   int m_stop_signal = 0;       // signal that asked dlrun to stop, 0 if none
+  int m_late_signal = 0;       // one that came once the attempt was ending anyway (a failure, all exited)
   bool m_restart_requested = false;
   int m_exit_code = 0;
   std::string m_summary;

@@ -10,7 +10,9 @@ namespace dlrun::launcher {
 
 // What is known once every member of an attempt has ended and its output is drained.
 struct AttemptEnd {
-  int stop_signal = 0;              // a stop signal (SIGINT, SIGTERM, SIGHUP) ended the job; 0: none
+  int stop_signal = 0;              // a stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) ended the job
+  int late_signal = 0;              // a stop signal that came once the attempt was ending anyway (a
+                                    // failure stopping the group, or every member exited)
   bool resize_pending = false;      // the attempt was stopped for a resize
   bool restart_requested = false;   // a member exited with exit_code::k_restart_me
   std::optional<int> failure_code;  // the shell code of the attempt's (first) failure
@@ -31,11 +33,14 @@ struct Decision {
   NextStep step = NextStep::finish;
   int exit_code = 0;  // with finish: dlrun's exit code (docs/exit-codes.md)
   bool budget_spent = false;  // with finish after a failure: because no restart was left
+  bool stopped = false;       // with finish: a stop signal ended the job (it is cancelled)
 };
 
 // A stop signal ends the job (128 + signal) whatever else happened; a resize goes before a
 // failure; a failure restarts while the budget lasts, else ends the job with its code; a
-// restart request (exit 75) restarts without spending the budget.
+// restart request (exit 75) restarts without spending the budget. A late signal (one that came
+// when a failure or the members' own exits were ending the attempt anyway) lets nothing start
+// again: the job ends with the failure's code, or 0 when every member succeeded, else as stopped.
 Decision decide_after_attempt(const AttemptEnd& end);
 
 // Consecutive failures of the rank on one GPU. A GPU is left out once its rank has failed

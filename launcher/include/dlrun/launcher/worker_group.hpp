@@ -77,6 +77,7 @@ class WorkerGroup : public MemberGroup {
  private:
   void arm_read(size_t index, int stream);
   void pipe_closed();
+  void close_pipes(bool finish_lines);  // false: the group is going, its output with it
 
   boost::asio::io_context& m_io;
   OrphanGuard& m_guard;
