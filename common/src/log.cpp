@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 #include <cstdlib>
 #include <string>
 
@@ -12,6 +14,8 @@ namespace dlrun::log {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(Level::info)};
+std::mutex g_sink_mutex;
+std::function<void(std::string_view)> g_sink;
 std::string& line_prefix() {
   static std::string prefix = "dlrun: ";
   return prefix;
@@ -47,6 +51,11 @@ void init_from_env() {
   else if (v == "off" || v == "quiet") set_level(Level::off);
 }
 
+void set_sink(std::function<void(std::string_view line)> sink) {
+  std::lock_guard lock(g_sink_mutex);
+  g_sink = std::move(sink);
+}
+
 void set_prefix(const std::string& prefix) { line_prefix() = prefix + ": "; }
 
 void write(Level level, std::string_view message) {
@@ -54,6 +63,13 @@ void write(Level level, std::string_view message) {
   line += label(level);
   line.append(message.data(), message.size());
   line += '\n';
+  {
+    std::lock_guard lock(g_sink_mutex);
+    if (g_sink) {
+      g_sink(line);
+      return;
+    }
+  }
   // One write per message keeps concurrent messages whole; a short write to a
   // closed or full stderr is not worth failing the launcher for.
   const char* data = line.data();

@@ -6,17 +6,56 @@
 
 #include "dlrun/launcher/carriage_return.hpp"
 #include "dlrun/launcher/fd_io.hpp"
+#include "dlrun/log.hpp"
 
 namespace dlrun::launcher {
 namespace {
 
 constexpr std::string_view k_clear_line = "\r\x1b[K";
+constexpr size_t k_most_queued = 4 << 20;  // bytes for the terminal before the ranks are held back
 
 }  // namespace
 
+Terminal::~Terminal() {
+  if (m_writer) log::set_sink({});
+}
+
+void Terminal::write_in_background() {
+  if (m_writer) return;
+  m_writer = std::make_unique<OutputWriter>();
+  log::set_sink([writer = m_writer.get()](std::string_view line) { writer->write(STDERR_FILENO, line); });
+}
+
+bool Terminal::held_back() const {
+  return m_hold_back && m_writer && m_writer->pending_bytes() > k_most_queued;
+}
+
+bool Terminal::flush(std::chrono::milliseconds timeout) { return !m_writer || m_writer->flush(timeout); }
+
+void Terminal::abandon() {
+  if (!m_writer) return;
+  const std::set<int> stuck = m_writer->abandon();
+  for (int i = 0; i < 2; ++i) m_closed[i] = m_closed[i] || stuck.count(m_fds[i]) > 0;
+  // dlrun's own lines: straight to stderr again, unless stderr is the reader that does not
+  // read; then nowhere (a write would wait for it), for the rest of the process.
+  if (stuck.count(STDERR_FILENO)) {
+    log::set_sink([](std::string_view) {});
+  } else {
+    log::set_sink({});
+  }
+  m_writer.reset();
+}
+
+void Terminal::stop_background() {
+  if (!m_writer) return;  // also after abandon(), which decided where log lines go
+  log::set_sink({});
+  m_writer.reset();
+}
+
 void Terminal::raw_write(int i, std::string_view text) {
   if (m_closed[i] || text.empty()) return;
-  if (!write_all(m_fds[i], text)) m_closed[i] = true;
+  const bool written = m_writer ? m_writer->write(m_fds[i], text) : write_all(m_fds[i], text);
+  if (!written) m_closed[i] = true;
 }
 
 void Terminal::write(Stream stream, std::string_view text) {

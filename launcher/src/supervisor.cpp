@@ -69,6 +69,27 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
   if (m_terminal.live(Stream::err)) m_job.base_env.try_emplace(env::k_tty, "1");
 }
 
+void Supervisor::flush_terminal() {
+  // A reader that does not read (a full `less`, a terminal stopped with Ctrl-S) has what is left
+  // written as it reads, unless a stop signal says not to wait: one that came now, or the one
+  // that stopped the job, which then waits as long as for the ranks' last output (all of it is
+  // in their logs).
+  if (m_terminal.flush(std::chrono::milliseconds(0))) return m_terminal.stop_background();
+  const auto deadline = m_stop_signal || m_late_signal ? std::chrono::steady_clock::now() + k_drain_timeout
+                                                       : std::chrono::steady_clock::time_point::max();
+  auto stopped = std::make_shared<bool>(false);
+  m_stop_signals.async_wait([stopped](const boost::system::error_code& ec, int) { *stopped = !ec; });
+  bool flushed = false;
+  while (!*stopped && !(flushed = m_terminal.flush(std::chrono::milliseconds(50))) &&
+         std::chrono::steady_clock::now() < deadline) {
+    m_io.poll();
+  }
+  m_stop_signals.cancel();
+  m_io.poll();
+  if (!flushed) m_terminal.abandon();
+  m_terminal.stop_background();
+}
+
 Supervisor::~Supervisor() = default;
 
 int Supervisor::run() {
@@ -81,6 +102,8 @@ int Supervisor::run() {
 
 void Supervisor::begin() {
   m_runner->begin([this] { on_children_ended(); });
+  // After the runner's begin: its orphan guard is a fork, which a second thread must not precede.
+  m_terminal.write_in_background();
   listen_for_signals();
   listen_for_resize();
   // A job runner blocks these until the handlers above exist; let them through now.
@@ -113,6 +136,7 @@ bool Supervisor::poll_once(std::optional<std::chrono::milliseconds> max_wait) {
 void Supervisor::end() {
   m_group.reset();
   m_runner->end();
+  flush_terminal();
 }
 
 void Supervisor::start_attempt() {
@@ -145,6 +169,7 @@ void Supervisor::start_attempt() {
 
   m_group.reset();
   m_phase = Phase::running;
+  m_terminal.set_hold_back(true);
   m_failure.reset();
   m_restart_requested = false;
   // The new ranks say again that they handle the stop request, once they are past their
@@ -277,6 +302,8 @@ void Supervisor::begin_drain() {
   m_grace_timer.cancel();
   m_group->kill_all_groups();
   m_phase = Phase::draining;
+  // What is left in the pipes goes to the logs now, whatever the terminal's pace (it is bounded).
+  m_terminal.set_hold_back(false);
   if (m_group->drained()) {
     asio::post(m_io, [this] { finish_attempt(); });
     return;

@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <memory>
+
+#include <boost/asio/steady_timer.hpp>
 
 #include "dlrun/error.hpp"
 #include "dlrun/log.hpp"
@@ -14,6 +18,10 @@
 namespace dlrun::launcher {
 
 namespace asio = boost::asio;
+
+namespace {
+constexpr auto k_room_poll = std::chrono::milliseconds(10);  // while the terminal is behind
+}  // namespace
 
 WorkerGroup::WorkerGroup(asio::io_context& io, OrphanGuard& guard, std::string token)
     : m_io(io), m_guard(guard), m_token(std::move(token)), m_buffer(64 * 1024), m_alive(std::make_shared<bool>(true)) {}
@@ -101,7 +109,7 @@ void WorkerGroup::arm_read(size_t index, int stream) {
                     }
                     if (n > 0) {
                       rank.output->on_data(which, std::string_view(m_buffer.data(), static_cast<size_t>(n)));
-                      arm_read(index, stream);
+                      read_when_room(index, stream);
                       return;
                     }
                     rank.output->on_eof(which);
@@ -109,6 +117,19 @@ void WorkerGroup::arm_read(size_t index, int stream) {
                     pipe->close(ignored);
                     pipe_closed();
                   });
+}
+
+void WorkerGroup::read_when_room(size_t index, int stream) {
+  if (!m_ranks[index].output->held_back()) return arm_read(index, stream);
+  // The terminal is behind: the rank's pipe fills and holds the rank, not dlrun.
+  auto timer = std::make_shared<asio::steady_timer>(m_io, k_room_poll);
+  std::weak_ptr<bool> alive = m_alive;
+  timer->async_wait([this, alive, timer, index, stream](const boost::system::error_code& ec) {
+    auto still = alive.lock();
+    if (ec || !still || !*still) return;
+    auto& pipe = m_ranks[index].pipes[stream];
+    if (pipe && pipe->is_open()) read_when_room(index, stream);
+  });
 }
 
 void WorkerGroup::pipe_closed() {

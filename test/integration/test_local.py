@@ -536,6 +536,24 @@ while true; do sleep 0.05; done
         self.assertIn("rank 1 exited with code 5; last 1 line of its stderr", err)
         self.assertNotIn("restarting", err)  # the signal said stop: no restart follows
 
+    def test_a_reader_that_does_not_read_does_not_hold_up_a_stop(self):
+        # dlrun's stdout is a pipe nobody reads (a full `less`, a terminal stopped with Ctrl-S).
+        reader, writer = os.pipe()
+        try:
+            p = subprocess.Popen([DLRUN, "local", "--nproc", "2", "--run-dir", self.run_dir(), "sh", "-c",
+                                  "while :; do echo line; done"], stdout=writer, stderr=subprocess.PIPE,
+                                 env=self.env, start_new_session=True)
+            self._started = getattr(self, "_started", []) + [p]
+            os.close(writer)
+            log = os.path.join(self.run_dir(), "rank-0.log")
+            # dlrun goes on reading the ranks (into their logs) far beyond what the pipe holds.
+            self.assertTrue(wait_for(lambda: os.path.exists(log) and os.path.getsize(log) > (1 << 20), 60))
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=60)  # it waited in write(2) for good
+            self.assertEqual(p.returncode, 143, err)
+        finally:
+            os.close(reader)
+
     def test_second_ctrl_c_kills_at_once(self):
         marks, ready, script = self.rank_script("trap '' INT")
         p = self.start("local", "--nproc", "2", "--grace", "120", script)

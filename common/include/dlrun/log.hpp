@@ -5,6 +5,7 @@
 // Level comes from DLRUN_LOG_LEVEL (debug, info, warn, error, off) or set_level().
 // Thread-safe: each message is written with a single write(2).
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,10 @@ void init_from_env();
 void set_prefix(const std::string& prefix);
 bool enabled(Level level);
 void write(Level level, std::string_view message);
+// Where whole lines go instead of straight to stderr (e.g. behind the ranks' output that a
+// supervisor has queued for stderr, so that the order holds); an empty function: stderr again.
+// The sink is called under a lock: it must not log.
+void set_sink(std::function<void(std::string_view line)> sink);
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> format, Args&&... args) {

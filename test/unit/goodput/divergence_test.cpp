@@ -43,7 +43,7 @@ TEST_CASE("losses that are zero or negative set no lowest: no ratio is taken fro
   CHECK(watch.observe(1001.0, 64));
 }
 
-TEST_CASE("after forget() the loss starts anew; the factor is checked") {
+TEST_CASE("after forget() the loss starts anew, the factor is checked") {
   rt::DivergenceWatch watch(4.0);
   CHECK_FALSE(watch.observe(1.0, 64));
   watch.forget();

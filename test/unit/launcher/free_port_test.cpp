@@ -19,7 +19,7 @@ std::string scratch() {
 }  // namespace
 
 TEST_SUITE("launcher::FreePort") {
-  TEST_CASE("a port claimed in the last minute is not claimed again; older claims are dropped") {
+  TEST_CASE("a port claimed in the last minute is not claimed again, older claims are dropped") {
     const std::string dir = scratch();
     const std::string claims = dir + "/port-claims";
     const double now = 1.8e9;  // the claims' times are the caller's, not the clock's

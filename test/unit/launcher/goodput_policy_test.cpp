@@ -105,7 +105,7 @@ TEST_SUITE("launcher::goodput_policy") {
     }
   }
 
-  TEST_CASE("a job alone takes every GPU; a newcomer starts at once; the first grows back after it") {
+  TEST_CASE("a job alone takes every GPU, a newcomer starts at once, the first grows back after it") {
     PolicySettings s;
     s.capacity = 8;
     auto a = running(1, 1, 8, 2, 3600, curve(8, 0.05));
@@ -120,7 +120,7 @@ TEST_SUITE("launcher::goodput_policy") {
     CHECK(decide_allocation({a}, s).gpus == std::vector<int>{8});
   }
 
-  TEST_CASE("a job without a model gets its fair share on faith, not more; GPUs nobody else wants go to it") {
+  TEST_CASE("a job without a model gets its fair share on faith, not more, GPUs nobody else wants go to it") {
     PolicySettings s;
     s.capacity = 8;
     s.fairness = 0;
@@ -136,7 +136,7 @@ TEST_SUITE("launcher::goodput_policy") {
     CHECK(decide_allocation({sync_bound, unmeasured}, s).gpus == std::vector<int>{1, 7});
   }
 
-  TEST_CASE("rigid and pinned jobs keep their GPUs; pending jobs start oldest first") {
+  TEST_CASE("rigid and pinned jobs keep their GPUs, pending jobs start oldest first") {
     PolicySettings s;
     s.capacity = 4;
     auto rigid = running(1, 3, 3, 3, 10);

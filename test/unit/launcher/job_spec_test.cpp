@@ -226,7 +226,7 @@ sbatch_options = ["--qos=high", "--exclusive"]
     CHECK(error_of("grace = 9223372036854775807\n" + job).find("'grace' = inf is out of range") != std::string::npos);
     CHECK(parse("grace = 604800\n" + job).grace == 604800);
   }
-  TEST_CASE("what reaches a shell or an #SBATCH line is one line; env names are variable names") {
+  TEST_CASE("what reaches a shell or an #SBATCH line is one line, env names are variable names") {
     const std::string job = "command = [\"x\"]\n[scheduler]\nkind = \"slurm\"\n";
     CHECK(error_of(job + "partition = \"a\\nrm -rf ~\"\n") ==
           "job.toml:4:13: 'partition' must not contain control characters (a newline)");

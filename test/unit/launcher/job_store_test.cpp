@@ -100,7 +100,7 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(r->reason == "rank 0 exited with code 7");
     CHECK(r->ended_at > 0);
   }
-  TEST_CASE("a job's end keeps the failing rank and its last metrics; restarts and resizes apart") {
+  TEST_CASE("a job's end keeps the failing rank and its last metrics, restarts and resizes apart") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");
     int64_t id = store.submit(job("a", false, 2));

@@ -53,7 +53,7 @@ TEST_SUITE("launcher::PendingReason") {
     jobs[0].slurm_id = 77;
     CHECK(pending_reason(jobs[0], queue, nullptr) == "in Slurm's queue (Slurm job 77)");
   }
-  TEST_CASE("what running jobs hold; jobs elsewhere hold nothing here") {
+  TEST_CASE("what running jobs hold, jobs elsewhere hold nothing here") {
     std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "3"}), record(2, JobState::rescaling, false, 3),
                                    record(3, JobState::running, false, 5), record(4, JobState::succeeded, false, 2)};
     jobs[2].submitted.request.remote = true;

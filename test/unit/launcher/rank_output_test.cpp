@@ -68,7 +68,7 @@ TEST_SUITE("launcher::RankOutput") {
     CHECK(screen.read_err() == "[1] bye\n");
   }
 
-  TEST_CASE("a bar that clears itself leaves nothing; stdout lines go above a stderr bar") {
+  TEST_CASE("a bar that clears itself leaves nothing, stdout lines go above a stderr bar") {
     Screen screen;
     Terminal terminal(screen.out[1], screen.err[1]);
     terminal.set_live(Stream::out, true);

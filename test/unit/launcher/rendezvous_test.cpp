@@ -150,7 +150,7 @@ TEST_SUITE("launcher::Rendezvous") {
     CHECK(back->port == 29500);
     CHECK_FALSE(parse_join("JOIN abc 2"));
     CHECK_FALSE(parse_join("HELLO"));
-    Assignment a{1, 4, 8, 2, "10.0.0.1", 41000};
+    Assignment a{1, 4, 8, 2, "10.0.0.1", 41000, {}};
     auto b = parse_assignment(format_assignment(a));
     REQUIRE(b);
     CHECK(b->first_rank == 4);
@@ -164,7 +164,7 @@ TEST_SUITE("launcher::Rendezvous") {
     CHECK(b->plan == a.plan);
   }
 
-  TEST_CASE("agents with the secret get node ranks; others are refused") {
+  TEST_CASE("agents with the secret get node ranks, others are refused") {
     RendezvousServer server("s3cret", {2, 1}, {"a", "b"}, 30);
     std::atomic<int> refused{0};
     server.on_refused([&](const std::string&) { ++refused; });
@@ -249,7 +249,7 @@ TEST_SUITE("launcher::Rendezvous") {
     for (int fd : idle) ::close(fd);
   }
 
-  TEST_CASE("an agent told BUSY joins again on a new connection; REFUSED is final") {
+  TEST_CASE("an agent told BUSY joins again on a new connection, REFUSED is final") {
     // A stand-in launcher: the first connection hears BUSY (its place went to a newcomer),
     // the second gets the assignment, the third is refused.
     int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

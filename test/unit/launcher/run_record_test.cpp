@@ -10,7 +10,7 @@
 using namespace dlrun::launcher;
 
 TEST_SUITE("launcher::RunRecord") {
-  TEST_CASE("job.json is written and read back; bytes that are not UTF-8 do not stop it") {
+  TEST_CASE("job.json is written and read back, bytes that are not UTF-8 do not stop it") {
     char pattern[] = "/tmp/dlrun-run-record-test-XXXXXX";
     const std::string dir = ::mkdtemp(pattern);
     RunRecord record;

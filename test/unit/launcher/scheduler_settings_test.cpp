@@ -7,7 +7,7 @@
 using namespace dlrun::launcher;
 
 TEST_SUITE("launcher::scheduler_settings") {
-  TEST_CASE("no file or no table: the defaults; the table's values otherwise") {
+  TEST_CASE("no file or no table: the defaults, the table's values otherwise") {
     auto defaults = read_scheduler_settings("/nonexistent-dlrun-home");
     CHECK(defaults.policy.fairness == -1);
     CHECK(defaults.policy.restart_seconds == 10);

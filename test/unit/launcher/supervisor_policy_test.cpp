@@ -34,7 +34,7 @@ TEST_SUITE("launcher::SupervisorPolicy") {
     CHECK_FALSE(decide_after_attempt(end).budget_spent);  // there never was one
   }
 
-  TEST_CASE("a restart request restarts without a budget; success ends the job with 0") {
+  TEST_CASE("a restart request restarts without a budget, success ends the job with 0") {
     AttemptEnd end;
     end.restart_requested = true;
     CHECK(decide_after_attempt(end).step == NextStep::restart_on_request);

@@ -18,7 +18,7 @@ TEST_SUITE("runtime::RankDevice") {
     CHECK(requested_device(DeviceKind::automatic, "") == DeviceKind::automatic);
   }
 
-  TEST_CASE("one visible GPU per rank is cuda:0; with all visible, local rank i takes GPU i") {
+  TEST_CASE("one visible GPU per rank is cuda:0, with all visible, local rank i takes GPU i") {
     CHECK(choose_cuda_index(DeviceKind::cuda, 3, 1) == 0);
     CHECK(choose_cuda_index(DeviceKind::automatic, 3, 1) == 0);
     CHECK(choose_cuda_index(DeviceKind::cuda, 3, 4) == 3);

@@ -11,7 +11,7 @@ namespace fs = std::filesystem;
 using dlrun::runtime::remove_tree;
 
 TEST_SUITE("runtime::RemoveTree") {
-  TEST_CASE("a nested tree goes; a link in it goes without what it points to") {
+  TEST_CASE("a nested tree goes, a link in it goes without what it points to") {
     const fs::path base = fs::temp_directory_path() / ("dlrun-rmtree-" + std::to_string(::getpid()));
     const fs::path keep = base.string() + "-keep";
     fs::create_directories(base / "a" / "b");
@@ -29,7 +29,7 @@ TEST_SUITE("runtime::RemoveTree") {
     CHECK_FALSE(fs::exists(keep));
   }
 
-  TEST_CASE("a missing path is not an error; a plain file goes") {
+  TEST_CASE("a missing path is not an error, a plain file goes") {
     const fs::path file = fs::temp_directory_path() / ("dlrun-rmfile-" + std::to_string(::getpid()));
     std::error_code ec;
     remove_tree(file, ec);

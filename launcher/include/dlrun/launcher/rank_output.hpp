@@ -8,13 +8,16 @@
 // the bottom, redrawn in place, and writes other ranks' lines above it. Not thread-safe: used
 // from the supervisor's thread.
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "dlrun/launcher/line_splitter.hpp"
+#include "dlrun/launcher/output_writer.hpp"
 
 namespace dlrun::launcher {
 
@@ -23,6 +26,27 @@ enum class Stream { out, err };
 class Terminal {
  public:
   Terminal(int out_fd = 1, int err_fd = 2) : m_fds{out_fd, err_fd} {}
+  ~Terminal();
+  Terminal(const Terminal&) = delete;
+  Terminal& operator=(const Terminal&) = delete;
+  // From now on writes are queued for a thread of their own (output_writer.hpp), dlrun's own
+  // log lines behind them, so that a reader who does not read holds up no one but the ranks
+  // (see held_back()). Without it (tests), each write(2) happens in write().
+  void write_in_background();
+  // Whether the ranks' output should wait: more than a few MiB are queued for a reader that
+  // does not keep up, and holding back is on (the default; off while the ranks' last output
+  // drains, which is bounded).
+  bool held_back() const;
+  void set_hold_back(bool on) { m_hold_back = on; }
+  // Waits at most `timeout` for everything queued to be written; true once it is.
+  bool flush(std::chrono::milliseconds timeout);
+  // Drops what is queued and writes nothing more to a stream that had output waiting (a reader
+  // that will not read, and the user asked dlrun to go); writes happen in write() again, and
+  // dlrun's log lines go straight to stderr, or nowhere when stderr was such a stream.
+  void abandon();
+  // Once everything queued is written: writes happen in write() again, log lines go straight
+  // to stderr.
+  void stop_background();
   // Whether a stream is a terminal that understands "\r\x1b[K" (the supervisor decides:
   // isatty and TERM is not dumb). Off by default: whole lines only.
   void set_live(Stream stream, bool live) { m_live[index(stream)] = live; }
@@ -42,6 +66,8 @@ class Terminal {
   void raw_write(int i, std::string_view text);
 
   int m_fds[2];
+  std::unique_ptr<OutputWriter> m_writer;
+  bool m_hold_back = true;
   bool m_closed[2] = {false, false};
   bool m_live[2] = {false, false};
   struct Progress {
@@ -74,6 +100,8 @@ class RankOutput {
 
   void on_data(Stream stream, std::string_view chunk);
   void on_eof(Stream stream);
+  // Whether reading this rank's pipes should wait for the terminal (Terminal::held_back()).
+  bool held_back() const { return m_terminal.held_back(); }
   // Appends a note of dlrun's own to the log (e.g. a restart marker).
   void note_in_log(std::string_view line);
 

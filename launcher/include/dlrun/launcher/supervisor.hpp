@@ -95,6 +95,7 @@ class Supervisor {
   bool all_succeeded() const;
   void record(const std::string& state, std::optional<int> exit_code);
   void finish(int exit_code);
+  void flush_terminal();
   // Counts one more restart (of every kind) and tells the plan's on_restart.
   void count_restart();
 

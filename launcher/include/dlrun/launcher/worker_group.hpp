@@ -76,6 +76,7 @@ class WorkerGroup : public MemberGroup {
 
  private:
   void arm_read(size_t index, int stream);
+  void read_when_room(size_t index, int stream);  // arm_read, once the terminal is not behind
   void pipe_closed();
   void close_pipes(bool finish_lines);  // false: the group is going, its output with it
 

@@ -1,0 +1,123 @@
+#include "dlrun/launcher/output_writer.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "dlrun/launcher/fd_io.hpp"
+
+namespace dlrun::launcher {
+namespace {
+
+constexpr size_t k_max_batch = 1 << 20;  // bytes of one write(2), of items queued together
+
+}  // namespace
+
+struct OutputWriter::State {
+  std::mutex mutex;
+  std::condition_variable work;  // something queued, or stopping
+  std::condition_variable idle;  // the queue is empty and no write is in progress
+  struct Item {
+    int fd;
+    std::string text;
+  };
+  std::deque<Item> queue;
+  size_t bytes = 0;  // queued and in progress
+  bool writing = false;
+  int writing_fd = -1;
+  bool stopping = false;
+  bool started = false;
+  std::set<int> failed;
+
+  void run() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      work.wait(lock, [this] { return !queue.empty() || stopping; });
+      if (queue.empty()) return;  // stopping
+      const int fd = queue.front().fd;
+      std::string text = std::move(queue.front().text);
+      queue.pop_front();
+      while (!queue.empty() && queue.front().fd == fd && text.size() + queue.front().text.size() <= k_max_batch) {
+        text += queue.front().text;
+        queue.pop_front();
+      }
+      writing = true;
+      writing_fd = fd;
+      lock.unlock();
+      const bool ok = write_all(fd, text);
+      lock.lock();
+      writing = false;
+      bytes -= text.size();
+      if (!ok) {
+        failed.insert(fd);
+        // What else waits for it will not reach anyone either.
+        for (auto it = queue.begin(); it != queue.end();) {
+          if (it->fd != fd) {
+            ++it;
+            continue;
+          }
+          bytes -= it->text.size();
+          it = queue.erase(it);
+        }
+      }
+      if (queue.empty()) idle.notify_all();
+    }
+  }
+};
+
+OutputWriter::OutputWriter() : m_state(std::make_shared<State>()) {}
+
+OutputWriter::~OutputWriter() {
+  std::unique_lock lock(m_state->mutex);
+  if (!m_state->started) return;
+  m_state->idle.wait(lock, [this] { return m_state->queue.empty() && !m_state->writing; });
+  m_state->stopping = true;
+  m_state->work.notify_all();
+  // The thread ends on its own now; detached, it needs nothing of this object (the state is shared).
+}
+
+bool OutputWriter::write(int fd, std::string_view text) {
+  std::lock_guard lock(m_state->mutex);
+  if (m_state->failed.count(fd)) return false;
+  if (text.empty()) return true;
+  if (!m_state->started) {
+    m_state->started = true;
+    std::thread([state = m_state] { state->run(); }).detach();
+  }
+  m_state->queue.push_back({fd, std::string(text)});
+  m_state->bytes += text.size();
+  m_state->work.notify_one();
+  return true;
+}
+
+size_t OutputWriter::pending_bytes() const {
+  std::lock_guard lock(m_state->mutex);
+  return m_state->bytes;
+}
+
+bool OutputWriter::flush(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(m_state->mutex);
+  return m_state->idle.wait_for(lock, timeout, [this] { return m_state->queue.empty() && !m_state->writing; });
+}
+
+std::set<int> OutputWriter::abandon() {
+  std::lock_guard lock(m_state->mutex);
+  std::set<int> waiting;
+  if (m_state->writing) waiting.insert(m_state->writing_fd);
+  for (const auto& item : m_state->queue) {
+    m_state->bytes -= item.text.size();
+    waiting.insert(item.fd);
+  }
+  m_state->queue.clear();
+  m_state->stopping = true;
+  m_state->work.notify_all();
+  // A write in progress may never return: the destructor must not wait for it.
+  m_state->writing = false;
+  m_state->idle.notify_all();
+  return waiting;
+}
+
+}  // namespace dlrun::launcher
