@@ -59,6 +59,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_stop_signals(m_io, SIGINT, SIGTERM, SIGHUP),
       m_grace_timer(m_io),
       m_drain_timer(m_io),
+      m_restart_timer(m_io),
       m_resize_signal(m_io, signals::k_resize_request),
       m_watchdog_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
@@ -204,7 +205,7 @@ void Supervisor::listen_for_signals() {
 }
 
 void Supervisor::on_children_ended() {
-  if (!m_group || m_phase == Phase::draining || m_phase == Phase::done) return;
+  if (!m_group || m_phase == Phase::draining || m_phase == Phase::waiting || m_phase == Phase::done) return;
   for (size_t index : m_group->reap()) {
     const Member& member = m_group->member(index);
     const ExitStatus& status = *m_group->exit_status(index);
@@ -231,6 +232,12 @@ void Supervisor::on_children_ended() {
 
 void Supervisor::handle_stop_signal(int signal) {
   if (m_phase == Phase::done) return;
+  if (m_phase == Phase::waiting) {  // for a restart the ranks asked for: none comes now
+    m_restart_timer.cancel();
+    m_stop_signal = signal;
+    finish(exit_code::k_signal_base + signal);
+    return;
+  }
   // The attempt is ending anyway: every member has exited (its output is draining), or a
   // failure is stopping the others. The signal hurries that along and lets nothing start again
   // (no restart, no resize), but the job's outcome stays what its members made of it.
@@ -354,11 +361,28 @@ void Supervisor::finish_attempt() {
                 m_job.options.max_restarts);
       start_attempt();
       return;
-    case NextStep::restart_on_request:
+    case NextStep::restart_on_request: {
       count_restart();
-      if (!m_job.options.quiet) log::info("ranks asked to be restarted: restarting all {} ranks", m_job.world_size);
-      start_attempt();
+      const auto lasted = std::chrono::steady_clock::now() - m_attempt_started;
+      m_quick_requests = lasted < k_quick_attempt ? m_quick_requests + 1 : 0;
+      const auto delay = restart_request_delay(m_quick_requests);
+      if (delay.count() == 0) {
+        if (!m_job.options.quiet) log::info("ranks asked to be restarted: restarting all {} ranks", m_job.world_size);
+        start_attempt();
+        return;
+      }
+      log::warn("ranks asked to be restarted (exit {}) {} times in a row, each within {} s of its start: "
+                "restarting {} in {:g} s",
+                exit_code::k_restart_me, m_quick_requests, k_quick_attempt.count(),
+                m_job.world_size == 1 ? "the rank" : fmt::format("all {} ranks", m_job.world_size),
+                std::chrono::duration<double>(delay).count());
+      m_phase = Phase::waiting;
+      m_restart_timer.expires_after(delay);
+      m_restart_timer.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec && m_phase == Phase::waiting) start_attempt();
+      });
       return;
+    }
     case NextStep::finish:
       if (m_failure && !m_stop_signal) {
         report_failure();
@@ -481,6 +505,7 @@ void Supervisor::finish(int code) {
   m_stop_signals.cancel();
   m_resize_signal.cancel();
   m_watchdog_timer.cancel();
+  m_restart_timer.cancel();
 }
 
 }  // namespace dlrun::launcher

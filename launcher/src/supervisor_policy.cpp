@@ -2,6 +2,8 @@
 
 #include "dlrun/protocol.hpp"
 
+#include <algorithm>
+
 namespace dlrun::launcher {
 
 Decision decide_after_attempt(const AttemptEnd& end) {
@@ -21,6 +23,14 @@ Decision decide_after_attempt(const AttemptEnd& end) {
   }
   if (end.restart_requested) return {NextStep::restart_on_request};
   return {NextStep::finish, exit_code::k_success};
+}
+
+std::chrono::milliseconds restart_request_delay(int quick_in_a_row) {
+  constexpr int k_free = 3;
+  constexpr std::chrono::milliseconds k_most{30000};
+  if (quick_in_a_row <= k_free) return std::chrono::milliseconds(0);
+  const int doublings = std::min(quick_in_a_row - k_free - 1, 5);  // 2^5 s > 30 s
+  return std::min(k_most, std::chrono::milliseconds(1000 << doublings));
 }
 
 bool GpuFailures::count(const std::string& gpu, int world_size, int min_world_size) {

@@ -406,6 +406,21 @@ echo "tty=$DLRUN_TTY"
 
 
 class Restarts(DlrunTestCase):
+    def test_ranks_that_keep_asking_for_a_restart_at_once_are_restarted_later_and_later(self):
+        # A program that exits 75 at once (a bug, a bad checkpoint) restarted ~800 times a second.
+        starts = os.path.join(self.tmp, "starts")
+        script = self.script("again.sh", f"echo $DLRUN_RESTART_COUNT >> {starts}; exit 75\n")
+        p = self.start("local", "--nproc", "1", script)
+        self.assertTrue(wait_for(lambda: len(read_words(starts)) >= 5, 60), read_words(starts))
+        # Four restarts at once, then 1 s, then 2 s: in the next second at most one more start.
+        time.sleep(1)
+        self.assertLessEqual(len(read_words(starts)), 6)
+        p.send_signal(signal.SIGTERM)  # while it waits to start again
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 143, err)
+        self.assertIn("ranks asked to be restarted (exit 75) 4 times in a row, each within 10 s of its start: "
+                      "restarting the rank in 1 s", err)
+
     def test_failed_group_restarts_and_counts(self):
         attempts = os.path.join(self.tmp, "attempts")
         script = self.script("flaky.sh", f"""

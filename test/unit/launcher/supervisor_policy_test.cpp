@@ -83,6 +83,16 @@ TEST_SUITE("launcher::SupervisorPolicy") {
     CHECK(decide_after_attempt(end).exit_code == 130);
   }
 
+  TEST_CASE("restarts asked for right after the start wait longer and longer, up to 30 s") {
+    using std::chrono::milliseconds;
+    for (int n : {0, 1, 2, 3}) CHECK(restart_request_delay(n) == milliseconds(0));
+    CHECK(restart_request_delay(4) == milliseconds(1000));
+    CHECK(restart_request_delay(5) == milliseconds(2000));
+    CHECK(restart_request_delay(8) == milliseconds(16000));
+    CHECK(restart_request_delay(9) == milliseconds(30000));
+    CHECK(restart_request_delay(100000) == milliseconds(30000));
+  }
+
   TEST_CASE("a GPU is left out after two failures in a row on it, never below the minimum") {
     GpuFailures failures;
     CHECK_FALSE(failures.count("1", 4, 1));

@@ -362,6 +362,28 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(read_file("job.json").find("\"state\": \"cancelled\"") != std::string::npos);
   }
 
+  TEST_CASE_FIXTURE(Fixture, "ranks that ask for a restart right after their start are restarted later and later") {
+    // Every attempt asks for a restart at once: the first four restarts come at once, the
+    // fifth after 1 s (a hot loop ran hundreds a second); a stop signal while it waits ends
+    // the job without another start.
+    world.on_start = [](size_t, FakeGroup& group) {
+      for (size_t i = 0; i < group.size(); ++i) group.end(i, ExitStatus::exited(dlrun::exit_code::k_restart_me));
+    };
+    Supervisor supervisor(job(2), runner());
+    supervisor.begin();
+    const auto start = std::chrono::steady_clock::now();
+    REQUIRE(run_until(supervisor, [&] { return world.attempts.size() == 5; }));
+    CHECK(std::chrono::steady_clock::now() - start >= std::chrono::seconds(1));
+    // The fifth asked again: the sixth start waits 2 s, and a signal comes first.
+    const auto fifth = std::chrono::steady_clock::now();
+    REQUIRE(run_until(supervisor, [&] { return std::chrono::steady_clock::now() - fifth > std::chrono::milliseconds(300); }));
+    CHECK(world.attempts.size() == 5);  // it waits
+    supervisor.handle_stop_signal(SIGTERM);
+    CHECK(finish(supervisor) == 143);
+    CHECK(world.attempts.size() == 5);
+    CHECK(supervisor.summary() == "stopped by SIGTERM");
+  }
+
   TEST_CASE_FIXTURE(Fixture, "resize up and down restarts the group at the new size") {
     Plan j = job(2);
     j.min_world_size = 1;

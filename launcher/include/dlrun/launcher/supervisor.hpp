@@ -71,7 +71,8 @@ class Supervisor {
   std::optional<int> failed_rank() const { return m_failed_rank; }
 
  private:
-  enum class Phase { running, stopping, draining, done };
+  // waiting: between attempts, for a restart the ranks asked for (restart_request_delay)
+  enum class Phase { running, stopping, draining, waiting, done };
   struct Failure {
     size_t index;
     ExitStatus status;
@@ -114,6 +115,7 @@ class Supervisor {
   boost::asio::signal_set m_stop_signals;
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_drain_timer;
+  boost::asio::steady_timer m_restart_timer;
   boost::asio::signal_set m_resize_signal;
   boost::asio::steady_timer m_watchdog_timer;
   std::optional<ResizeRequest> m_pending_resize;
@@ -133,6 +135,7 @@ class Supervisor {
   int m_stop_signal = 0;       // signal that asked dlrun to stop, 0 if none
   int m_late_signal = 0;       // one that came once the attempt was ending anyway (a failure, all exited)
   bool m_restart_requested = false;
+  int m_quick_requests = 0;    // restarts asked for in a row, each soon after its start
   int m_exit_code = 0;
   std::string m_summary;
   std::optional<int> m_failed_rank;

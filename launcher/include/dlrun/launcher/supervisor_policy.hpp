@@ -3,6 +3,7 @@
 // attempt is over, and when to leave a GPU out. No I/O, no processes, no clocks: unit tests
 // call them directly, and supervisor_test.cpp checks that the Supervisor acts on them.
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -42,6 +43,14 @@ struct Decision {
 // when a failure or the members' own exits were ending the attempt anyway) lets nothing start
 // again: the job ends with the failure's code, or 0 when every member succeeded, else as stopped.
 Decision decide_after_attempt(const AttemptEnd& end);
+
+// Ranks that ask to be restarted (exit 75) again and again right after their start would
+// restart hundreds of times a second. An attempt that ended so within k_quick_attempt of its
+// start counts as quick; after `quick_in_a_row` such restarts in a row the next start waits:
+// not at all for the first three, then 1, 2, 4 … s, at most 30 s. A longer attempt starts the
+// count again.
+inline constexpr std::chrono::seconds k_quick_attempt{10};
+std::chrono::milliseconds restart_request_delay(int quick_in_a_row);
 
 // Consecutive failures of the rank on one GPU. A GPU is left out once its rank has failed
 // k_failures_to_leave_out times in a row, and only while the job stays at its minimum size
