@@ -113,7 +113,7 @@ Command add_submit_command(CLI::App& dlrun) {
   app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it");
   app->footer(
       "Exit codes with --wait: 0 the job succeeded; else the job's exit code: the failing rank's own code "
-      "(128+N when it was killed by signal N), 143 when it was cancelled, 70 when it was lost; 130, 143 or 129 "
+      "(128+N when it was killed by signal N), 143 when it was cancelled, 70 when it was lost or could not start; 130, 143, 129 or 131 "
       "when this command got SIGINT, SIGTERM, SIGHUP or SIGQUIT (the job is then cancelled, or left running with "
       "--detach-on-interrupt); 1 when it could not be cancelled. Without --wait: 0 once submitted. "
       "2: bad usage or job file, nothing submitted; 69: Slurm's sbatch failed (the job is recorded as FAILED) "

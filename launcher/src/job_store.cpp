@@ -223,7 +223,9 @@ int JobStore::open_schema(std::string& error) {
   // A store this version made or brought up to date says so in its user_version: nothing to
   // check, and it is in WAL mode already, which the file keeps (every dlrun command opens the
   // store; `dlrun local` must start in milliseconds).
-  if (schema_version() == k_schema_version) return SQLITE_OK;
+  // A later version's store is its own to bring up to date: an earlier dlrun that opens it
+  // (a supervisor still running after an upgrade) leaves it as it is.
+  if (schema_version() >= k_schema_version) return SQLITE_OK;
   for (const char* sql : {"PRAGMA journal_mode=WAL", "BEGIN IMMEDIATE"}) {
     if (int rc = run(sql); rc != SQLITE_OK) return rc;
   }

@@ -1,10 +1,13 @@
 #include "dlrun/launcher/output_writer.hpp"
 
+#include <sys/stat.h>
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "dlrun/launcher/fd_io.hpp"
@@ -30,6 +33,8 @@ struct OutputWriter::State {
   int writing_fd = -1;
   bool stopping = false;
   bool started = false;
+  bool abandoned = false;
+  bool direct = false;  // no thread could be started: write() writes itself
   std::set<int> failed;
 
   void run() {
@@ -72,7 +77,7 @@ OutputWriter::OutputWriter() : m_state(std::make_shared<State>()) {}
 
 OutputWriter::~OutputWriter() {
   std::unique_lock lock(m_state->mutex);
-  if (!m_state->started) return;
+  if (!m_state->started || m_state->abandoned) return;
   m_state->idle.wait(lock, [this] { return m_state->queue.empty() && !m_state->writing; });
   m_state->stopping = true;
   m_state->work.notify_all();
@@ -81,11 +86,20 @@ OutputWriter::~OutputWriter() {
 
 bool OutputWriter::write(int fd, std::string_view text) {
   std::lock_guard lock(m_state->mutex);
-  if (m_state->failed.count(fd)) return false;
+  if (m_state->abandoned || m_state->failed.count(fd)) return false;
   if (text.empty()) return true;
-  if (!m_state->started) {
-    m_state->started = true;
-    std::thread([state = m_state] { state->run(); }).detach();
+  if (!m_state->started && !m_state->direct) {
+    try {
+      std::thread([state = m_state] { state->run(); }).detach();
+      m_state->started = true;
+    } catch (const std::system_error&) {
+      m_state->direct = true;  // no thread to spare (a pids limit): write here, as without one
+    }
+  }
+  if (m_state->direct) {
+    if (write_all(fd, text)) return true;
+    m_state->failed.insert(fd);
+    return false;
   }
   m_state->queue.push_back({fd, std::string(text)});
   m_state->bytes += text.size();
@@ -103,21 +117,37 @@ bool OutputWriter::flush(std::chrono::milliseconds timeout) {
   return m_state->idle.wait_for(lock, timeout, [this] { return m_state->queue.empty() && !m_state->writing; });
 }
 
-std::set<int> OutputWriter::abandon() {
+OutputWriter::Abandoned OutputWriter::abandon() {
   std::lock_guard lock(m_state->mutex);
-  std::set<int> waiting;
-  if (m_state->writing) waiting.insert(m_state->writing_fd);
-  for (const auto& item : m_state->queue) {
+  Abandoned out;
+  if (m_state->writing) {
+    out.stuck.insert(m_state->writing_fd);
+  } else if (!m_state->queue.empty()) {
+    out.stuck.insert(m_state->queue.front().fd);  // its reader did not keep up either
+  }
+  auto same_file = [](int a, int b) {
+    struct stat first {}, second {};
+    return ::fstat(a, &first) == 0 && ::fstat(b, &second) == 0 && first.st_dev == second.st_dev &&
+           first.st_ino == second.st_ino;
+  };
+  for (auto& item : m_state->queue) {
     m_state->bytes -= item.text.size();
-    waiting.insert(item.fd);
+    bool stuck = out.stuck.count(item.fd) > 0;
+    for (int fd : out.stuck) stuck = stuck || same_file(fd, item.fd);
+    if (stuck) {
+      out.stuck.insert(item.fd);
+    } else {
+      out.rest.emplace_back(item.fd, std::move(item.text));
+    }
   }
   m_state->queue.clear();
+  m_state->abandoned = true;
   m_state->stopping = true;
   m_state->work.notify_all();
   // A write in progress may never return: the destructor must not wait for it.
   m_state->writing = false;
   m_state->idle.notify_all();
-  return waiting;
+  return out;
 }
 
 }  // namespace dlrun::launcher

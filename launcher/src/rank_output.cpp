@@ -17,7 +17,14 @@ constexpr size_t k_most_queued = 4 << 20;  // bytes for the terminal before the 
 }  // namespace
 
 Terminal::~Terminal() {
-  if (m_writer) log::set_sink({});
+  if (!m_writer) return;
+  // Only when the supervisor could not end its job in order (an exception): the reader gets a
+  // while, as after a stop signal, not forever (a stop signal could not end that wait).
+  if (m_writer->flush(std::chrono::seconds(2))) {
+    log::set_sink({});
+  } else {
+    abandon();
+  }
 }
 
 void Terminal::write_in_background() {
@@ -34,16 +41,18 @@ bool Terminal::flush(std::chrono::milliseconds timeout) { return !m_writer || m_
 
 void Terminal::abandon() {
   if (!m_writer) return;
-  const std::set<int> stuck = m_writer->abandon();
-  for (int i = 0; i < 2; ++i) m_closed[i] = m_closed[i] || stuck.count(m_fds[i]) > 0;
+  const OutputWriter::Abandoned abandoned = m_writer->abandon();
+  for (int i = 0; i < 2; ++i) m_closed[i] = m_closed[i] || abandoned.stuck.count(m_fds[i]) > 0;
   // dlrun's own lines: straight to stderr again, unless stderr is the reader that does not
   // read; then nowhere (a write would wait for it), for the rest of the process.
-  if (stuck.count(STDERR_FILENO)) {
+  if (abandoned.stuck.count(STDERR_FILENO)) {
     log::set_sink([](std::string_view) {});
   } else {
     log::set_sink({});
   }
   m_writer.reset();
+  // What waited behind the stuck reader for a reader that reads (dlrun's messages on stderr).
+  for (const auto& [fd, text] : abandoned.rest) write_all(fd, text);
 }
 
 void Terminal::stop_background() {

@@ -349,16 +349,19 @@ void Supervisor::finish_attempt() {
       finish(decision.exit_code);
       return;
     case NextStep::resize:
+      m_quick_requests = 0;
       say_failure_once();
       apply_resize();
       return;
     case NextStep::restart_after_failure:
+      m_quick_requests = 0;  // restarts asked for in a row, and this is none
       report_failure();
       leave_out_failing_gpu(*m_failure);
       ++m_failures_restarted;
       count_restart();
-      log::warn("restarting all {} {}s (restart {} of {})", m_group->size(), m_job.member_noun, m_failures_restarted,
-                m_job.options.max_restarts);
+      log::warn("restarting {} (restart {} of {})",
+                m_group->size() == 1 ? "the " + m_job.member_noun : fmt::format("all {} {}s", m_group->size(), m_job.member_noun),
+                m_failures_restarted, m_job.options.max_restarts);
       start_attempt();
       return;
     case NextStep::restart_on_request: {
@@ -367,7 +370,10 @@ void Supervisor::finish_attempt() {
       m_quick_requests = lasted < k_quick_attempt ? m_quick_requests + 1 : 0;
       const auto delay = restart_request_delay(m_quick_requests);
       if (delay.count() == 0) {
-        if (!m_job.options.quiet) log::info("ranks asked to be restarted: restarting all {} ranks", m_job.world_size);
+        if (!m_job.options.quiet) {
+          log::info("ranks asked to be restarted: restarting {}",
+                    m_job.world_size == 1 ? std::string("the rank") : fmt::format("all {} ranks", m_job.world_size));
+        }
         start_attempt();
         return;
       }

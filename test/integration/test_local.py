@@ -566,6 +566,10 @@ while true; do sleep 0.05; done
             p.send_signal(signal.SIGTERM)
             _, err = p.communicate(timeout=60)  # it waited in write(2) for good
             self.assertEqual(p.returncode, 143, err)
+            # dlrun's own messages reach its stderr, which reads, although they were queued
+            # behind the output its stdout never took.
+            self.assertIn(b"got SIGTERM: passing it on to 2 ranks", err)
+            self.assertIn(b"job", err.splitlines()[-1])
         finally:
             os.close(reader)
 

@@ -343,7 +343,7 @@ class LocalHosts(DlrunTestCase):
                        "sh", "-c", "[ $DLRUN_RESTART_COUNT = 1 ] || exit 3")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("dlrun: job", r.stderr)
-        self.assertIn("warning: restarting all 1 hosts", r.stderr)
+        self.assertIn("warning: restarting the host", r.stderr)
 
     def test_gpu_ids_on_every_host(self):
         env = dict(self.env, DLRUN_FAKE_GPUS="4")

@@ -79,9 +79,15 @@ TEST_SUITE("launcher::OutputWriter") {
     writer->write(fine.in(), "ok\n");
     REQUIRE(writer->flush(30s));
     writer->write(stuck.in(), std::string(1 << 20, 'x'));
+    writer->write(fine.in(), "behind it\n");  // e.g. dlrun's message on a stderr that reads
+    writer->write(stuck.in(), "more\n");
     CHECK_FALSE(writer->flush(20ms));
-    CHECK(writer->abandon() == std::set<int>{stuck.in()});
+    const OutputWriter::Abandoned abandoned = writer->abandon();
+    CHECK(abandoned.stuck == std::set<int>{stuck.in()});
+    REQUIRE(abandoned.rest.size() == 1);
+    CHECK(abandoned.rest[0] == std::pair<int, std::string>{fine.in(), "behind it\n"});
     CHECK(writer->pending_bytes() <= (1u << 20));
+    CHECK_FALSE(writer->write(fine.in(), "after\n"));  // nothing is queued any more
     writer.reset();  // returns although the write in progress never ends
     CHECK(fine.read(3) == "ok\n");
   }

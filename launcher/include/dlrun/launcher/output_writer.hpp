@@ -11,6 +11,9 @@
 #include <cstddef>
 #include <memory>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 #include <string_view>
 
 namespace dlrun::launcher {
@@ -31,10 +34,16 @@ class OutputWriter {
   // Waits until everything queued is written (or its descriptor failed), at most `timeout`;
   // true if so.
   bool flush(std::chrono::milliseconds timeout);
-  // Stops waiting for a reader that may never read: what is queued is dropped; a write in
-  // progress is left to the thread, which the process's exit ends. Returns the descriptors
-  // that had output waiting (the readers that did not read).
-  std::set<int> abandon();
+  // Stops waiting for a reader that may never read. The descriptor being written (or, if none
+  // is, the next one) and any that is the same file are stuck: their output is dropped, and
+  // the write in progress is left to the thread, which the process's exit ends. What was queued
+  // for other descriptors is handed back, in order, for the caller to write. Writes after it
+  // fail; the destructor no longer waits.
+  struct Abandoned {
+    std::set<int> stuck;
+    std::vector<std::pair<int, std::string>> rest;
+  };
+  Abandoned abandon();
 
  private:
   struct State;
