@@ -92,6 +92,13 @@ int pick_free_port(const std::string& address, const std::string& claims) {
   return port;  // every pick claimed: the kernel's last one
 }
 
+void ensure_local_address(const std::string& address) {
+  if (try_bind(address, 0) != -EADDRNOTAVAIL) return;
+  throw ConfigError(fmt::format("--master-addr {}: not an address of this machine, where the ranks meet (leave it "
+                                "out for 127.0.0.1, or give one of this machine's own addresses)",
+                                address));
+}
+
 void ensure_port_free(const std::string& address, int port) {
   if (port < 1 || port > 65535) {
     throw ConfigError(fmt::format("--master-port {}: not a TCP port (1-65535)", port));

@@ -138,7 +138,10 @@ int run_submitted_job(int64_t id, const Environment& env) {
   const std::string run_dir = queue.run_dir(id);
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  if (!wait_for_resources(queue, id, queue.capacity())) return 0;
+  if (!wait_for_resources(queue, id, queue.capacity())) {
+    fs::remove(run_dir, ec);  // cancelled before it started: nothing in it (only if empty)
+    return 0;
+  }
   record = store.get(id);
   std::optional<JobSpec> parsed;
   std::string parse_error;

@@ -14,6 +14,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "dlrun/protocol.hpp"
 #include "job_store_statement.hpp"
 
 namespace dlrun::launcher {
@@ -575,7 +576,8 @@ Orphans JobStore::sweep(double pending_grace_seconds) {
       }
       continue;
     }
-    finish(job.id, JobState::failed, std::nullopt,
+    // 70, as submit --wait exits for it: dlrun itself failed.
+    finish(job.id, JobState::failed, exit_code::k_internal,
            fmt::format("lost: its supervisor (pid {}) died; its ranks were killed with it", job.supervisor.pid));
     orphans.marked_lost.push_back(job.id);
   }

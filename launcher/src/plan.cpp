@@ -144,6 +144,7 @@ Plan make_plan(const PlanOptions& options, const Environment& env,
     }
   }
   if (options.master_port && options.check_master_port) ensure_port_free(options.master_addr, *options.master_port);
+  if (!options.master_port) ensure_local_address(options.master_addr);
 
   job.job_id = job_id.empty() ? make_job_id() : job_id;
   job.run_dir = prepare_run_dir(options.run_dir, job.job_id, env, &job.fresh_run_dir);

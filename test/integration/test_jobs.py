@@ -778,6 +778,7 @@ class CrashSafety(JobsTestCase):
         os.kill(pid, signal.SIGKILL)
         job = self.wait_state(job_id, ("FAILED",), timeout=30)
         self.assertIn("lost", job["reason"])
+        self.assertEqual(job["exit_code"], 70)  # as submit --wait exits for it (was null)
         self.assertTrue(wait_for(lambda: not any(pid_alive(p) for p in read_pids(pids)), 5), "ranks survived")
         # Its slots are free again.
         self.submit(MINIMAL, "--wait")
@@ -825,6 +826,8 @@ class Cancel(JobsTestCase):
         self.wait_state(third, ("SUCCEEDED",))
         job = self.status(second)
         self.assertEqual((job["state"], job["reason"], job["exit_code"]), ("CANCELLED", "by dlrun cancel", 143))
+        # It leaves no (empty) run directory behind, which nothing would ever remove.
+        self.assertTrue(wait_for(lambda: not os.path.exists(os.path.join(self.home, "jobs", str(second))), 30))
 
     def test_history_of_a_job_not_started_says_so(self):
         self.env["DLRUN_CPU_SLOTS"] = "1"

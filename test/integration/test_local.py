@@ -229,6 +229,11 @@ class BadInput(DlrunTestCase):
         finally:
             s.close()
 
+    def test_master_addr_not_of_this_machine(self):
+        # 192.0.2.0/24 is for documentation: no machine has it (was exit 70 and a failed job).
+        self.assert_usage_error(["local", "--nproc", "1", "--master-addr", "192.0.2.7", "true"],
+                                "--master-addr 192.0.2.7: not an address of this machine")
+
     def test_bad_prefix_and_ranks(self):
         self.assert_usage_error(["local", "--nproc", "1", "--prefix", "{rnak}", "true"],
                                 "did you mean {rank}?")

@@ -208,6 +208,7 @@ TEST_SUITE("launcher::JobStore") {
     auto r = store.get(a);
     CHECK(r->state == JobState::failed);
     CHECK(r->reason.find("lost") == 0);
+    CHECK(r->exit_code == 70);
     int64_t b = store.submit(job("b", true, 1));
     CHECK(store.try_start(b, Capacity{1, 1}, "/run"));
   }

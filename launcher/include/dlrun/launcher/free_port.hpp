@@ -26,6 +26,10 @@ std::string port_claims_file();
 // True, claiming nothing, when the file cannot be used.
 bool claim_port(const std::string& claims, int port, double now);
 
+// Throws ConfigError when `address` (an IPv4 address; a host name is not checked) is not one
+// of this machine's: the ranks' rendezvous must listen on it here.
+void ensure_local_address(const std::string& address);
+
 // Throws ConfigError when `port` cannot be bound on `address` (busy, or not ours to bind),
 // naming the port and what to do.
 void ensure_port_free(const std::string& address, int port);
