@@ -310,6 +310,46 @@ class Errors(DlrunTestCase):
         self.assertIn("epochs 0", out)
         self.assertIn("saved step-000000000000 [('diverged', nan), ('done', 1.0), ('loss', 0.5), ('ppl', inf)]", out)
 
+    def test_micro_batches_train_the_whole_steps_gradient_whatever_the_loops_order(self):
+        # zero_grad() at the top of the loop (PyTorch's tutorials, AdaptDL's examples), at its
+        # end, or the model's: the step's gradient is that of all its samples. At the top, the
+        # last micro-batch's zero_grad wiped the others' (the step trained on 2 of 16 samples).
+        out = self.python("""
+            import torch, dlrun
+            torch.manual_seed(0)
+            ds = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            net = torch.nn.Linear(4, 1)
+            for order in ("zero_first", "zero_last", "model_zero_first", "model_zero_last"):
+                model = dlrun.DataParallel(torch.nn.Linear(4, 1))
+                model.module.load_state_dict(net.state_dict())
+                seen = []
+                class Recording(torch.optim.SGD):
+                    def step(self, closure=None):
+                        seen.append(model.module.weight.grad.clone())
+                        return super().step(closure)
+                opt = Recording(model.parameters(), lr=0.0)
+                loader = dlrun.AdaptiveDataLoader(ds, 16, model=model, optimizer=opt, max_batch_size=16,
+                                                  max_micro_batch=2, scaling_rule="none")
+                zero = model.zero_grad if order.startswith("model") else opt.zero_grad
+                xs, ys = [], []
+                for x, y in loader:
+                    if order.endswith("first"):
+                        zero()
+                    torch.nn.functional.mse_loss(model(x), y, reduction="sum").backward()
+                    xs.append(x)
+                    ys.append(y)
+                    opt.step()
+                    if order.endswith("last"):
+                        zero()
+                    if len(seen) == 1:
+                        break
+                net.zero_grad()
+                torch.nn.functional.mse_loss(net(torch.cat(xs)), torch.cat(ys), reduction="sum").backward()
+                print(order, len(xs), float((seen[0] - net.weight.grad).abs().max()) < 1e-4)
+            """)
+        for order in ("zero_first", "zero_last", "model_zero_first", "model_zero_last"):
+            self.assertIn(f"{order} 8 True", out)
+
     def test_what_a_pytorch_user_does_works_or_is_refused_plainly(self):
         out = self.python("""
             import gc, torch, dlrun

@@ -180,6 +180,10 @@ class AdaptiveDataLoader(ElasticDataLoader):
             a.flag("noise_floor", noise_floor), a.whole("log_every", log_every, 0),
             a.path("metrics_path", metrics_path or ""), a.function("clock", clock))
         self._accumulating = False
+        self._parts_accumulated = 0  # micro-batches of the step under way already accumulated
+        # model.zero_grad() in the middle of a step must keep what was accumulated, as
+        # optimizer.zero_grad() does (the model reaches the loader by a weak reference).
+        model._dlrun_loader = weakref.ref(self)
         # Methods of the optimizer instance (LR schedulers wrap optimizer.step and expect that),
         # reaching the loader by a weak reference (no cycle keeps either alive).
         optimizer._dlrun_loader = weakref.ref(self)
@@ -232,15 +236,25 @@ class AdaptiveDataLoader(ElasticDataLoader):
                 # An accumulated micro-batch's backward is not reduced: the model's no_sync().
                 with self.model.no_sync() if self._accumulating else contextlib.nullcontext():
                     yield self._fetch(part)
+            except GeneratorExit:
+                self._parts_accumulated = 0  # the loop was left mid-step: that step is over
+                raise
             finally:
                 # The loop body has run (or the loop was left mid-step): step normally again.
                 self._accumulating = False
 
+    def _keeps_gradients(self):
+        """Whether zeroing the gradients now would lose micro-batches this step accumulated:
+        zero_grad() at the top of the loop comes after the first micro-batch's backward."""
+        return self._parts_accumulated > 0
+
     def _optimizer_step(self):
         if self._accumulating:
             self.adaptive.accumulated()
+            self._parts_accumulated += 1
             return
         self.model._step_taken_over()  # AdaptiveBatch.step reads the step's stop vote itself
+        self._parts_accumulated = 0
         self.adaptive.step(self.batch.global_size if self.batch else -1)
 
 
@@ -257,8 +271,10 @@ def _adaptive_step(optimizer, *args, **kwargs):
 
 
 def _adaptive_zero_grad(optimizer, *args, **kwargs):
+    """optimizer.zero_grad(), except in the middle of a step's micro-batches: at the loop's end
+    after an accumulated one, or at its top after the first (the order PyTorch's tutorials use)."""
     loader = _loader_of(optimizer)
-    if not loader._accumulating:
+    if not loader._keeps_gradients():
         loader._zero_grad(*args, **kwargs)
 
 

@@ -61,6 +61,15 @@ class DataParallel(torch.nn.Module):
         """A context manager: the backward passes inside only accumulate local gradients."""
         return _NoSync(self)
 
+    def zero_grad(self, *args, **kwargs):
+        """The module's zero_grad(), except in the middle of an AdaptiveDataLoader step's
+        micro-batches, whose accumulated gradients it keeps (as optimizer.zero_grad() does)."""
+        loader = getattr(self, "_dlrun_loader", None)
+        loader = loader() if loader is not None else None
+        if loader is not None and loader._keeps_gradients():
+            return None
+        return self.module.zero_grad(*args, **kwargs)
+
     def state_dict(self, *args, **kwargs):
         return self.module.state_dict(*args, **kwargs)
 
