@@ -13,13 +13,16 @@ volatile std::sig_atomic_t g_count = 0;
 
 extern "C" void on_stop_signal(int signal) {
   g_pending = 1;
+  if (signal == SIGUSR1) return;  // a stop request (a resize): never "now"
   g_count = g_count + 1;
-  // Asking twice means "now": let the next SIGTERM/SIGINT take its default action.
-  if (g_count >= 2 && signal != SIGUSR1) {
+  // A second SIGINT or SIGTERM means "now" (a second Ctrl-C): its default action, at once. It is
+  // blocked while this handler runs, so it takes effect as the handler returns.
+  if (g_count >= 2) {
     struct sigaction action {};
     action.sa_handler = SIG_DFL;
     sigemptyset(&action.sa_mask);
-    sigaction(signal, &action, nullptr);  // async-signal-safe per POSIX
+    sigaction(signal, &action, nullptr);  // async-signal-safe per POSIX, as raise()
+    raise(signal);
   }
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Turns SIGTERM, SIGINT and SIGUSR1 into a stop request that the training loop polls. The
-// handler only stores to a volatile sig_atomic_t (async-signal-safe) and, on the second
-// SIGTERM/SIGINT, restores the default action so a third one kills the process at once.
+// handler only stores to a volatile sig_atomic_t (async-signal-safe); a second SIGTERM/SIGINT
+// takes its default action at once (a second Ctrl-C ends a script run on its own).
 // The flag is process-wide; install() is idempotent. Ranks agree on it through
 // StopVote (data_parallel.cpp / context.cpp), never by reading each other's flags.
 

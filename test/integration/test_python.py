@@ -7,6 +7,7 @@ micro-batches. Errors reach Python as dlrun.Error subclasses with the runtime's 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ import unittest
 
 import test_elastic_training as elastic_tests
 import test_runtime as runtime_tests
-from harness import BUILD_DIR, SOURCE_DIR, DlrunTestCase
+from harness import BUILD_DIR, SOURCE_DIR, DlrunTestCase, wait_for
 from slurm_cluster import free_port
 
 PYTHON = "/usr/bin/python3"  # Debian's, whose torch the module is built against
@@ -309,6 +310,27 @@ class Errors(DlrunTestCase):
         self.assertIn("batch 4 4 4 4 4", out)
         self.assertIn("epochs 0", out)
         self.assertIn("saved step-000000000000 [('diverged', nan), ('done', 1.0), ('loss', 0.5), ('ppl', inf)]", out)
+
+    def test_a_second_ctrl_c_ends_a_script_run_on_its_own(self):
+        # After dlrun.init() Ctrl-C asks the loop to stop; a script that does not ask (or takes
+        # long to) ends at the second, as dlrun local's second Ctrl-C does (it took a third).
+        marker = os.path.join(self.tmp, "asked")
+        p = subprocess.Popen([PYTHON, "-c", textwrap.dedent(f"""
+            import time, dlrun
+            ctx = dlrun.init()
+            open({marker + ".ready"!r}, "w").close()
+            while True:
+                if ctx.poll_stop():  # a loop without DataParallel steps
+                    open({marker!r}, "w").close()
+                time.sleep(0.02)
+            """)], env=self.env, cwd=self.tmp, start_new_session=True)
+        self._started = getattr(self, "_started", []) + [p]
+        self.assertTrue(wait_for(lambda: os.path.exists(marker + ".ready"), 60))
+        p.send_signal(signal.SIGINT)
+        self.assertTrue(wait_for(lambda: os.path.exists(marker), 60))
+        self.assertIsNone(p.poll())  # the first one asks, and the script goes on
+        p.send_signal(signal.SIGINT)
+        self.assertEqual(p.wait(timeout=60), -signal.SIGINT)
 
     def test_micro_batches_train_the_whole_steps_gradient_whatever_the_loops_order(self):
         # zero_grad() at the top of the loop (PyTorch's tutorials, AdaptDL's examples), at its
