@@ -89,7 +89,10 @@ Command add_run_command(CLI::App& dlrun) {
   app->add_option("--iface", c.iface, "Serve the rendezvous on this interface's address (default: the route to each host)")
       ->type_name("NAME");
   app->add_option("--ssh-config", c.ssh.config_file, "ssh client configuration file (ssh -F)")->type_name("FILE");
-  app->add_option("--ssh-option", c.ssh.options, "An ssh option (ssh -o), may be repeated")->type_name("OPTION");
+  // One word per --ssh-option: without expected(1) the words after it, the program's too, were taken.
+  app->add_option("--ssh-option", c.ssh.options, "An ssh option (ssh -o), may be repeated")
+      ->type_name("OPTION")
+      ->allow_extra_args(false);
   app->add_option("--connect-timeout", c.ssh.connect_timeout_seconds, "Seconds to wait for each host's ssh")
       ->type_name("SECONDS")
       ->check(duration_check())

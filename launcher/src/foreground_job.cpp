@@ -197,7 +197,7 @@ void ForegroundJob::attach(Plan& plan) {
   // Its own supervisor resizes it, within the GPUs it started with: it keeps holding them all
   // (a shrunk job grows back onto them), while its rank count changes.
   const std::vector<std::string> held = plan.gpu_ids;
-  plan.on_rescale = [&store, id, held](bool rescaling, int world_size) {
+  plan.on_rescale = [&store, id, held](bool rescaling, int world_size, const std::vector<std::string>&) {
     if (!rescaling) store.set_allocation(id, {world_size, held}, "resize");
     store.set_rescaling(id, rescaling);
   };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -61,10 +62,9 @@ std::vector<Host> parse_hostfile(std::string_view text, const std::string& path)
     ++line_number;
     auto line = std::string(trim(raw.substr(0, raw.find('#'))));
     if (line.empty()) continue;
-    std::vector<std::string> words;
-    for (auto& w : split(line, ' ')) {
-      if (!trim(w).empty()) words.emplace_back(trim(w));
-    }
+    std::vector<std::string> words;  // split on any white space, as Open MPI and DeepSpeed do
+    std::istringstream stream(line);
+    for (std::string w; stream >> w;) words.push_back(w);
     Host host;
     host.name = words[0];
     if (!valid_name(host.name)) {
@@ -78,7 +78,7 @@ std::vector<Host> parse_hostfile(std::string_view text, const std::string& path)
           throw ConfigError(fmt::format("{}:{}: '{}': slots must be at least 1", path, line_number, w));
         }
         host.slots = *slots;
-      } else if (w.rfind("max_slots=", 0) != 0) {
+      } else if (w.rfind("max_slots=", 0) != 0 && w.rfind("max-slots=", 0) != 0) {
         throw ConfigError(fmt::format("{}:{}: unknown word '{}' (expected: HOST slots=N)", path, line_number, w));
       }
     }

@@ -170,7 +170,12 @@ int run_submitted_job(int64_t id, const Environment& env) {
     job.on_restart = [&store, id](const RestartCounts& counts) {
       store.set_restarts(id, counts.failures, counts.resizes);
     };
-    job.on_rescale = [&store, id](bool rescaling, int) { store.set_rescaling(id, rescaling); };
+    // The supervisor records its own new size: the store must not wait for the answer to reach
+    // `dlrun resize` or the scheduler, which may be gone by then (Ctrl-C on a slow resize).
+    job.on_rescale = [&store, id](bool rescaling, int world_size, const std::vector<std::string>& gpu_ids) {
+      if (!rescaling) store.set_allocation(id, {world_size, gpu_ids}, "resize");
+      store.set_rescaling(id, rescaling);
+    };
     Supervisor supervisor(job);
     const bool goodput = record->submitted.request.goodput;
     supervisor.begin();

@@ -505,7 +505,11 @@ std::optional<Allocation> JobStore::resize_allocation(int64_t id, int world, con
 void JobStore::set_allocation(int64_t id, const Allocation& allocation, const std::string& cause) {
   begin_immediate();
   try {
-    write_allocation_locked(id, allocation, cause);
+    // The supervisor and whoever asked for a resize both record its outcome: once is its record.
+    const auto now = get(id);
+    if (!now || now->allocation.ranks != allocation.ranks || now->allocation.gpu_ids != allocation.gpu_ids) {
+      write_allocation_locked(id, allocation, cause);
+    }
     commit();
   } catch (...) {
     rollback();

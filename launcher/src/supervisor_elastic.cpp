@@ -84,7 +84,7 @@ std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
     if (!ec) on_grace_expired();
   });
   record("rescaling", std::nullopt);
-  if (m_job.on_rescale) m_job.on_rescale(true, m_job.world_size);
+  if (m_job.on_rescale) m_job.on_rescale(true, m_job.world_size, m_job.gpu_ids);
   return std::nullopt;
 }
 
@@ -101,7 +101,7 @@ void Supervisor::apply_resize() {
   count_restart();
   start_attempt();
   record("running", std::nullopt);
-  if (m_job.on_rescale) m_job.on_rescale(false, m_job.world_size);
+  if (m_job.on_rescale) m_job.on_rescale(false, m_job.world_size, m_job.gpu_ids);
   log::info("now running {} rank{}", m_job.world_size, m_job.world_size == 1 ? "" : "s");
   answer_resize(fmt::format("ok {}{}", m_job.world_size, m_resize_restarts ? std::string(" ") + k_resize_restarted : ""));
 }

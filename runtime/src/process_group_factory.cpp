@@ -127,8 +127,9 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitO
     const auto seconds = std::chrono::duration<double>(options.rendezvous_timeout).count();
     if (world.rank == 0) {
       throw RendezvousTimeout(fmt::format(
-          "rank 0 could not host the store at {}:{} ({}): is the port in use? dlrun local picks a "
-          "free one; set MASTER_PORT to another port otherwise",
+          "rank 0 could not host the store at {}:{} ({}): is the port in use? By this program itself "
+          "when it called torch.distributed.init_process_group() too (dlrun's init replaces it); dlrun "
+          "local picks a free one; set MASTER_PORT to another port otherwise",
           world.master_addr, world.master_port, e.what()));
     }
     throw RendezvousTimeout(fmt::format(

@@ -30,6 +30,16 @@ class Resize(DlrunTestCase):
         os.chmod(path, 0o755)
         return path
 
+    def submit_elastic(self, rank):
+        """Submits `rank` as a job of 1 to 3 ranks on 4 CPU slots; returns its id."""
+        self.env["DLRUN_CPU_SLOTS"] = "4"
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write(f'command = ["{rank}"]\n[resources]\nnproc = "1:3"\n')
+        r = self.dlrun("submit", "--parsable", job_file)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
+
     def job_id(self, proc):
         runs = os.path.join(self.home, "runs")
         found = wait_for(lambda: [d for d in os.listdir(runs) if d != "latest"] if os.path.isdir(runs) else [], 30)
@@ -120,13 +130,7 @@ class Resize(DlrunTestCase):
         self.assertIn("no job nope", r.stderr)
 
     def test_resize_a_submitted_job_moves_its_allocation(self):
-        self.env["DLRUN_CPU_SLOTS"] = "4"
-        job_file = os.path.join(self.tmp, "job.toml")
-        with open(job_file, "w") as f:
-            f.write(f'command = ["{self.elastic_rank()}"]\n[resources]\nnproc = "1:3"\n')
-        r = self.dlrun("submit", "--parsable", job_file)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        job = r.stdout.strip()
+        job = self.submit_elastic(self.elastic_rank())
         try:
             self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
             r = self.dlrun("resize", job, "1")
@@ -138,6 +142,31 @@ class Resize(DlrunTestCase):
             r = self.dlrun("resize", job, "4")
             self.assertEqual(r.returncode, 2)
             self.assertIn("4 ranks is outside the job's range 1:3", r.stderr)
+        finally:
+            self.dlrun("cancel", job)
+
+
+    def test_a_shrink_whose_client_is_gone_still_frees_the_slots(self):
+        # Ctrl-C on `dlrun resize` while the ranks checkpoint: the job shrank, and the store said
+        # so only once the answer reached the client, so the freed slots stayed taken.
+        gate = os.path.join(self.tmp, "gate")
+        starts = os.path.join(self.tmp, "starts")
+        rank = self.script("slow.sh", f"""trap 'while [ ! -e {gate} ]; do sleep 0.05; done; exit 75' USR1
+[ "$RANK" = 0 ] && : > "$DLRUN_RUN_DIR/handles-stop"
+echo "$RANK:$WORLD_SIZE" >> {starts}
+while true; do sleep 0.05; done
+""")
+        job = self.submit_elastic(rank)
+        status = lambda: json.loads(self.dlrun("status", "--json", job).stdout)
+        try:
+            self.assertTrue(wait_for(lambda: len(read_words(starts)) == 3, 30))
+            client = self.start("resize", job, "1")
+            self.assertTrue(wait_for(lambda: status()["state"] == "RESCALING", 30))
+            client.kill()
+            client.wait()
+            open(gate, "w").close()
+            self.assertTrue(wait_for(lambda: len(read_words(starts)) == 4, 30))
+            self.assertTrue(wait_for(lambda: (status()["state"], status()["ranks"]) == ("RUNNING", 1), 30), status())
         finally:
             self.dlrun("cancel", job)
 

@@ -311,6 +311,36 @@ class Errors(DlrunTestCase):
         self.assertIn("epochs 0", out)
         self.assertIn("saved step-000000000000 [('diverged', nan), ('done', 1.0), ('loss', 0.5), ('ppl', inf)]", out)
 
+    def test_sparse_gradients_across_ranks_are_refused_by_name(self):
+        # They failed in the first backward with torch's "Expected torch.FloatTensor, got
+        # torch.sparse.FloatTensor"; in a world of one they work and are taken.
+        code = textwrap.dedent("""
+            import torch, dlrun
+            ctx = dlrun.init()
+            net = torch.nn.Sequential(torch.nn.Embedding(10, 4, sparse=True), torch.nn.Linear(4, 1))
+            try:
+                dlrun.DataParallel(net)
+                print("taken")
+            except dlrun.ConfigError as e:
+                print("ConfigError |", e)
+            """)
+        r = self.dlrun("local", "--nproc", "2", "-q", PYTHON, "-c", code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("[0] ConfigError | 0: sparse gradients (sparse=True) are not reduced across ranks: "
+                      "make it with sparse=False", r.stdout)
+        self.assertEqual(self.python(code), "taken\n")
+
+    def test_star_import_keeps_pythons_environment_error(self):
+        out = self.python("""
+            from dlrun import *
+            import dlrun
+            try:
+                open("/nonexistent/file")
+            except EnvironmentError:
+                print("caught", issubclass(dlrun.EnvironmentError, dlrun.Error))
+            """)
+        self.assertEqual(out, "caught True\n")
+
     def test_a_second_ctrl_c_ends_a_script_run_on_its_own(self):
         # After dlrun.init() Ctrl-C asks the loop to stop; a script that does not ask (or takes
         # long to) ends at the second, as dlrun local's second Ctrl-C does (it took a third).

@@ -338,6 +338,12 @@ class LocalHosts(DlrunTestCase):
         r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "echo", "x")
         self.assertEqual(r.stdout, "[localhost:0] x\n")  # a pipe: no colour
 
+    def test_ssh_options_leave_the_program_alone(self):
+        # --ssh-option took every word after it, the program's too ("no program given").
+        r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--ssh-option", "ConnectTimeout=5",
+                       "--ssh-option=BatchMode=yes", "sh", "-c", "echo ok")
+        self.assertEqual((r.returncode, r.stdout), (0, "[localhost:0] ok\n"), r.stderr)
+
     def test_quiet_leaves_only_warnings_and_errors(self):
         r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "--max-restarts", "1",
                        "sh", "-c", "[ $DLRUN_RESTART_COUNT = 1 ] || exit 3")

@@ -35,7 +35,9 @@ from .context import Context, init
 from .loader import AdaptiveDataLoader, ElasticDataLoader
 from .parallel import DataParallel
 
+# EnvironmentError stays dlrun.EnvironmentError only: in `from dlrun import *` it would hide
+# Python's own (OSError), and `except EnvironmentError` would stop catching FileNotFoundError.
 __all__ = [
     "init", "Context", "DataParallel", "ElasticDataLoader", "AdaptiveDataLoader", "ElasticSampler", "SampleBatch", "Checkpoint",
-    "Error", "ConfigError", "EnvironmentError", "RendezvousTimeout", "CommunicationError", "CheckpointError",
+    "Error", "ConfigError", "RendezvousTimeout", "CommunicationError", "CheckpointError",
 ]

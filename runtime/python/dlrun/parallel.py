@@ -30,6 +30,12 @@ class DataParallel(torch.nn.Module):
         first_bucket_cap_mb = _arguments.real("first_bucket_cap_mb", first_bucket_cap_mb, positive=True)
         self.module = module
         self._context = context or _context.current()
+        if self._context.world_size > 1:
+            for name, sub in module.named_modules():
+                if isinstance(sub, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and sub.sparse:
+                    raise _dlrun.ConfigError(
+                        f"{name or 'the model'}: sparse gradients (sparse=True) are not reduced across ranks: "
+                        f"make it with sparse=False (its gradient is then dense)")
         parameters = list(module.parameters())
         buffers = list(module.buffers())
         self._native = _dlrun.DataParallel(parameters, buffers, self._context._native, bucket_cap_mb,

@@ -32,6 +32,11 @@ TEST_SUITE("launcher::HostList") {
     CHECK(hosts[0].slots == 8);
     CHECK(hosts[1].slots == 4);
     CHECK(hosts[2].slots == 1);
+    // Any white space between the words, and Open MPI's spelling max-slots.
+    hosts = parse_hostfile("worker-1\tslots=2 max-slots=4\r\n", "hosts");
+    REQUIRE(hosts.size() == 1);
+    CHECK(hosts[0].name == "worker-1");
+    CHECK(hosts[0].slots == 2);
   }
   TEST_CASE("hostfile errors carry the line") {
     CHECK_THROWS_WITH_AS(parse_hostfile("a slots=2\nb slots=zero\n", "hosts"), "hosts:2: 'slots=zero': slots must be at least 1",

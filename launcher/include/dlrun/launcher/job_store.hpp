@@ -113,7 +113,8 @@ class JobStore {
   // `cause` is recorded with the change ("resize", "scheduler").
   std::optional<Allocation> resize_allocation(int64_t id, int world, const Capacity& capacity,
                                               const std::string& cause = "resize");
-  // Sets a running job's allocation (a shrink once its ranks have stopped, an undo).
+  // Sets a running job's allocation (a shrink once its ranks have stopped, an undo); the same
+  // allocation again records nothing.
   void set_allocation(int64_t id, const Allocation& allocation, const std::string& cause);
 
   // The goodput scheduler's side (job_store_schedule.cpp; docs/scheduling.md).

@@ -113,8 +113,8 @@ struct Plan {
   // over the rendezvous instead, so that remote ranks get it before their ssh ends.
   std::function<void(int signal)> deliver_signal;
   // Told when a resize starts (true) and when the new group runs (false), with the rank count
-  // it runs at then.
-  std::function<void(bool rescaling, int world_size)> on_rescale;
+  // and GPUs it runs on then.
+  std::function<void(bool rescaling, int world_size, const std::vector<std::string>& gpu_ids)> on_rescale;
   // Told once when the job has ended (every rank has exited), before run() returns.
   std::function<void(const RunEnd& end)> on_end;
 };
