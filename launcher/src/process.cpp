@@ -270,6 +270,13 @@ Environment current_environment() {
   return env;
 }
 
+void block_resize_requests() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signals::k_resize_request);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+}
+
 sigset_t stop_signal_set() {
   sigset_t set;
   sigemptyset(&set);

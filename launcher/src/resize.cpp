@@ -1,6 +1,8 @@
 #include "dlrun/launcher/resize.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -90,6 +92,20 @@ std::optional<std::string> take_resize_result(const std::string& run_dir) {
 }
 
 std::string request_resize(const std::string& run_dir, int pid, const ResizeRequest& request, double timeout_seconds) {
+  // One request and one answer at a time: the files are the job's, and two clients at once took
+  // each other's answer or overwrote each other's request (one waited out its timeout). The
+  // lock goes with this process (a client killed meanwhile lets the next one in).
+  const int lock = ::open((run_dir + "/resize.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock >= 0) {
+    while (::flock(lock, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } unlock{lock};
   take_resize_result(run_dir);  // an old answer is not this one's
   write_resize_request(run_dir, request);
   if (::kill(pid, signals::k_resize_request) != 0) {

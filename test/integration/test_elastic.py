@@ -69,6 +69,22 @@ class Resize(DlrunTestCase):
         self.assertIn("resizing from 3 to 2 ranks: asking the ranks to checkpoint and stop", err)
         self.assertIn("now running 2 ranks", err)
 
+    def test_resizes_at_once_each_get_their_answer(self):
+        # Two clients shared one request and one answer file: one took the other's answer or
+        # overwrote its request, and the other waited out its timeout (600 s).
+        p = self.start("local", "--nproc", "1:3", self.elastic_rank())
+        job = self.job_id(p)
+        self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+        clients = [self.start("resize", job, str(n)) for n in (2, 1, 2)]
+        for client in clients:
+            out, err = client.communicate(timeout=120)
+            # Each is answered at once: done; or not now (2: the job is RESCALING, or stopping);
+            # or refused while the new ranks had not yet said again that they handle the stop
+            # request (3). None waits out its timeout.
+            self.assertIn(client.returncode, (0, 2, 3), out + err)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+
     def test_a_local_gpu_job_shrinks_and_grows_back_onto_its_gpus(self):
         starts = os.path.join(self.tmp, "gpu-starts")
         path = os.path.join(self.tmp, "gpu-rank.sh")

@@ -67,6 +67,9 @@ Environment current_environment();
 // Cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();
 
+// Blocks signals::k_resize_request (SIGUSR2) in this thread until a Supervisor listens for it.
+void block_resize_requests();
+
 // SIGINT, SIGTERM, SIGHUP and SIGQUIT: what asks a dlrun process to stop (blocked until its handlers
 // exist, then waited for or handled).
 sigset_t stop_signal_set();

@@ -46,7 +46,8 @@ void write_resize_result(const std::string& run_dir, const std::string& result);
 std::optional<std::string> take_resize_result(const std::string& run_dir);
 
 // Sends the request to the supervisor `pid` and waits up to `timeout_seconds` for its
-// answer (above). Throws Error when it does not answer.
+// answer (above). Throws Error when it does not answer. Requests to one job take turns
+// (RUN_DIR/resize.lock, flock): each gets its own answer.
 std::string request_resize(const std::string& run_dir, int pid, const ResizeRequest& request, double timeout_seconds);
 
 }  // namespace dlrun::launcher
