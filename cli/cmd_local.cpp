@@ -24,10 +24,27 @@ struct LocalArgs {
   std::string gpus;
   std::string gpu_binding = "rank";
   int master_port = 0;
+  // torchrun's options for one machine, taken so that its command lines run as they are.
+  std::string nnodes = "1", node_rank = "0", ignored;
 };
+
+// torchrun's --nnodes and --node_rank: dlrun local is one machine (dlrun run is several).
+void check_one_machine(const LocalArgs& args) {
+  if (args.nnodes != "1" && args.nnodes != "1:1") {
+    throw ConfigError(fmt::format("--nnodes {}: dlrun local runs on this machine; for several, dlrun run --hosts "
+                                  "a:N,b:N (docs/run.md)",
+                                  args.nnodes));
+  }
+  if (args.node_rank != "0") {
+    throw ConfigError(fmt::format("--node_rank {}: dlrun local runs on one machine, node 0; for several, dlrun "
+                                  "run --hosts (docs/run.md)",
+                                  args.node_rank));
+  }
+}
 
 int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
   apply_group_options(args.group, app, trailing);
+  check_one_machine(args);
   auto& options = args.group.options;
   if (app.count("--nproc")) {
     auto [min, max] = launcher::parse_count_range(args.nproc, "--nproc");
@@ -106,6 +123,23 @@ Command add_local_command(CLI::App& dlrun) {
   app->add_option("--master-port,--master_port", args->master_port,
                   "Port of the rendezvous (MASTER_PORT); default: a free port, new each restart")
       ->type_name("PORT");
+  // torchrun's command lines for one machine (torchrun --standalone --nproc_per_node=N …).
+  const std::string torchrun = "torchrun's, for one machine";
+  app->add_flag("--standalone", "torchrun's: dlrun local always is (its own rendezvous on this machine)")
+      ->group(torchrun);
+  app->add_option("--nnodes", args->nnodes, "torchrun's: 1 (or 1:1); several machines are dlrun run's")
+      ->type_name("1")
+      ->group(torchrun);
+  app->add_option("--node-rank,--node_rank", args->node_rank, "torchrun's: 0")->type_name("0")->group(torchrun);
+  const std::pair<const char*, const char*> not_needed[] = {
+      {"--rdzv-backend,--rdzv_backend", "torchrun's: taken, not needed (dlrun's own rendezvous)"},
+      {"--rdzv-endpoint,--rdzv_endpoint", "torchrun's: taken, not needed (dlrun's own rendezvous)"},
+      {"--rdzv-id,--rdzv_id", "torchrun's: taken, not needed (the job's number names the run)"},
+      {"--rdzv-conf,--rdzv_conf", "torchrun's: taken, not needed (dlrun's own rendezvous)"},
+      {"--monitor-interval,--monitor_interval", "torchrun's: taken, not needed (dlrun learns of an exit at once)"}};
+  for (const auto& [names, help] : not_needed) {
+    app->add_option(names, args->ignored, help)->type_name("X")->group(torchrun);
+  }
   add_program_options(app, args->group);
   add_foreground_options(app, args->foreground);
   add_output_options(app, args->group);
@@ -114,7 +148,7 @@ Command add_local_command(CLI::App& dlrun) {
       "PROGRAM ending in .py runs with python3 from PATH (as under torchrun), unless it is "
       "executable "
       "with a #! line. torchrun's --nproc_per_node, --master_addr, --master_port, --max_restarts "
-      "work too.\n"
+      "work too, and its one-machine options are taken (--standalone, --nnodes 1, --rdzv_*).\n"
       "Every run is a job: dlrun status, logs, cancel and resize know it by the number it prints "
       "('dlrun: job 12: …'); after a stop or a failure, 'dlrun local --resume 12' runs it again in "
       "the same run "

@@ -93,6 +93,18 @@ class PythonPrograms(TorchrunTestCase):
                       "first line names its interpreter: start it with a #! line such as #!/bin/sh, or put the "
                       "interpreter before it)", r.stderr)
 
+    def test_torchruns_one_machine_options_are_taken(self):
+        # torchrun --standalone --nnodes=1 --nproc_per_node=2 …, PyTorch's own example (it was
+        # "unknown option '--standalone'").
+        r = self.run_here("local", "--standalone", "--nnodes=1", "--node_rank", "0", "--nproc_per_node=2",
+                          "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "--rdzv_id=x",
+                          "--monitor_interval", "1", "-q", "sh", "-c", "echo $RANK $WORLD_SIZE")
+        self.assertEqual((r.returncode, sorted(r.stdout.splitlines())), (0, ["[0] 0 2", "[1] 1 2"]), r.stderr)
+        self.assert_usage_error(self.run_here("local", "--nnodes", "2", "--nproc", "2", "true"),
+                                "--nnodes 2: dlrun local runs on this machine; for several, dlrun run --hosts")
+        self.assert_usage_error(self.run_here("local", "--node_rank=1", "--nproc", "2", "true"),
+                                "--node_rank 1: dlrun local runs on one machine, node 0")
+
     def test_explicit_python3_still_works(self):
         self.write("train.py", SHOW)
         r = self.run_here("local", "--nproc", "1", "python3", "-u", "train.py", "a")
