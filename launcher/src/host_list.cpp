@@ -95,6 +95,11 @@ std::string host_part(const std::string& name) {
 
 void mark_local_hosts(std::vector<Host>& hosts, const std::vector<std::string>& own_names) {
   for (auto& host : hosts) {
+    // user@host logs in as that user, over ssh even to this machine (its ranks run as them).
+    if (host.name.find('@') != std::string::npos) {
+      host.local = false;
+      continue;
+    }
     std::string h = host_part(host.name);
     host.local = h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0 ||
                  std::find(own_names.begin(), own_names.end(), h) != own_names.end();

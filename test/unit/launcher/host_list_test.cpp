@@ -54,5 +54,9 @@ TEST_SUITE("launcher::HostList") {
     CHECK(hosts[3].local);
     CHECK_FALSE(hosts[4].local);
     CHECK(host_part("user@node") == "node");
+    hosts = parse_host_list("nobody@localhost,nobody@me");  // as that user: over ssh
+    mark_local_hosts(hosts, {"me"});
+    CHECK_FALSE(hosts[0].local);
+    CHECK_FALSE(hosts[1].local);
   }
 }
