@@ -64,9 +64,6 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
   options.gpu_binding =
       args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
   launcher::raise_fd_limit();
-  // Once the job is recorded, `dlrun resize` may signal this process: the request waits for the
-  // supervisor's handler (Supervisor::begin unblocks it) instead of ending dlrun.
-  launcher::block_resize_requests();
   auto record = start_foreground(args.foreground, app, launcher::JobOrigin::local, options,
                                  options.gpus.has_value());
   if (options.gpus && options.gpus->count)

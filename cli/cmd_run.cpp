@@ -53,9 +53,6 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);
   }
   launcher::raise_fd_limit();
-  // Once the job is recorded, `dlrun resize` may signal this process: the request waits for the
-  // supervisor's handler (Supervisor::begin unblocks it) instead of ending dlrun.
-  launcher::block_resize_requests();
   auto record = start_foreground(args.foreground, app, launcher::JobOrigin::run, c.plan, c.gpu_slots);
   c.job_id = record->job_id();
   c.attach = [&record](launcher::Plan& plan) { record->attach(plan); };

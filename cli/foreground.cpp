@@ -118,6 +118,9 @@ std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& 
   command.grace_seconds = options.grace_seconds;
   command.uses_gpus = uses_gpus;
   command.remote = origin == launcher::JobOrigin::run;
+  // Once the job is recorded, `dlrun resize` may signal this process: the request waits for the
+  // supervisor's handler (Supervisor::begin unblocks it) instead of ending dlrun.
+  launcher::block_resize_requests();
   return std::make_unique<launcher::ForegroundJob>(env, command, std::move(resume));
 }
 

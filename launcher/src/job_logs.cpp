@@ -93,6 +93,15 @@ PrefixedLogs foreground_logs(const JobRecord& job) {
   return logs;
 }
 
+// A started job's logs are in `dir` (its run directory, or its job file's log_dir): say so when
+// they were removed, rather than print nothing.
+void require_logs(const JobRecord& job, const std::string& dir) {
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return;
+  throw ConfigError(fmt::format("job {}: its {} {} is gone (dlrun clean removes old ones)", job.id,
+                                dir == job.run_dir ? "run directory" : "log directory", dir));
+}
+
 // Whether following should stop: what is written no longer reaches anyone.
 bool gone(const std::ostream& out, const std::function<bool()>& reader_gone) {
   return !out || (reader_gone && reader_gone());
@@ -100,11 +109,7 @@ bool gone(const std::ostream& out, const std::function<bool()>& reader_gone) {
 
 void follow_foreground(JobQueue& queue, const JobRecord& job, Follow follow, std::ostream& out,
                        const std::function<bool()>& reader_gone) {
-  std::error_code ec;
-  if (!fs::is_directory(job.run_dir, ec)) {
-    throw ConfigError(fmt::format("job {}: its run directory {} is gone (dlrun clean removes old ones)", job.id,
-                                  job.run_dir));
-  }
+  require_logs(job, job.run_dir);
   PrefixedLogs logs = foreground_logs(job);
   if (follow == Follow::no) {
     logs.copy(out, true);
@@ -134,11 +139,7 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
   const bool foreground = job->submitted.origin != JobOrigin::submit;
   if (foreground && rank < 0) return follow_foreground(queue, *job, follow, out, reader_gone);
   const std::string log_dir = queue.log_dir(*job);
-  std::error_code ec;
-  if (!job->run_dir.empty() && !fs::is_directory(log_dir, ec)) {
-    throw ConfigError(fmt::format("job {}: its {} {} is gone (dlrun clean removes old ones)", id,
-                                  log_dir == job->run_dir ? "run directory" : "log directory", log_dir));
-  }
+  if (!job->run_dir.empty()) require_logs(*job, log_dir);
   const std::string path = rank >= 0 ? rank_log_path(log_dir, rank) : log_dir + "/output.log";
   std::streamoff offset = copy_new(path, 0, out);
   if (follow == Follow::no) return;

@@ -45,6 +45,11 @@ const std::string* error_file_of(const Member& member) {
 
 std::string_view first_line(std::string_view text) { return text.substr(0, text.find('\n')); }
 
+// "the rank" or "all 4 ranks": whom a restart starts again.
+std::string all_of(size_t count, const std::string& noun) {
+  return count == 1 ? "the " + noun : fmt::format("all {} {}s", count, noun);
+}
+
 // A terminal that redraws a progress line in place ("\r\x1b[K").
 bool live_terminal(int fd, const Environment& env) {
   if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
@@ -359,8 +364,7 @@ void Supervisor::finish_attempt() {
       leave_out_failing_gpu(*m_failure);
       ++m_failures_restarted;
       count_restart();
-      log::warn("restarting {} (restart {} of {})",
-                m_group->size() == 1 ? "the " + m_job.member_noun : fmt::format("all {} {}s", m_group->size(), m_job.member_noun),
+      log::warn("restarting {} (restart {} of {})", all_of(m_group->size(), m_job.member_noun),
                 m_failures_restarted, m_job.options.max_restarts);
       start_attempt();
       return;
@@ -371,16 +375,14 @@ void Supervisor::finish_attempt() {
       const auto delay = restart_request_delay(m_quick_requests);
       if (delay.count() == 0) {
         if (!m_job.options.quiet) {
-          log::info("ranks asked to be restarted: restarting {}",
-                    m_job.world_size == 1 ? std::string("the rank") : fmt::format("all {} ranks", m_job.world_size));
+          log::info("ranks asked to be restarted: restarting {}", all_of(m_job.world_size, "rank"));
         }
         start_attempt();
         return;
       }
       log::warn("ranks asked to be restarted (exit {}) {} times in a row, each within {} s of its start: "
                 "restarting {} in {:g} s",
-                exit_code::k_restart_me, m_quick_requests, k_quick_attempt.count(),
-                m_job.world_size == 1 ? "the rank" : fmt::format("all {} ranks", m_job.world_size),
+                exit_code::k_restart_me, m_quick_requests, k_quick_attempt.count(), all_of(m_job.world_size, "rank"),
                 std::chrono::duration<double>(delay).count());
       m_phase = Phase::waiting;
       m_restart_timer.expires_after(delay);

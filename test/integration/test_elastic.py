@@ -20,6 +20,17 @@ while true; do sleep 0.05; done
 """
 
 
+def submit_elastic(case, rank):
+    """Submits the program `rank` as a job of 1 to 3 ranks on 4 CPU slots; returns its id."""
+    case.env["DLRUN_CPU_SLOTS"] = "4"
+    job_file = os.path.join(case.tmp, "job.toml")
+    with open(job_file, "w") as f:
+        f.write(f'command = ["{rank}"]\n[resources]\nnproc = "1:3"\n')
+    r = case.dlrun("submit", "--parsable", job_file)
+    case.assertEqual(r.returncode, 0, r.stderr)
+    return r.stdout.strip()
+
+
 class Resize(DlrunTestCase):
     def elastic_rank(self):
         self.starts = os.path.join(self.tmp, "starts")
@@ -29,16 +40,6 @@ class Resize(DlrunTestCase):
             f.write(ELASTIC_RANK.format(starts=self.starts, stops=self.stops))
         os.chmod(path, 0o755)
         return path
-
-    def submit_elastic(self, rank):
-        """Submits `rank` as a job of 1 to 3 ranks on 4 CPU slots; returns its id."""
-        self.env["DLRUN_CPU_SLOTS"] = "4"
-        job_file = os.path.join(self.tmp, "job.toml")
-        with open(job_file, "w") as f:
-            f.write(f'command = ["{rank}"]\n[resources]\nnproc = "1:3"\n')
-        r = self.dlrun("submit", "--parsable", job_file)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        return r.stdout.strip()
 
     def job_id(self, proc):
         runs = os.path.join(self.home, "runs")
@@ -146,7 +147,7 @@ class Resize(DlrunTestCase):
         self.assertIn("no job nope", r.stderr)
 
     def test_resize_a_submitted_job_moves_its_allocation(self):
-        job = self.submit_elastic(self.elastic_rank())
+        job = submit_elastic(self, self.elastic_rank())
         try:
             self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
             r = self.dlrun("resize", job, "1")
@@ -172,7 +173,7 @@ class Resize(DlrunTestCase):
 echo "$RANK:$WORLD_SIZE" >> {starts}
 while true; do sleep 0.05; done
 """)
-        job = self.submit_elastic(rank)
+        job = submit_elastic(self, rank)
         status = lambda: json.loads(self.dlrun("status", "--json", job).stdout)
         try:
             self.assertTrue(wait_for(lambda: len(read_words(starts)) == 3, 30))
@@ -266,13 +267,7 @@ while True:
         self.assertIn("resizing from 2 to 1 ranks: asking the ranks to checkpoint and stop", err)
 
     def test_a_submitted_job_is_refused_and_keeps_its_slots(self):
-        self.env["DLRUN_CPU_SLOTS"] = "4"
-        job_file = os.path.join(self.tmp, "job.toml")
-        with open(job_file, "w") as f:
-            f.write(f'command = ["{self.plain_rank()}"]\n[resources]\nnproc = "1:3"\n')
-        r = self.dlrun("submit", "--parsable", job_file)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        job = r.stdout.strip()
+        job = submit_elastic(self, self.plain_rank())
         try:
             self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
             r = self.dlrun("resize", job, "1")
