@@ -31,9 +31,13 @@ def why_unavailable():
 class Cluster:
     """`count` hosts at 10.233.N.11, .12, …; this machine is 10.233.N.1 on the bridge."""
 
+    made = 0  # clusters made by this process: the kernel removes a deleted namespace's veth late
+
     def __init__(self, count, tmp):
         self.tmp = tmp
-        tag = os.getpid() % 100000
+        Cluster.made += 1
+        tag = f"{os.getpid() % 100000}{Cluster.made % 10}"
+        self.tag = tag
         self.net = 20 + os.getpid() % 200
         self.bridge = f"dlbr{tag}"
         self.namespaces = [f"dlh{tag}n{i}" for i in range(count)]
@@ -54,7 +58,7 @@ class Cluster:
         run("ip", "addr", "add", f"10.233.{self.net}.1/24", "dev", self.bridge)
         run("ip", "link", "set", self.bridge, "up")
         for i, ns in enumerate(self.namespaces):
-            veth = f"dlv{os.getpid() % 100000}n{i}"
+            veth = f"dlv{self.tag}n{i}"
             run("ip", "netns", "add", ns)
             run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
             run("ip", "link", "set", veth, "master", self.bridge, "up")

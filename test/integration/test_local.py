@@ -565,9 +565,11 @@ while true; do sleep 0.05; done
                                  env=self.env, start_new_session=True)
             self._started = getattr(self, "_started", []) + [p]
             os.close(writer)
-            log = os.path.join(self.run_dir(), "rank-0.log")
-            # dlrun goes on reading the ranks (into their logs) far beyond what the pipe holds.
-            self.assertTrue(wait_for(lambda: os.path.exists(log) and os.path.getsize(log) > (1 << 20), 60))
+            logs = [os.path.join(self.run_dir(), f"rank-{rank}.log") for rank in (0, 1)]
+            # dlrun goes on reading the ranks (into their logs) far beyond what the pipe holds
+            # (64 KiB), up to what it queues for the reader (4 MiB, with the prefixes).
+            logged = lambda: sum(os.path.getsize(log) for log in logs if os.path.exists(log))
+            self.assertTrue(wait_for(lambda: logged() > (1 << 20), 60), logged())
             p.send_signal(signal.SIGTERM)
             _, err = p.communicate(timeout=60)  # it waited in write(2) for good
             self.assertEqual(p.returncode, 143, err)
