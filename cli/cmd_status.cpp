@@ -166,7 +166,8 @@ Command add_status_command(CLI::App& dlrun) {
           "SECONDS"));
   app->footer(
       "Columns: EXIT is the job's exit code; RESTARTS counts restarts after a failure (they spend "
-      "max_restarts), RESIZES restarts at another size; SAMPLES/S is smoothed over the last 30 s of "
+      "max_restarts) and those the ranks asked for (all exited 75), RESIZES restarts at another size; "
+      "SAMPLES/S is smoothed over the last 30 s of "
       "metrics.jsonl; REASON says why a PENDING job waits, or why a job failed or was cancelled "
       "(docs/jobs.md). No colour, columns of steady width: fit for watch(1) too.\n"
       "With JOB, the exit code tells the job's state: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 PENDING, "

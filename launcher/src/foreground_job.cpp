@@ -192,7 +192,7 @@ void ForegroundJob::attach(Plan& plan) {
                              plan.max_world_size);
   const int64_t id = *m_number;
   plan.on_restart = [&store, id](const RestartCounts& counts) {
-    store.set_restarts(id, counts.failures, counts.resizes);
+    store.set_restarts(id, counts.failures, counts.resizes, counts.requested);
   };
   // Its own supervisor resizes it, within the GPUs it started with: it keeps holding them all
   // (a shrunk job grows back onto them), while its rank count changes.

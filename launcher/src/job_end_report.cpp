@@ -16,6 +16,7 @@ std::string history(const JobRecord& job, bool with_ranks) {
   std::vector<std::string> parts;
   if (with_ranks && job.allocation.ranks > 0) parts.push_back(count(job.allocation.ranks, "rank"));
   if (job.restarts > 0) parts.push_back(count(job.restarts, "restart"));
+  if (job.requested_restarts > 0) parts.push_back(count(job.requested_restarts, "restart") + " the ranks asked for");
   if (job.resizes > 0) parts.push_back(count(job.resizes, "resize"));
   if (parts.empty()) return {};
   return fmt::format(" ({})", fmt::join(parts, ", "));

@@ -35,6 +35,14 @@ std::string ranks_of(const JobRecord& job) {
   return r.min_ranks == r.max_ranks ? std::to_string(r.max_ranks) : fmt::format("{}:{}", r.min_ranks, r.max_ranks);
 }
 
+// Every restart but a resize: after a failure, and those the ranks asked for (exit 75).
+std::string restarts_text(const JobRecord& job) {
+  const int all = job.restarts + job.requested_restarts;
+  if (job.requested_restarts == 0) return std::to_string(all);
+  if (job.restarts == 0) return fmt::format("{} (asked for by the ranks)", all);
+  return fmt::format("{} ({} after a failure, {} asked for by the ranks)", all, job.restarts, job.requested_restarts);
+}
+
 std::string number_text(std::optional<double> v) {
   if (!v) return "-";
   if (std::fabs(*v - std::round(*v)) < 1e-9) return fmt::format("{:.0f}", *v);
@@ -120,7 +128,7 @@ std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& 
     auto metrics = metrics_of(job);
     const std::string& reason = reason_of(insight, job);
     rows.push_back({std::to_string(job.id), job.name, to_string(job.state), exit_text(job), ranks_of(job), gpus_of(job),
-                    std::to_string(job.restarts), std::to_string(job.resizes),
+                    std::to_string(job.restarts + job.requested_restarts), std::to_string(job.resizes),
                     job.submitted_at > 0 ? local_iso8601(static_cast<std::time_t>(job.submitted_at)) : "-",
                     job.started_at > 0 ? format_duration(elapsed(job, now)) : "-", number_text(metrics.global_batch),
                     number_text(metrics.samples_per_sec), policy_text(policy_of(insight, job)),
@@ -164,7 +172,7 @@ std::string status_details(const JobRecord& job, double now, const QueueInsight&
       {"reason:", reason.empty() ? "-" : reason},
       {"ranks:", ranks_of(job)},
       {"gpus:", gpus_of(job)},
-      {"restarts:", std::to_string(job.restarts)},
+      {"restarts:", restarts_text(job)},
       {"resizes:", std::to_string(job.resizes)},
       {"failed rank:", job.failed_rank ? std::to_string(*job.failed_rank) : "-"},
       {"submitted:", iso_time(job.submitted_at)},
@@ -204,7 +212,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   }
   Json out = Json::object();
   auto& fields = out.get_ref<Json::object_t&>();
-  fields.reserve(24);  // every key below: no reallocation (10,000 objects for status --all --json)
+  fields.reserve(27);  // every key below: no reallocation (10,000 objects for status --all --json)
   auto add = [&fields](const char* key, Json value) {
     fields.Json::object_t::Container::emplace_back(key, std::move(value));
   };
@@ -214,10 +222,13 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   add("exit_code", job.exit_code ? Json(*job.exit_code) : Json());
   add("reason", reason_of(insight, job));
   add("failed_rank", job.failed_rank ? Json(*job.failed_rank) : Json());
-  add("ranks", job.allocation.ranks);
+  add("ranks", job.allocation.ranks > 0 ? Json(job.allocation.ranks) : Json());
   add("gpus", std::move(gpus));
+  add("min_ranks", job.submitted.request.min_ranks);
+  add("max_ranks", job.submitted.request.max_ranks);
   add("restarts", job.restarts);
   add("resizes", job.resizes);
+  add("requested_restarts", job.requested_restarts);
   add("submitted_at", iso_time(job.submitted_at));
   add("started_at", time_or_null(job.started_at));
   add("ended_at", time_or_null(job.ended_at));

@@ -168,7 +168,7 @@ int run_submitted_job(int64_t id, const Environment& env) {
     Plan job = make_plan(options_for(spec, record->allocation, run_dir, log_dir), base, std::to_string(id));
     job.program.working_dir = spec.workdir;
     job.on_restart = [&store, id](const RestartCounts& counts) {
-      store.set_restarts(id, counts.failures, counts.resizes);
+      store.set_restarts(id, counts.failures, counts.resizes, counts.requested);
     };
     // The supervisor records its own new size: the store must not wait for the answer to reach
     // `dlrun resize` or the scheduler, which may be gone by then (Ctrl-C on a slow resize).

@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   final_samples_per_sec REAL,
   final_goodput    REAL,
   final_noise_scale REAL,
-  origin           TEXT NOT NULL DEFAULT 'submit'
+  origin           TEXT NOT NULL DEFAULT 'submit',
+  requested_restarts INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs(ended_at, id);
@@ -78,7 +79,7 @@ CREATE TABLE IF NOT EXISTS scheduler_lease (
 )sql";
 
 // The schema's version, kept in the store's user_version: raise it with every change below.
-constexpr int k_schema_version = 2;  // 2: jobs_by_end
+constexpr int k_schema_version = 3;  // 2: jobs_by_end; 3: requested_restarts
 
 // Columns later versions added, with what rows from before them hold.
 constexpr std::pair<const char*, const char*> k_added_columns[] = {
@@ -95,6 +96,8 @@ constexpr std::pair<const char*, const char*> k_added_columns[] = {
     {"final_noise_scale", "REAL"},
     // Before it, only submitted jobs were recorded.
     {"origin", "TEXT NOT NULL DEFAULT 'submit'"},
+    // Before it, restarts the ranks asked for (exit 75) were not counted.
+    {"requested_restarts", "INTEGER NOT NULL DEFAULT 0"},
 };
 
 // The highest job number among the run directories beside the store ($DLRUN_HOME/runs/N,
@@ -347,6 +350,7 @@ JobRecord JobStore::read_row(Statement& s) {
   r.final_metrics.goodput = number(33);
   r.final_metrics.noise_scale = number(34);
   r.submitted.origin = parse_job_origin(s.text(35));
+  r.requested_restarts = static_cast<int>(s.int64(36));
   return r;
 }
 
@@ -432,9 +436,9 @@ std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capaci
   }
 }
 
-void JobStore::set_restarts(int64_t id, int restarts, int resizes) {
-  Statement s(m_db, "UPDATE jobs SET restarts = ?, resizes = ? WHERE id = ?");
-  s.bind(1, restarts).bind(2, resizes).bind(3, id);
+void JobStore::set_restarts(int64_t id, int restarts, int resizes, int requested) {
+  Statement s(m_db, "UPDATE jobs SET restarts = ?, resizes = ?, requested_restarts = ? WHERE id = ?");
+  s.bind(1, restarts).bind(2, resizes).bind(3, requested).bind(4, id);
   s.step();
 }
 

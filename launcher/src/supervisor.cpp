@@ -369,6 +369,7 @@ void Supervisor::finish_attempt() {
       start_attempt();
       return;
     case NextStep::restart_on_request: {
+      ++m_requested_restarts;
       count_restart();
       const auto lasted = std::chrono::steady_clock::now() - m_attempt_started;
       m_quick_requests = lasted < k_quick_attempt ? m_quick_requests + 1 : 0;
@@ -484,7 +485,7 @@ void Supervisor::record(const std::string& state, std::optional<int> code) {
 
 void Supervisor::count_restart() {
   ++m_restart_count;
-  if (m_job.on_restart) m_job.on_restart({m_restart_count, m_failures_restarted, m_resizes});
+  if (m_job.on_restart) m_job.on_restart({m_restart_count, m_failures_restarted, m_resizes, m_requested_restarts});
 }
 
 void Supervisor::finish(int code) {

@@ -458,10 +458,18 @@ fi
 echo $DLRUN_RESTART_COUNT >> {attempts}
 if [ "$DLRUN_RESTART_COUNT" -lt 2 ]; then exit 75; fi
 """)
-        r = self.dlrun("local", "--nproc", "2", script)
+        r = self.dlrun("local", "--nproc", "2", "--name", "asks", script)
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(attempts) as f:
             self.assertEqual(sorted(f.read().split()), ["0", "0", "1", "1", "2", "2"])
+        # The job's record counts them apart from the restarts after a failure.
+        job = json.loads(self.dlrun("status", "asks", "--json").stdout)
+        self.assertEqual((job["restarts"], job["requested_restarts"], job["resizes"]), (0, 2, 0))
+        self.assertRegex(self.dlrun("status", "asks").stdout, r"\nrestarts: +2 \(asked for by the ranks\)\n")
+        table = self.dlrun("status").stdout.splitlines()
+        column = table[0].index("RESTARTS")
+        row = next(line for line in table if " asks " in line)
+        self.assertEqual(row[column:].split()[0], "2")
 
 
 class Signals(DlrunTestCase):

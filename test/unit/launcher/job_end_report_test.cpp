@@ -26,6 +26,9 @@ TEST_SUITE("launcher::JobEndReport") {
     job.restarts = 1;
     job.resizes = 2;
     CHECK(job_end_summary(job) == "Job 7 (train) SUCCEEDED in 0:12 (2 ranks, 1 restart, 2 resizes)");
+    job.requested_restarts = 3;
+    CHECK(job_end_summary(job) ==
+          "Job 7 (train) SUCCEEDED in 0:12 (2 ranks, 1 restart, 3 restarts the ranks asked for, 2 resizes)");
   }
   TEST_CASE("a failure names the rank, its code, and shows the end of its log") {
     JobRecord job = ended(JobState::failed, 139, "rank 1 was killed by signal 11 (SIGSEGV)");

@@ -46,4 +46,30 @@ TEST_SUITE("launcher::JobReport") {
     CHECK(json.find("\"exit_code\":3") != std::string::npos);
     CHECK(json.find("\"started_at\":null") != std::string::npos);
   }
+  TEST_CASE("a pending elastic job has no ranks yet: null, beside the range it asked for") {
+    JobRecord job;
+    job.id = 8;
+    job.name = "elastic";
+    job.submitted.request.min_ranks = 2;
+    job.submitted.request.max_ranks = 4;
+    std::string json = job_json(job, 0);
+    CHECK(json.find("\"ranks\":null,\"gpus\":[],\"min_ranks\":2,\"max_ranks\":4") != std::string::npos);
+    CHECK(status_rows({job}, 0)[1][4] == "2:4");
+    job.state = JobState::running;
+    job.allocation.ranks = 3;
+    CHECK(job_json(job, 0).find("\"ranks\":3,") != std::string::npos);
+  }
+  TEST_CASE("restarts the ranks asked for count beside those after a failure") {
+    JobRecord job;
+    job.id = 9;
+    job.name = "asks";
+    job.restarts = 1;
+    job.requested_restarts = 2;
+    CHECK(status_rows({job}, 0)[1][6] == "3");
+    CHECK(status_details(job, 0).find("restarts:") != std::string::npos);
+    CHECK(status_details(job, 0).find(" 3 (1 after a failure, 2 asked for by the ranks)\n") != std::string::npos);
+    const std::string json = job_json(job, 0);
+    CHECK(json.find("\"restarts\":1,") != std::string::npos);
+    CHECK(json.find("\"requested_restarts\":2,") != std::string::npos);
+  }
 }

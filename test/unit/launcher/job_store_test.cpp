@@ -104,13 +104,13 @@ TEST_SUITE("launcher::JobStore") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");
     int64_t id = store.submit(job("a", false, 2));
-    store.set_restarts(id, 1, 3);
+    store.set_restarts(id, 1, 3, 2);
     MetricsSnapshot metrics;
     metrics.global_batch = 512;
     metrics.samples_per_sec = 1234.5;
     store.finish(id, JobState::failed, 3, "rank 1 exited with code 3", {1, metrics});
     auto r = store.get(id);
-    CHECK((r->restarts == 1 && r->resizes == 3));
+    CHECK((r->restarts == 1 && r->resizes == 3 && r->requested_restarts == 2));
     CHECK(r->failed_rank == 1);
     CHECK(r->final_metrics.global_batch == 512);
     CHECK(r->final_metrics.samples_per_sec == 1234.5);
@@ -155,6 +155,25 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(r->final_metrics.empty());
     CHECK(r->submitted.owner_uid == -1);
     CHECK(store.submit(job("new", false, 1)) == 2);
+  }
+  TEST_CASE("a store of schema version 2 gets the restarts the ranks asked for, 0 for its jobs") {
+    TempDir dir;
+    const std::string path = dir.path + "/jobs.db";
+    {
+      JobStore store(path);
+      store.set_restarts(store.submit(job("v2", false, 1)), 1, 2, 3);
+    }
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "ALTER TABLE jobs DROP COLUMN requested_restarts; PRAGMA user_version = 2;", nullptr,
+                         nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+    JobStore store(path);
+    auto r = store.get(1);
+    REQUIRE(r);
+    CHECK((r->restarts == 1 && r->resizes == 2 && r->requested_restarts == 0));
+    store.set_restarts(1, 1, 2, 4);
+    CHECK(store.get(1)->requested_restarts == 4);
   }
   TEST_CASE("only the oldest pending job may start, and GPUs are not shared") {
     TempDir dir;

@@ -275,11 +275,12 @@ TEST_SUITE("launcher::Supervisor") {
     };
     Plan j = job(2);
     j.options.max_restarts = 2;
-    std::vector<int> restarts, failures, resizes;
+    std::vector<int> restarts, failures, resizes, requested;
     j.on_restart = [&](const RestartCounts& counts) {
       restarts.push_back(counts.all);
       failures.push_back(counts.failures);
       resizes.push_back(counts.resizes);
+      requested.push_back(counts.requested);
     };
     Supervisor supervisor(j, runner());
     supervisor.begin();
@@ -288,6 +289,7 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(restarts == std::vector<int>{1, 2, 3});
     CHECK(failures == std::vector<int>{1, 1, 2});
     CHECK(resizes == std::vector<int>{0, 0, 0});
+    CHECK(requested == std::vector<int>{0, 1, 1});  // the second attempt's ranks asked for it
     CHECK(supervisor.failed_rank() == 0);
     CHECK(env_of(world.members[3][0], dlrun::env::k_restart_count) == "3");
   }
@@ -411,7 +413,7 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(finish(supervisor) == 0);
     // Resizes are restarts (DLRUN_RESTART_COUNT) that spend nothing: counted apart from failures.
     REQUIRE(counts.size() == 2);
-    CHECK((counts[1].all == 2 && counts[1].failures == 0 && counts[1].resizes == 2));
+    CHECK((counts[1].all == 2 && counts[1].failures == 0 && counts[1].resizes == 2 && counts[1].requested == 0));
     CHECK_FALSE(supervisor.failed_rank());
   }
 

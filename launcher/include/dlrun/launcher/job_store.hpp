@@ -61,6 +61,7 @@ struct JobRecord {
   std::string reason;  // why it failed or was cancelled
   int restarts = 0;    // restarts after a failure (they spend max_restarts)
   int resizes = 0;     // restarts at a new size (dlrun resize, the scheduler)
+  int requested_restarts = 0;  // restarts the ranks asked for (all exited 75): they spend nothing
   std::optional<int> failed_rank;  // the rank whose failure ended it, if one did
   MetricsSnapshot final_metrics;   // its training metrics when it ended (job_metrics.hpp), if any
   std::string run_dir;
@@ -104,8 +105,8 @@ class JobStore {
   bool claim(int64_t id, const ProcessIdentity& me);
   // If the job is the oldest pending one and its resources are free: RUNNING with them.
   std::optional<Allocation> try_start(int64_t id, const Capacity& capacity, const std::string& run_dir);
-  // Restarts after failures, and restarts at a new size.
-  void set_restarts(int64_t id, int restarts, int resizes);
+  // Restarts after failures, restarts at a new size, and restarts the ranks asked for.
+  void set_restarts(int64_t id, int restarts, int resizes, int requested);
   // A job handed to Slurm: its Slurm id and run directory.
   void set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir);
   // An elastic job's new size: its allocation becomes `world` ranks if that fits beside

@@ -62,6 +62,7 @@ struct RestartCounts {
   int all = 0;       // every restart (DLRUN_RESTART_COUNT)
   int failures = 0;  // after a failed rank: these spend max_restarts
   int resizes = 0;   // to change the rank count (dlrun resize, the scheduler): spend nothing
+  int requested = 0; // the ranks asked for (all exited 75): spend nothing
 };
 
 // How a job's run ended, as its Supervisor tells it.

@@ -131,6 +131,7 @@ class Supervisor {
   int m_restart_count = 0;     // DLRUN_RESTART_COUNT: every restart
   int m_failures_restarted = 0;  // restarts spent from --max-restarts
   int m_resizes = 0;           // restarts at a new size
+  int m_requested_restarts = 0;  // restarts the ranks asked for (exit 75)
   std::optional<Failure> m_failure;
   int m_stop_signal = 0;       // signal that asked dlrun to stop, 0 if none
   int m_late_signal = 0;       // one that came once the attempt was ending anyway (a failure, all exited)
