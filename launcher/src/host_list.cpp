@@ -1,6 +1,12 @@
 #include "dlrun/launcher/host_list.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
+#include <cctype>
+#include <optional>
+#include <utility>
 #include <set>
 #include <sstream>
 
@@ -12,21 +18,73 @@
 namespace dlrun::launcher {
 namespace {
 
+// Host names are not case-sensitive (DNS): "node1" and "NODE1" are one machine.
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+// The name two entries that mean one machine (and one login) share.
+std::string identity(const std::string& name) {
+  const auto at = name.find('@');
+  return at == std::string::npos ? lower(name) : name.substr(0, at + 1) + lower(name.substr(at + 1));
+}
+
 void check_unique(const std::vector<Host>& hosts, const std::string& where) {
   std::set<std::string> seen;
   for (const auto& h : hosts) {
-    if (!seen.insert(h.name).second) {
+    if (!seen.insert(identity(h.name)).second) {
       throw ConfigError(fmt::format("{}: host '{}' is listed twice; give it once with all its slots", where, h.name));
     }
   }
   if (hosts.empty()) throw ConfigError(fmt::format("{}: no hosts given", where));
 }
 
-bool valid_name(std::string_view name) {
+bool is_loopback_ipv6(std::string_view address) { return address == "::1" || address == "0:0:0:0:0:0:0:1"; }
+
+// An IPv6 address as inet_pton reads one (a typo such as "cafe:2:4" is not one).
+bool looks_ipv6(std::string_view address) {
+  in6_addr parsed{};
+  return address.find(':') != std::string_view::npos &&
+         ::inet_pton(AF_INET6, std::string(address).c_str(), &parsed) == 1;
+}
+
+// A host name, an IPv4 address, or ::1 (this machine's IPv6 loopback), after an optional user@.
+// Other IPv6 addresses are refused by name: the ranks' rendezvous speaks IPv4.
+bool valid_name(std::string_view name, std::string& why) {
+  const auto at = name.find('@');
+  const std::string_view host = at == std::string_view::npos ? name : name.substr(at + 1);
+  if (looks_ipv6(host)) {
+    if (is_loopback_ipv6(host) && at == std::string_view::npos) return true;
+    why = is_loopback_ipv6(host)
+              ? "a user@ entry logs in over ssh, and the ranks' rendezvous speaks IPv4: write user@localhost"
+              : "IPv6 addresses other than ::1 are not supported: give the host by name or by IPv4 address "
+                "(this machine with N slots: [::1]:N)";
+    return false;
+  }
   if (name.empty()) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == '@';
   });
+}
+
+// "HOST", "HOST:SLOTS", "[::1]" or "[::1]:SLOTS" (an IPv6 address in brackets, as URLs write it);
+// "::1" without brackets is a name without slots.
+std::pair<std::string, std::optional<std::string>> split_entry(const std::string& entry) {
+  const auto at = entry.find('@');
+  const size_t open = at == std::string::npos ? 0 : at + 1;
+  if (open < entry.size() && entry[open] == '[') {
+    const auto close = entry.find(']', open);
+    if (close != std::string::npos && (close + 1 == entry.size() || entry[close + 1] == ':')) {
+      std::optional<std::string> slots;
+      if (close + 1 < entry.size()) slots = entry.substr(close + 2);
+      return {entry.substr(0, open) + entry.substr(open + 1, close - open - 1), slots};
+    }
+  }
+  const auto colon = entry.rfind(':');
+  if (colon == std::string::npos || looks_ipv6(entry.substr(open))) return {entry, std::nullopt};
+  return {entry.substr(0, colon), entry.substr(colon + 1)};
 }
 
 }  // namespace
@@ -36,18 +94,20 @@ std::vector<Host> parse_host_list(std::string_view text) {
   for (const auto& raw : split(text, ',')) {
     auto entry = std::string(trim(raw));
     Host host;
-    auto colon = entry.rfind(':');
-    host.name = entry.substr(0, colon);
-    if (colon != std::string::npos) {
-      auto slots = parse_int(entry.substr(colon + 1));
+    auto [name, slots_text] = split_entry(entry);
+    host.name = name;
+    if (slots_text) {
+      auto slots = parse_int(*slots_text);
       if (!slots || *slots < 1) {
         throw ConfigError(fmt::format("--hosts {}: '{}': slots must be a number of ranks, at least 1 (as in a:4)", text, entry));
       }
       host.slots = *slots;
     }
-    if (!valid_name(host.name)) {
-      throw ConfigError(fmt::format("--hosts {}: '{}' is not a host name (expected HOST or HOST:SLOTS, comma-separated)",
-                                    text, entry));
+    std::string why;
+    if (!valid_name(host.name, why)) {
+      throw ConfigError(why.empty() ? fmt::format("--hosts {}: '{}' is not a host name (expected HOST or HOST:SLOTS, "
+                                                  "comma-separated)", text, entry)
+                                    : fmt::format("--hosts {}: '{}': {}", text, entry, why));
     }
     hosts.push_back(host);
   }
@@ -67,8 +127,13 @@ std::vector<Host> parse_hostfile(std::string_view text, const std::string& path)
     for (std::string w; stream >> w;) words.push_back(w);
     Host host;
     host.name = words[0];
-    if (!valid_name(host.name)) {
-      throw ConfigError(fmt::format("{}:{}: '{}' is not a host name", path, line_number, host.name));
+    if (host.name.size() > 2 && host.name.front() == '[' && host.name.back() == ']') {
+      host.name = host.name.substr(1, host.name.size() - 2);
+    }
+    std::string why;
+    if (!valid_name(host.name, why)) {
+      throw ConfigError(why.empty() ? fmt::format("{}:{}: '{}' is not a host name", path, line_number, host.name)
+                                    : fmt::format("{}:{}: '{}': {}", path, line_number, host.name, why));
     }
     for (size_t i = 1; i < words.size(); ++i) {
       const auto& w = words[i];
@@ -100,9 +165,9 @@ void mark_local_hosts(std::vector<Host>& hosts, const std::vector<std::string>& 
       host.local = false;
       continue;
     }
-    std::string h = host_part(host.name);
-    host.local = h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0 ||
-                 std::find(own_names.begin(), own_names.end(), h) != own_names.end();
+    const std::string h = lower(host.name);
+    host.local = h == "localhost" || is_loopback_ipv6(h) || h.rfind("127.", 0) == 0 ||
+                 std::any_of(own_names.begin(), own_names.end(), [&h](const std::string& own) { return lower(own) == h; });
   }
 }
 
