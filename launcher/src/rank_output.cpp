@@ -1,5 +1,6 @@
 #include "dlrun/launcher/rank_output.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -95,18 +96,79 @@ void Terminal::end_progress(const void* owner, std::optional<Stream> stream) {
 }
 
 RankOutput::RankOutput(Options options, int log_fd, Terminal& terminal)
-    : m_options(std::move(options)), m_log_fd(log_fd), m_terminal(terminal) {}
+    : m_options(std::move(options)), m_log_fd(log_fd), m_terminal(terminal) {
+  read_log_end();
+}
 
 RankOutput::~RankOutput() {
   m_terminal.end_progress(this);
+  flush_log(Stream::out);
+  flush_log(Stream::err);
   if (m_log_fd >= 0) ::close(m_log_fd);
 }
 
 void RankOutput::write_log(std::string_view data) {
+  if (!data.empty()) m_log_last = data.back();
   if (m_log_fd >= 0 && !write_all(m_log_fd, data)) {
     ::close(m_log_fd);  // disk full or similar: keep the terminal going
     m_log_fd = -1;
   }
+}
+
+namespace {
+// An unfinished line held back longer than this goes to the log as it is (a rank that writes
+// megabytes without a newline must not make dlrun hold them).
+constexpr size_t k_max_log_pending = 64 * 1024;
+constexpr int k_earlier_run = 2;  // m_log_partial_stream: the log ended mid-line when opened
+
+bool ends_segment(char c) { return c == '\n' || c == '\r'; }
+int stream_index(Stream stream) { return stream == Stream::err ? 1 : 0; }
+}  // namespace
+
+void RankOutput::read_log_end() {
+  // The log may hold an earlier attempt's output (a restart, --resume), perhaps ending mid-line.
+  struct stat st {};
+  char last = '\n';
+  if (m_log_fd >= 0 && ::fstat(m_log_fd, &st) == 0 && st.st_size > 0 &&
+      ::pread(m_log_fd, &last, 1, st.st_size - 1) != 1) {
+    last = '\n';  // opened write-only: taken as ending a line
+  }
+  m_log_last = last;
+  m_log_partial_stream = ends_segment(last) ? -1 : k_earlier_run;
+}
+
+void RankOutput::log_stream(Stream stream, std::string_view chunk) {
+  if (m_log_fd < 0) return;
+  std::string& pending = m_log_pending[stream_index(stream)];
+  // A segment ends at a newline or at a carriage return (a progress bar's redraw), so a bar
+  // shows in the log as it goes, one redraw behind.
+  const size_t end = chunk.find_last_of("\n\r");
+  if (end != std::string_view::npos) {
+    if (pending.empty()) {
+      write_segment(stream, chunk.substr(0, end + 1));
+    } else {
+      pending.append(chunk.data(), end + 1);
+      write_segment(stream, pending);
+      pending.clear();
+    }
+    chunk.remove_prefix(end + 1);
+  }
+  pending.append(chunk.data(), chunk.size());
+  if (pending.size() > k_max_log_pending) flush_log(stream);
+}
+
+void RankOutput::write_segment(Stream stream, std::string_view data) {
+  // After a line the other stream (or an earlier run) left unfinished, a line of its own.
+  if (m_log_partial_stream >= 0 && m_log_partial_stream != stream_index(stream)) write_log("\n");
+  write_log(data);
+  m_log_partial_stream = ends_segment(m_log_last) ? -1 : stream_index(stream);
+}
+
+void RankOutput::flush_log(Stream stream) {
+  std::string& pending = m_log_pending[stream_index(stream)];
+  if (pending.empty()) return;
+  write_segment(stream, pending);
+  pending.clear();
 }
 
 namespace {
@@ -170,7 +232,7 @@ void RankOutput::show_pending(Stream stream) {
 }
 
 void RankOutput::on_data(Stream stream, std::string_view chunk) {
-  write_log(chunk);
+  log_stream(stream, chunk);
   m_batch.clear();
   splitter(stream).feed(chunk, [&](std::string_view line) { take_line(stream, line); });
   // This rank's finished line takes the place of its progress line.
@@ -180,6 +242,7 @@ void RankOutput::on_data(Stream stream, std::string_view chunk) {
 }
 
 void RankOutput::on_eof(Stream stream) {
+  flush_log(stream);
   m_batch.clear();
   splitter(stream).finish([&](std::string_view line) { take_line(stream, line); });
   m_terminal.end_progress(this, stream);
@@ -187,9 +250,13 @@ void RankOutput::on_eof(Stream stream) {
 }
 
 void RankOutput::note_in_log(std::string_view line) {
-  std::string text(line);
+  flush_log(Stream::out);  // a note goes after what the rank wrote before it
+  flush_log(Stream::err);
+  std::string text = m_log_last == '\n' ? std::string() : std::string("\n");
+  text += line;
   text += '\n';
   write_log(text);
+  m_log_partial_stream = -1;
 }
 
 }  // namespace dlrun::launcher

@@ -165,7 +165,7 @@ void Supervisor::start_attempt() {
     out.tail_lines = static_cast<size_t>(std::max(0, options.tail_lines));
     int fd = -1;
     if (!member.log_path.empty()) {
-      fd = ::open(member.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      fd = ::open(member.log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (fd < 0) log::warn("cannot open {}: {}; {} is not logged", member.log_path, std::strerror(errno), member.name);
     }
     auto output = std::make_unique<RankOutput>(std::move(out), fd, m_terminal);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -97,6 +98,48 @@ TEST_SUITE("launcher::RankOutput") {
     rank0.on_data(Stream::err, "\r100%\n");
     CHECK(screen.read_err() == "[0] 100%\n");
     CHECK(rank0.stderr_tail().back() == "100%");
+  }
+
+  TEST_CASE("the log keeps each stream's lines whole, every byte of them") {
+    // A stderr chunk that arrives in the middle of a stdout line (a bar beside print()) went
+    // into the log inside that line.
+    Screen screen;
+    Terminal terminal(screen.out[1], screen.err[1]);
+    char path[] = "/tmp/dlrun-rank-log-XXXXXX";
+    int log[2] = {-1, ::mkstemp(path)};  // [0] reads what [1] wrote so far
+    REQUIRE(log[1] >= 0);
+    log[0] = ::open(path, O_RDONLY);
+    {
+      RankOutput rank0(prefixed("[0] "), log[1], terminal);
+      rank0.on_data(Stream::out, "epoch 1: ");
+      rank0.on_data(Stream::err, "\r 10%|#");  // a bar's redraw ends at the next one's \r
+      rank0.on_data(Stream::out, "loss 0.3\nepoch 2");
+      CHECK(Screen::take(log[0]) == "\repoch 1: loss 0.3\n");
+      rank0.on_data(Stream::err, "\r 20%|#");
+      CHECK(Screen::take(log[0]) == " 10%|#\r");
+      rank0.on_data(Stream::err, "#|\r100%|##|\n");
+      CHECK(Screen::take(log[0]) == " 20%|##|\r100%|##|\n");
+      rank0.note_in_log("==> dlrun: restart 1 <==");  // on a line of its own
+      CHECK(Screen::take(log[0]) == "epoch 2\n==> dlrun: restart 1 <==\n");
+      rank0.on_data(Stream::err, "no newline at the end");
+      rank0.on_eof(Stream::err);
+      CHECK(Screen::take(log[0]) == "no newline at the end");
+      // A segment past 64 KiB goes as it is; after the other stream's unfinished line, on a line
+      // of its own.
+      rank0.on_data(Stream::out, std::string(70 * 1024, 'x'));
+      CHECK(Screen::take(log[0]) == "\n" + std::string(70 * 1024, 'x'));
+      rank0.on_data(Stream::out, "tail");
+    }
+    CHECK(Screen::take(log[0]) == "tail");  // what is left goes in when the output is done
+    // The next attempt's note, through another RankOutput on the same file, starts a line.
+    {
+      RankOutput again(prefixed("[0] "), ::open(path, O_RDWR | O_APPEND), terminal);
+      again.note_in_log("==> dlrun: restart 2 <==");
+      again.on_data(Stream::err, "err\n");
+    }
+    CHECK(Screen::take(log[0]) == "\n==> dlrun: restart 2 <==\nerr\n");
+    ::unlink(path);
+    ::close(log[0]);
   }
 
   TEST_CASE("a rank that is not shown draws no bar") {

@@ -1,6 +1,9 @@
 #pragma once
-// Where a rank's output goes: every byte to its log file RUN_DIR/rank-N.log, whole lines
-// with a prefix to dlrun's own stdout/stderr (if the rank is shown), and the last lines of
+// Where a rank's output goes: every byte to its log file RUN_DIR/rank-N.log, a segment (up to a
+// newline, or a carriage return: a progress bar's redraw) of one stream at a time, so that a
+// stderr chunk that arrives in the middle of a stdout line goes in after it, not inside it (a
+// segment is held until its end, up to 64 KiB), whole lines with a prefix to dlrun's own
+// stdout/stderr (if the rank is shown), and the last lines of
 // its stderr kept for the failure report. One RankOutput per rank; the Terminal is shared
 // by all ranks of the process and writes each batch of whole lines with one write(2), so
 // lines of different ranks never mix. On a terminal ("live" streams) a line that redraws
@@ -92,7 +95,8 @@ class RankOutput {
     size_t tail_lines = 20;
   };
 
-  // Takes ownership of log_fd (may be -1: no log).
+  // Takes ownership of log_fd (may be -1: no log), opened for appending; readable too, it tells
+  // whether an earlier attempt's output there ended mid-line.
   RankOutput(Options options, int log_fd, Terminal& terminal);
   ~RankOutput();
   RankOutput(const RankOutput&) = delete;
@@ -111,6 +115,11 @@ class RankOutput {
 
  private:
   void write_log(std::string_view data);
+  // Into the log up to the stream's last newline or carriage return; the rest waits.
+  void log_stream(Stream stream, std::string_view chunk);
+  void write_segment(Stream stream, std::string_view data);
+  void flush_log(Stream stream);
+  void read_log_end();
   void take_line(Stream stream, std::string_view line);
   void show_pending(Stream stream);
   LineSplitter& splitter(Stream stream) { return m_splitters[stream == Stream::err ? 1 : 0]; }
@@ -122,6 +131,9 @@ class RankOutput {
   std::deque<std::string> m_tail;
   std::string m_first_dlrun_error;
   std::string m_batch;
+  std::string m_log_pending[2];  // per stream: bytes of an unfinished segment, not yet logged
+  char m_log_last = '\n';          // the log's last byte ('\n' for an empty log)
+  int m_log_partial_stream = -1;   // whose bytes end the log mid-line: 0 out, 1 err, 2 an earlier run
 };
 
 }  // namespace dlrun::launcher
