@@ -677,7 +677,8 @@ void AdaptiveBatch::observe_loss(const at::Tensor& loss) {
     return;
   const at::Tensor value = loss.detach().reshape({});
   if (d.loss_sum.defined()) {
-    d.loss_sum.add_(value);
+    // A value given as a number (Python) sums on the CPU beside a device's losses.
+    d.loss_sum.add_(value.device() == d.loss_sum.device() ? value : value.to(d.loss_sum.device()));
   } else {
     d.loss_sum = value.to(at::kDouble).clone();
   }

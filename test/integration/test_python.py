@@ -450,6 +450,83 @@ class Errors(DlrunTestCase):
         self.assertIn("ConfigError | a Checkpoint tracks one data loader", out)
         self.assertIn("ConfigError | the AdaptiveDataLoader of this optimizer is gone", out)
 
+    def test_closures_loss_values_and_an_earlier_lr_scheduler_work_as_with_torch(self):
+        # optimizer.step(closure) dropped the closure (the step trained on no gradient), a loss
+        # given as a number was a TypeError listing C++ signatures, and an LR scheduler made
+        # before the loader warned that its step() came before the optimizer's.
+        out = self.python("""
+            import warnings, torch, dlrun
+            torch.manual_seed(0)
+            ds = torch.utils.data.TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
+            model = dlrun.DataParallel(torch.nn.Linear(3, 1))
+            before = model.module.weight.detach().clone()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+            loader = dlrun.AdaptiveDataLoader(ds, 16, model=model, optimizer=opt, max_micro_batch=4)
+            losses = []
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for x, y in loader:
+                    def closure():
+                        opt.zero_grad()
+                        loss = torch.nn.functional.mse_loss(model(x), y, reduction="sum")
+                        loss.backward()
+                        return loss
+                    loss = opt.step(closure)
+                    losses.append(loss)
+                    loader.observe_loss(float(loss))
+                    if not loader.accumulating:
+                        sched.step()
+            print("steps", loader.step, "losses", len(losses), all(isinstance(l, torch.Tensor) for l in losses))
+            print("trained", not torch.equal(before, model.module.weight.detach()))
+            print("warnings", [str(w.message)[:60] for w in caught])
+            for bad in (lambda: loader.observe_loss(torch.zeros(3)), lambda: loader.observe_loss("0.5")):
+                try:
+                    bad()
+                except dlrun.ConfigError as e:
+                    print("ConfigError |", e)
+            lbfgs = torch.optim.LBFGS(dlrun.DataParallel(torch.nn.Linear(3, 1)).parameters())
+            try:
+                dlrun.AdaptiveDataLoader(ds, 16, model=model, optimizer=lbfgs)
+            except dlrun.ConfigError as e:
+                print("ConfigError |", e)
+            """)
+        self.assertIn("steps 4 losses 16 True", out)
+        self.assertIn("trained True", out)
+        self.assertIn("warnings []", out)
+        self.assertIn("ConfigError | observe_loss takes the micro-batch's loss, one number, not a tensor of shape (3,)",
+                      out)
+        self.assertIn("ConfigError | loss must be a number, not '0.5' (str)", out)
+        self.assertIn("ConfigError | AdaptiveDataLoader cannot drive LBFGS", out)
+
+    def test_a_peer_that_has_gone_is_named(self):
+        # A collective after a peer exited is a CommunicationError; in the middle of backward()
+        # torch's autograd turns every error into a RuntimeError, which keeps the runtime's
+        # message (docs/python.md, "Errors").
+        code = textwrap.dedent("""
+            import os, time, torch, dlrun
+            ctx = dlrun.init()
+            model = dlrun.DataParallel(torch.nn.Linear(100, 10))
+            if ctx.rank == 1:
+                os._exit(0)
+            try:
+                model(torch.randn(8, 100)).sum().backward()
+            except RuntimeError as e:
+                print("backward:", type(e).__name__, "|", e)
+            seen = set()
+            for call in [ctx.barrier, lambda: ctx.all_reduce_sum([1.0])] * 5:
+                try:
+                    call()
+                except Exception as e:
+                    seen.add(f"{type(e).__name__} {isinstance(e, dlrun.CommunicationError)}")
+            print("seen", sorted(seen))
+            """)
+        r = self.dlrun("local", "--nproc", "2", "-q", PYTHON, "-c", code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"\[0\] backward: RuntimeError \| rank 0: rank 1 \(pid \d+\) exited in the middle of "
+                                   r"a gradient allreduce")
+        self.assertIn("[0] seen ['CommunicationError True']", r.stdout)
+
     def test_a_half_set_environment_and_an_unreachable_store(self):
         env = dict(self.env, RANK="0", WORLD_SIZE="2")
         out = self.python("""

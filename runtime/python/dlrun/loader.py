@@ -162,6 +162,10 @@ class AdaptiveDataLoader(ElasticDataLoader):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise _dlrun.ConfigError(f"AdaptiveDataLoader needs optimizer= a torch.optim optimizer, not a "
                                      f"{type(optimizer).__name__}")
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise _dlrun.ConfigError("AdaptiveDataLoader cannot drive LBFGS: it evaluates its closure several "
+                                     "times a step, and AdaptiveBatch takes one gradient per step (use "
+                                     "dlrun.ElasticDataLoader with LBFGS)")
         owner = getattr(optimizer, "_dlrun_loader", None)
         if owner is not None and owner() is not None:
             raise _dlrun.ConfigError("this optimizer already belongs to another AdaptiveDataLoader")
@@ -204,8 +208,16 @@ class AdaptiveDataLoader(ElasticDataLoader):
         return self.adaptive.shape()
 
     def observe_loss(self, loss):
-        """The loss of the micro-batch just trained (the tensor passed to backward): the step's
-        loss is the sum of those observed. Read back once per decision, not per step."""
+        """The loss of the micro-batch just trained (the tensor passed to backward, or its value
+        as a number): the step's loss is the sum of those observed. A tensor is read back once
+        per decision, not per step."""
+        if isinstance(loss, torch.Tensor):
+            if loss.numel() != 1:
+                raise _dlrun.ConfigError(
+                    f"observe_loss takes the micro-batch's loss, one number, not a tensor of shape "
+                    f"{tuple(loss.shape)}: pass the loss you call backward() on (reduction 'sum' or 'mean')")
+        else:
+            loss = torch.tensor(_arguments.real("loss", loss, finite=False, nan=True), dtype=torch.float64)
         self.adaptive.observe_loss(loss)
 
     def stats(self):
@@ -265,9 +277,27 @@ def _loader_of(optimizer):
     return loader
 
 
-def _adaptive_step(optimizer, *args, **kwargs):
-    """optimizer.step() through AdaptiveBatch (nothing for an accumulated micro-batch)."""
-    _loader_of(optimizer)._optimizer_step()
+def _adaptive_step(optimizer, closure=None):
+    """optimizer.step() through AdaptiveBatch (nothing for an accumulated micro-batch). A closure
+    is evaluated first, as torch's optimizers do (it runs the micro-batch's forward and backward),
+    and its loss returned."""
+    loader = _loader_of(optimizer)
+    loss = None
+    if closure is not None:
+        with torch.enable_grad():
+            loss = closure()
+    # What a torch LR scheduler's wrapper of step() counts (the wrapper is replaced when the
+    # scheduler was made before the loader): without it the scheduler warns that its step()
+    # came before the optimizer's.
+    optimizer._step_count = getattr(optimizer, "_step_count", 0) + 1
+    optimizer._opt_called = True
+    loader._optimizer_step()
+    return loss
+
+
+# The marks of a step an LR scheduler can follow: torch 1.x's and 2.x's.
+_adaptive_step._with_counter = True
+_adaptive_step._wrapped_by_lr_sched = True
 
 
 def _adaptive_zero_grad(optimizer, *args, **kwargs):
