@@ -10,13 +10,18 @@ and the samples are those trained on until then. A run that does not reach the t
 --max-epochs is reported as such. After the table, `dlrun history` says what the adaptive run
 decided; with --svg FILE it also draws it (batch size, goodput and noise scale over time).
 
-Usage: bench/adaptive.py BUILD_DIR [--target 0.88] [--sizes 64,256,1024,4096]
+Usage: bench/adaptive.py BUILD_DIR [--target 0.88 | --target-loss 0.32] [--sizes 64,256,1024,4096]
                                    [--max-epochs 8] [--eval-every 10000] [--base-lr LR]
                                    [--model cnn|mlp] [--optimizer adam|sgd] [--lr-factors 0.5,1,2]
                                    [--lr-scaling linear|sqrt]
                                    [--with python,torchrun]
                                    [--step-ms MS --sample-ms MS --sync-ms-per-rank MS]
-                                   [--scaling-rule RULE] [--svg FILE]
+                                   [--scaling-rule RULE] [--svg FILE] [--adaptive-lrs best,1e-3]
+
+--target-loss L times each run to a test loss (the test set's mean cross-entropy) of at most L
+instead of a test accuracy: a smoother measure than the accuracy near a model's plateau, and one
+where a batch that grows (a lower noise floor, docs/adaptive.md) shows. --adaptive-lrs runs the
+adaptive job once per initial learning rate ('best': fixed 64's best, the default).
 
 --with torchrun adds the same sweep of fixed sizes in PyTorch DDP under torchrun
 (bench/python/ddp_train.py: the same model, optimizer, seed and accuracy checks), and --with python
@@ -53,7 +58,8 @@ def run(build, run_dir, extra, args, program="cpp"):
     """One run to the target: program 'cpp' (examples/fashion_mnist under dlrun local), 'python'
     (examples/python_adaptive: import dlrun, under dlrun local) or 'torchrun' (PyTorch DDP,
     bench/python/ddp_train.py under torchrun)."""
-    common = ["--epochs", str(args.max_epochs), "--target-accuracy", str(args.target),
+    target = ["--target-test-loss", str(args.target_loss)] if args.target_loss else ["--target-accuracy", str(args.target)]
+    common = ["--epochs", str(args.max_epochs)] + target + [
               "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + optimizer_args(args) + cost_args(args) + extra
     dlrun = [os.path.join(build, "cli", "dlrun"), "local", "--nproc", "2", "--run-dir", run_dir, "--"]
     if program == "cpp":
@@ -70,12 +76,13 @@ def run(build, run_dir, extra, args, program="cpp"):
     wall = time.monotonic() - start
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    m = re.search(r"target reached: test_accuracy=([\d.]+) after (\d+) samples, (\d+) steps, ([\d.]+) s", out.stdout)
+    m = re.search(r"target reached: test_(accuracy|loss)=([\d.]+) after (\d+) samples, (\d+) steps, ([\d.]+) s",
+                  out.stdout)
     final = re.search(r"test_accuracy=([\d.]+)\s*$", out.stdout)
     if not m:
         return {"reached": False, "wall": wall, "accuracy": float(final.group(1)) if final else None}
-    return {"reached": True, "accuracy": float(m.group(1)), "samples": int(m.group(2)),
-            "steps": int(m.group(3)), "seconds": float(m.group(4)), "wall": wall}
+    return {"reached": True, m.group(1): float(m.group(2)), "samples": int(m.group(3)),
+            "steps": int(m.group(4)), "seconds": float(m.group(5)), "wall": wall}
 
 
 def optimizer_args(args):
@@ -101,7 +108,12 @@ def history(build, run_dir, svg_path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build")
-    ap.add_argument("--target", type=float, default=0.88)
+    ap.add_argument("--target", type=float, default=0.88, help="the test accuracy to reach")
+    ap.add_argument("--target-loss", type=float, default=0,
+                    help="instead of --target: the test set's mean cross-entropy to reach (at most)")
+    ap.add_argument("--adaptive-lrs", default="",
+                    help="the adaptive run's initial learning rates, one run each; 'best' is fixed 64's best "
+                         "(the default), e.g. best,1e-3")
     ap.add_argument("--sizes", default="64,256,1024,4096")
     ap.add_argument("--max-epochs", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=10000)
@@ -158,51 +170,58 @@ def main():
             table.append((f"{name} {size} (lr {lr:g}{', the best of the sweep' if len(factors) > 1 else ''})", r))
             if size == BASE_BATCH and program == "cpp":
                 start_lr = lr
-    adaptive_args = ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{start_lr:g}",
-                     "--max-batch-size", str(args.max_batch)]
-    if args.scaling_rule:
-        adaptive_args += ["--scaling-rule", args.scaling_rule]
     resolved = args.scaling_rule if args.scaling_rule not in ("", "auto") else \
         ("adascale" if args.optimizer == "sgd" else "adam")  # the auto rule's choice
     rule = {"adam": "√scale", "adascale": "gain"}.get(resolved, resolved)
-    python_row = None
-    if "python" in others:
-        r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")
-        python_row = (f"import dlrun: adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × {rule})", r)
-        print(python_row, file=sys.stderr)
-    adaptive_dir = f"{tmp}/adaptive"
-    r = run(args.build, adaptive_dir, adaptive_args, args)
-    rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {start_lr:g} × {rule})", r))
-    print(rows[-1], file=sys.stderr)
-    points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
-    decided = history(args.build, adaptive_dir, args.svg)
-    batches = sorted({p["global_batch"] for p in points})
+    start_lrs = [start_lr if v == "best" else float(v) for v in (args.adaptive_lrs or "best").split(",")]
+    python_row, adaptive_rows, decided = None, [], ""
+    for n, lr in enumerate(start_lrs):
+        adaptive_args = ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{lr:g}",
+                         "--max-batch-size", str(args.max_batch)]
+        if args.scaling_rule:
+            adaptive_args += ["--scaling-rule", args.scaling_rule]
+        if "python" in others and n == 0:
+            r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")
+            python_row = (f"import dlrun: adaptive (64 → ≤{args.max_batch}, lr {lr:g} × {rule})", r)
+            print(python_row, file=sys.stderr)
+        adaptive_dir = f"{tmp}/adaptive-{n}"
+        r = run(args.build, adaptive_dir, adaptive_args, args)
+        adaptive_rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {lr:g} × {rule})", r))
+        print(adaptive_rows[-1], file=sys.stderr)
+        points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
+        r["batches"] = sorted({p["global_batch"] for p in points})
+        if n == 0:
+            decided = history(args.build, adaptive_dir, args.svg)
 
     # OpenBLAS's kernels set the MLP's speed (on an AVX-512 CPU, OPENBLAS_CORETYPE=Haswell halves
     # its matrix products); every run above inherited this setting.
     core = os.environ.get("OPENBLAS_CORETYPE")
     print(f"OpenBLAS kernels: {'OPENBLAS_CORETYPE=' + core if core else 'chosen by OpenBLAS (OPENBLAS_CORETYPE unset)'}")
-    print(f"| run | time to {args.target:.0%} (training s) | samples | steps | wall s (with checks) |")
+    goal = f"a test loss of {args.target_loss:g}" if args.target_loss else f"{args.target:.0%}"
+    print(f"| run | time to {goal} (training s) | samples | steps | wall s (with checks) |")
     print("|---|---|---|---|---|")
-    for name, r in rows + torch_rows + ([python_row] if python_row else []):
+    for name, r in rows + adaptive_rows + torch_rows + ([python_row] if python_row else []):
         if r["reached"]:
             print(f"| {name} | {r['seconds']:.1f} | {r['samples']} | {r['steps']} | {r['wall']:.1f} |")
         else:
             print(f"| {name} | not reached in {args.max_epochs} epochs (final accuracy {r['accuracy']}) | | | {r['wall']:.1f} |")
-    fixed = [r["seconds"] for n, r in rows[:-1] if r["reached"]]
-    ad = rows[-1][1]
-    if fixed and ad["reached"]:
-        best = min(fixed)
-        worst = max(r["seconds"] if r["reached"] else float("inf") for n, r in rows[:-1])
-        print(f"\nadaptive / best fixed = {ad['seconds'] / best:.2f}; worst fixed / adaptive = "
-              f"{worst / ad['seconds']:.2f}" + (" (worst never reached the target)" if worst == float("inf") else ""))
+    fixed = [r["seconds"] for n, r in rows if r["reached"]]
     torch_best = min((r["seconds"] for _, r in torch_rows if r["reached"]), default=None)
-    if torch_best:
-        for name, r in (("adaptive (C++)", ad), ("import dlrun adaptive", python_row[1] if python_row else None)):
-            if r and r["reached"]:
-                print(f"{name} / torchrun DDP's best fixed = {r['seconds'] / torch_best:.2f}")
-    print(f"batch sizes adaptive used: {batches}" + (f"; plot: {args.svg}" if args.svg else ""))
-    print(f"\nwhat the adaptive run decided (dlrun history):\n{decided}")
+    print()
+    for name, ad in adaptive_rows:
+        if fixed and ad["reached"]:
+            best = min(fixed)
+            worst = max(r["seconds"] if r["reached"] else float("inf") for n, r in rows)
+            print(f"{name} / best fixed = {ad['seconds'] / best:.2f}; worst fixed / adaptive = "
+                  f"{worst / ad['seconds']:.2f}" + (" (worst never reached the target)" if worst == float("inf") else ""))
+        if torch_best and ad["reached"]:
+            print(f"{name} / torchrun DDP's best fixed = {ad['seconds'] / torch_best:.2f}")
+        print(f"batch sizes {name} used: {ad['batches']}")
+    if torch_best and python_row and python_row[1]["reached"]:
+        print(f"import dlrun adaptive / torchrun DDP's best fixed = {python_row[1]['seconds'] / torch_best:.2f}")
+    if args.svg:
+        print(f"plot: {args.svg}")
+    print(f"\nwhat the first adaptive run decided (dlrun history):\n{decided}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Fashion-MNIST to a target test accuracy with PyTorch DDP under torchrun (Gloo): the fixed
+"""Fashion-MNIST to a target test accuracy (or test loss) with PyTorch DDP under torchrun (Gloo): the fixed
 batch arm of bench/adaptive.py --with torchrun. The same model, optimizer (Adam, or SGD with
 --optimizer sgd as in examples/fashion_mnist), seed and accuracy checks as examples/fashion_mnist
 and examples/python_adaptive (Adam only): every --eval-every
@@ -22,18 +22,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from fashion_mnist import Cnn, load, mlp, optimizer as make_optimizer  # noqa: E402
 
 
-def accuracy(model, test, rank, world):
+def evaluate(model, test, rank, world):
+    """The test set's accuracy and mean cross-entropy (each rank its share)."""
     images, labels = test.tensors
     n = len(labels)
     begin, end = rank * n // world, (rank + 1) * n // world
     model.eval()
+    correct, loss = 0, 0.0
     with torch.no_grad():
-        correct = sum((model(images[i:min(end, i + 1000)]).argmax(1) == labels[i:min(end, i + 1000)]).sum().item()
-                      for i in range(begin, end, 1000))
+        for i in range(begin, end, 1000):
+            logits, y = model(images[i:min(end, i + 1000)]), labels[i:min(end, i + 1000)]
+            correct += (logits.argmax(1) == y).sum().item()
+            loss += F.cross_entropy(logits, y, reduction="sum").item()
     model.train()
-    totals = torch.tensor([float(correct), float(end - begin)], dtype=torch.float64)
+    totals = torch.tensor([float(correct), loss, float(end - begin)], dtype=torch.float64)
     dist.all_reduce(totals)
-    return (totals[0] / totals[1]).item()
+    return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
 
 
 def main():
@@ -46,6 +50,8 @@ def main():
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD's")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--target-accuracy", type=float, default=0.88)
+    parser.add_argument("--target-test-loss", type=float, default=0,
+                        help="instead of --target-accuracy: stop once the test set's mean cross-entropy is at most this")
     parser.add_argument("--eval-every", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--step-ms", type=float, default=0, help="slept per step: a GPU-like fixed cost")
@@ -79,15 +85,16 @@ def main():
             samples += len(y) * world
             if samples >= next_eval:
                 next_eval = samples + args.eval_every
-                last = accuracy(model, test, rank, world)
-                if last >= args.target_accuracy:
+                last, test_loss = evaluate(model, test, rank, world)
+                if (test_loss <= args.target_test_loss if args.target_test_loss else last >= args.target_accuracy):
+                    what = f"test_loss={test_loss:.5f}" if args.target_test_loss else f"test_accuracy={last:.4f}"
                     if rank == 0:
-                        print(f"target reached: test_accuracy={last:.4f} after {samples} samples, {steps} steps, "
+                        print(f"target reached: {what} after {samples} samples, {steps} steps, "
                               f"{seconds:.2f} s of training", flush=True)
                         print(f"test_accuracy={last:.4f}", flush=True)
                     dist.destroy_process_group()
                     return
-    final = accuracy(model, test, rank, world)  # collective: every rank
+    final = evaluate(model, test, rank, world)[0]  # collective: every rank
     if rank == 0:
         print(f"test_accuracy={final:.4f}", flush=True)
     dist.destroy_process_group()

@@ -73,6 +73,7 @@ struct Options {
   bool noise_floor = true;
   std::string scaling_rule = "auto";
   double target_accuracy = 0;
+  double target_test_loss = 0;
   int64_t eval_every = 10000;
   std::string device = "auto";
   std::string model = "cnn";
@@ -111,20 +112,30 @@ struct NetImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) { return mlp ? mlp->forward(x) : cnn->forward(x); }
 };
 
-double test_accuracy(NetImpl& net, const fashion_mnist::Split& test, dlrun::Context& ctx) {
+// The test set's accuracy and mean cross-entropy, over all ranks (each takes its share).
+struct TestResult {
+  double accuracy = 0;
+  double loss = 0;
+};
+
+TestResult evaluate(NetImpl& net, const fashion_mnist::Split& test, dlrun::Context& ctx) {
   torch::NoGradGuard no_grad;
   net.eval();
   auto [begin, end] = dlrun::ElasticSampler::share(test.size(), ctx.rank(), ctx.world_size());
-  double correct = 0;
+  double correct = 0, loss = 0;
   for (int64_t i = begin; i < end; i += 1000) {
     int64_t j = std::min(end, i + 1000);
-    auto predicted = net.forward(test.images.slice(0, i, j)).argmax(1);
-    correct += predicted.eq(test.labels.slice(0, i, j)).sum().item<double>();
+    auto logits = net.forward(test.images.slice(0, i, j));
+    auto labels = test.labels.slice(0, i, j);
+    correct += logits.argmax(1).eq(labels).sum().item<double>();
+    loss += F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kSum))
+                .item<double>();
   }
-  std::vector<double> totals{correct, static_cast<double>(end - begin)};
+  std::vector<double> totals{correct, loss, static_cast<double>(end - begin)};
   ctx.all_reduce_sum(totals);
   net.train();
-  return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+  if (totals[2] <= 0) return {};
+  return {totals[0] / totals[2], totals[1] / totals[2]};
 }
 
 // One rank's training run: the loop is small steps, each a method.
@@ -166,8 +177,8 @@ class Trainer {
       if (target_reached()) break;
     }
     examples::check_replicas_agree(*m_net, m_ctx);
-    if (!m_accuracy) m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
-    if (m_ctx.is_main()) fmt::print("test_accuracy={:.4f}\n", *m_accuracy);
+    if (!m_tested) m_tested = evaluate(*m_net, m_test, m_ctx);
+    if (m_ctx.is_main()) fmt::print("test_accuracy={:.4f}\n", m_tested->accuracy);
     return dlrun::exit_code::k_success;
   }
 
@@ -262,7 +273,7 @@ class Trainer {
   }
 
   void train_step(const dlrun::SampleBatch& batch) {
-    m_accuracy.reset();
+    m_tested.reset();
     const auto start = std::chrono::steady_clock::now();
     // Scaled by world_size / global batch, this rank's summed loss is its share's mean: a
     // noisy estimate of the global batch's mean loss (no extra allreduce for a log line).
@@ -280,16 +291,22 @@ class Trainer {
                       m_sampler.dataset_size(), m_loss_avg);
   }
 
-  // With --target-accuracy: every --eval-every samples, is the test accuracy there yet?
+  // With --target-accuracy or --target-test-loss: every --eval-every samples, is the test set
+  // there yet?
   bool target_reached() {
-    if (m_options.target_accuracy <= 0 || m_samples < m_next_eval) return false;
+    const bool by_accuracy = m_options.target_accuracy > 0;
+    if ((!by_accuracy && m_options.target_test_loss <= 0) || m_samples < m_next_eval) return false;
     m_next_eval = m_samples + m_options.eval_every;
-    m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
-    if (*m_accuracy < m_options.target_accuracy) return false;
+    m_tested = evaluate(*m_net, m_test, m_ctx);
+    if (by_accuracy ? m_tested->accuracy < m_options.target_accuracy
+                    : !(m_tested->loss <= m_options.target_test_loss)) {
+      return false;
+    }
     if (m_ctx.is_main()) {
-      fmt::print(
-          "target reached: test_accuracy={:.4f} after {} samples, {} steps, {:.2f} s of training\n",
-          *m_accuracy, m_samples, m_step, m_train_seconds);
+      fmt::print("target reached: {} after {} samples, {} steps, {:.2f} s of training\n",
+                 by_accuracy ? fmt::format("test_accuracy={:.4f}", m_tested->accuracy)
+                             : fmt::format("test_loss={:.5f}", m_tested->loss),
+                 m_samples, m_step, m_train_seconds);
       std::fflush(stdout);
     }
     return true;
@@ -299,10 +316,12 @@ class Trainer {
     m_progress.finish_epoch();
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch_start).count();
-    m_accuracy = test_accuracy(*m_net, m_test, m_ctx);
+    m_tested = evaluate(*m_net, m_test, m_ctx);
     if (m_ctx.is_main()) {
-      fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.4f}, {:.1f} s, {:.0f} samples/s{}\n",
-                 m_sampler.epoch() + 1, m_options.epochs, m_loss_avg, *m_accuracy, seconds,
+      fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.4f}, test loss {:.4f}, {:.1f} s, "
+                 "{:.0f} samples/s{}\n",
+                 m_sampler.epoch() + 1, m_options.epochs, m_loss_avg, m_tested->accuracy,
+                 m_tested->loss, seconds,
                  m_epoch_samples / std::max(seconds, 1e-9),
                  m_adaptive ? examples::adaptive_summary(*m_adaptive) : "");
       std::fflush(stdout);
@@ -334,7 +353,7 @@ class Trainer {
   fashion_mnist::Progress m_progress;
   int64_t m_step = 0;
   double m_loss_avg = 0;
-  std::optional<double> m_accuracy;  // of the weights as they are now
+  std::optional<TestResult> m_tested;  // of the weights as they are now
   std::chrono::steady_clock::time_point m_epoch_start;
   int64_t m_epoch_samples = 0;
   int64_t m_samples = 0;  // trained on in this run (not restored)
@@ -407,8 +426,13 @@ int main(int argc, char** argv) {
       ->check(examples::k_scaling_rule);
   app.add_option("--target-accuracy", options.target_accuracy,
                  "Stop once the test accuracy reaches this (checked every --eval-every samples)");
+  app.add_option("--target-test-loss", options.target_test_loss,
+                 "Stop once the test set's mean cross-entropy is at most this (checked every "
+                 "--eval-every samples)")
+      ->check(examples::k_positive)
+      ->excludes("--target-accuracy");
   app.add_option("--eval-every", options.eval_every,
-                 "Samples between accuracy checks of --target-accuracy")
+                 "Samples between checks of --target-accuracy or --target-test-loss")
       ->check(CLI::PositiveNumber);
   app.add_option("--model", options.model, "The model: cnn (0.2 M parameters) or mlp (784-256-10)")
       ->check(CLI::IsMember({"cnn", "mlp"}));

@@ -67,20 +67,26 @@ class StepGate:
                 time.sleep(0.005)
 
 
-def accuracy(model, test, ctx):
-    """Test accuracy over all ranks (each evaluates its share)."""
+def evaluate(model, test, ctx):
+    """The test set's accuracy and mean cross-entropy over all ranks (each evaluates its share)."""
     model.eval()
     n = len(test)
     begin, end = rank_share(n, ctx.rank, ctx.world_size)
     images, labels = test.tensors
-    correct = 0
+    correct, loss = 0, 0.0
     with torch.no_grad():
         for i in range(begin, end, 1000):
             j = min(end, i + 1000)
-            correct += (model(images[i:j].to(ctx.device)).argmax(1) == labels[i:j].to(ctx.device)).sum().item()
+            logits, y = model(images[i:j].to(ctx.device)), labels[i:j].to(ctx.device)
+            correct += (logits.argmax(1) == y).sum().item()
+            loss += F.cross_entropy(logits, y, reduction="sum").item()
     model.train()
-    totals = ctx.all_reduce_sum([float(correct), float(end - begin)])
-    return totals[0] / max(totals[1], 1.0)
+    totals = ctx.all_reduce_sum([float(correct), loss, float(end - begin)])
+    return totals[0] / max(totals[2], 1.0), totals[1] / max(totals[2], 1.0)
+
+
+def accuracy(model, test, ctx):
+    return evaluate(model, test, ctx)[0]
 
 
 def rank_share(count, rank, world):
@@ -108,10 +114,15 @@ def main():
     parser.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps")
     parser.add_argument("--target-accuracy", type=float, default=0,
                         help="stop once the test accuracy, measured every --eval-every samples, reaches it")
+    parser.add_argument("--target-test-loss", type=float, default=0,
+                        help="stop once the test set's mean cross-entropy, measured every --eval-every samples, "
+                             "is at most this")
     parser.add_argument("--eval-every", type=int, default=10000)
     parser.add_argument("--trace-dir", default="")
     parser.add_argument("--step-gate", default="")
     args = parser.parse_args()
+    if args.target_accuracy and args.target_test_loss:
+        parser.error("--target-accuracy and --target-test-loss exclude each other")
 
     ctx = dlrun.init()
     if "OMP_NUM_THREADS" in os.environ:  # dlrun sets cores / ranks
@@ -177,12 +188,16 @@ def main():
                 return ctx.exit_code()
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 ckpt.save(loss=loss_avg)
-            if args.target_accuracy and samples >= next_eval:
+            if (args.target_accuracy or args.target_test_loss) and samples >= next_eval:
                 next_eval = samples + args.eval_every
-                last_accuracy = accuracy(model, test, ctx)
-                if last_accuracy >= args.target_accuracy:
+                last_accuracy, test_loss = evaluate(model, test, ctx)
+                reached = (last_accuracy >= args.target_accuracy if args.target_accuracy
+                           else test_loss <= args.target_test_loss)
+                if reached:
+                    what = (f"test_accuracy={last_accuracy:.4f}" if args.target_accuracy
+                            else f"test_loss={test_loss:.5f}")
                     if main_rank:
-                        print(f"target reached: test_accuracy={last_accuracy:.4f} after {samples} samples, {step} "
+                        print(f"target reached: {what} after {samples} samples, {step} "
                               f"steps, {train_seconds:.2f} s of training", flush=True)
                     print_accuracy(main_rank, last_accuracy)
                     return 0

@@ -104,6 +104,23 @@ class SleptStepCost(ExampleCase):
         self.assertIsNotNone(m, out + err)
         self.assertGreaterEqual(float(m.group(1)), 10 * self.STEP_SECONDS, out)
 
+    def test_a_test_loss_target_stops_at_the_first_check_below_it(self):
+        # --target-test-loss (the benchmark's other target): the test set's mean cross-entropy.
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", os.path.join(self.tmp, "run"),
+                                        *self.args("--target-test-loss", "100", "--eval-every", "480"))
+        self.assertEqual(code, 0, out + err)
+        self.assertRegex(out, r"\[0\] target reached: test_loss=\d+\.\d{5} after 480 samples, 10 steps, [\d.]+ s of "
+                              r"training\n")
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", os.path.join(self.tmp, "never"),
+                                        *self.args("--target-test-loss", "1e-9", "--eval-every", "480"))
+        self.assertEqual(code, 0, out + err)
+        self.assertNotIn("target reached", out)
+        self.assertRegex(out, r"test accuracy 0\.\d{4}, test loss \d+\.\d{4}, ")  # the epoch's line
+        code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", os.path.join(self.tmp, "both"),
+                                        *self.args("--target-test-loss", "1", "--target-accuracy", "0.5"))
+        self.assertEqual(code, 2, out + err)
+        self.assertRegex(out + err, r"--target-(accuracy|test-loss) excludes --target-(test-loss|accuracy)")
+
     def test_adaptive_measures_the_cost(self):
         run_dir = os.path.join(self.tmp, "run")
         code, out, err = self.run_dlrun("local", "--nproc", "2", "--run-dir", run_dir,
