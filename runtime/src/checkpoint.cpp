@@ -1,19 +1,25 @@
 #include "dlrun/checkpoint.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/utils.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "checkpoint_manifest.hpp"
+#include "context_state.hpp"
 #include "remove_tree.hpp"
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/log.hpp"
@@ -86,6 +92,120 @@ c10::optional<c10::Device> parameter_device(const torch::optim::Optimizer& optim
 }
 
 using Values = std::map<std::string, std::string>;
+
+// LibTorch's archive writer throws from its destructor when a write fails (a full disk), which
+// ends the process (std::terminate) instead of reaching our catch: its writes go through this
+// function, which never fails one and keeps the first error for after the archive is done.
+void save_archive(torch::serialize::OutputArchive& archive, const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw CheckpointError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+  }
+  int error = 0;
+  archive.save_to([&](const void* data, size_t size) -> size_t {
+    const char* bytes = static_cast<const char*>(data);
+    for (size_t done = 0; error == 0 && done < size;) {
+      const ssize_t n = ::write(fd, bytes + done, size - done);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n < 0 && errno != EINTR) {
+        error = errno;
+      }
+    }
+    return size;
+  });
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    throw CheckpointError(fmt::format("cannot write {}: {}", path.string(), std::strerror(error)));
+  }
+}
+
+// A LibTorch error's message without the C++ backtrace it carries.
+std::string message_of(const std::exception& e) {
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) {
+    return torch_error->what_without_backtrace();
+  }
+  return e.what();
+}
+
+const std::string& state_value(const Values& state, const std::string& key, const char* what) {
+  auto found = state.find(key);
+  if (found == state.end()) {
+    throw CheckpointError(fmt::format("its state.txt has no {} ('{}')", what, key));
+  }
+  return found->second;
+}
+
+// The checkpoint's file for a tracked object, or an error that names what it holds instead.
+fs::path tracked_file(const fs::path& checkpoint, const std::string& kind, const std::string& name,
+                      const char* suffix) {
+  const fs::path file = checkpoint / (kind + "-" + name + suffix);
+  if (fs::exists(file)) return file;
+  std::vector<std::string> held;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoint, ec)) {
+    const std::string other = entry.path().filename().string();
+    if (other.rfind(kind + "-", 0) == 0) held.push_back("'" + other.substr(kind.size() + 1, other.size() - kind.size() - 1 - std::strlen(suffix)) + "'");
+  }
+  std::sort(held.begin(), held.end());
+  throw CheckpointError(fmt::format("it holds no {} '{}' ({})", kind, name,
+                                    held.empty() ? fmt::format("no {} at all", kind)
+                                                 : fmt::format("its {}: {}", kind, fmt::join(held, ", "))));
+}
+
+// What rank 0 found wrong, for the other ranks' messages (through the store: the broadcast
+// carries a number only). Nothing in a world of one.
+void share_failure(const Context& context, const std::string& key, const std::string& failure) {
+  const auto& store = context.state().store;
+  if (!store || failure.empty()) return;
+  try {
+    store->set(key, std::vector<uint8_t>(failure.begin(), failure.end()));
+  } catch (const std::exception&) {
+  }
+}
+
+std::string shared_failure(const Context& context, const std::string& key) {
+  const auto& store = context.state().store;
+  if (!store) return {};
+  try {
+    if (!store->check({key})) return {};
+    const std::vector<uint8_t> bytes = store->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// Rank 0, before anything is trained: a directory checkpoints cannot be read from or written to
+// fails now, not at the first save an epoch later (nor is an unreadable one taken for empty).
+void check_directory(const fs::path& dir) {
+  std::error_code ec;
+  const auto status = fs::status(dir, ec);
+  fs::path probe = dir;
+  if (fs::exists(status)) {
+    if (!fs::is_directory(status)) {
+      throw CheckpointError(fmt::format("the checkpoint directory {} is not a directory", dir.string()));
+    }
+    if (::access(dir.c_str(), R_OK | X_OK) != 0) {
+      throw CheckpointError(fmt::format("cannot read the checkpoint directory {}: {}", dir.string(),
+                                        std::strerror(errno)));
+    }
+  } else {
+    // The nearest existing directory above it is where it will be created.
+    probe = dir.parent_path();
+    while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
+    if (probe.empty()) probe = ".";
+    if (!fs::is_directory(probe, ec)) {
+      throw CheckpointError(fmt::format("cannot create the checkpoint directory {}: {} is not a directory",
+                                        dir.string(), probe.string()));
+    }
+  }
+  if (::access(probe.c_str(), W_OK | X_OK) != 0) {
+    throw CheckpointError(fmt::format("cannot write checkpoints to {}: {} ({}); checked before training, so that "
+                                      "no training is lost to a save that would fail",
+                                      dir.string(), std::strerror(errno), probe.string()));
+  }
+}
 
 Values read_state(const fs::path& path) {
   Values values;
@@ -163,13 +283,13 @@ void Checkpoint::Impl::write_files(const fs::path& tmp, int64_t step,
     torch::serialize::OutputArchive archive;
     module->save(archive);
     names.push_back("module-" + name + ".pt");
-    archive.save_to((tmp / names.back()).string());
+    save_archive(archive, tmp / names.back());
   }
   for (const auto& [name, optimizer] : optimizers) {
     torch::serialize::OutputArchive archive;
     optimizer->save(archive);
     names.push_back("optimizer-" + name + ".pt");
-    archive.save_to((tmp / names.back()).string());
+    save_archive(archive, tmp / names.back());
   }
   for (const auto& [name, object] : objects) {
     names.push_back("state-" + name + ".txt");
@@ -216,26 +336,32 @@ fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& val
       runtime::manifest::sync_path(tmp);
       if (fs::exists(final_dir)) runtime::remove_tree(final_dir);  // the same step saved again
       fs::rename(tmp, final_dir);
-      runtime::manifest::sync_path(m_impl->dir);
+      try {
+        runtime::manifest::sync_path(m_impl->dir);
+      } catch (const std::exception& e) {
+        log::warn("checkpoint of step {} saved to {}, but its directory could not be synced ({}): a power loss now "
+                  "may lose it",
+                  step, final_dir.string(), message_of(e));
+      }
       m_impl->prune();
       log::info("checkpoint of step {} saved to {}", step, final_dir.string());
     } catch (const std::exception& e) {
-      failure = e.what();
+      failure = fmt::format("could not save the checkpoint of step {} to {}: {}", step, m_impl->dir.string(),
+                            message_of(e));
       std::error_code ignored;
       runtime::remove_tree(tmp, ignored);
     }
   }
+  const std::string key = fmt::format("dlrun/checkpoint/save/{}", step);
+  share_failure(m_impl->context, key, failure);
   // Everyone learns whether rank 0 succeeded, so no rank exits believing in a checkpoint.
   const int64_t ok = m_impl->context.broadcast(failure.empty() ? 1 : 0);
-  if (!failure.empty()) {
-    throw CheckpointError(fmt::format("could not save the checkpoint of step {} to {}: {}", step,
-                                      m_impl->dir.string(), failure));
-  }
+  if (!failure.empty()) throw CheckpointError(failure);
   if (ok == 0) {
-    throw CheckpointError(
-        fmt::format("rank 0 could not save the checkpoint of step {} (its log "
-                    "says why)",
-                    step));
+    const std::string why = shared_failure(m_impl->context, key);
+    throw CheckpointError(why.empty() ? fmt::format("rank 0 could not save the checkpoint of step {} (its log says why)",
+                                                    step)
+                                      : "rank 0 " + why);
   }
   return final_dir;
 }
@@ -255,6 +381,7 @@ void Checkpoint::Impl::prune() const {
 }
 
 std::optional<int64_t> Checkpoint::Impl::choose() const {
+  check_directory(dir);
   const auto candidates = Checkpoint::list(dir);
   for (size_t i = 0; i < candidates.size(); ++i) {
     auto problem = runtime::manifest::verify(candidates[i]);
@@ -284,45 +411,46 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
   CheckpointInfo info;
   info.path = path;
   try {
-    info.step = std::stoll(state.at("step"));
-    info.saved_world_size = std::stoi(state.at("world_size"));
-    info.saved_restart_count = std::stoi(state.at("restart_count"));
+    info.step = std::stoll(state_value(state, "step", "step"));
+    info.saved_world_size = std::stoi(state_value(state, "world_size", "world size"));
+    info.saved_restart_count = std::stoi(state_value(state, "restart_count", "restart count"));
     for (const auto& [key, value] : state) {
       if (key.rfind("value.", 0) == 0) info.values[key.substr(6)] = std::stod(value);
     }
     for (const auto& [name, module] : modules) {
       torch::serialize::InputArchive archive;
-      archive.load_from((path / ("module-" + name + ".pt")).string());
+      archive.load_from(tracked_file(path, "module", name, ".pt").string());
       load_in_place(*module, archive);
     }
     for (const auto& [name, optimizer] : optimizers) {
       torch::serialize::InputArchive archive;
       // Optimizer state belongs with the parameters: a checkpoint of CPU ranks resumes on GPUs.
-      archive.load_from((path / ("optimizer-" + name + ".pt")).string(), parameter_device(*optimizer));
+      archive.load_from(tracked_file(path, "optimizer", name, ".pt").string(), parameter_device(*optimizer));
       optimizer->load(archive);
     }
     for (const auto& [name, object] : objects) {
-      std::ifstream in(path / ("state-" + name + ".txt"), std::ios::binary);
-      if (!in) throw CheckpointError(fmt::format("{} has no state-{}.txt", path.string(), name));
+      std::ifstream in(tracked_file(path, "state", name, ".txt"), std::ios::binary);
+      if (!in) throw CheckpointError(fmt::format("cannot read state-{}.txt", name));
       std::ostringstream text;
       text << in.rdbuf();
       object->restore_checkpoint_state(text.str());
     }
     if (sampler) {
       SamplerState s;
-      s.epoch = std::stoll(state.at("sampler.epoch"));
-      s.position = std::stoll(state.at("sampler.position"));
-      s.seed = std::stoull(state.at("sampler.seed"));
-      s.dataset_size = std::stoll(state.at("sampler.dataset_size"));
+      const char* what = "sampler position (the program that wrote it tracked no ElasticSampler)";
+      s.epoch = std::stoll(state_value(state, "sampler.epoch", what));
+      s.position = std::stoll(state_value(state, "sampler.position", what));
+      s.seed = std::stoull(state_value(state, "sampler.seed", what));
+      s.dataset_size = std::stoll(state_value(state, "sampler.dataset_size", what));
       sampler->restore(s);
     }
-  } catch (const Error&) {
-    throw;
+  } catch (const ConfigError&) {
+    throw;  // a restored object refuses what it holds (an ElasticSampler of another data set)
   } catch (const std::exception& e) {
     throw CheckpointError(
         fmt::format("cannot load checkpoint {}: {} (was it written by a "
                     "program tracking other objects?)",
-                    path.string(), e.what()));
+                    path.string(), message_of(e)));
   }
   return info;
 }
@@ -338,10 +466,11 @@ std::optional<CheckpointInfo> Checkpoint::restore() {
       chosen = -2;
     }
   }
+  share_failure(m_impl->context, "dlrun/checkpoint/restore", failure);
   chosen = m_impl->context.broadcast(chosen);
   if (chosen == -2) {
-    throw CheckpointError(
-        failure.empty() ? "rank 0 could not choose a checkpoint (its log says why)" : failure);
+    if (failure.empty()) failure = shared_failure(m_impl->context, "dlrun/checkpoint/restore");
+    throw CheckpointError(failure.empty() ? "rank 0 could not choose a checkpoint (its log says why)" : failure);
   }
   if (chosen < 0) return std::nullopt;
   CheckpointInfo info = m_impl->load(m_impl->dir / dir_name(chosen));

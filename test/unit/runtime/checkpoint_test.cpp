@@ -3,8 +3,11 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
+#include <sys/resource.h>
 #include <torch/utils.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -133,6 +136,115 @@ TEST_SUITE("runtime::Checkpoint") {
     ckpt.save(1);
     fs::remove(dir.path / "step-000000000001" / "MANIFEST");
     CHECK_THROWS_AS(ckpt.restore(), dlrun::CheckpointError);
+  }
+
+  TEST_CASE("a write that fails half-way is a CheckpointError, not an abort, and leaves nothing") {
+    // A full disk: LibTorch's archive writer threw from its destructor, std::terminate ended
+    // rank 0 with SIGABRT and the temporary directory stayed. A file size limit fails the
+    // same writes (EFBIG) without a disk of its own.
+    TempDir dir;
+    Run run(1);
+    auto big = std::make_shared<torch::nn::LinearImpl>(256, 256);  // 257 KiB of parameters
+    dlrun::Checkpoint ckpt(solo(), dir.path);
+    run.track(ckpt);
+    ckpt.track("big", big);
+    struct rlimit before {};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+    auto* previous = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limited = before;
+    limited.rlim_cur = 64 * 1024;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+    std::string message;
+    try {
+      ckpt.save(1);
+    } catch (const dlrun::CheckpointError& e) {
+      message = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &before);
+    std::signal(SIGXFSZ, previous);
+    CHECK(message.find("could not save the checkpoint of step 1 to ") == 0);
+    CHECK(message.find("module-big.pt: File too large") != std::string::npos);
+    CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 0);
+    ckpt.save(2);  // room again: it saves
+    CHECK(dlrun::Checkpoint::list(dir.path).size() == 1);
+  }
+
+  TEST_CASE("a checkpoint directory that cannot be one fails restore, before any training") {
+    TempDir dir;
+    fs::create_directories(dir.path);
+    std::ofstream(dir.path / "file") << "not a directory";
+    Run run(1);
+    dlrun::Checkpoint on_file(solo(), dir.path / "file");
+    run.track(on_file);
+    CHECK_THROWS_WITH_AS(on_file.restore(),
+                         ("the checkpoint directory " + (dir.path / "file").string() + " is not a directory").c_str(),
+                         dlrun::CheckpointError);
+    dlrun::Checkpoint below_file(solo(), dir.path / "file" / "ckpt");
+    CHECK_THROWS_WITH_AS(below_file.restore(),
+                         ("cannot create the checkpoint directory " + (dir.path / "file" / "ckpt").string() + ": " +
+                          (dir.path / "file").string() + " is not a directory")
+                             .c_str(),
+                         dlrun::CheckpointError);
+    dlrun::Checkpoint fresh(solo(), dir.path / "new" / "ckpt");  // created at the first save
+    CHECK_FALSE(fresh.restore());
+    CHECK_FALSE(fs::exists(dir.path / "new"));
+  }
+
+  TEST_CASE("a checkpoint of other objects names what it holds") {
+    TempDir dir;
+    Run run(1);
+    dlrun::Checkpoint ckpt(solo(), dir.path);
+    run.track(ckpt);
+    ckpt.save(1);
+    Run other(2);
+    dlrun::Checkpoint sgd(solo(), dir.path);
+    sgd.track("model", other.model);
+    sgd.track("sgd", *other.adam);
+    std::string message;
+    try {
+      sgd.restore();
+    } catch (const dlrun::CheckpointError& e) {
+      message = e.what();
+    }
+    CHECK(message.find("it holds no optimizer 'sgd' (its optimizer: 'adam')") != std::string::npos);
+    CHECK(message.find("Exception raised from") == std::string::npos);  // no C++ backtrace
+    // A program that tracks a sampler now, and did not then.
+    dlrun::Checkpoint no_sampler(solo(), dir.path / "two");
+    no_sampler.track("model", run.model);
+    no_sampler.save(1);
+    dlrun::Checkpoint with_sampler(solo(), dir.path / "two");
+    with_sampler.track("model", other.model);
+    with_sampler.track(other.sampler);
+    CHECK_THROWS_WITH_AS(with_sampler.restore(),
+                         ("cannot load checkpoint " + (dir.path / "two" / "step-000000000001").string() +
+                          ": its state.txt has no sampler position (the program that wrote it tracked no "
+                          "ElasticSampler) ('sampler.epoch') (was it written by a program tracking other objects?)")
+                             .c_str(),
+                         dlrun::CheckpointError);
+  }
+
+  TEST_CASE("every rank says why rank 0 could not save") {
+    // The other ranks said only "its log says why", and dlrun often reports them first.
+    struct Refuses : dlrun::Checkpointable {
+      std::string checkpoint_state() const override { throw std::runtime_error("no room for the tokenizer"); }
+      void restore_checkpoint_state(const std::string&) override {}
+    };
+    TempDir dir;
+    std::vector<std::string> messages(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      Refuses refuses;
+      dlrun::Checkpoint ckpt(ctx, dir.path);
+      ckpt.track("tokenizer", refuses);
+      try {
+        ckpt.save(4);
+      } catch (const dlrun::CheckpointError& e) {
+        messages[ctx.rank()] = e.what();
+      }
+    });
+    const std::string why = "could not save the checkpoint of step 4 to " + dir.path.string() +
+                            ": no room for the tokenizer";
+    CHECK(messages[0] == why);
+    CHECK(messages[1] == "rank 0 " + why);
   }
 
   TEST_CASE("rank 0 writes, every rank loads the same checkpoint") {
