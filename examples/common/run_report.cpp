@@ -9,8 +9,7 @@
 namespace examples {
 
 std::string checkpoint_dir(const std::string& option, const dlrun::Context& ctx) {
-  if (!option.empty()) return option;
-  return ctx.run_dir().empty() ? std::string() : ctx.run_dir() + "/checkpoints";
+  return option.empty() ? ctx.checkpoint_dir() : option;
 }
 
 void print_resumed(const dlrun::Context& ctx, const dlrun::CheckpointInfo& info,

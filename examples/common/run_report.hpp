@@ -12,8 +12,9 @@
 
 namespace examples {
 
-// `option` when given, else $DLRUN_RUN_DIR/checkpoints, else "" (a run without dlrun and
-// without --checkpoint-dir keeps no checkpoints).
+// `option` when given, else the job's (ctx.checkpoint_dir(): $DLRUN_CHECKPOINT_DIR, else
+// $DLRUN_RUN_DIR/checkpoints), else "" (a run without dlrun and without --checkpoint-dir keeps
+// no checkpoints).
 std::string checkpoint_dir(const std::string& option, const dlrun::Context& ctx);
 
 // Rank 0, flushed at once (a watcher of a pipe sees it):

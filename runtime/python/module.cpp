@@ -226,6 +226,7 @@ void bind_context(py::module_& m) {
       .def_property_readonly("nodes", &dlrun::Context::nodes)
       .def_property_readonly("restart_count", &dlrun::Context::restart_count)
       .def_property_readonly("run_dir", &dlrun::Context::run_dir)
+      .def_property_readonly("checkpoint_dir", &dlrun::Context::checkpoint_dir)
       .def_property_readonly("backend", &dlrun::Context::backend_name)
       .def_property_readonly("device", [](const dlrun::Context& c) { return c.device().str(); })
       .def("stop_requested", &dlrun::Context::stop_requested)

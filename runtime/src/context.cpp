@@ -122,6 +122,10 @@ int Context::restart_count() const {
 const std::string& Context::run_dir() const {
   return m_state->run_dir;
 }
+
+const std::string& Context::checkpoint_dir() const {
+  return m_state->checkpoint_dir;
+}
 std::string Context::backend_name() const {
   return m_state->backend;
 }
@@ -188,6 +192,9 @@ Context init(const InitOptions& options) {
   state->local_world_size = world.local_world_size;
   state->restart_count = world.restart_count;
   state->run_dir = world.run_dir;
+  state->checkpoint_dir = !world.checkpoint_dir.empty() ? world.checkpoint_dir
+                          : !world.run_dir.empty()      ? world.run_dir + "/checkpoints"
+                                                        : std::string();
   state->progress_file = world.progress_file;
   state->uses_signals = options.handle_signals;
   if (options.handle_signals) runtime::stop_signal::install();

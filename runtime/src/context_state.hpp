@@ -28,6 +28,7 @@ struct ContextState {
   int local_world_size = 1;
   int restart_count = 0;
   std::string run_dir;
+  std::string checkpoint_dir;  // Context::checkpoint_dir()
   std::string backend = "none";
   int cuda_index = -1;                           // the rank's GPU; -1: it trains on the CPU
   c10::intrusive_ptr<c10d::Store> store;         // null for a world of one

@@ -45,6 +45,7 @@ WorldEnv read_world_env(const EnvLookup& lookup) {
     world.restart_count = static_cast<int>(parse_int(env::k_restart_count, v, 0, 1 << 30));
   }
   if (const char* v = lookup(env::k_run_dir); v) world.run_dir = v;
+  if (const char* v = lookup(env::k_checkpoint_dir); v) world.checkpoint_dir = v;
   if (const char* v = lookup(env::k_progress_file); v) world.progress_file = v;
   if (const char* v = lookup(env::k_device); v && *v) {
     world.device = v;

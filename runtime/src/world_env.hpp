@@ -18,6 +18,7 @@ struct WorldEnv {
   uint16_t master_port = 0;
   int restart_count = 0;
   std::string run_dir;  // empty when not run by dlrun
+  std::string checkpoint_dir;  // DLRUN_CHECKPOINT_DIR: set for submitted jobs (job.toml checkpoint_dir)
   std::string progress_file;  // DLRUN_PROGRESS_FILE: set when dlrun runs a watchdog
   std::string device;         // DLRUN_DEVICE: "cpu", "cuda", or empty (not said)
   bool distributed() const { return !master_addr.empty(); }

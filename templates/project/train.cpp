@@ -37,6 +37,9 @@ struct ModelImpl : torch::nn::Module {
 }  // namespace
 
 int main() {
+  // dlrun reads the ranks' output through pipes: a line at a time, so that `dlrun logs -f`
+  // and the terminal show it as it is printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     auto ctx = dlrun::init();  // from dlrun's environment; a world of 1 when run alone
 
@@ -51,23 +54,33 @@ int main() {
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05));
     dlrun::ElasticSampler sampler(k_samples, ctx, /*seed=*/42);
 
-    // Checkpoints in the run directory dlrun gives the job (none when run alone).
+    // Checkpoints where dlrun keeps the job's (job.toml's checkpoint_dir, else the run
+    // directory; none when run alone).
     std::unique_ptr<dlrun::Checkpoint> ckpt;
     int64_t step = 0;
-    if (!ctx.run_dir().empty()) {
-      ckpt = std::make_unique<dlrun::Checkpoint>(ctx, ctx.run_dir() + "/checkpoints");
+    double loss_value = 0;
+    if (!ctx.checkpoint_dir().empty()) {
+      ckpt = std::make_unique<dlrun::Checkpoint>(ctx, ctx.checkpoint_dir());
       ckpt->track("model", model);
       ckpt->track("sgd", sgd);
       ckpt->track(sampler);
-      if (auto info = ckpt->restore()) step = info->step;
+      if (auto info = ckpt->restore()) {
+        step = info->step;
+        if (info->values.count("loss")) loss_value = info->values.at("loss");
+        if (ctx.is_main()) {
+          std::printf("resumed from step %lld (epoch %lld), saved by %d rank(s); now %d rank(s)\n",
+                      static_cast<long long>(step), static_cast<long long>(sampler.epoch() + 1),
+                      info->saved_world_size, ctx.world_size());
+        }
+      }
     }
 
-    double loss_value = 0;
     while (sampler.epoch() < k_epochs) {
       auto batch = sampler.next(k_batch);
       if (!batch) {  // end of the epoch
         if (ctx.is_main()) std::printf("epoch %lld: loss %.4f\n", static_cast<long long>(sampler.epoch() + 1), loss_value);
         sampler.next_epoch();
+        if (ckpt) ckpt->save(step, {{"loss", loss_value}});  // a failure or a restart resumes from here
         continue;
       }
       auto index = torch::tensor(batch->indices, torch::kLong);
@@ -82,12 +95,17 @@ int main() {
       ++step;
       loss_value = loss.item<double>();
       if (ctx.stop_requested()) {  // Ctrl-C, a resize, a stop request: all ranks agree on this step
-        if (ckpt) ckpt->save(step);
-        return ctx.exit_code();    // 75: dlrun restarts the ranks, they resume from the checkpoint
+        if (ckpt) ckpt->save(step, {{"loss", loss_value}});
+        // 75: "resume me from the checkpoint". dlrun restarts the ranks for a resize; after
+        // Ctrl-C it prints the command that resumes the job (dlrun local --resume N).
+        return ctx.exit_code();
       }
     }
     if (ctx.is_main()) std::printf("final_loss=%.4f\n", loss_value);
     return 0;
+  } catch (const dlrun::Error& e) {  // the runtime's errors carry dlrun's exit codes
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return e.exit_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 1;

@@ -1,6 +1,7 @@
 """Users build against dlrun the usual way: install it into a prefix, `dlrun init` a project,
 build it with find_package(dlrun), run it with `dlrun local --nproc 2`."""
 import os
+import re
 import subprocess
 import unittest
 
@@ -37,6 +38,22 @@ class InstallAndInit(DlrunTestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertRegex(r.stdout.splitlines()[-1], r"^\[0\] final_loss=\d+\.\d{4}$")
         self.assertIn("[0] epoch 5: loss", r.stdout)
+        self.assertEqual(r.stderr.count("checkpoint of step"), 5, r.stderr)  # one at every epoch's end
+        # Submitted, it keeps its checkpoints where the job file's checkpoint_dir says (it
+        # ignored DLRUN_CHECKPOINT_DIR), and a second submission resumes from them.
+        with open(os.path.join(project, "job.toml")) as f:
+            job = f.read().replace('command = ["build/train"]', 'command = ["build/train"]\ncheckpoint_dir = "ckpts"')
+        with open(os.path.join(project, "kept.toml"), "w") as f:
+            f.write(job)
+        for attempt in ("first", "second"):
+            r = subprocess.run([dlrun, "submit", "--wait", os.path.join(project, "kept.toml")], capture_output=True,
+                               text=True, env=self.env, timeout=300)
+            self.assertEqual(r.returncode, 0, attempt + r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertEqual(len([d for d in os.listdir(os.path.join(project, "ckpts")) if d.startswith("step-")]), 3)
+        job = re.search(r"Submitted job (\d+)", r.stdout).group(1)
+        logs = subprocess.run([dlrun, "logs", job], capture_output=True, text=True, env=self.env).stdout
+        self.assertRegex(logs, r"\[0\] resumed from step 160 \(epoch 6\), saved by 2 rank\(s\); now 2 rank\(s\)\n")
+        self.assertRegex(logs, r"\[0\] final_loss=(?!0\.0000)\d+\.\d{4}\n")  # the loss it was saved with
 
     def test_a_project_builds_against_the_build_tree(self):
         # `dlrun init` run from a build tree names BUILD/runtime (not a placeholder), and

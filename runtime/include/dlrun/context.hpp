@@ -65,6 +65,9 @@ class Context {
   int restart_count() const;
   // DLRUN_RUN_DIR, empty when not started by dlrun.
   const std::string& run_dir() const;
+  // Where this job's checkpoints belong: DLRUN_CHECKPOINT_DIR (a submitted job's, job.toml's
+  // checkpoint_dir), else RUN_DIR/checkpoints, else empty (started without dlrun).
+  const std::string& checkpoint_dir() const;
   // "gloo", "nccl", or "none" for a world of one.
   std::string backend_name() const;
   // Where this rank's model and batches belong: cuda:N (its GPU, made the current CUDA

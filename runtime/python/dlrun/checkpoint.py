@@ -31,8 +31,7 @@ class Checkpoint:
                                      f"loader]), not a {type(track).__name__}")
         self._context = context or _context.current()
         if directory is None:
-            directory = os.environ.get("DLRUN_CHECKPOINT_DIR") or os.path.join(self._context.run_dir or ".",
-                                                                             "checkpoints")
+            directory = self._context.checkpoint_dir or os.path.join(".", "checkpoints")
         self.directory = _arguments.path("directory", directory)
         self._native = _dlrun.Checkpoint(self._context._native, self.directory,
                                          _arguments.whole("keep_last", keep_last, 1, 2**31 - 1))

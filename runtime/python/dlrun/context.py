@@ -14,9 +14,10 @@ class Context:
     """This process's rank and world, and dlrun's stop protocol.
 
     Attributes: rank, world_size, local_rank, nodes, restart_count (0 on the first start, +1
-    on every restart by dlrun), run_dir ('' when not started by dlrun), backend ('gloo',
-    'nccl', or 'none' for a world of one), device ('cpu' or 'cuda:N': where this rank's model
-    and batches belong).
+    on every restart by dlrun), run_dir ('' when not started by dlrun), checkpoint_dir (where
+    the job's checkpoints belong: $DLRUN_CHECKPOINT_DIR, else RUN_DIR/checkpoints, else ''),
+    backend ('gloo', 'nccl', or 'none' for a world of one), device ('cpu' or 'cuda:N': where
+    this rank's model and batches belong).
 
     SIGTERM, SIGINT or SIGUSR1 to any rank (dlrun sends SIGTERM to stop or resize a job) is a
     stop request. It travels with the next step's gradients, so stop_requested() turns true on
