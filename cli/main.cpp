@@ -3,6 +3,8 @@
 // exit codes of docs/exit-codes.md.
 
 #include <signal.h>
+#include <cstdlib>
+#include <filesystem>
 
 #include <iostream>
 #include <vector>
@@ -38,8 +40,24 @@ const CLI::App* innermost(const CLI::App& app) {
 
 }  // namespace
 
+namespace {
+
+// A relative DLRUN_HOME named another directory in every process that runs elsewhere (a
+// submitted job's supervisor and ranks run in its workdir): it is made absolute once, here,
+// before anything reads it, and every process dlrun starts inherits that.
+void make_home_absolute() {
+  const char* home = std::getenv(dlrun::env::k_home);
+  if (home == nullptr || *home == '\0' || *home == '/') return;
+  std::error_code ec;
+  const auto absolute = std::filesystem::absolute(home, ec).lexically_normal();
+  if (!ec) ::setenv(dlrun::env::k_home, absolute.c_str(), 1);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor of live ranks
+  make_home_absolute();
   dlrun::log::init_from_env();
 
   CLI::App app("dlrun launches distributed deep-learning training: one rank per GPU or CPU "

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/carriage_return.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -23,6 +24,7 @@ namespace {
 constexpr auto k_poll = std::chrono::milliseconds(100);
 constexpr int k_polls_per_sweep = 10;  // a lost supervisor is noticed within a second
 constexpr std::streamoff k_tail_bytes = 65536;
+constexpr size_t k_cut_line_bytes = 4096;  // of a last line longer than the tail read
 
 // Copies what `path` has beyond `offset` to `out`; returns the new offset.
 std::streamoff copy_new(const std::string& path, std::streamoff offset, std::ostream& out) {
@@ -166,18 +168,30 @@ LogTail read_log_tail(const std::string& path, size_t count) {
   text.resize(static_cast<size_t>(file.gcount()));
   if (!text.empty() && text.back() == '\n') text.pop_back();
   if (text.empty()) return tail;
-  // From the end back: `count` lines, not the first one when the tail began inside it.
+  // From the end back: `count` lines, not the first one when the tail began inside it, unless
+  // that is all there is (a progress bar redrawn for megabytes without a newline, then a crash:
+  // the log is not empty, and its last state is what matters).
   size_t end = text.size();
   while (tail.lines.size() < count) {
     const size_t newline = end == 0 ? std::string::npos : text.rfind('\n', end - 1);
     if (newline == std::string::npos) {
-      if (start == 0) tail.lines.push_back(text.substr(0, end));
+      if (start == 0) {
+        tail.lines.push_back(text.substr(0, end));
+      } else if (tail.lines.empty()) {
+        const size_t from = end > k_cut_line_bytes ? end - k_cut_line_bytes : 0;
+        tail.lines.push_back("…" + text.substr(from, end - from));
+      }
       break;
     }
     tail.lines.push_back(text.substr(newline + 1, end - newline - 1));
     end = newline;
   }
   std::reverse(tail.lines.begin(), tail.lines.end());
+  // A line that redraws itself shows as a terminal leaves it.
+  for (auto& line : tail.lines) {
+    if (line.find('\r') == std::string::npos) continue;
+    if (const std::string_view shown = shown_segment(line); !shown.empty()) line = std::string(shown);
+  }
   return tail;
 }
 

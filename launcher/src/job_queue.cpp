@@ -462,12 +462,16 @@ JobState JobQueue::cancel(int64_t id, bool force) {
   }
   job = m_store.get(id);
   if (is_terminal(job->state)) return job->state;
-  // A foreground run (dlrun local, dlrun run) keeps its grace with its command line.
-  const double grace = job->submitted.origin == JobOrigin::submit
-                           ? parse_job_spec(job->submitted.spec_text, job->submitted.spec_path,
-                                            job->submitted.base_dir, {}, true)
-                                 .grace
-                           : decode_foreground_grace(job->submitted.spec_text);
+  // A foreground run (dlrun local, dlrun run) keeps its grace with its command line; a
+  // submitted job's file is read as it was submitted (`--scheduler local` for a file that
+  // says kind = "slurm" made the file unreadable here, and the job uncancellable).
+  double grace = JobSpec{}.grace;
+  try {
+    grace = job->submitted.origin == JobOrigin::submit ? submitted_spec(*job).grace
+                                                       : decode_foreground_grace(job->submitted.spec_text);
+  } catch (const ConfigError& e) {
+    log::warn("job {}: its grace period cannot be read ({}): cancelling it with {} s", id, e.what(), grace);
+  }
   const ProcessIdentity supervisor = job->supervisor;
   // What could not be done is said (exit 1), and the job's state is left as it is: its ranks
   // may run, so its slots are not handed on.

@@ -159,6 +159,25 @@ nproc = 1
         self.assertEqual(out, ["hi", os.path.join(self.tmp, "work"),
                                os.path.join(self.home, "jobs", str(job_id), "checkpoints"), str(job_id)])
 
+    def test_a_relative_dlrun_home_is_one_place_for_every_process(self):
+        # The supervisor and the ranks run in the job file's directory: a relative DLRUN_HOME
+        # put their files (rank logs, job.json, runs/1) under another directory than the store.
+        os.makedirs(os.path.join(self.tmp, "here"))
+        os.makedirs(os.path.join(self.tmp, "jobs"))
+        path = os.path.join(self.tmp, "jobs", "job.toml")
+        with open(path, "w") as f:
+            f.write('name = "rel"\ncommand = ["sh", "-c", "echo from-the-rank; echo $DLRUN_CHECKPOINT_DIR"]\n'
+                    '[resources]\nnproc = 1\n')
+        env = dict(self.env, DLRUN_HOME="relhome")
+        run = lambda *args: subprocess.run([DLRUN, *args], capture_output=True, text=True, env=env,
+                                           cwd=os.path.join(self.tmp, "here"), timeout=60)
+        r = run("submit", "--wait", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        home = os.path.join(self.tmp, "here", "relhome")
+        logs = run("logs", "rel", "--rank", "0")
+        self.assertEqual(logs.stdout, f"from-the-rank\n{home}/jobs/1/checkpoints\n", logs.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "jobs", "relhome")))
+
     def test_relative_program_is_found_in_workdir(self):
         self.script("train.sh", "echo trained\n")
         job_id = self.submit('command = ["./train.sh"]\n[resources]\nnproc = 1\n', "--wait")
@@ -810,6 +829,17 @@ class Cancel(JobsTestCase):
         with open(marks) as f:
             self.assertEqual(sorted(f.read().split()), ["0", "1"])
         self.assertEqual(self.dlrun("status", str(job_id)).returncode, 3)
+
+    def test_a_job_run_here_from_a_slurm_job_file_can_be_cancelled(self):
+        # `dlrun submit --scheduler local` over a file that says kind = "slurm": cancel read
+        # the file without the override and refused it (exit 2); the job ran on.
+        ready = os.path.join(self.tmp, "ready")
+        job_id = self.submit(f'name = "here"\ncommand = ["sh", "-c", "touch {ready}; while true; do sleep 0.05; done"]\n'
+                             f'grace = 2\n[resources]\nnproc = 1\n[scheduler]\nkind = "slurm"\n', "--scheduler", "local")
+        self.assertTrue(wait_for(lambda: os.path.exists(ready), 30))
+        r = self.dlrun("cancel", "here")
+        self.assertEqual((r.returncode, r.stdout), (0, f"Job {job_id} CANCELLED\n"), r.stderr)
+        self.assertEqual(self.status(job_id)["exit_code"], 143)
 
     def test_cancel_pending_job(self):
         self.env["DLRUN_CPU_SLOTS"] = "1"

@@ -46,4 +46,18 @@ TEST_SUITE("launcher::JobLogs") {
     CHECK(many.lines.size() < 20000);
     CHECK(many.lines.front().rfind("line ", 0) == 0);  // whole lines only
   }
+  TEST_CASE("a last line longer than the tail read: its end, and a bar as a terminal leaves it") {
+    // A progress bar redrawn for 200 KB without a newline, then a crash: the report called
+    // the log empty.
+    std::string bar = "loading\n";
+    for (int i = 0; i < 20000; ++i) bar += "\r step " + std::to_string(i);
+    TempFile log(bar);
+    CHECK(read_log_tail(log.path, 5).lines == std::vector<std::string>{" step 19999"});
+    TempFile long_line(std::string(70000, 'x') + "\n");
+    auto tail = read_log_tail(long_line.path, 5);
+    REQUIRE(tail.lines.size() == 1);
+    CHECK(tail.lines[0] == "…" + std::string(4096, 'x'));
+    TempFile redrawn("a\r 50%\r100%\nb\n");
+    CHECK(read_log_tail(redrawn.path, 5).lines == std::vector<std::string>{"100%", "b"});
+  }
 }
