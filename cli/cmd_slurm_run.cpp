@@ -35,6 +35,7 @@ Command add_slurm_run_command(CLI::App& dlrun) {
   auto& step = args->step;
   app->add_option("--job-id", step.job_id)->required();
   app->add_option("--ranks-per-node", step.ranks_per_node)->required();
+  app->add_option("--workdir", step.workdir);
   app->add_flag("--gpu", step.cluster.gpu_slots);
   app->add_option("--join-timeout", step.cluster.join_timeout)->check(duration_check());
   app->add_option("--log-dir", args->group.options.log_dir);  // job.toml log_dir/ID

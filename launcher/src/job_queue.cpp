@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +30,7 @@
 #include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/foreground_job.hpp"
 #include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/run_record.hpp"
 #include "dlrun/launcher/run_retention.hpp"
 #include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -270,11 +273,34 @@ void JobQueue::refresh_slurm_jobs() {
 }
 
 void JobQueue::refresh_slurm_job(const JobRecord& job) {
-  auto info = slurm_query(job.slurm_id, m_env);
-  if (!info) {
-    m_store.finish(job.id, JobState::failed, std::nullopt,
-                   fmt::format("Slurm no longer knows job {} and has no accounting record of it", job.slurm_id));
+  const SlurmAnswer answer = slurm_query(job.slurm_id, m_env);
+  if (!answer.info && !answer.gone) {
+    // Slurm could not be asked (a controller restarting, scontrol missing from PATH): the job's
+    // state stays as last seen. Ending it here made a live job FAILED for good, and `dlrun
+    // clean` then removed the directory it was running in.
+    if (m_unreachable_said.insert(job.slurm_id).second) {
+      log::warn("cannot ask Slurm about job {} (Slurm job {}): {}; its state is as last seen", job.id, job.slurm_id,
+                answer.why);
+    }
     return;
+  }
+  std::optional<SlurmJobInfo> info = answer.info;
+  if (!info) {
+    // Slurm forgot it (MinJobAge, no accounting): the batch step's own record says how it ended.
+    const auto record = job.run_dir.empty() ? std::nullopt : read_run_record(job.run_dir);
+    if (record && record->exit_code && record->state != "running" && record->state != "rescaling") {
+      std::string state = record->state;
+      std::transform(state.begin(), state.end(), state.begin(), [](unsigned char c) { return std::toupper(c); });
+      info = SlurmJobInfo{"", parse_job_state(state).value_or(JobState::failed), record->exit_code,
+                          fmt::format("Slurm no longer knows job {}: how it ended is from {}/job.json", job.slurm_id,
+                                      job.run_dir)};
+    } else {
+      m_store.finish(job.id, JobState::failed, std::nullopt,
+                     fmt::format("Slurm no longer knows job {} and has no accounting record of it, and its run "
+                                 "directory says nothing of its end",
+                                 job.slurm_id));
+      return;
+    }
   }
   if (info->state == JobState::running) m_store.mark_running(job.id);
   if (is_terminal(info->state)) {

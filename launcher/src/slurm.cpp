@@ -1,5 +1,6 @@
 #include "dlrun/launcher/slurm.hpp"
 
+#include <csignal>
 #include <map>
 #include <sstream>
 
@@ -62,6 +63,10 @@ std::string render_sbatch_script(const JobSpec& spec, const SbatchInput& in) {
   line("--job-name=" + spec.name);
   line(fmt::format("--nodes={}", s.nodes));
   line("--ntasks-per-node=1");
+  // The one task per node is the agent; its ranks need a CPU each (Slurm gave it one, and two
+  // jobs of 2 ranks ran at once on a 2-CPU node).
+  const int ranks_per_node = s.gpus_per_node > 0 ? s.gpus_per_node : s.ranks_per_node;
+  line(fmt::format("--cpus-per-task={}", ranks_per_node));
   if (s.gpus_per_node > 0) line(fmt::format("--gpus-per-node={}", s.gpus_per_node));
   if (!s.partition.empty()) line("--partition=" + s.partition);
   if (!s.time_limit.empty()) line("--time=" + s.time_limit);
@@ -71,7 +76,8 @@ std::string render_sbatch_script(const JobSpec& spec, const SbatchInput& in) {
   for (const auto& option : s.sbatch_options) script += "#SBATCH " + one_sbatch_line(option) + "\n";  // verbatim
   for (const auto& [key, value] : spec.env) script += fmt::format("export {}={}\n", key, shell_quote(value));
   script += fmt::format("export {}={}\n", env::k_checkpoint_dir, shell_quote(in.checkpoint_dir));
-  std::vector<std::string> args = {in.dlrun, "_slurm-run", "--job-id", in.job_id, "--run-dir", in.run_dir,
+  std::vector<std::string> args = {in.dlrun, "_slurm-run", "--job-id", in.job_id, "--workdir", spec.workdir,
+                                   "--run-dir", in.run_dir,
                                    "--grace", fmt::format("{}", spec.grace), "--max-restarts",
                                    std::to_string(spec.max_restarts)};
   if (spec.watchdog > 0) args.insert(args.end(), {"--watchdog", fmt::format("{}", spec.watchdog)});
@@ -123,6 +129,13 @@ std::optional<SlurmJobInfo> parse_scontrol_job(std::string_view line) {
     auto sig = colon == std::string::npos ? std::optional<int>(0) : parse_int(ec.substr(colon + 1));
     if (code && sig) info.exit_code = *sig > 0 ? exit_code::k_signal_base + *sig : *code;
   }
+  if (info.state == JobState::cancelled) {
+    // Cancelled before it ran, Slurm says 0:0 and keeps its pending reason (BeginTime): a
+    // cancelled job exits 143 (docs/exit-codes.md), and its reason is that it was cancelled.
+    if (!info.exit_code || *info.exit_code == 0) info.exit_code = exit_code::k_signal_base + SIGTERM;
+    info.reason = "Slurm: " + info.slurm_state;
+    return info;
+  }
   if (fields.count("Reason") && fields["Reason"] != "None") info.reason = fields["Reason"];
   if (info.state != JobState::succeeded && info.state != JobState::pending && info.reason.empty()) {
     info.reason = "Slurm: " + info.slurm_state;
@@ -137,16 +150,76 @@ int64_t slurm_submit(const std::string& script_path, const Environment& env) {
   return *id;
 }
 
-std::optional<SlurmJobInfo> slurm_query(int64_t slurm_id, const Environment& env) {
-  std::string out = run_slurm_command({"scontrol", "show", "job", "-o", std::to_string(slurm_id)}, env, false);
-  if (auto info = parse_scontrol_job(out)) return info;
-  // Gone from slurmctld's memory (MinJobAge): ask the accounting database, if there is one.
-  out = run_slurm_command({"sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", std::to_string(slurm_id)}, env, false);
-  auto bar = out.find('|');
-  if (bar == std::string::npos) return std::nullopt;
+SlurmAnswer interpret_slurm_query(const SlurmCommandResult& scontrol, const std::optional<SlurmCommandResult>& sacct) {
+  SlurmAnswer answer;
+  auto words = [](const SlurmCommandResult& r) {
+    return std::string(trim(r.err.empty() ? r.out : r.err));
+  };
+  if (scontrol.ran) {
+    answer.info = parse_scontrol_job(scontrol.out);
+    if (!answer.info) answer.why = "scontrol printed no job state: " + words(scontrol);
+    return answer;
+  }
+  if (words(scontrol).find("Invalid job id") == std::string::npos) {
+    answer.why = words(scontrol).empty() ? std::string("scontrol failed") : words(scontrol);
+    return answer;  // the controller could not answer: nothing is known
+  }
+  // Gone from slurmctld's memory (MinJobAge): the accounting database, if there is one.
+  if (!sacct) {
+    answer.gone = true;
+    return answer;
+  }
+  if (!sacct->ran) {
+    const std::string said = words(*sacct);
+    // No accounting at all: that is Slurm's last word on the job.
+    if (said.find("disabled") != std::string::npos || said.find("not configured") != std::string::npos ||
+        said.find("not found in PATH") != std::string::npos) {
+      answer.gone = true;
+    } else {
+      answer.why = said.empty() ? std::string("sacct failed") : said;
+    }
+    return answer;
+  }
+  const std::string& out = sacct->out;
+  const auto bar = out.find('|');
+  if (bar == std::string::npos) {
+    answer.gone = true;
+    return answer;
+  }
   std::string state(trim(out.substr(0, bar)));
   std::string exit(trim(out.substr(bar + 1)));
-  return parse_scontrol_job(fmt::format("JobState={} ExitCode={}", state, exit.substr(0, exit.find('\n'))));
+  answer.info = parse_scontrol_job(fmt::format("JobState={} ExitCode={}", state, exit.substr(0, exit.find('\n'))));
+  if (!answer.info) answer.why = "sacct printed no job state: " + std::string(trim(out));
+  return answer;
+}
+
+namespace {
+
+SlurmCommandResult run_for_answer(const std::vector<std::string>& argv, const Environment& env) {
+  SlurmCommandResult result;
+  try {
+    auto path_it = env.find("PATH");
+    const std::string path = resolve_program(argv[0], path_it == env.end() ? "" : path_it->second);
+    CommandResult r = run_and_capture(path, argv, env, 60);
+    result.ran = r.status.success();
+    result.out = r.out;
+    result.err = r.err.empty() && !r.status.success() ? r.status.describe() : r.err;
+  } catch (const Error& e) {  // not in PATH, cannot be started
+    result.err = e.what();
+  }
+  return result;
+}
+
+}  // namespace
+
+SlurmAnswer slurm_query(int64_t slurm_id, const Environment& env) {
+  const std::string id = std::to_string(slurm_id);
+  SlurmCommandResult scontrol = run_for_answer({"scontrol", "show", "job", "-o", id}, env);
+  std::optional<SlurmCommandResult> sacct;
+  if (!scontrol.ran && scontrol.err.find("Invalid job id") != std::string::npos) {
+    sacct = run_for_answer({"sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", id}, env);
+  }
+  return interpret_slurm_query(scontrol, sacct);
 }
 
 void slurm_cancel(int64_t slurm_id, bool force, const Environment& env) {

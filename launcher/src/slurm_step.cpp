@@ -75,6 +75,17 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
   std::error_code ec;
   std::string dlrun = fs::read_symlink("/proc/self/exe", ec).string();
   std::string workdir = fs::current_path().string();
+  if (!options.workdir.empty()) {
+    std::error_code missing;
+    if (!fs::is_directory(options.workdir, missing)) {
+      char node[256] = {};
+      ::gethostname(node, sizeof node - 1);
+      // Slurm started the job in another directory (its --chdir falls back to /tmp): running the
+      // program there would be another job.
+      throw SpawnError(fmt::format("the job's workdir {} is not a directory on node {}", options.workdir, node));
+    }
+    workdir = options.workdir;
+  }
   Host any{"slurm", options.ranks_per_node, false};
   server.set_plans(std::vector<std::string>(static_cast<size_t>(nodes),
                                             host_plan(options.cluster, any, job.job_id, job.run_dir, workdir)));
@@ -89,7 +100,8 @@ int run_slurm_step(const SlurmStepOptions& options, const Environment& env) {
     m.label = {0, 0, 0, world, "slurm"};
     m.stdin_text = server.secret() + "\n";
     // One agent per node; stdin (the secret, then the launcher's liveness) to all of them.
-    m.program = {srun, {"srun", "--nodes", std::to_string(nodes), "--ntasks-per-node=1", "--input=all",
+    m.program = {srun, {"srun", "--nodes", std::to_string(nodes), "--ntasks-per-node=1",
+                        fmt::format("--cpus-per-task={}", options.ranks_per_node), "--input=all",
                         "--kill-on-bad-exit=1", dlrun},
                  workdir};
     auto args = agent_args(options.cluster, any, -1, round, contact);

@@ -260,12 +260,20 @@ void Supervisor::handle_stop_signal(int signal) {
     return;
   }
   if (m_stop_signal) {
+    // A second SIGTERM soon after the first is the same request, not an impatient user: Slurm
+    // signals every step of a job, and srun passes the signal on to its tasks again (the grace
+    // period was lost to it). Ctrl-C twice still kills at once.
+    if (signal == SIGTERM && m_stop_signal == SIGTERM &&
+        std::chrono::steady_clock::now() - m_stop_signal_at < k_same_sigterm) {
+      return;
+    }
     log::warn("got {} again: killing all {}s now", signal_name(signal), m_job.member_noun);
     if (m_job.deliver_signal) m_job.deliver_signal(signal);
     m_group->signal_running(SIGKILL);
     return;
   }
   m_stop_signal = signal;
+  m_stop_signal_at = std::chrono::steady_clock::now();
   if (!m_job.options.quiet && m_group) {
     log::info("got {}: passing it on to {} {}{}{}", signal_name(signal), m_group->running(), m_job.member_noun,
               m_group->running() == 1 ? "" : "s",

@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from harness import PYTHON, DlrunTestCase, read_words, wait_for
+from harness import DLRUN, PYTHON, DlrunTestCase, read_words, wait_for
 import slurm_cluster
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -114,11 +114,64 @@ class OnSlurm(DlrunTestCase):
         squeue = subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True).stdout
         self.assertEqual(squeue.strip(), "")
 
+    def test_a_job_cancelled_while_pending_exits_143(self):
+        # Slurm says ExitCode=0:0 for it and keeps its pending reason: submit --wait exited 0.
+        wait = subprocess.Popen([DLRUN, "submit", "--wait", "--parsable",
+                                 self.job(["true"], 'sbatch_options = ["--begin=now+1hour"]\n')],
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertTrue(wait_for(lambda: len(json.loads(self.dlrun("status", "--json").stdout)) == 1, 60))
+        job_id = str(json.loads(self.dlrun("status", "--json").stdout)[0]["id"])
+        self.assertEqual(self.dlrun("cancel", job_id, timeout=180).returncode, 0)
+        out, err = wait.communicate(timeout=180)
+        self.assertEqual(wait.returncode, 143, err)
+        job = self.status(job_id)
+        self.assertEqual((job["state"], job["exit_code"], job["reason"]), ("CANCELLED", 143, "Slurm: CANCELLED"))
+
+    def test_the_grace_period_holds_when_slurm_signals_the_job(self):
+        # Slurm signals every step, and srun passes the signal on again: the agents took the
+        # second SIGTERM for an impatient user and killed the ranks at once.
+        marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
+        r = self.dlrun("submit", "--parsable",
+                       self.job(["sh", "-c", f"trap 'sleep 1; echo $RANK >> {marks}; exit 0' TERM; "
+                                             f"echo $RANK >> {ready}; while true; do sleep 0.1; done"], top="grace = 30\n"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 120), read_words(ready))
+        self.assertEqual(self.dlrun("cancel", job_id, timeout=180).returncode, 0)
+        self.assertEqual(sorted(read_words(marks)), ["0", "1"], self.dlrun("logs", job_id).stdout)
+        self.assertNotIn("killing all", self.dlrun("logs", job_id).stdout)
+
+    def test_a_workdir_missing_on_the_node_fails_the_job(self):
+        # sbatch's --chdir falls back to /tmp: the job ran there, and succeeded.
+        r = self.dlrun("submit", "--wait", "--parsable", self.job(["pwd"], top='workdir = "/nonexistent/dir"\n'),
+                       timeout=180)
+        self.assertEqual(r.returncode, 70, r.stderr)
+        job_id = r.stdout.strip()
+        self.assertEqual(self.status(job_id)["state"], "FAILED")
+        self.assertIn("the job's workdir /nonexistent/dir is not a directory on node", self.dlrun("logs", job_id).stdout)
+
+    def test_slurm_that_cannot_be_asked_leaves_the_job_as_it_was(self):
+        # scontrol failing (a controller restarting; here, no configuration) made a running job
+        # FAILED for good, and dlrun clean would then remove the directory it runs in.
+        gate = os.path.join(self.tmp, "gate")
+        r = self.dlrun("submit", "--parsable", self.job(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"]))
+        job_id = r.stdout.strip()
+        self.assertTrue(wait_for(lambda: self.status(job_id)["state"] == "RUNNING", 120))
+        blind = dict(self.env, SLURM_CONF=os.path.join(self.tmp, "no-such.conf"))
+        r = self.dlrun("status", "--json", job_id, env=blind)
+        self.assertEqual(json.loads(r.stdout)["state"], "RUNNING", r.stderr)
+        self.assertIn(f"cannot ask Slurm about job {job_id}", r.stderr)
+        self.assertIn("its state is as last seen", r.stderr)
+        open(gate, "w").close()
+        self.assertTrue(wait_for(lambda: self.status(job_id)["state"] == "SUCCEEDED", 120), self.status(job_id))
+
     def test_dry_run_prints_the_script_and_submits_nothing(self):
         r = self.dlrun("submit", "--dry-run", self.job(["./train"], 'partition = "debug"\ntime_limit = "10:00"\n'
                                                                    'sbatch_options = ["--exclusive"]\n'))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("#SBATCH --nodes=1\n", r.stdout)
+        self.assertIn("#SBATCH --cpus-per-task=2\n", r.stdout)  # a CPU for each of the node's ranks
         self.assertIn("#SBATCH --partition=debug\n", r.stdout)
         self.assertIn("#SBATCH --time=10:00\n", r.stdout)
         self.assertIn("#SBATCH --exclusive\n", r.stdout)

@@ -317,6 +317,20 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK_FALSE(supervisor.failed_rank());
   }
 
+  TEST_CASE_FIXTURE(Fixture, "a second SIGTERM right after the first is the same request: the grace period holds") {
+    // Slurm signals every step of a job and srun passes the signal on again: the agents got
+    // two SIGTERMs and killed their ranks without the grace period.
+    world.ignore_sigterm = {0, 1};  // they take their time: a checkpoint
+    Supervisor supervisor(job(2), runner());
+    supervisor.begin();
+    supervisor.handle_stop_signal(SIGTERM);
+    supervisor.handle_stop_signal(SIGTERM);
+    CHECK(world.signals[0] == std::vector<int>{SIGTERM});  // passed on once, no SIGKILL
+    world.current().end(0, ExitStatus::exited(0));
+    world.current().end(1, ExitStatus::exited(0));
+    CHECK(finish(supervisor) == 143);
+  }
+
   TEST_CASE_FIXTURE(Fixture, "a stop signal while a failure stops the group kills at once and keeps the failure") {
     world.ignore_sigterm = {0};
     world.on_start = [](size_t, FakeGroup& group) { group.end(1, ExitStatus::exited(5)); };

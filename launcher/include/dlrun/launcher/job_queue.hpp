@@ -15,6 +15,7 @@
 #include <iosfwd>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -104,6 +105,7 @@ class JobQueue {
   Environment m_env;
   std::string m_home;
   JobStore m_store;
+  std::set<int64_t> m_unreachable_said;  // Slurm jobs whose unanswered query was warned about
 };
 
 // The body of `dlrun _supervise ID`: claim, wait for resources, run, record.

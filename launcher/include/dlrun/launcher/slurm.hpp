@@ -43,8 +43,23 @@ std::optional<SlurmJobInfo> parse_scontrol_job(std::string_view line);
 
 // `sbatch --parsable SCRIPT`; returns the Slurm job id. Throws Error with sbatch's words.
 int64_t slurm_submit(const std::string& script_path, const Environment& env);
-// The job's state now, or nullopt when Slurm no longer knows it.
-std::optional<SlurmJobInfo> slurm_query(int64_t slurm_id, const Environment& env);
+
+// What Slurm says of a job: its state (info); that it has no record of it (gone: scontrol no
+// longer knows the id and there is no accounting record); or nothing, because Slurm could not
+// be asked (why: the controller is down, scontrol is not in PATH). A job Slurm could not be
+// asked about has not ended.
+struct SlurmAnswer {
+  std::optional<SlurmJobInfo> info;
+  bool gone = false;
+  std::string why;
+};
+// From the commands' results (pure): scontrol's, and sacct's when scontrol no longer knows it.
+struct SlurmCommandResult {
+  bool ran = false;  // started and exited 0
+  std::string out, err;
+};
+SlurmAnswer interpret_slurm_query(const SlurmCommandResult& scontrol, const std::optional<SlurmCommandResult>& sacct);
+SlurmAnswer slurm_query(int64_t slurm_id, const Environment& env);
 // scancel: graceful (Slurm's SIGTERM, then SIGKILL after its KillWait), or SIGKILL now.
 void slurm_cancel(int64_t slurm_id, bool force, const Environment& env);
 
@@ -52,6 +67,7 @@ struct SlurmStepOptions {
   ClusterOptions cluster;  // group (command, grace, max_restarts, run_dir, prefix), gpu_slots
   int ranks_per_node = 1;
   std::string job_id;
+  std::string workdir;  // the job's: sbatch --chdir goes to /tmp when it is missing on the node
 };
 
 // The body of `dlrun _slurm-run` inside the allocation.
