@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "dlrun/launcher/ssh.hpp"
 #include "dlrun/error.hpp"
 #include "project_templates.hpp"
 
@@ -70,10 +71,13 @@ std::string python_path() {
 // The skeleton's text with DLRUN_PREFIX replaced by where the package is, if known.
 std::string with_prefix(std::string text, const std::string& prefix) {
   if (prefix.empty()) return text;
+  // It stands in shell commands (`cmake ... -DCMAKE_PREFIX_PATH=DLRUN_PREFIX`): quoted where a
+  // path holds a space or other characters a shell would split or expand.
+  const std::string quoted = launcher::shell_quote(prefix);
   const std::string placeholder = "DLRUN_PREFIX";
   for (size_t at = text.find(placeholder); at != std::string::npos;
-       at = text.find(placeholder, at + prefix.size())) {
-    text.replace(at, placeholder.size(), prefix);
+       at = text.find(placeholder, at + quoted.size())) {
+    text.replace(at, placeholder.size(), quoted);
   }
   return text;
 }
@@ -111,20 +115,24 @@ int run_init(const InitArgs& args) {
   if (args.python) {
     std::cout << fmt::format(
         "Created {0}/ with train.py, job.toml and README.md. Next:\n  {1}dlrun local --nproc 2 "
-        "python3 {0}/train.py\n  dlrun submit {0}/job.toml\n",
-        args.dir, pythonpath.empty() ? "" : "PYTHONPATH=" + pythonpath + " ");
+        "python3 {2}\n  dlrun submit {3}\n",
+        args.dir, pythonpath.empty() ? "" : launcher::shell_quote("PYTHONPATH=" + pythonpath) + " ",
+        launcher::shell_quote(args.dir + "/train.py"), launcher::shell_quote(args.dir + "/job.toml"));
     if (!pythonpath.empty()) {
       std::cout << "PYTHONPATH: where this dlrun's Python package is (docs/python.md); job.toml "
                    "sets it in [env].\n";
     }
     return 0;
   }
+  using launcher::shell_quote;
   std::cout << fmt::format(
       "Created {0}/ with CMakeLists.txt, train.cpp, job.toml and README.md. Next:\n"
-      "  cmake -S {0} -B {0}/build -DCMAKE_PREFIX_PATH={1}\n"
-      "  cmake --build {0}/build\n"
-      "  dlrun local --nproc 2 {0}/build/train\n",
-      args.dir, prefix.empty() ? "DLRUN_PREFIX" : prefix);
+      "  cmake -S {1} -B {2} {3}\n"
+      "  cmake --build {2}\n"
+      "  dlrun local --nproc 2 {4}\n",
+      args.dir, shell_quote(args.dir), shell_quote(args.dir + "/build"),
+      shell_quote("-DCMAKE_PREFIX_PATH=" + (prefix.empty() ? std::string("DLRUN_PREFIX") : prefix)),
+      shell_quote(args.dir + "/build/train"));
   if (prefix.empty()) {
     std::cout << "DLRUN_PREFIX: where dlrun is installed (cmake --install BUILD --prefix DIR), or "
                  "BUILD/runtime "

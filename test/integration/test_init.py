@@ -70,6 +70,16 @@ class InstallAndInit(DlrunTestCase):
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
 
 
+class InitMessages(DlrunTestCase):
+    def test_the_commands_it_prints_work_for_a_path_with_a_space(self):
+        project = os.path.join(self.tmp, "my proj")
+        r = subprocess.run([os.path.join(BUILD_DIR, "cli", "dlrun"), "init", project], capture_output=True, text=True,
+                           env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"  cmake -S '{project}' -B '{project}/build' -DCMAKE_PREFIX_PATH=", r.stdout)
+        self.assertIn(f"  dlrun local --nproc 2 '{project}/build/train'\n", r.stdout)
+
+
 class PythonProject(DlrunTestCase):
     """dlrun init --python: a train.py on import dlrun that runs under dlrun local as it is."""
 
