@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iomanip>
-#include <locale>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
+#include <string_view>
+
+#include "dlrun/text_fields.hpp"
 
 namespace dlrun::runtime {
 
@@ -33,12 +33,14 @@ void check_state(const NoiseScaleState& state, size_t groups) {
   }
 }
 
-std::vector<double> parse_values(std::istringstream& line, const std::string& key) {
+std::vector<double> parse_values(const std::vector<std::string_view>& fields, const std::string& key) {
   std::vector<double> values;
-  double value = 0;
-  while (line >> value) values.push_back(value);
-  if (!line.eof()) {
-    throw std::invalid_argument("gradient noise scale: malformed number after '" + key + "'");
+  for (size_t i = 1; i < fields.size(); ++i) {
+    double value = 0;
+    if (!text::parse(fields[i], value)) {
+      throw std::invalid_argument("gradient noise scale: malformed number after '" + key + "'");
+    }
+    values.push_back(value);
   }
   return values;
 }
@@ -140,30 +142,26 @@ void GradientNoiseScale::restore(const NoiseScaleState& state) {
 }
 
 std::string GradientNoiseScale::serialize() const {
-  std::ostringstream out;
-  out.imbue(std::locale::classic());
-  out << std::setprecision(17);  // enough digits for every double to read back exactly
-  out << "groups " << groups() << "\n";
-  out << "observations " << m_state.observations << "\n";
-  out << "weight " << m_state.weight << "\n";
-  out << "sqr_biased";
-  for (double v : m_state.sqr_biased) out << ' ' << v;
-  out << "\nvar_biased";
-  for (double v : m_state.var_biased) out << ' ' << v;
-  out << "\n";
-  return out.str();
+  // Every double in its shortest exact form (text::number): it reads back exactly.
+  std::string out = "groups " + std::to_string(groups()) + "\n";
+  out += "observations " + std::to_string(m_state.observations) + "\n";
+  out += "weight " + text::number(m_state.weight) + "\n";
+  out += "sqr_biased";
+  for (double v : m_state.sqr_biased) out += ' ' + text::number(v);
+  out += "\nvar_biased";
+  for (double v : m_state.var_biased) out += ' ' + text::number(v);
+  out += "\n";
+  return out;
 }
 
 void GradientNoiseScale::deserialize(const std::string& text) {
   NoiseScaleState state;
   bool seen_weight = false, seen_observations = false;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    fields.imbue(std::locale::classic());
-    std::string key;
-    if (!(fields >> key)) continue;
+  for (const std::string_view line_view : text::lines(text)) {
+    const std::string line(line_view);
+    const auto fields = text::fields(line_view);
+    if (fields.empty()) continue;
+    const std::string key(fields[0]);
     if (key == "groups") {
       const auto values = parse_values(fields, key);
       if (values.size() != 1 || values[0] != static_cast<double>(groups())) {

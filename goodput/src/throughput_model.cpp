@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iomanip>
-#include <locale>
-#include <sstream>
 #include <stdexcept>
+#include <string_view>
+
+#include "dlrun/text_fields.hpp"
 
 namespace dlrun::runtime {
 
@@ -66,38 +66,38 @@ void ThroughputProfile::add_optim(int nodes, int replicas, int64_t micro_batch, 
 }
 
 std::string ThroughputProfile::serialize() const {
-  std::ostringstream out;
-  out.imbue(std::locale::classic());
-  out << std::setprecision(17);  // every double reads back exactly
+  std::string out;  // every double in its shortest exact form: it reads back exactly
   for (const auto& [key, entry] : m_entries) {
     const auto& [nodes, replicas, micro_batch] = key;
-    out << "entry " << nodes << ' ' << replicas << ' ' << micro_batch << ' ' << entry.accum_time_sum
-        << ' ' << entry.accum_count << ' ' << entry.optim_time_sum << ' ' << entry.optim_count
-        << "\n";
+    out += "entry " + std::to_string(nodes) + ' ' + std::to_string(replicas) + ' ' +
+           std::to_string(micro_batch) + ' ' + text::number(entry.accum_time_sum) + ' ' +
+           std::to_string(entry.accum_count) + ' ' + text::number(entry.optim_time_sum) + ' ' +
+           std::to_string(entry.optim_count) + "\n";
   }
-  return out.str();
+  return out;
 }
 
 void ThroughputProfile::deserialize(const std::string& text) {
   std::map<ProfileKey, ProfileEntry> entries;
-  std::istringstream in(text);
-  std::string line;
   int line_number = 0;
-  while (std::getline(in, line)) {
+  for (const std::string_view line_view : text::lines(text)) {
     ++line_number;
-    std::istringstream fields(line);
-    fields.imbue(std::locale::classic());
-    std::string key;
-    if (!(fields >> key)) continue;
+    const std::string line(line_view);
+    const auto fields = text::fields(line_view);
+    if (fields.empty()) continue;
+    const std::string key(fields[0]);
     const std::string where = "throughput profile line " + std::to_string(line_number);
     if (key != "entry") throw std::invalid_argument(where + ": unknown key '" + key + "'");
     int nodes = 0, replicas = 0;
     int64_t micro_batch = 0;
     ProfileEntry entry;
-    fields >> nodes >> replicas >> micro_batch >> entry.accum_time_sum >> entry.accum_count >>
-        entry.optim_time_sum >> entry.optim_count;
-    std::string rest;
-    if (fields.fail() || (fields >> rest)) {
+    const bool parsed = fields.size() == 8 && text::parse(fields[1], nodes) &&
+                        text::parse(fields[2], replicas) && text::parse(fields[3], micro_batch) &&
+                        text::parse(fields[4], entry.accum_time_sum) &&
+                        text::parse(fields[5], entry.accum_count) &&
+                        text::parse(fields[6], entry.optim_time_sum) &&
+                        text::parse(fields[7], entry.optim_count);
+    if (!parsed) {
       throw std::invalid_argument(where +
                                   ": expected 'entry nodes replicas micro_batch "
                                   "accum_sum accum_count optim_sum optim_count', got '" +

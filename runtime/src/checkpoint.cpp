@@ -12,15 +12,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <regex>
-#include <sstream>
 
 #include "checkpoint_manifest.hpp"
 #include "context_state.hpp"
 #include "remove_tree.hpp"
+#include "text_file.hpp"
+#include "dlrun/text_fields.hpp"
 #include "dlrun/elastic_sampler.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/version.hpp"
@@ -30,6 +31,8 @@ namespace fs = std::filesystem;
 
 namespace dlrun {
 namespace {
+using runtime::read_text;
+using runtime::write_text;
 
 constexpr const char* k_prefix = "step-";
 constexpr const char* k_temp_prefix = ".tmp-step-";
@@ -50,9 +53,12 @@ std::optional<int64_t> step_of(const fs::path& path) {
   return std::stoll(digits);
 }
 
+// Without std::regex: a pip torch's libtorch exports its own instances of std::regex's
+// templates, which a Python process binds the runtime to, and which crash there (as
+// std::filesystem::remove_all does, remove_tree.hpp).
 void check_name(const std::string& name) {
-  static const std::regex valid("[A-Za-z0-9_-]+");
-  if (!std::regex_match(name, valid)) {
+  const auto allowed = [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; };
+  if (name.empty() || !std::all_of(name.begin(), name.end(), allowed)) {
     throw ConfigError(
         fmt::format("Checkpoint::track: '{}' is not a valid name (use letters, "
                     "digits, '_' and '-')",
@@ -207,11 +213,21 @@ void check_directory(const fs::path& dir) {
   }
 }
 
+// Each line's first field and the rest of the line after the blanks that follow it.
 Values read_state(const fs::path& path) {
   Values values;
-  std::ifstream in(path);
-  std::string key, value;
-  while (in >> key && std::getline(in >> std::ws, value)) values[key] = value;
+  std::string content;
+  if (!read_text(path, content)) return values;
+  for (const std::string_view line : text::lines(content)) {
+    const auto fields = text::fields(line);
+    if (fields.empty()) continue;
+    const size_t key_end = static_cast<size_t>(fields[0].data() - line.data()) + fields[0].size();
+    const size_t rest = line.find_first_not_of(" \t\r", key_end);
+    if (rest == std::string_view::npos) continue;
+    std::string_view value = line.substr(rest);
+    while (!value.empty() && (value.back() == '\r' || value.back() == ' ')) value.remove_suffix(1);
+    values[std::string(fields[0])] = std::string(value);
+  }
   return values;
 }
 
@@ -293,29 +309,17 @@ void Checkpoint::Impl::write_files(const fs::path& tmp, int64_t step,
   }
   for (const auto& [name, object] : objects) {
     names.push_back("state-" + name + ".txt");
-    std::ofstream out(tmp / names.back(), std::ios::binary);
-    out << object->checkpoint_state();
-    if (!out.flush())
-      throw CheckpointError(fmt::format("cannot write {}", (tmp / names.back()).string()));
+    write_text(tmp / names.back(), object->checkpoint_state());
   }
-  std::ostringstream state;
-  state << "step " << step << "\n"
-        << "world_size " << context.world_size() << "\n"
-        << "restart_count " << context.restart_count() << "\n"
-        << "dlrun_version " << k_version << "\n";
+  std::string state = fmt::format("step {}\nworld_size {}\nrestart_count {}\ndlrun_version {}\n", step,
+                                  context.world_size(), context.restart_count(), k_version);
   if (sampler) {
     const SamplerState s = sampler->state();
-    state << "sampler.epoch " << s.epoch << "\nsampler.position " << s.position << "\nsampler.seed "
-          << s.seed << "\nsampler.dataset_size " << s.dataset_size << "\n";
+    state += fmt::format("sampler.epoch {}\nsampler.position {}\nsampler.seed {}\nsampler.dataset_size {}\n",
+                         s.epoch, s.position, s.seed, s.dataset_size);
   }
-  for (const auto& [key, value] : values)
-    state << "value." << key << " " << fmt::format("{:.17g}", value) << "\n";
-  {
-    std::ofstream out(tmp / k_state_file, std::ios::binary);
-    out << state.str();
-    if (!out.flush())
-      throw CheckpointError(fmt::format("cannot write {}", (tmp / k_state_file).string()));
-  }
+  for (const auto& [key, value] : values) state += fmt::format("value.{} {:.17g}\n", key, value);
+  write_text(tmp / k_state_file, state);
   names.push_back(k_state_file);
   for (const auto& name : names) runtime::manifest::sync_path(tmp / name);
 }
@@ -429,11 +433,10 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
       optimizer->load(archive);
     }
     for (const auto& [name, object] : objects) {
-      std::ifstream in(tracked_file(path, "state", name, ".txt"), std::ios::binary);
-      if (!in) throw CheckpointError(fmt::format("cannot read state-{}.txt", name));
-      std::ostringstream text;
-      text << in.rdbuf();
-      object->restore_checkpoint_state(text.str());
+      std::string text;
+      if (!read_text(tracked_file(path, "state", name, ".txt"), text))
+        throw CheckpointError(fmt::format("cannot read state-{}.txt", name));
+      object->restore_checkpoint_state(text);
     }
     if (sampler) {
       SamplerState s;

@@ -7,10 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include "dlrun/runtime_errors.hpp"
+#include "dlrun/text_fields.hpp"
+#include "text_file.hpp"
 
 namespace dlrun::runtime::manifest {
 namespace {
@@ -70,21 +69,13 @@ void write(const std::filesystem::path& dir, const std::vector<std::string>& nam
   std::string body = body_of(entries);
   body += fmt::format("end {:08x}\n", crc_of(body));
   const auto path = dir / k_file_name;
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << body;
-    out.flush();
-    if (!out) throw CheckpointError(fmt::format("cannot write {}", path.string()));
-  }
+  write_text(path, body);
   sync_path(path);
 }
 
 std::optional<std::string> verify(const std::filesystem::path& dir) {
-  std::ifstream in(dir / k_file_name, std::ios::binary);
-  if (!in) return std::string("it has no MANIFEST (an interrupted save?)");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  std::string text;
+  if (!read_text(dir / k_file_name, text)) return std::string("it has no MANIFEST (an interrupted save?)");
   const size_t end_line = text.rfind("end ");
   if (end_line == std::string::npos || text.empty() || text.back() != '\n') {
     return std::string("its MANIFEST is cut short");
@@ -93,15 +84,17 @@ std::optional<std::string> verify(const std::filesystem::path& dir) {
   if (fmt::format("end {:08x}\n", crc_of(body)) != text.substr(end_line)) {
     return std::string("its MANIFEST does not match its own checksum");
   }
-  std::istringstream lines(body);
-  std::string line;
-  std::getline(lines, line);
-  if (line != k_magic) return fmt::format("its MANIFEST starts with '{}', not '{}'", line, k_magic);
-  while (std::getline(lines, line)) {
-    std::istringstream fields(line);
-    std::string crc_text, name;
+  const auto lines = text::lines(body);
+  const std::string_view first = lines.empty() ? std::string_view() : lines[0];
+  if (first != k_magic) return fmt::format("its MANIFEST starts with '{}', not '{}'", first, k_magic);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::string_view line = lines[i];
+    const auto fields = text::fields(line);
     uint64_t size = 0;
-    if (!(fields >> crc_text >> size >> name)) return fmt::format("bad MANIFEST line '{}'", line);
+    if (fields.size() < 3 || !text::parse(fields[1], size)) {
+      return fmt::format("bad MANIFEST line '{}'", line);
+    }
+    const std::string crc_text(fields[0]), name(fields[2]);
     Entry actual;
     try {
       actual = describe_file(dir, name);
