@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time to a target test accuracy on Fashion-MNIST with 2 ranks (dlrun local --nproc 2):
+"""Time to a target test accuracy on Fashion-MNIST with 2 ranks (dlrun local --nproc 2, or --gpus N):
 dlrun::AdaptiveBatch (--adaptive, starting at batch 64) against fixed global batch sizes,
 each fixed size with its scaled learning rate (lr 2e-3 at 64 scaled linearly, or by the square
 root with --lr-scaling sqrt; 0.02 with --optimizer sgd), same model and seed.
@@ -17,6 +17,11 @@ Usage: bench/adaptive.py BUILD_DIR [--target 0.88 | --target-loss 0.32] [--sizes
                                    [--with python,torchrun]
                                    [--step-ms MS --sample-ms MS --sync-ms-per-rank MS]
                                    [--scaling-rule RULE] [--svg FILE] [--adaptive-lrs best,1e-3]
+                                   [--gpus N]
+
+--gpus N runs every program on N GPUs (dlrun local --gpus N; torchrun's DDP with --device cuda, NCCL)
+instead of 2 CPU ranks. TORCHRUN (a command, default ../shared/bench/torchrun-debian) and PYTHON
+(default /usr/bin/python3, the Python with torch) say which torchrun and python3 to run.
 
 --target-loss L times each run to a test loss (the test set's mean cross-entropy) of at most L
 instead of a test accuracy: a smoother measure than the accuracy near a model's plateau, and one
@@ -42,6 +47,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -51,7 +57,9 @@ BASE_LRS, BASE_BATCH = {"adam": 2e-3, "sgd": 0.02}, 64
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TORCHRUN = os.environ.get("TORCHRUN", os.path.join(HERE, "..", "..", "shared", "bench", "torchrun-debian"))
+TORCHRUN = shlex.split(os.environ.get("TORCHRUN", shlex.quote(os.path.join(HERE, "..", "..", "shared", "bench",
+                                                                          "torchrun-debian"))))
+PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 
 
 def run(build, run_dir, extra, args, program="cpp"):
@@ -61,15 +69,17 @@ def run(build, run_dir, extra, args, program="cpp"):
     target = ["--target-test-loss", str(args.target_loss)] if args.target_loss else ["--target-accuracy", str(args.target)]
     common = ["--epochs", str(args.max_epochs)] + target + [
               "--eval-every", str(args.eval_every), "--seed", "1", "--model", args.model] + optimizer_args(args) + cost_args(args) + extra
-    dlrun = [os.path.join(build, "cli", "dlrun"), "local", "--nproc", "2", "--run-dir", run_dir, "--"]
+    ranks = ["--gpus", str(args.gpus)] if args.gpus else ["--nproc", "2"]
+    dlrun = [os.path.join(build, "cli", "dlrun"), "local"] + ranks + ["--run-dir", run_dir, "--"]
     if program == "cpp":
         cmd = dlrun + [os.path.join(build, "examples", "fashion_mnist", "fashion_mnist")] + common
     elif program == "python":
-        cmd = dlrun + ["/usr/bin/python3", os.path.join(HERE, "..", "examples", "python_adaptive", "train.py"),
+        cmd = dlrun + [PYTHON, os.path.join(HERE, "..", "examples", "python_adaptive", "train.py"),
                        "--checkpoint-dir", run_dir + "-checkpoints"] + common
     else:
-        cmd = [TORCHRUN, "--nproc_per_node", "2", "--monitor_interval", "0.1",
-               os.path.join(HERE, "python", "ddp_train.py")] + common
+        cmd = TORCHRUN + ["--nproc_per_node", str(args.gpus or 2), "--monitor_interval", "0.1",
+                          os.path.join(HERE, "python", "ddp_train.py")] + common + \
+            (["--device", "cuda"] if args.gpus else [])
     start = time.monotonic()
     env = dict(os.environ, DLRUN_HOME=run_dir + "-home", PYTHONPATH=os.path.join(build, "python"))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -136,6 +146,7 @@ def main():
                     help="every run's optimizer: adam, or sgd with momentum 0.9 (adaptive: AdaScale)")
     ap.add_argument("--scaling-rule", default="", help="the adaptive run's learning-rate rule (default: the example's, "
                                                         "adam for Adam: lr x sqrt(batch / 64); adascale for SGD: lr x gain)")
+    ap.add_argument("--gpus", type=int, default=0, help="run on this many GPUs instead of 2 CPU ranks")
     ap.add_argument("--svg", default="", help="draw the adaptive run's history there (dlrun history --svg): batch "
                                               "size, goodput and noise scale over time")
     args = ap.parse_args()
@@ -152,6 +163,34 @@ def main():
         ap.error("--with python cannot sleep a step cost (examples/python_adaptive has no --step-ms); "
                  "leave python out or the cost")
     torch_rows = []
+    resolved = args.scaling_rule if args.scaling_rule not in ("", "auto") else \
+        ("adascale" if args.optimizer == "sgd" else "adam")  # the auto rule's choice
+    rule = {"adam": "√scale", "adascale": "gain"}.get(resolved, resolved)
+    python_row, adaptive_rows, decided = None, [], ""
+
+    def adaptive_runs():
+        """The adaptive job from each initial rate: as soon as fixed 64's best rate is known, so
+        that a benchmark cut short (a GPU lent for minutes) has them."""
+        nonlocal python_row, decided
+        start_lrs = [start_lr if v == "best" else float(v) for v in (args.adaptive_lrs or "best").split(",")]
+        for n, lr in enumerate(start_lrs):
+            adaptive_args = ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{lr:g}",
+                             "--max-batch-size", str(args.max_batch)]
+            if args.scaling_rule:
+                adaptive_args += ["--scaling-rule", args.scaling_rule]
+            if "python" in others and n == 0:
+                r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")
+                python_row = (f"import dlrun: adaptive (64 → ≤{args.max_batch}, lr {lr:g} × {rule})", r)
+                print(python_row, file=sys.stderr)
+            adaptive_dir = f"{tmp}/adaptive-{n}"
+            r = run(args.build, adaptive_dir, adaptive_args, args)
+            adaptive_rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {lr:g} × {rule})", r))
+            print(adaptive_rows[-1], file=sys.stderr)
+            points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
+            r["batches"] = sorted({p["global_batch"] for p in points})
+            if n == 0:
+                decided = history(args.build, adaptive_dir, args.svg)
+
     for size in [int(s) for s in args.sizes.split(",")]:
         for program, table in (("cpp", rows), ("torchrun", torch_rows)):
             if program == "torchrun" and "torchrun" not in others:
@@ -170,28 +209,9 @@ def main():
             table.append((f"{name} {size} (lr {lr:g}{', the best of the sweep' if len(factors) > 1 else ''})", r))
             if size == BASE_BATCH and program == "cpp":
                 start_lr = lr
-    resolved = args.scaling_rule if args.scaling_rule not in ("", "auto") else \
-        ("adascale" if args.optimizer == "sgd" else "adam")  # the auto rule's choice
-    rule = {"adam": "√scale", "adascale": "gain"}.get(resolved, resolved)
-    start_lrs = [start_lr if v == "best" else float(v) for v in (args.adaptive_lrs or "best").split(",")]
-    python_row, adaptive_rows, decided = None, [], ""
-    for n, lr in enumerate(start_lrs):
-        adaptive_args = ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{lr:g}",
-                         "--max-batch-size", str(args.max_batch)]
-        if args.scaling_rule:
-            adaptive_args += ["--scaling-rule", args.scaling_rule]
-        if "python" in others and n == 0:
-            r = run(args.build, f"{tmp}/python-adaptive", adaptive_args, args, "python")
-            python_row = (f"import dlrun: adaptive (64 → ≤{args.max_batch}, lr {lr:g} × {rule})", r)
-            print(python_row, file=sys.stderr)
-        adaptive_dir = f"{tmp}/adaptive-{n}"
-        r = run(args.build, adaptive_dir, adaptive_args, args)
-        adaptive_rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {lr:g} × {rule})", r))
-        print(adaptive_rows[-1], file=sys.stderr)
-        points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
-        r["batches"] = sorted({p["global_batch"] for p in points})
-        if n == 0:
-            decided = history(args.build, adaptive_dir, args.svg)
+                adaptive_runs()
+    if not adaptive_rows:
+        adaptive_runs()
 
     # OpenBLAS's kernels set the MLP's speed (on an AVX-512 CPU, OPENBLAS_CORETYPE=Haswell halves
     # its matrix products); every run above inherited this setting.
@@ -202,7 +222,7 @@ def main():
     print("|---|---|---|---|---|")
     for name, r in rows + adaptive_rows + torch_rows + ([python_row] if python_row else []):
         if r["reached"]:
-            print(f"| {name} | {r['seconds']:.1f} | {r['samples']} | {r['steps']} | {r['wall']:.1f} |")
+            print(f"| {name} | {r['seconds']:.2f} | {r['samples']} | {r['steps']} | {r['wall']:.1f} |")
         else:
             print(f"| {name} | not reached in {args.max_epochs} epochs (final accuracy {r['accuracy']}) | | | {r['wall']:.1f} |")
     fixed = [r["seconds"] for n, r in rows if r["reached"]]

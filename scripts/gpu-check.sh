@@ -9,8 +9,8 @@
 #
 #   scripts/gpu-check.sh [BUILD_DIR]          (default build-gpu/)
 #
-# DEPS_PREFIX: a prefix holding dependencies that are not under /usr (e.g. unpacked .debs of
-# scripts/install-deps.sh's -dev packages, nlohmann-json3-dev among them).
+# DEPS_DEBS or DEPS_PREFIX: dlrun's other build dependencies where they are not installed
+# (scripts/gpu-build.sh).
 # FASHION_MNIST_DIR: the dataset's .gz files (default /usr/share/datasets/fashion-mnist).
 # EPOCHS: of the fashion_mnist runs (default 2).
 set -euo pipefail
@@ -26,10 +26,8 @@ gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 
 step() { echo; echo "== $*"; }
 step "configure and build against $torch_prefix"
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$torch_prefix${DEPS_PREFIX:+;$DEPS_PREFIX}" \
-      -DDLRUN_FASHION_MNIST_DIR="$data" -Wno-dev | grep -E "NCCL|Torch|CUDA" || true
-cmake --build "$build" --target dlrun dlrun_runtime_unit_tests fashion_mnist -- -k 0
+. "$src/scripts/gpu-build.sh"
+gpu_build "$src" "$build" "$data" dlrun dlrun_runtime_unit_tests fashion_mnist
 # import dlrun: built when CMake found Python's headers (pybind11 from torch's own headers).
 cmake --build "$build" --target dlrun_python || echo "gpu-check: the Python module was not built"
 

@@ -1,0 +1,106 @@
+#!/bin/bash
+# dlrun's benchmarks on one GPU, inside a time budget (a lent GPU machine's minutes are few):
+# builds dlrun against python3's CUDA LibTorch (scripts/gpu-build.sh), then, in this order and as
+# long as the budget lasts:
+#   1. fashion_mnist under `dlrun local --gpus 1`, a checkpoint and a resume of it on the GPU;
+#   2. issue 15 on the GPU: bench/adaptive.py, the small MLP to a test loss of 0.32, every fixed
+#      batch at each rate of a sweep, the adaptive job from fixed 64's best rate and from 1e-3,
+#      and the same fixed batches in PyTorch DDP under torchrun (NCCL);
+#   3. the step time of dlrun.DataParallel (import dlrun, NCCL) against DDP (bench/python/step.py),
+#      and examples/python_adaptive --adaptive on the GPU;
+#   4. AdaptiveBatch's overhead: fixed 64 against --adaptive --max-batch-size 64 (samples/s of a
+#      later epoch);
+#   5. more passes of 2 (C++ only), while at least PASS_SECONDS are left.
+# Everything it prints goes to OUT_DIR/gpu-bench.log too, with the tables of 2 and 5 in files of
+# their own, so that what ran is kept if the budget ends first.
+#
+#   scripts/gpu-bench.sh [BUILD_DIR]      (default build-gpu/)
+#
+# BUDGET: seconds for the whole script, build included (default 540). OUT_DIR (default
+# BUILD_DIR/bench-out). FASHION_MNIST_DIR, DEPS_DEBS, DEPS_PREFIX: as for scripts/gpu-check.sh.
+set -uo pipefail
+start=$SECONDS
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$src/build-gpu}
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+budget=${BUDGET:-540}
+out=${OUT_DIR:-$build/bench-out}
+mkdir -p "$out"
+exec > >(tee -a "$out/gpu-bench.log") 2>&1
+
+left() { echo $((budget - (SECONDS - start))); }
+step() { echo; echo "== [$((SECONDS - start)) s] $*"; }
+# within SECONDS CMD...: runs CMD for at most SECONDS, or what is left of the budget; skipped
+# when under 15 s are left.
+within() {
+  local limit=$1
+  shift
+  local rest
+  rest=$(left)
+  ((rest > 15)) || { echo "gpu-bench: no time left for: $*"; return 124; }
+  ((limit < rest)) || limit=$rest
+  timeout --kill-after=5 "$limit" "$@"
+  local rc=$?
+  ((rc == 124)) && echo "gpu-bench: stopped after $limit s: $*"
+  return $rc
+}
+
+nvidia-smi -L || true
+python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL",
+  torch.cuda.nccl.version(), "GPUs", torch.cuda.device_count())'
+nproc
+
+step "build against python3's LibTorch"
+. "$src/scripts/gpu-build.sh"
+BUILD_TESTS=OFF gpu_build "$src" "$build" "$data" dlrun fashion_mnist dlrun_python ||
+  { [[ -x $build/cli/dlrun && -x $build/examples/fashion_mnist/fashion_mnist ]] ||
+      { echo "gpu-bench: the build failed"; exit 1; }; }
+dlrun=$build/cli/dlrun
+example=$build/examples/fashion_mnist/fashion_mnist
+export DLRUN_HOME=$build/bench-home PYTHONPATH=$build/python FASHION_MNIST_DIR=$data
+export PYTHON=${PYTHON:-$(command -v python3)} TORCHRUN="$(command -v python3) -m torch.distributed.run"
+
+step "1. fashion_mnist on the GPU: an epoch with a checkpoint, then a resume to epoch 2"
+rm -rf "$build/ckpt"
+within 60 "$dlrun" local --gpus 1 "$example" --epochs 1 --batch-size 256 --checkpoint-dir "$build/ckpt"
+within 60 "$dlrun" local --gpus 1 "$example" --epochs 2 --batch-size 256 --checkpoint-dir "$build/ckpt"
+
+mlp_sweep=(--model mlp --target-loss 0.32 --max-epochs 40 --eval-every 5000 --sizes 64,256,1024,4096
+           --base-lr 1e-3 --lr-scaling sqrt --lr-factors 0.25,0.35 --adaptive-lrs best,1e-3 --gpus 1)
+step "2. issue 15 on the GPU, pass 1: the MLP to a test loss of 0.32, dlrun and torchrun + DDP"
+within 260 python3 "$src/bench/adaptive.py" "$build" "${mlp_sweep[@]}" --with torchrun \
+    --svg "$out/adaptive-mlp-gpu.svg" > "$out/mlp-pass1.txt"
+cat "$out/mlp-pass1.txt"
+
+step "3. step time: dlrun.DataParallel (import dlrun) against DDP under torchrun, one GPU"
+for model in mlp cnn; do
+  for batch in 32 1024; do
+    within 40 "$dlrun" local --quiet --gpus 1 "$PYTHON" "$src/bench/python/step.py" --impl dlrun \
+        --device cuda --model "$model" --batch "$batch"
+    within 40 $TORCHRUN --nproc_per_node 1 "$src/bench/python/step.py" --impl ddp --device cuda \
+        --model "$model" --batch "$batch" 2>&1 | grep -v "^W"
+  done
+done
+step "3. examples/python_adaptive --adaptive on the GPU (import dlrun)"
+within 60 "$dlrun" local --gpus 1 "$PYTHON" "$src/examples/python_adaptive/train.py" --epochs 2 \
+    --adaptive --model mlp --checkpoint-dir "$build/py-ckpt"
+
+step "4. AdaptiveBatch's overhead held at 64 (samples/s of epoch 3 of 3)"
+for model in mlp cnn; do
+  for mode in fixed adaptive; do
+    extra=()
+    [[ $mode == adaptive ]] && extra=(--adaptive --max-batch-size 64)
+    echo "-- $model $mode"
+    within 60 "$dlrun" local --quiet --gpus 1 "$example" --model "$model" --epochs 3 --batch-size 64 \
+        "${extra[@]}" | grep "epoch 3/3"
+  done
+done
+
+for pass in 2 3; do
+  (($(left) > ${PASS_SECONDS:-100})) || break
+  step "5. issue 15 on the GPU, pass $pass (dlrun only)"
+  within "$(($(left) - 5))" python3 "$src/bench/adaptive.py" "$build" "${mlp_sweep[@]}" \
+      > "$out/mlp-pass$pass.txt"
+  cat "$out/mlp-pass$pass.txt"
+done
+step "done"
