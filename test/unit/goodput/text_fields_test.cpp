@@ -52,7 +52,7 @@ TEST_SUITE("text_fields") {
     CHECK(u == 18446744073709551615ull);
   }
 
-  TEST_CASE("fields split on any blanks; lines on newlines, a last line without one included") {
+  TEST_CASE("fields split on any blanks, lines on newlines (a last line without one included)") {
     const auto f = text::fields("  entry 1\t2   3.5 \r");
     REQUIRE(f.size() == 4);
     CHECK(f[0] == "entry");
