@@ -3,10 +3,7 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -97,13 +94,9 @@ int run_history(const HistoryArgs& args) {
   std::cout << title << ": " << run_dir << "\n"
             << launcher::history_summary(points, launcher::predicted_goodput(run_dir, replicas));
   if (!args.svg.empty()) {
-    std::ofstream file(args.svg, std::ios::binary | std::ios::trunc);
-    file << launcher::render_history_svg(points,
-                                         title + ": batch size, goodput and noise scale over time");
-    file.close();
-    if (!file)
-      throw ConfigError(
-          fmt::format("--svg {}: cannot write it: {}", args.svg, std::strerror(errno)));
+    // Whole or not at all: a failed write leaves an earlier picture there as it was.
+    write_svg(args.svg, launcher::render_history_svg(
+                            points, title + ": batch size, goodput and noise scale over time"));
     std::cout << "Wrote " << args.svg << "\n";
   }
   return 0;

@@ -3,11 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <ctime>
-#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -54,10 +51,7 @@ int print_trace(launcher::JobQueue& queue, const StatusArgs& args) {
     std::cout << launcher::render_trace_text(events, options);
     return 0;
   }
-  std::ofstream file(args.svg, std::ios::binary | std::ios::trunc);
-  file << launcher::render_trace_svg(events, options);
-  file.close();
-  if (!file) throw ConfigError(fmt::format("--svg {}: cannot write it: {}", args.svg, std::strerror(errno)));
+  write_svg(args.svg, launcher::render_trace_svg(events, options));
   const auto summary = launcher::summarise_trace(events, options);
   std::cout << fmt::format("Wrote {}: {} job{} on {} GPU{}, utilisation {:.1f}%\n", args.svg, summary.jobs.size(),
                            summary.jobs.size() == 1 ? "" : "s", summary.rows.size(), summary.rows.size() == 1 ? "" : "s",

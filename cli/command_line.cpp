@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/text.hpp"
 
 namespace dlrun::cli {
@@ -131,6 +132,14 @@ std::string Formatter::make_option_name(const CLI::Option* option, bool is_posit
     names += (names.empty() ? "--" : ",--") + name;
   }
   return names;
+}
+
+void write_svg(const std::string& path, const std::string& svg) {
+  try {
+    launcher::write_file_atomically(path, svg);
+  } catch (const SystemError& e) {
+    throw ConfigError(fmt::format("--svg {}: {}", path, e.what()));
+  }
 }
 
 }  // namespace dlrun::cli

@@ -44,6 +44,10 @@ std::string help_hint(const CLI::App& app);
 // back as they are.
 std::string plain_parse_error(const std::string& message);
 
+// The picture of --svg PATH written whole or not at all (an earlier picture there stays as it
+// was when the write fails); ConfigError "--svg PATH: cannot write PATH: reason".
+void write_svg(const std::string& path, const std::string& svg);
+
 // dlrun's own words (argv without its name), as main() got them: what a foreground run keeps
 // to be resumed by (foreground.hpp).
 void set_invocation(std::vector<std::string> words);

@@ -4,7 +4,12 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
+#include <cstdio>
+
+#include "dlrun/error.hpp"
 
 namespace dlrun::launcher {
 
@@ -45,6 +50,26 @@ std::optional<std::string> read_file(const std::string& path) {
   std::string text = read_all(fd);
   ::close(fd);
   return text;
+}
+
+void write_file_atomically(const std::string& path, std::string_view text) {
+  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw SystemError("cannot write " + path, errno);
+  bool ok = write_all(fd, text);
+  int error = errno;
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    error = errno;
+  }
+  if (ok && ::rename(temp.c_str(), path.c_str()) != 0) {
+    ::unlink(temp.c_str());
+    throw SystemError("cannot write " + path, errno);
+  }
+  if (!ok) {
+    ::unlink(temp.c_str());
+    throw SystemError("cannot write " + path, error);
+  }
 }
 
 }  // namespace dlrun::launcher

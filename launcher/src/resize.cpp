@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,16 +19,6 @@
 
 namespace dlrun::launcher {
 namespace {
-
-void write_atomically(const std::string& path, const std::string& text) {
-  std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(temp);
-    out << text;
-    if (!out) throw SystemError("cannot write " + temp, errno);
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) throw SystemError("cannot write " + path, errno);
-}
 
 std::optional<std::string> take(const std::string& path) {
   auto text = read_file(path);
@@ -72,7 +61,7 @@ std::string check_resize(int requested, int min_ranks, int max_ranks) {
 }
 
 void write_resize_request(const std::string& run_dir, const ResizeRequest& request) {
-  write_atomically(run_dir + "/resize.request", format_resize_request(request));
+  write_file_atomically(run_dir + "/resize.request", format_resize_request(request));
 }
 
 std::optional<ResizeRequest> take_resize_request(const std::string& run_dir) {
@@ -82,7 +71,7 @@ std::optional<ResizeRequest> take_resize_request(const std::string& run_dir) {
 }
 
 void write_resize_result(const std::string& run_dir, const std::string& result) {
-  write_atomically(run_dir + "/resize.result", result + "\n");
+  write_file_atomically(run_dir + "/resize.result", result + "\n");
 }
 
 std::optional<std::string> take_resize_result(const std::string& run_dir) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/fd_io.hpp"
 
 namespace dlrun::launcher {
 
@@ -27,15 +28,7 @@ void write_run_record(const std::string& run_dir, const RunRecord& record) {
   if (record.exit_code) json["exit_code"] = *record.exit_code;
   // A command line or path need not be UTF-8: such bytes are written as U+FFFD.
   const std::string text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  const std::string path = run_dir + "/job.json";
-  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw SystemError("cannot write " + temp, errno);
-  ssize_t n = ::write(fd, text.data(), text.size());
-  int e = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) throw SystemError("cannot write " + temp, e);
-  if (::rename(temp.c_str(), path.c_str()) != 0) throw SystemError("cannot write " + path, errno);
+  write_file_atomically(run_dir + "/job.json", text);
 }
 
 std::optional<RunRecord> read_run_record(const std::string& run_dir) {

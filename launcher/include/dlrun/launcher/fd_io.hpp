@@ -18,5 +18,10 @@ std::string read_all(int fd);
 // A whole file (also /proc files, whose size stat() does not tell); nullopt when it cannot
 // be opened.
 std::optional<std::string> read_file(const std::string& path);
+// Replaces `path` with `text` whole or not at all: written to a temporary file beside it
+// (PATH.tmp.PID, mode 0644 less the umask), then renamed over it; a reader never sees half of
+// it, and a failed write (a full disk, a missing directory) leaves the old file as it was.
+// SystemError("cannot write PATH: reason") on failure, the temporary file removed.
+void write_file_atomically(const std::string& path, std::string_view text);
 
 }  // namespace dlrun::launcher

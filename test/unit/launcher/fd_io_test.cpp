@@ -1,0 +1,63 @@
+#include "dlrun/launcher/fd_io.hpp"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "dlrun/error.hpp"
+
+using namespace dlrun::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "dlrun-fd-io-XXXXXX").string();
+    path = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  size_t entries() const {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(path)) ++n;
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("launcher::fd_io") {
+  TEST_CASE("write_file_atomically writes a new file and replaces an old one whole") {
+    TempDir dir;
+    const std::string file = (dir.path / "picture.svg").string();
+    write_file_atomically(file, "first");
+    CHECK(read_file(file) == std::optional<std::string>("first"));
+    write_file_atomically(file, "second, longer than the first");
+    CHECK(read_file(file) == std::optional<std::string>("second, longer than the first"));
+    CHECK(dir.entries() == 1);  // no temporary file left beside it
+  }
+
+  TEST_CASE("a write that cannot happen names the file and leaves what was there") {
+    TempDir dir;
+    // Into a directory that does not exist: the temporary file cannot be made.
+    const std::string missing = (dir.path / "no-such-dir" / "x.svg").string();
+    try {
+      write_file_atomically(missing, "text");
+      FAIL("no error");
+    } catch (const dlrun::SystemError& e) {
+      CHECK(std::string(e.what()).find("cannot write " + missing + ": ") == 0);
+    }
+    // Over a non-empty directory: the rename fails, the directory and its file stay, and the
+    // temporary file is removed.
+    const fs::path target = dir.path / "taken";
+    fs::create_directory(target);
+    write_file_atomically((target / "inside").string(), "kept");
+    CHECK_THROWS_AS(write_file_atomically(target.string(), "text"), dlrun::SystemError);
+    CHECK(read_file((target / "inside").string()) == std::optional<std::string>("kept"));
+    CHECK(dir.entries() == 1);
+  }
+}
