@@ -5,7 +5,7 @@
 #
 # The build needs dlrun's other dependencies (scripts/install-deps.sh's -dev packages). On a
 # machine that has no apt archive to install them from:
-# DEPS_DEBS: a folder of .deb files of them (e.g. `apt-get download` on a Debian machine of
+# DEPS_DEBS: a folder of .deb files of them (scripts/gpu-pack.sh fetches them: `apt-get download` of
 #   libfmt-dev libfmt9 libcli11-dev libtomlplusplus-dev libtomlplusplus3 libboost1.74-dev
 #   libsqlite3-dev libsqlite3-0 nlohmann-json3-dev libnlopt-dev libnlopt0 zlib1g-dev zlib1g
 #   libgloo-dev doctest-dev): unpacked into BUILD/deps, which is searched first.
