@@ -206,7 +206,11 @@ std::string JobQueue::log_dir(const JobRecord& job) const {
 JobSpec submitted_spec(const JobRecord& job) {
   // `dlrun submit --scheduler KIND` is not in the file: what the job asks for tells it.
   const char* kind = job.submitted.slurm ? "slurm" : job.submitted.request.remote ? "ssh" : "local";
-  return parse_job_spec(job.submitted.spec_text, job.submitted.spec_path, job.submitted.base_dir, kind, true);
+  // A ~ in its directories is its submitter's HOME, whoever reads the job again.
+  const Environment submitter = decode_environment(job.submitted.environment);
+  const auto home = submitter.find("HOME");
+  return parse_job_spec(job.submitted.spec_text, job.submitted.spec_path, job.submitted.base_dir, kind, true,
+                        home == submitter.end() ? std::nullopt : std::optional<std::string>(home->second));
 }
 
 std::string JobQueue::sbatch_script(const std::string& job_file, const std::string& kind) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
@@ -50,7 +51,12 @@ bool is_variable_name(const std::string& name) {
 
 class Checker {
  public:
-  Checker(const std::string& path, const std::string& base_dir) : m_path(path), m_base(base_dir) {}
+  Checker(const std::string& path, const std::string& base_dir, std::optional<std::string> home)
+      : m_path(path), m_base(base_dir), m_home(std::move(home)) {
+    if (!m_home) {
+      if (const char* env_home = std::getenv("HOME")) m_home = env_home;
+    }
+  }
 
   void error(const toml::source_region& where, const std::string& message) {
     if (where.begin.line == 0) return error_at_file(message);  // a table the file does not have
@@ -174,9 +180,34 @@ class Checker {
     return std::nullopt;
   }
 
+  // A directory key: relative to the job file's directory; a leading ~ or ~/ is $HOME, as in a
+  // shell. No other shell expansion happens, so ~user and $NAME are refused with why (they would
+  // have named a directory called "~user" or "$NAME" beside the job file).
   std::string directory(const toml::node* node, const std::string& key) {
     auto text = string(node, key);
     if (!text || text->empty()) return {};
+    if (text->front() == '~') {
+      if (*text != "~" && text->compare(0, 2, "~/") != 0) {
+        error(node->source(), fmt::format("'{}' = \"{}\": ~user is not expanded here; write the whole path", key,
+                                          *text));
+        return {};
+      }
+      if (!m_home || m_home->empty()) {
+        error(node->source(), fmt::format("'{}' = \"{}\": it starts with ~, but HOME is not set; write the whole "
+                                          "path",
+                                          key, *text));
+        return {};
+      }
+      *text = *m_home + text->substr(1);
+    }
+    if (auto dollar = text->find('$'); dollar != std::string::npos && dollar + 1 < text->size() &&
+                                       (std::isalpha(static_cast<unsigned char>((*text)[dollar + 1])) ||
+                                        (*text)[dollar + 1] == '_' || (*text)[dollar + 1] == '{')) {
+      error(node->source(), fmt::format("'{}' = \"{}\": variables are not expanded in job.toml; write the path "
+                                        "itself (relative paths are relative to the job file)",
+                                        key, *text));
+      return {};
+    }
     std::filesystem::path p(*text);
     if (p.is_relative()) p = std::filesystem::path(m_base) / p;
     p = p.lexically_normal();
@@ -212,6 +243,7 @@ class Checker {
  private:
   std::string m_path;
   std::string m_base;
+  std::optional<std::string> m_home;
   std::vector<std::string> m_errors;
   size_t m_exec_bytes = 0;
 };
@@ -471,7 +503,7 @@ const std::vector<std::string>& job_spec_keys(std::string_view table) {
 }
 
 JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
-                       const std::string& kind_override, bool stored) {
+                       const std::string& kind_override, bool stored, const std::optional<std::string>& home) {
   if (text.size() > k_max_job_file_bytes) {
     throw ConfigError(fmt::format("{}: the job file is too large: at most {} bytes are accepted", path,
                                   k_max_job_file_bytes));
@@ -488,7 +520,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
     throw ConfigError(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
                                   e.description()));
   }
-  Checker check(path, base_dir);
+  Checker check(path, base_dir, home);
   JobSpec spec;
   check.unknown_keys(root, k_top_keys, "");
   if (auto name = check.string(root.get("name"), "name", k_max_name_bytes)) {

@@ -2,7 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/job_queue.hpp"
 
 using namespace dlrun::launcher;
 
@@ -88,6 +92,33 @@ kind = "local"
     auto spec = parse("command = [\"x\"]\nworkdir = \".\"\nlog_dir = \"logs/\"\n[resources]\nnproc = 1\n");
     CHECK(spec.workdir == "/jobs");
     CHECK(spec.log_dir == "/jobs/logs");
+  }
+  TEST_CASE("a directory that starts with ~ is in HOME, ~user and variables are refused with why") {
+    const char* saved = std::getenv("HOME");
+    const std::string home = saved ? saved : "";
+    ::setenv("HOME", "/home/ana", 1);
+    auto spec = parse("command = [\"x\"]\nworkdir = \"~/proj\"\ncheckpoint_dir = \"~\"\n[resources]\nnproc = 1\n");
+    CHECK(spec.workdir == "/home/ana/proj");
+    CHECK(spec.checkpoint_dir == "/home/ana");
+    CHECK(error_of("command = [\"x\"]\nlog_dir = \"~bob/logs\"\n[resources]\nnproc = 1\n") ==
+          "job.toml:2:11: 'log_dir' = \"~bob/logs\": ~user is not expanded here; write the whole path");
+    CHECK(error_of("command = [\"x\"]\ncheckpoint_dir = \"$SCRATCH/ckpt\"\n[resources]\nnproc = 1\n") ==
+          "job.toml:2:18: 'checkpoint_dir' = \"$SCRATCH/ckpt\": variables are not expanded in job.toml; write "
+          "the path itself (relative paths are relative to the job file)");
+    CHECK(error_of("command = [\"x\"]\nworkdir = \"${HOME}/x\"\n[resources]\nnproc = 1\n") != "");
+    CHECK(parse("command = [\"x\"]\nworkdir = \"/data/a$1\"\n[resources]\nnproc = 1\n").workdir == "/data/a$1");
+    ::unsetenv("HOME");
+    CHECK(error_of("command = [\"x\"]\nworkdir = \"~/proj\"\n[resources]\nnproc = 1\n").find("HOME is not set") !=
+          std::string::npos);
+    if (saved) ::setenv("HOME", home.c_str(), 1);
+  }
+  TEST_CASE("a recorded job's ~ is its submitter's HOME, whoever reads it again") {
+    JobRecord job;
+    job.submitted.spec_text = "command = [\"x\"]\nlog_dir = \"~/logs\"\n[resources]\nnproc = 1\n";
+    job.submitted.spec_path = "/jobs/job.toml";
+    job.submitted.base_dir = "/jobs";
+    job.submitted.environment = encode_environment({{"HOME", "/home/sub"}, {"PATH", "/bin"}});
+    CHECK(submitted_spec(job).log_dir == "/home/sub/logs");
   }
   TEST_CASE("a misspelt key is reported with its position and a suggestion") {
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\ngpu = 2\n") ==

@@ -81,9 +81,11 @@ struct JobSpec {
 // job file's directory). Throws ConfigError listing every problem, one per line.
 // `kind_override` (from `dlrun submit --scheduler`) replaces [scheduler] kind. `stored`: a
 // recorded job's file read again, whose name is taken as it was recorded (an older dlrun
-// accepted names that the checks of new files refuse).
+// accepted names that the checks of new files refuse). `home`: what a leading ~ in a directory
+// stands for (a recorded job: its submitter's HOME); by default this process's HOME.
 JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
-                       const std::string& kind_override = {}, bool stored = false);
+                       const std::string& kind_override = {}, bool stored = false,
+                       const std::optional<std::string>& home = std::nullopt);
 
 // The keys accepted at the top level and in each table, for messages and docs.
 const std::vector<std::string>& job_spec_keys(std::string_view table);
