@@ -161,7 +161,7 @@ class Checker {
   std::optional<RankRange> rank_range(const toml::node* node, const std::string& key) {
     if (!node) return std::nullopt;
     if (node->is_integer()) {
-      auto v = integer(node, key, 1, 100000);
+      auto v = integer(node, key, 1, k_max_rank_count);
       if (!v) return std::nullopt;
       return RankRange{*v, *v};
     }
@@ -170,9 +170,10 @@ class Checker {
       auto colon = text.find(':');
       auto lo = colon == std::string::npos ? std::nullopt : parse_int(text.substr(0, colon));
       auto hi = colon == std::string::npos ? std::nullopt : parse_int(text.substr(colon + 1));
-      if (lo && hi && *lo >= 1 && *hi >= *lo) return RankRange{*lo, *hi};
-      error(node->source(), fmt::format("'{}' = \"{}\": expected \"MIN:MAX\" with 1 <= MIN <= MAX, e.g. \"2:4\"",
-                                        key, text));
+      if (lo && hi && *lo >= 1 && *hi >= *lo && *hi <= k_max_rank_count) return RankRange{*lo, *hi};
+      error(node->source(), fmt::format("'{}' = \"{}\": expected \"MIN:MAX\" with 1 <= MIN <= MAX <= {}, e.g. "
+                                        "\"2:4\"",
+                                        key, text, k_max_rank_count));
       return std::nullopt;
     }
     error(node->source(), fmt::format("'{}' must be a count (2) or an elastic range (\"2:4\"), not {}", key,

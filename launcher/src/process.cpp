@@ -34,7 +34,15 @@ struct Pipe {
 
 Pipe make_pipe() {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw SpawnError(fmt::format("pipe: {}", std::strerror(errno)));
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    const int error = errno;
+    // Each rank holds a few pipes in dlrun: thousands of ranks reach the open-file limit.
+    throw SpawnError(fmt::format("pipe: {}{}", std::strerror(error),
+                                 error == EMFILE || error == ENFILE
+                                     ? " (each rank takes a few of dlrun's open files: fewer ranks, or a higher "
+                                       "'ulimit -n')"
+                                     : ""));
+  }
   return {fds[0], fds[1]};
 }
 

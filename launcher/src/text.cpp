@@ -76,6 +76,9 @@ std::pair<int, int> parse_count_range(std::string_view text, std::string_view wh
                                   "1 <= MIN <= MAX",
                                   what, text));
   }
+  if (*hi > k_max_rank_count) {
+    throw ConfigError(fmt::format("{} {}: at most {} ranks", what, text, k_max_rank_count));
+  }
   return {*lo, *hi};
 }
 

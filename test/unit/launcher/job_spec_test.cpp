@@ -7,6 +7,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/text.hpp"
 
 using namespace dlrun::launcher;
 
@@ -139,7 +140,12 @@ kind = "local"
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 0\n") ==
           "job.toml:3:9: 'nproc' = 0 is out of range: must be 1 to 100000");
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = \"4:2\"\n") ==
-          "job.toml:3:9: 'nproc' = \"4:2\": expected \"MIN:MAX\" with 1 <= MIN <= MAX, e.g. \"2:4\"");
+          "job.toml:3:9: 'nproc' = \"4:2\": expected \"MIN:MAX\" with 1 <= MIN <= MAX <= 100000, e.g. \"2:4\"");
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = \"1:99999999\"\n").find("<= 100000") != std::string::npos);
+    CHECK(parse("command = [\"x\"]\n[resources]\nnproc = \"1:100000\"\n").nproc->max == 100000);
+    CHECK_THROWS_AS(parse_count_range("1:99999999", "--nproc"), dlrun::ConfigError);
+    CHECK_THROWS_WITH(parse_count_range("100001", "--nproc"), "--nproc 100001: at most 100000 ranks");
+    CHECK(parse_count_range("2:100000", "--nproc") == std::pair<int, int>{2, 100000});
     CHECK(error_of("command = [\"x\"]\nmax_restarts = -1\n[resources]\nnproc = 1\n") ==
           "job.toml:2:16: 'max_restarts' = -1 is out of range: must be 0 to 1000000");
   }

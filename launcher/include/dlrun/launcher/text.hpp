@@ -20,8 +20,12 @@ std::optional<int> parse_int(std::string_view text);
 // mentioning `what` (e.g. "--ranks") on bad input.
 std::vector<int> parse_int_list(std::string_view text, std::string_view what);
 
+// The most ranks a count may ask for (--nproc, --gpus, job.toml's nproc and gpus): a larger
+// one, a typo, made dlrun work for minutes before any rank started.
+inline constexpr int k_max_rank_count = 100000;
+
 // "4" → {4, 4}; "2:4" → {2, 4} (an elastic count). Throws ConfigError mentioning `what`
-// unless 1 <= MIN <= MAX.
+// unless 1 <= MIN <= MAX <= k_max_rank_count.
 std::pair<int, int> parse_count_range(std::string_view text, std::string_view what);
 
 // The candidate closest to `word` by edit distance, if it is close enough to be a typo.
