@@ -18,6 +18,9 @@
 #
 # BUDGET: seconds for the whole script, build included (default 540). OUT_DIR (default
 # BUILD_DIR/bench-out). FASHION_MNIST_DIR, DEPS_DEBS, DEPS_PREFIX: as for scripts/gpu-check.sh.
+# SECTIONS: which of them run (default "1 2 3 4 5"; 3 is "3 3py", the step times and the Python
+# example). SIZES and ADAPTIVE_LRS: bench/adaptive.py's --sizes and --adaptive-lrs in 2 and 5
+# (default 64,256,1024,4096 and best,1e-3); PASSES: how many passes 5 makes (default 2).
 set -uo pipefail
 start=$SECONDS
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +31,9 @@ out=${OUT_DIR:-$build/bench-out}
 mkdir -p "$out"
 exec > >(tee -a "$out/gpu-bench.log") 2>&1
 
+sections=" ${SECTIONS:-1 2 3 3py 4 5} "
+[[ $sections == *" 3 "* ]] && sections+="3py "
+wants() { [[ $sections == *" $1 "* ]]; }
 left() { echo $((budget - (SECONDS - start))); }
 step() { echo; echo "== [$((SECONDS - start)) s] $*"; }
 # within SECONDS CMD...: runs CMD for at most SECONDS, or what is left of the budget; skipped
@@ -60,18 +66,24 @@ example=$build/examples/fashion_mnist/fashion_mnist
 export DLRUN_HOME=$build/bench-home PYTHONPATH=$build/python FASHION_MNIST_DIR=$data
 export PYTHON=${PYTHON:-$(command -v python3)} TORCHRUN="$(command -v python3) -m torch.distributed.run"
 
+if wants 1; then
 step "1. fashion_mnist on the GPU: an epoch with a checkpoint, then a resume to epoch 2"
 rm -rf "$build/ckpt"
 within 60 "$dlrun" local --gpus 1 "$example" --epochs 1 --batch-size 256 --checkpoint-dir "$build/ckpt"
 within 60 "$dlrun" local --gpus 1 "$example" --epochs 2 --batch-size 256 --checkpoint-dir "$build/ckpt"
+fi
 
-mlp_sweep=(--model mlp --target-loss 0.32 --max-epochs 40 --eval-every 5000 --sizes 64,256,1024,4096
-           --base-lr 1e-3 --lr-scaling sqrt --lr-factors 0.25,0.35 --adaptive-lrs best,1e-3 --gpus 1)
+mlp_sweep=(--model mlp --target-loss 0.32 --max-epochs 40 --eval-every 5000
+           --sizes "${SIZES:-64,256,1024,4096}" --base-lr 1e-3 --lr-scaling sqrt --lr-factors 0.25,0.35
+           --adaptive-lrs "${ADAPTIVE_LRS:-best,1e-3}" --gpus 1)
+if wants 2; then
 step "2. issue 15 on the GPU, pass 1: the MLP to a test loss of 0.32, dlrun and torchrun + DDP"
 within 260 python3 "$src/bench/adaptive.py" "$build" "${mlp_sweep[@]}" --with torchrun \
     --svg "$out/adaptive-mlp-gpu.svg" > "$out/mlp-pass1.txt"
 cat "$out/mlp-pass1.txt"
+fi
 
+if wants 3; then
 step "3. step time: dlrun.DataParallel (import dlrun) against DDP under torchrun, one GPU"
 for model in mlp cnn; do
   for batch in 32 1024; do
@@ -81,10 +93,18 @@ for model in mlp cnn; do
         --model "$model" --batch "$batch" 2>&1 | grep -v "^W"
   done
 done
-step "3. examples/python_adaptive --adaptive on the GPU (import dlrun)"
-within 60 "$dlrun" local --gpus 1 "$PYTHON" "$src/examples/python_adaptive/train.py" --epochs 2 \
-    --adaptive --model mlp --checkpoint-dir "$build/py-ckpt"
+fi
+if wants 3py; then
+step "3. examples/python_adaptive --adaptive on the GPU (import dlrun): an epoch, then a resume"
+rm -rf "$build/py-ckpt"
+for epochs in 1 2; do
+  within 60 "$dlrun" local --gpus 1 "$PYTHON" "$src/examples/python_adaptive/train.py" \
+      --epochs "$epochs" --adaptive --model mlp --checkpoint-dir "$build/py-ckpt"
+  echo "exit status $?"
+done
+fi
 
+if wants 4; then
 step "4. AdaptiveBatch's overhead held at 64 (samples/s of epoch 3 of 3)"
 for model in mlp cnn; do
   for mode in fixed adaptive; do
@@ -96,7 +116,10 @@ for model in mlp cnn; do
   done
 done
 
-for pass in 2 3; do
+fi
+
+wants 5 || { step "done"; exit 0; }
+for ((pass = 2; pass <= ${PASSES:-2} + 1; pass++)); do
   (($(left) > ${PASS_SECONDS:-100})) || break
   step "5. issue 15 on the GPU, pass $pass (dlrun only)"
   within "$(($(left) - 5))" python3 "$src/bench/adaptive.py" "$build" "${mlp_sweep[@]}" \

@@ -112,7 +112,8 @@ struct AdaptiveBatch::Impl {
   std::vector<double> base_lr;
   runtime::GradientNoiseScale noise;
   runtime::ThroughputProfile profile;
-  runtime::PreviousGradients previous;
+  runtime::PreviousGradients previous;  // a world of one, where a step cannot be halved
+  runtime::HalfGradients halves;
   // Adam's denominators, refreshed before measurements; null for SGD-like optimizers.
   std::shared_ptr<runtime::Preconditioner> preconditioner;
   int64_t preconditioner_step = -1;  // the step after which it was last refreshed
@@ -159,17 +160,42 @@ struct AdaptiveBatch::Impl {
   runtime::BatchLimits limits() const;
   BatchShape shape_for(int64_t global_batch) const;
   runtime::StepShape step_shape() const;
-  // Step `step` measures the noise scale; in a world of one the step before it keeps its
-  // gradient for the measurement (two consecutive steps make the two gradients).
+  // Step `step` measures the noise scale. A world of one trains a measured step's batch as two
+  // halves and compares their gradients (HalfGradients); where it cannot (halvable() false),
+  // the step before keeps its gradient for the measurement (two consecutive steps, biased:
+  // gradient_norms.hpp).
   int64_t measure_every = 1;  // options.measure_every, stretched by replan() within the budget
   int64_t next_replan = 0;    // the step after which the next decision comes
   int64_t decisions = 0;      // made in this process
   int64_t largest_batch = 0;  // the largest global batch trained at (since the last restore)
-  bool measures(int64_t step) const { return step < k_measure_warmup || step % measure_every == 0; }
+  // Halved steps are not timed for the throughput profile (their micro-batches are not the
+  // shape's): in the warm-up, when every step is measured elsewhere, a world of one halves
+  // every other step, and the steps between are timed.
+  bool halves_work = true;  // false once a halved step came without its first half's gradient
+  bool halvable() const {
+    return context.world_size() == 1 && halves_work && options.accumulation &&
+           shape.global_batch >= 2;
+  }
+  bool measures(int64_t step) const {
+    if (step < k_measure_warmup) return !halvable() || step % 2 == 1;
+    return step % measure_every == 0;
+  }
   bool keeps_gradient(int64_t step) const {
-    return context.world_size() == 1 && !measures(step) && measures(step + 1);
+    return context.world_size() == 1 && !halvable() && !measures(step) && measures(step + 1);
   }
   bool in_measurement(int64_t step) const { return measures(step) || keeps_gradient(step); }
+  // The step in flight trains its batch as two halves (set for the next step by prepare_step),
+  // and the first half's micro-batches trained so far.
+  bool halved = false;
+  bool split_halved = false;  // split() halved this step's batch
+  int64_t first_half = 0;     // and put this many samples in the first half
+  int half_parts_done = 0;
+  // A halved step of one micro-batch per half times a step at the half size (its second half
+  // takes the optimizer step) for the throughput profile: a second micro-batch size, which
+  // tells a step's fixed cost from its cost per sample (a GPU's small batches cost alike). The
+  // first halved step at a shape warms that size up and is not profiled.
+  bool halves_warm = false;
+  double step_start = mark;  // when the step in flight began (its first micro-batch)
   // Rank 0's step times since the shape last changed, measured steps and the others apart:
   // what a measurement costs.
   double measured_seconds = 0, plain_seconds = 0;
@@ -180,7 +206,9 @@ struct AdaptiveBatch::Impl {
   void prepare_step();  // what the next step (stats.step) takes from the gradients
   void observe_noise(int64_t samples);
   void apply_lr(double factor);
-  bool record_time(double seconds);  // false: not a step time (warm-up, user code between steps)
+  // False: not a step time (warm-up, user code between steps). A step time (of its last
+  // micro-batch, of `micro` samples) is added to the throughput profile when `profile_it`.
+  bool record_time(double seconds, int64_t micro, bool profile_it);
   void replan();
   void warn_divergence(const runtime::DivergenceWatch::Alarm& alarm) const;
   void switch_to(const BatchShape& next, const char* why);
@@ -236,6 +264,10 @@ runtime::StepShape AdaptiveBatch::Impl::step_shape() const {
 void AdaptiveBatch::Impl::prepare_step() {
   const int64_t next = stats.step;
   dp.measure_gradient_norms(measures(next));
+  halved = halvable() && measures(next);
+  split_halved = false;
+  half_parts_done = 0;
+  halves.reset();
   // Refresh Adam's denominators for the gradients a measurement scales (after the step before
   // them: optimizer.step() has moved the moments).
   if (!preconditioner || !in_measurement(next)) return;
@@ -265,6 +297,27 @@ void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
     local_sqr = dp.local_gradient_sqr_norms();
     if (local_sqr.empty()) return;
     total_sqr = runtime::grad_sqr_norms(groups, scale);
+  } else if (halved) {
+    if (!split_halved || !halves.kept()) {
+      // The training loop did not train split()'s micro-batches (or did not call accumulated()
+      // after the first ones): compare consecutive steps from now on.
+      halves_work = false;
+      log::warn(
+          "adaptive batch: a step measured on two halves of its batch came without the first "
+          "half's gradient (train the micro-batches AdaptiveBatch::split returns, calling "
+          "backward(loss, last) or accumulated() after each but the last): the noise scale is "
+          "measured from consecutive steps instead, which overestimates it at large batches");
+      return;
+    }
+    double half_batch = 0;
+    if (!halves.measure(groups, scale, first_half, samples - first_half, local_sqr, total_sqr,
+                        half_batch))
+      return;
+    count = 2;
+    if (local_sqr.size() != total_sqr.size()) return;
+    noise.observe(local_sqr, total_sqr, half_batch, count,
+                  static_cast<double>(step < k_measure_warmup ? 2 : measure_every));
+    return;
   } else {
     // Measured every few steps: the pair is this step and the one before, not an older one.
     if (keeps_gradient(step)) previous.reset();
@@ -284,19 +337,19 @@ void AdaptiveBatch::Impl::apply_lr(double factor) {
   optimizer->set_learning_rates(rates);
 }
 
-bool AdaptiveBatch::Impl::record_time(double seconds) {
+bool AdaptiveBatch::Impl::record_time(double seconds, int64_t micro, bool profile_it) {
   if (!time_this_step) {
     time_this_step = true;
     return false;
   }
   // A step that also evaluated or checkpointed (user code between steps) is not a step time.
   const auto& entries = profile.entries();
-  auto found = entries.find({context.nodes(), context.world_size(), shape.micro_batch});
+  auto found = entries.find({context.nodes(), context.world_size(), micro});
   if (found != entries.end() && found->second.optim_count >= 3 &&
       seconds > 4 * found->second.optim_time_sum / found->second.optim_count) {
     return false;
   }
-  profile.add_optim(context.nodes(), context.world_size(), shape.micro_batch, seconds);
+  if (profile_it) profile.add_optim(context.nodes(), context.world_size(), micro, seconds);
   return true;
 }
 
@@ -310,6 +363,7 @@ void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
   largest_batch = std::max(largest_batch, shape.global_batch);
   previous.reset();
   time_this_step = false;
+  halves_warm = false;
   reset_costs();
 }
 
@@ -452,8 +506,8 @@ std::pair<int64_t, int64_t> AdaptiveBatch::Impl::cadences(double replan_seconds)
                                            : 0.0;
   if (!(step > 0)) return {every, interval};
   if (measured_steps >= 2 && plain_steps >= 2) {
-    // In a world of one a measurement takes two steps: the step before it keeps its gradient.
-    const double steps_per_measurement = context.world_size() == 1 ? 2.0 : 1.0;
+    // Consecutive steps make a measurement in a world of one that cannot halve its steps.
+    const double steps_per_measurement = context.world_size() == 1 && !halvable() ? 2.0 : 1.0;
     const double extra = steps_per_measurement *
                          std::max(0.0, measured_seconds / static_cast<double>(measured_steps) - step);
     const auto needed = static_cast<int64_t>(std::ceil(extra / (k_measure_budget * step)));
@@ -661,12 +715,22 @@ BatchShape AdaptiveBatch::shape() const {
 }
 
 std::vector<std::vector<int64_t>> AdaptiveBatch::split(const std::vector<int64_t>& indices) const {
-  const int parts = m_impl->shape.accum_steps;
-  std::vector<std::vector<int64_t>> out(static_cast<size_t>(parts));
+  Impl& d = *m_impl;
+  const int parts = d.shape.accum_steps;
   const auto n = static_cast<int64_t>(indices.size());
-  for (int i = 0; i < parts; ++i) {
-    auto [begin, end] = ElasticSampler::share(n, i, parts);
-    out[static_cast<size_t>(i)].assign(indices.begin() + begin, indices.begin() + end);
+  // A measured step of a world of one: each half of the batch in `parts` micro-batches, none
+  // empty (an epoch's short last batch may be too small to halve: it is not measured).
+  d.split_halved = d.halved && n >= 2 * int64_t{parts};
+  const int halves = d.split_halved ? 2 : 1;
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(static_cast<size_t>(parts * halves));
+  for (int h = 0; h < halves; ++h) {
+    const auto [half_begin, half_end] = ElasticSampler::share(n, h, halves);
+    if (h == 0) d.first_half = half_end - half_begin;
+    for (int i = 0; i < parts; ++i) {
+      auto [begin, end] = ElasticSampler::share(half_end - half_begin, i, parts);
+      out.emplace_back(indices.begin() + half_begin + begin, indices.begin() + half_begin + end);
+    }
   }
   return out;
 }
@@ -701,8 +765,10 @@ void AdaptiveBatch::backward(const at::Tensor& loss, bool last) {
 
 void AdaptiveBatch::accumulated() {
   // Forward + backward of an accumulated micro-batch (the forward ran before this call).
+  Impl& d = *m_impl;
+  if (d.split_halved && ++d.half_parts_done == d.shape.accum_steps) d.halves.keep(d.groups);
   const double seconds = m_impl->now() - m_impl->mark;
-  if (m_impl->time_this_step) {
+  if (m_impl->time_this_step && !d.halved) {
     m_impl->profile.add_accum(m_impl->context.nodes(), m_impl->context.world_size(),
                               m_impl->shape.micro_batch, seconds);
   }
@@ -722,18 +788,28 @@ void AdaptiveBatch::step(int64_t samples) {
   d.stats.grad_var = d.noise.var();
   d.apply_lr(d.stats.lr_factor);
   d.dp.step([&d] { d.optimizer->step(); });
-  const double seconds = d.now() - d.mark;
-  const bool timed = d.record_time(seconds);
+  const double end = d.now();
+  const double seconds = end - d.mark;
+  bool timed = false;
+  if (d.halved && d.split_halved) {
+    const bool profile_it = d.halves_warm && d.shape.accum_steps == 1;
+    timed = d.record_time(seconds, samples - d.first_half, profile_it);
+    d.halves_warm = true;
+  } else {
+    timed = d.record_time(seconds, d.shape.micro_batch, !d.halved);
+  }
+  // A halved step costs the whole of it (both halves); the others their last micro-batch
+  const double cost = d.halved ? end - d.step_start : seconds;
   if (!timed) {
     // Not a step time: counted for neither, nor on the loss trend's clock.
   } else if (d.in_measurement(d.stats.step)) {
-    d.measured_seconds += seconds;
+    d.measured_seconds += cost;
     ++d.measured_steps;
   } else {
-    d.plain_seconds += seconds;
+    d.plain_seconds += cost;
     ++d.plain_steps;
   }
-  if (timed) d.train_seconds += seconds;
+  if (timed) d.train_seconds += cost;
   d.stats.progress += runtime::step_worth(d.efficiency_model, d.stats.gain, scale);
   ++d.stats.step;
   if (d.loss_this_step) ++d.loss_steps;
@@ -743,7 +819,7 @@ void AdaptiveBatch::step(int64_t samples) {
   if (d.log_due()) d.log_metrics();
   // Refreshing Adam's denominators before a measurement is part of what it costs: it is
   // timed with the next step.
-  d.mark = d.now();
+  d.mark = d.step_start = d.now();
   d.prepare_step();
 }
 
@@ -786,7 +862,10 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.shape = d.shape_for(s.global_batch);
   d.largest_batch = d.shape.global_batch;
   d.previous.reset();
+  d.halves.reset();
+  d.halved = d.split_halved = false;
   d.time_this_step = false;
+  d.halves_warm = false;
   // Another world: the best shape for the new rank count may differ; decide at the next step.
   d.replan_due = s.world_size != d.context.world_size();
   d.preconditioner_step = -1;

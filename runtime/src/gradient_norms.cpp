@@ -132,4 +132,52 @@ bool PreviousGradients::measure(const ParamGroups& groups, const Preconditioner*
   return true;
 }
 
+void HalfGradients::keep(const ParamGroups& groups) {
+  m_kept.assign(groups.size(), {});
+  for (size_t i = 0; i < groups.size(); ++i) {
+    for (const auto& p : groups[i]) {
+      const at::Tensor& g = p.grad();
+      m_kept[i].push_back(g.defined() ? g.detach().clone() : at::Tensor());
+    }
+  }
+}
+
+bool HalfGradients::measure(const ParamGroups& groups, const Preconditioner* preconditioner,
+                            int64_t first, int64_t second, std::vector<double>& local_sqr,
+                            std::vector<double>& total_sqr, double& batch) {
+  if (m_kept.size() != groups.size() || first < 1 || second < 1) return false;
+  const double n = static_cast<double>(first + second);
+  const double to_first = n / static_cast<double>(first);    // kept → the first half's mean
+  const double to_second = n / static_cast<double>(second);  // the rest → the second half's
+  std::vector<at::Tensor> scalars;  // per group: |g₁|², |g₂|², |g|²
+  for (size_t i = 0; i < groups.size(); ++i) {
+    at::Tensor first_sqr = at::zeros({}, at::kFloat), second_sqr = first_sqr, total = first_sqr;
+    for (size_t j = 0; j < groups[i].size(); ++j) {
+      const at::Tensor& raw = groups[i][j].grad();
+      if (!raw.defined() || j >= m_kept[i].size()) continue;
+      const at::Tensor& param = groups[i][j];
+      const at::Tensor kept = m_kept[i][j].defined() ? m_kept[i][j] : at::zeros_like(raw);
+      const at::Tensor g1 = kept * to_first;
+      const at::Tensor g2 = (raw - kept) * to_second;
+      const auto norm = [&](const at::Tensor& g) {
+        return preconditioner ? preconditioner->sqr_norm(param, g) : sqr_norm(g);
+      };
+      first_sqr = first_sqr.to(raw.device()) + norm(g1);
+      second_sqr = second_sqr.to(raw.device()) + norm(g2);
+      total = total.to(raw.device()) + norm(raw);
+    }
+    scalars.insert(scalars.end(), {first_sqr, second_sqr, total});
+  }
+  m_kept.clear();
+  const std::vector<double> v = to_host(scalars);
+  local_sqr.assign(groups.size(), 0.0);
+  total_sqr.assign(groups.size(), 0.0);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    local_sqr[i] = (v[3 * i] + v[3 * i + 1]) / 2;
+    total_sqr[i] = v[3 * i + 2];
+  }
+  batch = 2.0 * static_cast<double>(first) * static_cast<double>(second) / n;
+  return true;
+}
+
 }  // namespace dlrun::runtime

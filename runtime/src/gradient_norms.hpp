@@ -42,8 +42,12 @@ std::vector<double> to_host(const std::vector<at::Tensor>& scalars);
 std::vector<double> grad_sqr_norms(const ParamGroups& groups,
                                    const Preconditioner* preconditioner = nullptr);
 
-// A world of one has no second replica to compare its gradient with: the previous step's
-// gradient stands in (count = 2 local gradients over the same batch size).
+// A world of one has no second replica to compare its gradient with. HalfGradients (below)
+// compares the two halves of one step's batch; where a step cannot be split (no accumulation,
+// a batch of one, a training loop that does not train AdaptiveBatch::split's micro-batches) the
+// previous step's gradient stands in (count = 2 local gradients over the same batch size).
+// That fallback is biased: the weights move between the two steps, and the change of the
+// gradient counts as noise, b/2 · |∇(w₁) − ∇(w₂)|² more variance, which grows with the batch.
 class PreviousGradients {
  public:
   // False on the first call after reset() (nothing to compare yet). Otherwise, per group:
@@ -51,6 +55,27 @@ class PreviousGradients {
   bool measure(const ParamGroups& groups, const Preconditioner* preconditioner,
                std::vector<double>& local_sqr, std::vector<double>& total_sqr);
   // Forget the kept gradient (the batch size changed: the two would not be comparable).
+  void reset() { m_kept.clear(); }
+
+ private:
+  std::vector<std::vector<at::Tensor>> m_kept;
+};
+
+// The noise scale of a world of one from the two halves of one step's batch, at the same
+// weights (unbiased, unlike PreviousGradients): the step trains its batch as two halves of
+// micro-batches; keep() takes the gradient accumulated after the first half, measure() the
+// step's whole one. The loss is the samples' sum × 1 / batch (SampleBatch::loss_scale), so the
+// kept gradient is first/(first+second) of the first half's mean gradient.
+class HalfGradients {
+ public:
+  void keep(const ParamGroups& groups);
+  bool kept() const { return !m_kept.empty(); }
+  // Per group: local_sqr = (|g₁|² + |g₂|²) / 2 of the halves' mean gradients, total_sqr = |g|²
+  // of the step's; batch = the halves' harmonic mean size, 2·first·second / (first + second)
+  // (what (|g₁|² + |g₂|²) / 2 carries of the variance). False without a kept half.
+  bool measure(const ParamGroups& groups, const Preconditioner* preconditioner, int64_t first,
+               int64_t second, std::vector<double>& local_sqr, std::vector<double>& total_sqr,
+               double& batch);
   void reset() { m_kept.clear(); }
 
  private:

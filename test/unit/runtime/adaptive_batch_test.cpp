@@ -136,7 +136,7 @@ struct Run {
 // (with `momentum`) or Adam at learning rate `lr`, from weights `weight` (0.5: the optimum).
 Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
           const std::string& restore_from = "", bool adam = false, double lr = 0.01,
-          double weight = 0.5, double momentum = 0) {
+          double weight = 0.5, double momentum = 0, bool whole_steps = false) {
   auto model = make_model(weight);
   dlrun::DataParallel dp(model->ptr(), ctx);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -159,7 +159,9 @@ Run train(dlrun::Context& ctx, int steps, dlrun::AdaptiveBatchOptions options,
   Run run;
   for (int s = 0; s < steps; ++s) {
     auto batch = sampler.next(adaptive.global_batch());
-    auto parts = adaptive.split(batch->indices);
+    // whole_steps: a loop that trains each step's batch at once, not split()'s micro-batches.
+    auto parts = whole_steps ? std::vector<std::vector<int64_t>>{batch->indices}
+                             : adaptive.split(batch->indices);
     for (size_t i = 0; i < parts.size(); ++i) {
       seconds += 1e-5 * static_cast<double>(parts[i].size());
       adaptive.backward(loss_of(**model, parts[i], s, batch->loss_scale(ctx.world_size())),
@@ -254,15 +256,71 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(largest > 16);  // it did grow more than once
   }
 
-  TEST_CASE("a world of one measures the noise scale from consecutive steps") {
+  TEST_CASE("a world of one measures the noise scale on the two halves of a measured step") {
     at::set_num_threads(1);
     dlrun::Context ctx = world_of_one();
+    auto model = make_model();
+    dlrun::DataParallel dp(model->ptr(), ctx);
+    torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
     dlrun::AdaptiveBatchOptions options;
     options.initial_batch = 8;
+    options.max_micro_batch = 2;  // 4 micro-batches of 2
     options.replan_every = 1000;  // keep the batch: only the measurement is under test
-    Run run = train(ctx, 10, options);
-    CHECK(run.noise_scale > 100);
-    CHECK(run.progress == doctest::Approx(10));  // at the initial batch every gain is 1
+    options.log_every = 0;
+    dlrun::AdaptiveBatch adaptive(ctx, dp, sgd, options);
+    dlrun::ElasticSampler sampler(1 << 20, ctx, 1);
+    for (int s = 0; s < 10; ++s) {
+      auto batch = sampler.next(adaptive.global_batch());
+      auto parts = adaptive.split(batch->indices);
+      CAPTURE(s);
+      // The warm-up halves every other step (1, 3, ...): each half in 4 micro-batches of 1.
+      if (s % 2 == 1) {
+        REQUIRE(parts.size() == 8);
+        for (const auto& part : parts) CHECK(part.size() == 1);
+      } else {
+        REQUIRE(parts.size() == 4);
+      }
+      std::vector<int64_t> joined;
+      for (const auto& part : parts) joined.insert(joined.end(), part.begin(), part.end());
+      CHECK(joined == batch->indices);  // the same samples, in order
+      for (size_t i = 0; i < parts.size(); ++i) {
+        adaptive.backward(loss_of(**model, parts[i], s, batch->loss_scale(1)),
+                          i + 1 == parts.size());
+      }
+      adaptive.step(batch->global_size);
+      sgd.zero_grad();
+    }
+    CHECK(adaptive.stats().noise_scale > 20);  // the gradient is mostly noise
+    CHECK(adaptive.progress() == doctest::Approx(10));  // at the initial batch every gain is 1
+    const std::string state = adaptive.checkpoint_state();
+    const auto at = state.find("\nobservations ");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stol(state.substr(at + 14)) == 5);  // steps 1, 3, 5, 7, 9
+  }
+
+  TEST_CASE("in a world of one, the noise scale is not inflated by the weights' move between steps") {
+    // Far from the optimum at a high rate, consecutive steps' gradients differ by more than
+    // their noise: measured on consecutive steps (a loop that does not train split()'s halves),
+    // that difference counted as noise; two halves of one step see the same weights, as two
+    // ranks do.
+    at::set_num_threads(1);
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 256;
+    options.max_batch = 256;
+    options.log_every = 0;
+    options.rule = dlrun::ScalingRule::adascale;
+    dlrun::Context one = world_of_one();
+    const Run halves = train(one, 40, options, "", false, 0.1, -2.0);
+    std::vector<Run> two(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      two[ctx.rank()] = train(ctx, 40, options, "", false, 0.1, -2.0);
+    });
+    const Run consecutive = train(one, 40, options, "", false, 0.1, -2.0, 0, true);
+    MESSAGE("noise scale, world of one: ", halves.noise_scale, " (consecutive steps ",
+            consecutive.noise_scale, "), two ranks: ", two[0].noise_scale);
+    CHECK(halves.noise_scale < 2 * two[0].noise_scale);
+    CHECK(halves.noise_scale > two[0].noise_scale / 2);
+    CHECK(consecutive.noise_scale > 2 * two[0].noise_scale);  // the bias halving removes
   }
 
   TEST_CASE(
@@ -281,12 +339,13 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     options.rule = dlrun::ScalingRule::adascale;
     dlrun::Context one = world_of_one();
     options.measure_every = 1;
-    CHECK(observations(train(one, 113, options)) == 112);  // steps 1…112, each with the one before
+    // A world of one halves its measured steps: every other step in the warm-up (the steps
+    // between time the shape), then every measure_every-th.
+    CHECK(observations(train(one, 113, options)) == 50 + 13);  // 1, 3, …, 99, then 100…112
     options.measure_every = 4;
     Run sparse = train(one, 113, options);
-    CHECK(observations(sparse) ==
-          99 + 4);  // steps 1…99, then 100, 104, 108, 112 (each with the one before)
-    CHECK(sparse.noise_scale > 100);
+    CHECK(observations(sparse) == 50 + 4);  // 1, 3, …, 99, then 100, 104, 108, 112
+    CHECK(sparse.noise_scale > 20);
     std::vector<Run> two(2);
     dlrun::test::run_ranks(
         2, [&](dlrun::Context& ctx) { two[ctx.rank()] = train(ctx, 113, options); });
@@ -342,7 +401,7 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     options.replan_every = 5;
     options.log_every = 0;
     dlrun::Context one = world_of_one();
-    Run first = train(one, 12, options);
+    Run first = train(one, 16, options);
     REQUIRE(first.batches.back() > 8);
     // Same world: the next step runs at the saved batch, with the saved progress.
     Run again = train(one, 1, options, first.state);

@@ -125,4 +125,34 @@ TEST_SUITE("runtime::GradientNorms") {
     previous.reset();
     CHECK_FALSE(previous.measure(groups, nullptr, local, total));
   }
+
+  TEST_CASE("a world of one compares the two halves of a step's batch, at the same weights") {
+    torch::nn::Linear model(2, 1);
+    const ParamGroups groups{model->parameters()};
+    dlrun::runtime::HalfGradients halves;
+    std::vector<double> local, total;
+    double batch = 0;
+    CHECK_FALSE(halves.measure(groups, nullptr, 2, 2, local, total, batch));  // no half kept
+    // The loss is the sum over the samples × 1/4: after the first half (2 samples, mean
+    // gradient (2, 4)) the weight's gradient is (1, 2); the second half's mean is (6, 0).
+    model->weight.mutable_grad() = torch::tensor({{1.0f, 2.0f}});
+    model->bias.mutable_grad() = torch::tensor({0.0f});
+    halves.keep(groups);
+    CHECK(halves.kept());
+    model->weight.mutable_grad() = torch::tensor({{4.0f, 2.0f}});  // + (6, 0) × 2/4
+    REQUIRE(halves.measure(groups, nullptr, 2, 2, local, total, batch));
+    CHECK(local[0] == doctest::Approx((4.0 + 16.0 + 36.0) / 2));  // (|(2,4)|² + |(6,0)|²) / 2
+    CHECK(total[0] == doctest::Approx(16.0 + 4.0));               // |(4,2)|²
+    CHECK(batch == doctest::Approx(2.0));
+    CHECK_FALSE(halves.kept());  // one measurement per kept half
+    // Unequal halves (1 and 3 samples): each half's mean from its share of the sum, and the
+    // harmonic mean size 2·1·3/4.
+    model->weight.mutable_grad() = torch::tensor({{1.0f, 0.0f}});  // the first half: (4, 0) × 1/4
+    halves.keep(groups);
+    model->weight.mutable_grad() = torch::tensor({{1.0f, 3.0f}});  // the rest: (0, 4) × 3/4
+    REQUIRE(halves.measure(groups, nullptr, 1, 3, local, total, batch));
+    CHECK(local[0] == doctest::Approx((16.0 + 16.0) / 2));
+    CHECK(total[0] == doctest::Approx(10.0));
+    CHECK(batch == doctest::Approx(1.5));
+  }
 }
