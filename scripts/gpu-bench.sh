@@ -20,7 +20,10 @@
 # BUILD_DIR/bench-out). FASHION_MNIST_DIR, DEPS_DEBS, DEPS_PREFIX: as for scripts/gpu-check.sh.
 # SECTIONS: which of them run (default "1 2 3 4 5"; 3 is "3 3py", the step times and the Python
 # example). SIZES and ADAPTIVE_LRS: bench/adaptive.py's --sizes and --adaptive-lrs in 2 and 5
-# (default 64,256,1024,4096 and best,1e-3); PASSES: how many passes 5 makes (default 2).
+# (default 64,256,1024,4096 and best,1e-3); PASSES: how many passes 5 makes (default 2);
+# SCALING_RULE: the adaptive runs' --scaling-rule (default: the example's, auto).
+# OVERHEAD_MODELS (default "mlp cnn") and OVERHEAD_ROUNDS (default 1, fixed and adaptive
+# alternated): what 4 measures.
 set -uo pipefail
 start=$SECONDS
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -76,6 +79,7 @@ fi
 mlp_sweep=(--model mlp --target-loss 0.32 --max-epochs 40 --eval-every 5000
            --sizes "${SIZES:-64,256,1024,4096}" --base-lr 1e-3 --lr-scaling sqrt --lr-factors 0.25,0.35
            --adaptive-lrs "${ADAPTIVE_LRS:-best,1e-3}" --gpus 1)
+[[ -n ${SCALING_RULE:-} ]] && mlp_sweep+=(--scaling-rule "$SCALING_RULE")
 if wants 2; then
 step "2. issue 15 on the GPU, pass 1: the MLP to a test loss of 0.32, dlrun and torchrun + DDP"
 within 260 python3 "$src/bench/adaptive.py" "$build" "${mlp_sweep[@]}" --with torchrun \
@@ -106,13 +110,15 @@ fi
 
 if wants 4; then
 step "4. AdaptiveBatch's overhead held at 64 (samples/s of epoch 3 of 3)"
-for model in mlp cnn; do
-  for mode in fixed adaptive; do
-    extra=()
-    [[ $mode == adaptive ]] && extra=(--adaptive --max-batch-size 64)
-    echo "-- $model $mode"
-    within 60 "$dlrun" local --quiet --gpus 1 "$example" --model "$model" --epochs 3 --batch-size 64 \
-        "${extra[@]}" | grep "epoch 3/3"
+for model in ${OVERHEAD_MODELS:-mlp cnn}; do
+  for ((round = 1; round <= ${OVERHEAD_ROUNDS:-1}; round++)); do
+    for mode in fixed adaptive; do
+      extra=()
+      [[ $mode == adaptive ]] && extra=(--adaptive --max-batch-size 64)
+      echo "-- $model $mode"
+      within 60 "$dlrun" local --quiet --gpus 1 "$example" --model "$model" --epochs 3 \
+          --batch-size 64 "${extra[@]}" | grep "epoch 3/3"
+    done
   done
 done
 
