@@ -16,6 +16,7 @@
 #include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/launcher/toml_depth.hpp"
+#include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -352,7 +353,29 @@ void parse_resources(Checker& check, const toml::node* node, JobSpec& spec) {
   }
 }
 
-void parse_env(Checker& check, const toml::node* node, JobSpec& spec) {
+// Why [env] may not set `name`, or none: dlrun sets it for each rank (plan_node_ranks), and a
+// value in [env] would be overridden without a word.
+std::optional<std::string> reserved_env(const std::string& name) {
+  static const std::vector<std::string> per_rank = {
+      env::k_rank,          env::k_local_rank,      env::k_world_size,
+      env::k_local_world_size, env::k_node_rank,   env::k_group_rank,
+      env::k_group_world_size, env::k_master_addr, env::k_master_port,
+      env::k_role_name,     env::k_role_rank,       env::k_role_world_size,
+      env::k_torchelastic_run_id, env::k_torchelastic_restart_count,
+      env::k_torchelastic_max_restarts, env::k_torchelastic_error_file,
+      env::k_run_dir,       env::k_restart_count,   env::k_job_id,
+      env::k_device};
+  if (name == env::k_checkpoint_dir) {
+    return fmt::format("env '{}' is set by dlrun: use checkpoint_dir = \"...\" for the job's checkpoint directory",
+                       name);
+  }
+  if (std::find(per_rank.begin(), per_rank.end(), name) != per_rank.end()) {
+    return fmt::format("env '{}' is set by dlrun for each rank (docs/channels.md): remove it from [env]", name);
+  }
+  return std::nullopt;
+}
+
+void parse_env(Checker& check, const toml::node* node, JobSpec& spec, bool stored) {
   if (!node) return;
   const toml::table* table = node->as_table();
   if (!table) {
@@ -377,6 +400,10 @@ void parse_env(Checker& check, const toml::node* node, JobSpec& spec) {
       continue;
     }
     if (!is_variable_name(name)) continue;
+    if (auto why = stored ? std::nullopt : reserved_env(name)) {
+      check.error(key.source(), *why);
+      continue;
+    }
     if (check.exec_string(value, fmt::format("env '{}'", name), name + "=" + text, name + "=value")) {
       spec.env[name] = std::move(text);
     }
@@ -537,7 +564,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   }
   spec.workdir = check.directory(root.get("workdir"), "workdir");
   if (spec.workdir.empty()) spec.workdir = std::filesystem::path(base_dir).lexically_normal().string();
-  parse_env(check, root.get("env"), spec);
+  parse_env(check, root.get("env"), spec, stored);
   parse_export_env(check, root.get("export_env"), spec);
   check.exec_total();
   parse_scheduler(check, root.get("scheduler"), spec, kind_override);
@@ -552,6 +579,12 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
                               "[scheduler] makes each slot a GPU)"
                             : " the ranks come from nodes and ranks_per_node (or gpus_per_node) in [scheduler]: "
                               "remove [resources]"));
+  }
+  if (spec.gpus && !stored && spec.env.count(env::k_cuda_visible_devices) > 0) {
+    check.error(root.get("env")->as_table()->get(env::k_cuda_visible_devices)->source(),
+                fmt::format("env '{}' is set by dlrun for each rank of a job with gpus (the GPUs the "
+                            "scheduler gives it): remove it from [env], or choose GPUs with gpus = [0, 2]",
+                            env::k_cuda_visible_devices));
   }
   settle_policy(check, root.get("scheduler"), spec);
   if (auto v = check.integer(root.get("max_restarts"), "max_restarts", 0, 1000000)) spec.max_restarts = *v;

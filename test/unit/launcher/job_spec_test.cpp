@@ -274,6 +274,24 @@ sbatch_options = ["--qos=high", "--exclusive"]
     CHECK(error_of(job + "[env]\n\"A;B\" = 1\n").find("job.toml:5:1: 'A;B' is not a valid environment variable name") == 0);
     CHECK(error_of(job + "[env]\n1A = 1\n").find("'1A' is not a valid environment variable name") != std::string::npos);
     CHECK(parse(job + "[env]\n_a1 = 1\n").env.at("_a1") == "1");
+  }
+  TEST_CASE("[env] may not set what dlrun sets for each rank, which would override it unsaid") {
+    const std::string job = "command = [\"x\"]\n[resources]\nnproc = 2\n";
+    CHECK(error_of(job + "[env]\nRANK = 3\n") ==
+          "job.toml:5:1: env 'RANK' is set by dlrun for each rank (docs/channels.md): remove it from [env]");
+    CHECK(error_of(job + "[env]\nMASTER_PORT = \"29500\"\n").find("env 'MASTER_PORT' is set by dlrun") !=
+          std::string::npos);
+    CHECK(error_of(job + "[env]\nDLRUN_CHECKPOINT_DIR = \"/tmp/c\"\n") ==
+          "job.toml:5:1: env 'DLRUN_CHECKPOINT_DIR' is set by dlrun: use checkpoint_dir = \"...\" for the job's "
+          "checkpoint directory");
+    // What dlrun only sets when it is missing, and CUDA_VISIBLE_DEVICES without gpus, stay the user's.
+    CHECK(parse(job + "[env]\nOMP_NUM_THREADS = 1\nCUDA_VISIBLE_DEVICES = \"\"\n").env.size() == 2);
+    const std::string gpu_job = "command = [\"x\"]\n[resources]\ngpus = 2\n";
+    CHECK(error_of(gpu_job + "[env]\nCUDA_VISIBLE_DEVICES = \"1\"\n").find(
+              "job.toml:5:24: env 'CUDA_VISIBLE_DEVICES' is set by dlrun for each rank of a job with gpus") == 0);
+    // A job stored before this rule is still read (the supervisor runs what was queued).
+    CHECK(dlrun::launcher::parse_job_spec(job + "[env]\nRANK = 3\n", "job.toml", "/tmp", "", true).env.at("RANK") ==
+          "3");
     // A name taken from the program is made one (job_name_from), not refused.
     CHECK(parse("command = [\"./a\\nb\"]\n[resources]\nnproc = 1\n").name == "a_b");
   }

@@ -80,8 +80,8 @@ struct JobSpec {
 // `path` is used in messages; relative directories are resolved against `base_dir` (the
 // job file's directory). Throws ConfigError listing every problem, one per line.
 // `kind_override` (from `dlrun submit --scheduler`) replaces [scheduler] kind. `stored`: a
-// recorded job's file read again, whose name is taken as it was recorded (an older dlrun
-// accepted names that the checks of new files refuse). `home`: what a leading ~ in a directory
+// recorded job's file read again, whose name and [env] are taken as they were recorded (an
+// older dlrun accepted names, and [env] entries that dlrun sets, that new files are refused). `home`: what a leading ~ in a directory
 // stands for (a recorded job: its submitter's HOME); by default this process's HOME.
 JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
                        const std::string& kind_override = {}, bool stored = false,
