@@ -95,7 +95,8 @@ Command add_submit_command(CLI::App& dlrun) {
       "  id=$(dlrun submit --parsable job.toml)\n"
       "  dlrun submit --wait job.toml        for CI: wait, say how it ended, exit with the job's exit code");
   app->add_option("JOB_FILE", args->job_file, "The job file (docs/job-toml.md)")->required();
-  app->add_flag("--parsable", args->parsable, "Print only the job id (with --wait, the end report goes to stderr)");
+  CLI::Option* parsable =
+      app->add_flag("--parsable", args->parsable, "Print only the job id (with --wait, the end report goes to stderr)");
   CLI::Option* wait = app->add_flag(
       "--wait", args->wait,
       "Wait for the job to end, print how it ended (state, exit code, failing rank and the last lines of its "
@@ -110,7 +111,9 @@ Command add_submit_command(CLI::App& dlrun) {
       ->needs(wait);
   app->add_option("--scheduler", args->scheduler, "Override [scheduler] kind: local, ssh or slurm")
       ->check(CLI::IsMember({"local", "ssh", "slurm"}));
-  app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it");
+  app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it (nothing to wait for)")
+      ->excludes(wait)
+      ->excludes(parsable);
   app->footer(
       "Exit codes with --wait: 0 the job succeeded; else the job's exit code: the failing rank's own code "
       "(128+N when it was killed by signal N), 143 when it was cancelled, 70 when it was lost or could not start; 130, 143, 129 or 131 "

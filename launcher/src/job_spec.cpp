@@ -300,7 +300,7 @@ void add_gpu_id(Checker& check, const toml::node& where, const std::string& id, 
 void parse_gpu_list(Checker& check, const toml::node& node, const std::string& text, JobSpec& spec) {
   if (text.find(',') == std::string::npos) {
     check.error(node.source(), fmt::format("'gpus' = \"{}\": a count is a number (gpus = {}), one GPU by its number "
-                                           "a list (gpus = [{}]), an elastic range \"MIN:MAX\"",
+                                           "is a list (gpus = [{}]), an elastic range is \"MIN:MAX\"",
                                            text, text, text));
     return;
   }

@@ -190,6 +190,12 @@ class SlurmKeys(KeysTestCase):
                 'checkpoint_dir = "ckpt"\ncommand = ["./train"]\n[env]\nA = "b"\n'
                 '[scheduler]\nkind = "slurm"\npartition = "gpu"\nnodes = 2\ngpus_per_node = 4\n'
                 'time_limit = "1:00:00"\naccount = "lab"\nsbatch_options = ["--qos=high"]\n')
+        # --dry-run submits nothing: --wait and --parsable with it are refused, not ignored.
+        for flag in ("--wait", "--parsable"):
+            refused = self.dlrun("submit", "--dry-run", flag, self.job_file(text))
+            self.assertEqual(refused.returncode, 2, refused.stderr)
+            self.assertTrue(f"--dry-run excludes {flag}" in refused.stderr or
+                            f"{flag} excludes --dry-run" in refused.stderr, refused.stderr)
         r = self.dlrun("submit", "--dry-run", self.job_file(text))
         self.assertEqual(r.returncode, 0, r.stderr)
         script = r.stdout

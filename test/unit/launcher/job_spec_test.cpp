@@ -84,8 +84,8 @@ kind = "local"
     CHECK(spec.ranks() == 3);
     CHECK_FALSE(spec.gpus->elastic());
     CHECK(error_of(head + "gpus = \"3\"\n") ==
-          "job.toml:3:8: 'gpus' = \"3\": a count is a number (gpus = 3), one GPU by its number a list (gpus = [3]), "
-          "an elastic range \"MIN:MAX\"");
+          "job.toml:3:8: 'gpus' = \"3\": a count is a number (gpus = 3), one GPU by its number is a list (gpus = [3]), "
+          "an elastic range is \"MIN:MAX\"");
     CHECK(error_of(head + "gpus = \"0,x\"\n") == "job.toml:3:8: 'gpus' = \"0,x\": 'x' is not a GPU number (0, 1, …)");
     CHECK(error_of(head + "gpus = \"1,1\"\n") == "job.toml:3:8: GPU 1 is listed twice in 'gpus'");
   }
