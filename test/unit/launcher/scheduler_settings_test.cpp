@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/run_retention.hpp"
 
 using namespace dlrun::launcher;
 
@@ -12,7 +13,7 @@ TEST_SUITE("launcher::scheduler_settings") {
     CHECK(defaults.policy.fairness == -1);
     CHECK(defaults.policy.restart_seconds == 10);
     CHECK(defaults.interval_seconds == 60);
-    CHECK(parse_scheduler_settings("[other]\nx = 1\n", "c.toml").policy.starvation_seconds == 600);
+    CHECK(parse_scheduler_settings("[retention]\ndays = 3\n", "c.toml").policy.starvation_seconds == 600);
     auto s = parse_scheduler_settings(
         "[scheduler]\nfairness = 0.5\nrestart_seconds = 5\nstarvation_seconds = 120\ninterval_seconds = 10\n", "c.toml");
     CHECK(s.policy.fairness == 0.5);
@@ -30,5 +31,16 @@ TEST_SUITE("launcher::scheduler_settings") {
     CHECK_THROWS_AS(parse_scheduler_settings("scheduler = 3\n", "c.toml"), dlrun::ConfigError);
     CHECK_THROWS_AS(parse_scheduler_settings("[scheduler]\ninterval_seconds = 0\n", "c.toml"), dlrun::ConfigError);
     CHECK_THROWS_AS(parse_scheduler_settings("[scheduler\n", "c.toml"), dlrun::ConfigError);
+  }
+  TEST_CASE("a table no part reads (a typo) is refused, not ignored, by every part") {
+    const std::string typo = "[schedular]\nfairness = 0.5\n";
+    CHECK_THROWS_WITH_AS(parse_scheduler_settings(typo, "c.toml"),
+                         "c.toml:1:2: unknown table 'schedular' (did you mean [scheduler]?): the file has "
+                         "[scheduler] (docs/scheduling.md) and [retention] (docs/jobs.md)",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(dlrun::launcher::parse_retention_settings(typo, "c.toml"),
+                         doctest::Contains("unknown table 'schedular'"), dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_scheduler_settings("days = 3\n", "c.toml"),
+                         doctest::Contains("unknown key 'days': the file has"), dlrun::ConfigError);
   }
 }

@@ -15,7 +15,8 @@ namespace dlrun::launcher {
 [[noreturn]] void config_error(const std::string& path, const toml::source_region& where,
                                const std::string& what);
 
-// The parsed file; ConfigError for one that does not parse.
+// The parsed file; ConfigError for one that does not parse, or that has a table (or key)
+// other than [scheduler] and [retention] (a typo would be ignored).
 toml::table parse_config(std::string_view text, const std::string& path);
 // Its `name` table, or nullptr when it has none; ConfigError for a `name` that is not a table.
 const toml::table* config_table(const toml::table& root, const std::string& path,
