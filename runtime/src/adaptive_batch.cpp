@@ -160,42 +160,46 @@ struct AdaptiveBatch::Impl {
   runtime::BatchLimits limits() const;
   BatchShape shape_for(int64_t global_batch) const;
   runtime::StepShape step_shape() const;
-  // Step `step` measures the noise scale. A world of one trains a measured step's batch as two
-  // halves and compares their gradients (HalfGradients); where it cannot (halvable() false),
-  // the step before keeps its gradient for the measurement (two consecutive steps, biased:
-  // gradient_norms.hpp).
+  // Step `step` measures the noise scale. A world of one compares the two halves of a measured
+  // step's batch (HalfGradients): with several micro-batches a step, the first half of them and
+  // the rest, at no extra cost; with one, split() trains the step as two micro-batches of half
+  // the size (a "resplit" step). Where it cannot (halvable() false), the step before keeps its
+  // gradient for the measurement (two consecutive steps, biased: gradient_norms.hpp).
   int64_t measure_every = 1;  // options.measure_every, stretched by replan() within the budget
   int64_t next_replan = 0;    // the step after which the next decision comes
   int64_t decisions = 0;      // made in this process
   int64_t largest_batch = 0;  // the largest global batch trained at (since the last restore)
-  // Halved steps are not timed for the throughput profile (their micro-batches are not the
-  // shape's): in the warm-up, when every step is measured elsewhere, a world of one halves
-  // every other step, and the steps between are timed.
-  bool halves_work = true;  // false once a halved step came without its first half's gradient
+  bool halves_work = true;  // false once a measured step came without its first half's gradient
   bool halvable() const {
     return context.world_size() == 1 && halves_work && options.accumulation &&
            shape.global_batch >= 2;
   }
+  // A resplit step's micro-batches are not the shape's, so it is not timed for the shape: in
+  // the warm-up (every step measured elsewhere) every other step is resplit, and after it
+  // never two steps in a row, so that the steps between time the shape.
+  bool resplits() const { return halvable() && shape.accum_steps == 1; }
   bool measures(int64_t step) const {
-    if (step < k_measure_warmup) return !halvable() || step % 2 == 1;
-    return step % measure_every == 0;
+    if (step < k_measure_warmup) return !resplits() || step % 2 == 1;
+    return step % (resplits() ? std::max<int64_t>(measure_every, 2) : measure_every) == 0;
   }
   bool keeps_gradient(int64_t step) const {
     return context.world_size() == 1 && !halvable() && !measures(step) && measures(step + 1);
   }
   bool in_measurement(int64_t step) const { return measures(step) || keeps_gradient(step); }
-  // The step in flight trains its batch as two halves (set for the next step by prepare_step),
-  // and the first half's micro-batches trained so far.
-  bool halved = false;
-  bool split_halved = false;  // split() halved this step's batch
-  int64_t first_half = 0;     // and put this many samples in the first half
-  int half_parts_done = 0;
-  // A halved step of one micro-batch per half times a step at the half size (its second half
-  // takes the optimizer step) for the throughput profile: a second micro-batch size, which
-  // tells a step's fixed cost from its cost per sample (a GPU's small batches cost alike). The
-  // first halved step at a shape warms that size up and is not profiled.
+  // The step in flight is measured on halves (set for the next step by prepare_step), and
+  // resplit; what split() made of it: the samples of the first half and its micro-batches, and
+  // the first half's micro-batches trained so far (accumulated()).
+  bool halved = false, resplit = false;
+  bool split_halved = false;
+  int64_t first_half = 0;
+  int first_half_parts = 0, half_parts_done = 0;
+  // A resplit step times a step at the half size (its second half takes the optimizer step)
+  // for the throughput profile: a second micro-batch size, which tells a step's fixed cost from
+  // its cost per sample (a GPU's small batches cost alike). The first resplit step at a shape
+  // warms that size up and is not profiled.
   bool halves_warm = false;
-  double step_start = mark;  // when the step in flight began (its first micro-batch)
+  double step_start = mark;  // when the step in flight began (the end of the one before)
+  double noise_seconds = 0;  // of the step in flight: observe_noise's own time
   // Rank 0's step times since the shape last changed, measured steps and the others apart:
   // what a measurement costs.
   double measured_seconds = 0, plain_seconds = 0;
@@ -206,9 +210,13 @@ struct AdaptiveBatch::Impl {
   void prepare_step();  // what the next step (stats.step) takes from the gradients
   void observe_noise(int64_t samples);
   void apply_lr(double factor);
-  // False: not a step time (warm-up, user code between steps). A step time (of its last
-  // micro-batch, of `micro` samples) is added to the throughput profile when `profile_it`.
-  bool record_time(double seconds, int64_t micro, bool profile_it);
+  // False: not a step time (warm-up, user code between steps); else the step's time (of its
+  // last micro-batch) is added to the throughput profile.
+  bool record_time(double seconds);
+  // The same for a resplit step: the whole of it, and its second half (a step at the half size).
+  bool record_resplit_time(double whole, double second_half, int64_t samples);
+  // A time 4x the mean of the profile's at this micro-batch size (user code between steps).
+  bool outlier(double seconds, int64_t micro) const;
   void replan();
   void warn_divergence(const runtime::DivergenceWatch::Alarm& alarm) const;
   void switch_to(const BatchShape& next, const char* why);
@@ -265,6 +273,7 @@ void AdaptiveBatch::Impl::prepare_step() {
   const int64_t next = stats.step;
   dp.measure_gradient_norms(measures(next));
   halved = halvable() && measures(next);
+  resplit = halved && shape.accum_steps == 1;
   split_halved = false;
   half_parts_done = 0;
   halves.reset();
@@ -337,19 +346,35 @@ void AdaptiveBatch::Impl::apply_lr(double factor) {
   optimizer->set_learning_rates(rates);
 }
 
-bool AdaptiveBatch::Impl::record_time(double seconds, int64_t micro, bool profile_it) {
+bool AdaptiveBatch::Impl::outlier(double seconds, int64_t micro) const {
+  const auto& entries = profile.entries();
+  auto found = entries.find({context.nodes(), context.world_size(), micro});
+  return found != entries.end() && found->second.optim_count >= 3 &&
+         seconds > 4 * found->second.optim_time_sum / found->second.optim_count;
+}
+
+bool AdaptiveBatch::Impl::record_time(double seconds) {
   if (!time_this_step) {
     time_this_step = true;
     return false;
   }
   // A step that also evaluated or checkpointed (user code between steps) is not a step time.
-  const auto& entries = profile.entries();
-  auto found = entries.find({context.nodes(), context.world_size(), micro});
-  if (found != entries.end() && found->second.optim_count >= 3 &&
-      seconds > 4 * found->second.optim_time_sum / found->second.optim_count) {
+  if (outlier(seconds, shape.micro_batch)) return false;
+  profile.add_optim(context.nodes(), context.world_size(), shape.micro_batch, seconds);
+  return true;
+}
+
+bool AdaptiveBatch::Impl::record_resplit_time(double whole, double second_half, int64_t samples) {
+  // A resplit step after the shape's first step (its warm-up), not the first at the half size
+  // (that size's warm-up), and not stretched by user code between steps (8x: it trains twice
+  // the micro-batches of a plain step).
+  const bool warm = time_this_step && halves_warm;
+  halves_warm = time_this_step;
+  if (!warm || (plain_steps >= 3 && whole > 8 * plain_seconds / static_cast<double>(plain_steps)))
     return false;
-  }
-  if (profile_it) profile.add_optim(context.nodes(), context.world_size(), micro, seconds);
+  const int64_t half = samples - first_half;  // the second half: it took the optimizer step
+  if (samples == shape.global_batch && !outlier(second_half, half))
+    profile.add_optim(context.nodes(), context.world_size(), half, second_half);
   return true;
 }
 
@@ -695,9 +720,9 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   d.measure_every = d.stats.measure_every = d.options.measure_every;
   d.next_replan = d.options.replan_every;
   d.interval_begin = d.train_seconds;
-  d.prepare_step();
   d.shape = d.shape_for(d.options.initial_batch);
   d.largest_batch = d.shape.global_batch;
+  d.prepare_step();  // after the shape: a world of one's first step may be measured on halves
   if (d.context.is_main() && d.options.log_every > 0) {
     std::string path = d.options.metrics_path;
     if (path.empty() && !d.context.run_dir().empty()) path = d.context.run_dir() + "/metrics.jsonl";
@@ -718,19 +743,32 @@ std::vector<std::vector<int64_t>> AdaptiveBatch::split(const std::vector<int64_t
   Impl& d = *m_impl;
   const int parts = d.shape.accum_steps;
   const auto n = static_cast<int64_t>(indices.size());
-  // A measured step of a world of one: each half of the batch in `parts` micro-batches, none
-  // empty (an epoch's short last batch may be too small to halve: it is not measured).
-  d.split_halved = d.halved && n >= 2 * int64_t{parts};
-  const int halves = d.split_halved ? 2 : 1;
+  // A new step (a step left half-way, as a Python loop may, leaves nothing behind).
+  d.split_halved = false;
+  d.half_parts_done = 0;
+  d.halves.reset();
   std::vector<std::vector<int64_t>> out;
-  out.reserve(static_cast<size_t>(parts * halves));
-  for (int h = 0; h < halves; ++h) {
-    const auto [half_begin, half_end] = ElasticSampler::share(n, h, halves);
-    if (h == 0) d.first_half = half_end - half_begin;
-    for (int i = 0; i < parts; ++i) {
-      auto [begin, end] = ElasticSampler::share(half_end - half_begin, i, parts);
-      out.emplace_back(indices.begin() + half_begin + begin, indices.begin() + half_begin + end);
-    }
+  if (d.resplit && n >= 2) {
+    // Two micro-batches of half the step each (an epoch's short last batch is not measured).
+    const auto [begin, middle] = ElasticSampler::share(n, 0, 2);
+    out.emplace_back(indices.begin() + begin, indices.begin() + middle);
+    out.emplace_back(indices.begin() + middle, indices.end());
+    d.split_halved = true;
+    d.first_half = middle - begin;
+    d.first_half_parts = 1;
+    return out;
+  }
+  out.reserve(static_cast<size_t>(parts));
+  for (int i = 0; i < parts; ++i) {
+    auto [begin, end] = ElasticSampler::share(n, i, parts);
+    out.emplace_back(indices.begin() + begin, indices.begin() + end);
+  }
+  if (d.halved && !d.resplit && parts >= 2) {
+    // Several micro-batches: the first half of them against the rest.
+    d.first_half_parts = parts / 2;
+    d.first_half = 0;
+    for (int i = 0; i < d.first_half_parts; ++i) d.first_half += static_cast<int64_t>(out[i].size());
+    d.split_halved = d.first_half >= 1 && n - d.first_half >= 1;
   }
   return out;
 }
@@ -766,9 +804,9 @@ void AdaptiveBatch::backward(const at::Tensor& loss, bool last) {
 void AdaptiveBatch::accumulated() {
   // Forward + backward of an accumulated micro-batch (the forward ran before this call).
   Impl& d = *m_impl;
-  if (d.split_halved && ++d.half_parts_done == d.shape.accum_steps) d.halves.keep(d.groups);
+  if (d.split_halved && ++d.half_parts_done == d.first_half_parts) d.halves.keep(d.groups);
   const double seconds = m_impl->now() - m_impl->mark;
-  if (m_impl->time_this_step && !d.halved) {
+  if (m_impl->time_this_step && !d.resplit) {
     m_impl->profile.add_accum(m_impl->context.nodes(), m_impl->context.world_size(),
                               m_impl->shape.micro_batch, seconds);
   }
@@ -778,7 +816,9 @@ void AdaptiveBatch::accumulated() {
 void AdaptiveBatch::step(int64_t samples) {
   Impl& d = *m_impl;
   if (samples < 0) samples = d.shape.global_batch;
+  const double noise_start = d.now();
   d.observe_noise(samples);
+  d.noise_seconds = d.now() - noise_start;
   const double scale =
       static_cast<double>(d.shape.global_batch) / static_cast<double>(d.options.initial_batch);
   d.stats.gain = d.noise.gain(scale);
@@ -790,16 +830,12 @@ void AdaptiveBatch::step(int64_t samples) {
   d.dp.step([&d] { d.optimizer->step(); });
   const double end = d.now();
   const double seconds = end - d.mark;
-  bool timed = false;
-  if (d.halved && d.split_halved) {
-    const bool profile_it = d.halves_warm && d.shape.accum_steps == 1;
-    timed = d.record_time(seconds, samples - d.first_half, profile_it);
-    d.halves_warm = true;
-  } else {
-    timed = d.record_time(seconds, d.shape.micro_batch, !d.halved);
-  }
-  // A halved step costs the whole of it (both halves); the others their last micro-batch
-  const double cost = d.halved ? end - d.step_start : seconds;
+  // A resplit step costs the whole of it (both halves: what measuring costs); the others their
+  // last micro-batch, as the profile has them.
+  const bool resplit = d.resplit && d.split_halved;
+  const double cost = resplit ? end - d.step_start : seconds;
+  const bool timed = resplit ? d.record_resplit_time(cost, seconds - d.noise_seconds, samples)
+                             : d.record_time(seconds);
   if (!timed) {
     // Not a step time: counted for neither, nor on the loss trend's clock.
   } else if (d.in_measurement(d.stats.step)) {

@@ -134,7 +134,10 @@ class AdaptiveBatch : public Checkpointable {
   BatchShape shape() const;
   int64_t global_batch() const { return shape().global_batch; }
   // Splits this rank's share of the step into accum_steps micro-batches (in order; the last
-  // ones may be short or empty at the end of an epoch, and the count never changes).
+  // ones may be short or empty at the end of an epoch). Call it once per step, before the
+  // step's first micro-batch, and train every part it returns: in a world of one with one
+  // micro-batch a step, a step that measures the gradient noise scale comes as two halves
+  // (two parts of half the size; docs/adaptive.md, "A world of one").
   std::vector<std::vector<int64_t>> split(const std::vector<int64_t>& indices) const;
 
   // loss.backward() of one micro-batch; last = true for the step's last micro-batch (the one

@@ -258,44 +258,100 @@ TEST_SUITE("runtime::AdaptiveBatch") {
 
   TEST_CASE("a world of one measures the noise scale on the two halves of a measured step") {
     at::set_num_threads(1);
-    dlrun::Context ctx = world_of_one();
-    auto model = make_model();
-    dlrun::DataParallel dp(model->ptr(), ctx);
-    torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
-    dlrun::AdaptiveBatchOptions options;
-    options.initial_batch = 8;
-    options.max_micro_batch = 2;  // 4 micro-batches of 2
-    options.replan_every = 1000;  // keep the batch: only the measurement is under test
-    options.log_every = 0;
-    dlrun::AdaptiveBatch adaptive(ctx, dp, sgd, options);
-    dlrun::ElasticSampler sampler(1 << 20, ctx, 1);
-    for (int s = 0; s < 10; ++s) {
-      auto batch = sampler.next(adaptive.global_batch());
-      auto parts = adaptive.split(batch->indices);
+    // Trains 10 steps of 8 (micro-batches of at most `max_micro`); returns the sizes of every
+    // step's micro-batches, and the noise scale's observations.
+    auto run = [](int64_t max_micro) {
+      dlrun::Context ctx = world_of_one();
+      auto model = make_model();
+      dlrun::DataParallel dp(model->ptr(), ctx);
+      torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+      dlrun::AdaptiveBatchOptions options;
+      options.initial_batch = 8;
+      options.max_micro_batch = max_micro;
+      options.replan_every = 1000;  // keep the batch: only the measurement is under test
+      options.log_every = 0;
+      dlrun::AdaptiveBatch adaptive(ctx, dp, sgd, options);
+      dlrun::ElasticSampler sampler(1 << 20, ctx, 1);
+      std::vector<std::vector<size_t>> sizes;
+      StderrCapture capture;
+      for (int s = 0; s < 10; ++s) {
+        auto batch = sampler.next(adaptive.global_batch());
+        auto parts = adaptive.split(batch->indices);
+        sizes.emplace_back();
+        std::vector<int64_t> joined;
+        for (const auto& part : parts) {
+          sizes.back().push_back(part.size());
+          joined.insert(joined.end(), part.begin(), part.end());
+        }
+        CHECK(joined == batch->indices);  // the same samples, in order
+        for (size_t i = 0; i < parts.size(); ++i) {
+          adaptive.backward(loss_of(**model, parts[i], s, batch->loss_scale(1)),
+                            i + 1 == parts.size());
+        }
+        adaptive.step(batch->global_size);
+        sgd.zero_grad();
+      }
+      CHECK(capture.text().find("came without") == std::string::npos);  // no fallback
+      CHECK(adaptive.stats().noise_scale > 20);  // the gradient is mostly noise
+      CHECK(adaptive.progress() == doctest::Approx(10));  // at the initial batch every gain is 1
+      const std::string state = adaptive.checkpoint_state();
+      const auto at = state.find("\nobservations ");
+      REQUIRE(at != std::string::npos);
+      return std::make_pair(sizes, std::stol(state.substr(at + 14)));
+    };
+    // One micro-batch a step: the warm-up trains every other step (1, 3, ...) as two of 4.
+    const auto [whole, whole_observations] = run(0);
+    for (size_t s = 0; s < whole.size(); ++s) {
       CAPTURE(s);
-      // The warm-up halves every other step (1, 3, ...): each half in 4 micro-batches of 1.
-      if (s % 2 == 1) {
-        REQUIRE(parts.size() == 8);
-        for (const auto& part : parts) CHECK(part.size() == 1);
-      } else {
-        REQUIRE(parts.size() == 4);
-      }
-      std::vector<int64_t> joined;
-      for (const auto& part : parts) joined.insert(joined.end(), part.begin(), part.end());
-      CHECK(joined == batch->indices);  // the same samples, in order
-      for (size_t i = 0; i < parts.size(); ++i) {
-        adaptive.backward(loss_of(**model, parts[i], s, batch->loss_scale(1)),
-                          i + 1 == parts.size());
-      }
-      adaptive.step(batch->global_size);
-      sgd.zero_grad();
+      CHECK(whole[s] == (s % 2 == 1 ? std::vector<size_t>{4, 4} : std::vector<size_t>{8}));
     }
-    CHECK(adaptive.stats().noise_scale > 20);  // the gradient is mostly noise
-    CHECK(adaptive.progress() == doctest::Approx(10));  // at the initial batch every gain is 1
-    const std::string state = adaptive.checkpoint_state();
-    const auto at = state.find("\nobservations ");
-    REQUIRE(at != std::string::npos);
-    CHECK(std::stol(state.substr(at + 14)) == 5);  // steps 1, 3, 5, 7, 9
+    CHECK(whole_observations == 5);
+    // Four micro-batches a step: the first two against the last two, every step, as trained.
+    const auto [parts, parts_observations] = run(2);
+    for (const auto& step : parts) CHECK(step == std::vector<size_t>{2, 2, 2, 2});
+    CHECK(parts_observations == 10);
+    // Three (3, 3, 2): the first against the other two, unequal halves.
+    const auto [odd, odd_observations] = run(3);
+    for (const auto& step : odd) CHECK(step == std::vector<size_t>{3, 3, 2});
+    CHECK(odd_observations == 10);
+  }
+
+  TEST_CASE("a step left half-way leaves no half gradient behind for the next one") {
+    at::set_num_threads(1);
+    // Six steps of 4 micro-batches (measured on the first 2 against the last 2); with `abandon`,
+    // every other step is first left after 1 micro-batch (an exception, a Python loop's
+    // break) and begun again: the same samples at the same weights, so the same measurements.
+    auto run = [](bool abandon) {
+      OneRank one;
+      dlrun::AdaptiveBatchOptions options = one.options();
+      options.initial_batch = 8;
+      options.max_micro_batch = 2;
+      options.replan_every = 1000;
+      dlrun::AdaptiveBatch adaptive(one.ctx, one.dp, one.sgd, options);
+      dlrun::ElasticSampler sampler(1 << 20, one.ctx, 1);
+      StderrCapture capture;
+      for (int s = 0; s < 6; ++s) {
+        auto batch = sampler.next(adaptive.global_batch());
+        auto parts = adaptive.split(batch->indices);
+        REQUIRE(parts.size() == 4);
+        if (abandon && s % 2 == 0) {
+          adaptive.backward(loss_of(**one.model, parts[0], s, batch->loss_scale(1)), false);
+          one.sgd.zero_grad();
+          parts = adaptive.split(batch->indices);
+        }
+        for (size_t i = 0; i < parts.size(); ++i) {
+          adaptive.backward(loss_of(**one.model, parts[i], s, batch->loss_scale(1)),
+                            i + 1 == parts.size());
+        }
+        adaptive.step(batch->global_size);
+        one.sgd.zero_grad();
+      }
+      CHECK(capture.text().find("came without") == std::string::npos);
+      return adaptive.checkpoint_state();
+    };
+    const std::string plain = run(false), abandoned = run(true);
+    CHECK(plain.find("\nobservations 6") != std::string::npos);
+    CHECK(abandoned == plain);  // the noise scale's averages, to the last digit
   }
 
   TEST_CASE("in a world of one, the noise scale is not inflated by the weights' move between steps") {
@@ -339,9 +395,9 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     options.rule = dlrun::ScalingRule::adascale;
     dlrun::Context one = world_of_one();
     options.measure_every = 1;
-    // A world of one halves its measured steps: every other step in the warm-up (the steps
-    // between time the shape), then every measure_every-th.
-    CHECK(observations(train(one, 113, options)) == 50 + 13);  // 1, 3, …, 99, then 100…112
+    // A world of one trains its measured steps as two halves: every other step in the warm-up
+    // (the steps between time the shape), then every measure_every-th, never two in a row.
+    CHECK(observations(train(one, 113, options)) == 50 + 7);  // 1, 3, …, 99, then 100, 102, …, 112
     options.measure_every = 4;
     Run sparse = train(one, 113, options);
     CHECK(observations(sparse) == 50 + 4);  // 1, 3, …, 99, then 100, 104, 108, 112
