@@ -178,9 +178,14 @@ struct AdaptiveBatch::Impl {
   // the warm-up (every step measured elsewhere) every other step is resplit, and after it
   // never two steps in a row, so that the steps between time the shape.
   bool resplits() const { return halvable() && shape.accum_steps == 1; }
+  // Steps between measurements at `step` (a measurement stands for them).
+  int64_t measure_period(int64_t step) const {
+    if (step < k_measure_warmup) return resplits() ? 2 : 1;
+    return resplits() ? std::max<int64_t>(measure_every, 2) : measure_every;
+  }
   bool measures(int64_t step) const {
-    if (step < k_measure_warmup) return !resplits() || step % 2 == 1;
-    return step % (resplits() ? std::max<int64_t>(measure_every, 2) : measure_every) == 0;
+    const int64_t every = measure_period(step);
+    return step < k_measure_warmup ? step % every == every - 1 : step % every == 0;
   }
   bool keeps_gradient(int64_t step) const {
     return context.world_size() == 1 && !halvable() && !measures(step) && measures(step + 1);
@@ -199,7 +204,6 @@ struct AdaptiveBatch::Impl {
   // warms that size up and is not profiled.
   bool halves_warm = false;
   double step_start = mark;  // when the step in flight began (the end of the one before)
-  double noise_seconds = 0;  // of the step in flight: observe_noise's own time
   // Rank 0's step times since the shape last changed, measured steps and the others apart:
   // what a measurement costs.
   double measured_seconds = 0, plain_seconds = 0;
@@ -274,9 +278,7 @@ void AdaptiveBatch::Impl::prepare_step() {
   dp.measure_gradient_norms(measures(next));
   halved = halvable() && measures(next);
   resplit = halved && shape.accum_steps == 1;
-  split_halved = false;
-  half_parts_done = 0;
-  halves.reset();
+  split_halved = false;  // until split() halves this step (a loop may not call it)
   // Refresh Adam's denominators for the gradients a measurement scales (after the step before
   // them: optimizer.step() has moved the moments).
   if (!preconditioner || !in_measurement(next)) return;
@@ -301,6 +303,7 @@ void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
   if (scale && scale->inverse.empty()) return;
   std::vector<double> local_sqr, total_sqr;
   int count = context.world_size();
+  double local_batch = static_cast<double>(shape.global_batch) / count;  // halves: their own
   if (count > 1) {
     dp.synchronize();
     local_sqr = dp.local_gradient_sqr_norms();
@@ -318,15 +321,10 @@ void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
           "measured from consecutive steps instead, which overestimates it at large batches");
       return;
     }
-    double half_batch = 0;
     if (!halves.measure(groups, scale, first_half, samples - first_half, local_sqr, total_sqr,
-                        half_batch))
+                        local_batch))
       return;
     count = 2;
-    if (local_sqr.size() != total_sqr.size()) return;
-    noise.observe(local_sqr, total_sqr, half_batch, count,
-                  static_cast<double>(step < k_measure_warmup ? 2 : measure_every));
-    return;
   } else {
     // Measured every few steps: the pair is this step and the one before, not an older one.
     if (keeps_gradient(step)) previous.reset();
@@ -334,10 +332,8 @@ void AdaptiveBatch::Impl::observe_noise(int64_t samples) {
     count = 2;
   }
   if (local_sqr.size() != total_sqr.size()) return;
-  const double local_batch = static_cast<double>(shape.global_batch) / context.world_size();
   // A measurement stands for the steps since the one before.
-  const int64_t stands_for = step < k_measure_warmup ? 1 : measure_every;
-  noise.observe(local_sqr, total_sqr, local_batch, count, static_cast<double>(stands_for));
+  noise.observe(local_sqr, total_sqr, local_batch, count, static_cast<double>(measure_period(step)));
 }
 
 void AdaptiveBatch::Impl::apply_lr(double factor) {
@@ -816,9 +812,9 @@ void AdaptiveBatch::accumulated() {
 void AdaptiveBatch::step(int64_t samples) {
   Impl& d = *m_impl;
   if (samples < 0) samples = d.shape.global_batch;
-  const double noise_start = d.now();
+  const double noise_start = d.resplit ? d.now() : 0.0;  // left out of a half's time
   d.observe_noise(samples);
-  d.noise_seconds = d.now() - noise_start;
+  const double noise_seconds = d.resplit ? d.now() - noise_start : 0.0;
   const double scale =
       static_cast<double>(d.shape.global_batch) / static_cast<double>(d.options.initial_batch);
   d.stats.gain = d.noise.gain(scale);
@@ -834,7 +830,7 @@ void AdaptiveBatch::step(int64_t samples) {
   // last micro-batch, as the profile has them.
   const bool resplit = d.resplit && d.split_halved;
   const double cost = resplit ? end - d.step_start : seconds;
-  const bool timed = resplit ? d.record_resplit_time(cost, seconds - d.noise_seconds, samples)
+  const bool timed = resplit ? d.record_resplit_time(cost, seconds - noise_seconds, samples)
                              : d.record_time(seconds);
   if (!timed) {
     // Not a step time: counted for neither, nor on the loss trend's clock.

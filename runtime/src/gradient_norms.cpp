@@ -149,31 +149,32 @@ bool HalfGradients::measure(const ParamGroups& groups, const Preconditioner* pre
   const double n = static_cast<double>(first + second);
   const double to_first = n / static_cast<double>(first);    // kept → the first half's mean
   const double to_second = n / static_cast<double>(second);  // the rest → the second half's
-  std::vector<at::Tensor> scalars;  // per group: |g₁|², |g₂|², |g|²
+  // Per group: |kept|², |rest|², |g|²; the halves' means are kept·n/first and rest·n/second, so
+  // their squared norms scale by the squares (on the host, after one copy).
+  std::vector<at::Tensor> scalars;
   for (size_t i = 0; i < groups.size(); ++i) {
-    at::Tensor first_sqr = at::zeros({}, at::kFloat), second_sqr = first_sqr, total = first_sqr;
+    at::Tensor kept_sqr = at::zeros({}, at::kFloat), rest_sqr = kept_sqr, total = kept_sqr;
     for (size_t j = 0; j < groups[i].size(); ++j) {
       const at::Tensor& raw = groups[i][j].grad();
       if (!raw.defined() || j >= m_kept[i].size()) continue;
       const at::Tensor& param = groups[i][j];
-      const at::Tensor kept = m_kept[i][j].defined() ? m_kept[i][j] : at::zeros_like(raw);
-      const at::Tensor g1 = kept * to_first;
-      const at::Tensor g2 = (raw - kept) * to_second;
+      const at::Tensor& kept = m_kept[i][j];
       const auto norm = [&](const at::Tensor& g) {
         return preconditioner ? preconditioner->sqr_norm(param, g) : sqr_norm(g);
       };
-      first_sqr = first_sqr.to(raw.device()) + norm(g1);
-      second_sqr = second_sqr.to(raw.device()) + norm(g2);
+      kept_sqr = kept_sqr.to(raw.device());
+      if (kept.defined()) kept_sqr = kept_sqr + norm(kept);
+      rest_sqr = rest_sqr.to(raw.device()) + norm(kept.defined() ? raw - kept : raw);
       total = total.to(raw.device()) + norm(raw);
     }
-    scalars.insert(scalars.end(), {first_sqr, second_sqr, total});
+    scalars.insert(scalars.end(), {kept_sqr, rest_sqr, total});
   }
   m_kept.clear();
   const std::vector<double> v = to_host(scalars);
   local_sqr.assign(groups.size(), 0.0);
   total_sqr.assign(groups.size(), 0.0);
   for (size_t i = 0; i < groups.size(); ++i) {
-    local_sqr[i] = (v[3 * i] + v[3 * i + 1]) / 2;
+    local_sqr[i] = (v[3 * i] * to_first * to_first + v[3 * i + 1] * to_second * to_second) / 2;
     total_sqr[i] = v[3 * i + 2];
   }
   batch = 2.0 * static_cast<double>(first) * static_cast<double>(second) / n;

@@ -58,6 +58,13 @@ at::Tensor loss_of(torch::nn::LinearImpl& model, const std::vector<int64_t>& ind
   return (model.forward(x) - y).pow(2).sum() * scale;
 }
 
+// Trains split()'s micro-batches `parts` of step `step` through AdaptiveBatch::backward.
+void train_parts(dlrun::AdaptiveBatch& adaptive, torch::nn::LinearImpl& model,
+                 const std::vector<std::vector<int64_t>>& parts, int64_t step, double scale) {
+  for (size_t i = 0; i < parts.size(); ++i)
+    adaptive.backward(loss_of(model, parts[i], step, scale), i + 1 == parts.size());
+}
+
 dlrun::Context world_of_one() {
   auto state = std::make_shared<dlrun::runtime::ContextState>();
   state->uses_signals = false;
@@ -284,10 +291,7 @@ TEST_SUITE("runtime::AdaptiveBatch") {
           joined.insert(joined.end(), part.begin(), part.end());
         }
         CHECK(joined == batch->indices);  // the same samples, in order
-        for (size_t i = 0; i < parts.size(); ++i) {
-          adaptive.backward(loss_of(**model, parts[i], s, batch->loss_scale(1)),
-                            i + 1 == parts.size());
-        }
+        train_parts(adaptive, **model, parts, s, batch->loss_scale(1));
         adaptive.step(batch->global_size);
         sgd.zero_grad();
       }
@@ -339,10 +343,7 @@ TEST_SUITE("runtime::AdaptiveBatch") {
           one.sgd.zero_grad();
           parts = adaptive.split(batch->indices);
         }
-        for (size_t i = 0; i < parts.size(); ++i) {
-          adaptive.backward(loss_of(**one.model, parts[i], s, batch->loss_scale(1)),
-                            i + 1 == parts.size());
-        }
+        train_parts(adaptive, **one.model, parts, s, batch->loss_scale(1));
         adaptive.step(batch->global_size);
         one.sgd.zero_grad();
       }
