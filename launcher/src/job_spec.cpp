@@ -14,6 +14,7 @@
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/launcher/host_list.hpp"
+#include "dlrun/launcher/rank_env.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/launcher/toml_depth.hpp"
 #include "dlrun/protocol.hpp"
@@ -356,20 +357,12 @@ void parse_resources(Checker& check, const toml::node* node, JobSpec& spec) {
 // Why [env] may not set `name`, or none: dlrun sets it for each rank (plan_node_ranks), and a
 // value in [env] would be overridden without a word.
 std::optional<std::string> reserved_env(const std::string& name) {
-  static const std::vector<std::string> per_rank = {
-      env::k_rank,          env::k_local_rank,      env::k_world_size,
-      env::k_local_world_size, env::k_node_rank,   env::k_group_rank,
-      env::k_group_world_size, env::k_master_addr, env::k_master_port,
-      env::k_role_name,     env::k_role_rank,       env::k_role_world_size,
-      env::k_torchelastic_run_id, env::k_torchelastic_restart_count,
-      env::k_torchelastic_max_restarts, env::k_torchelastic_error_file,
-      env::k_run_dir,       env::k_restart_count,   env::k_job_id,
-      env::k_device};
+  static const std::vector<std::string> per_rank = per_rank_variables();
   if (name == env::k_checkpoint_dir) {
     return fmt::format("env '{}' is set by dlrun: use checkpoint_dir = \"...\" for the job's checkpoint directory",
                        name);
   }
-  if (std::find(per_rank.begin(), per_rank.end(), name) != per_rank.end()) {
+  if (std::binary_search(per_rank.begin(), per_rank.end(), name)) {
     return fmt::format("env '{}' is set by dlrun for each rank (docs/channels.md): remove it from [env]", name);
   }
   return std::nullopt;

@@ -58,4 +58,15 @@ std::vector<RankSpec> plan_node_ranks(const NodePlanInput& in) {
   return ranks;
 }
 
+std::vector<std::string> per_rank_variables() {
+  NodePlanInput in;  // CPU ranks, with OMP_NUM_THREADS given: only what is always set is new
+  in.base[env::k_omp_num_threads] = "1";
+  const std::vector<RankSpec> ranks = plan_node_ranks(in);
+  std::vector<std::string> names;
+  for (const auto& [name, value] : ranks.front().env) {
+    if (in.base.count(name) == 0) names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace dlrun::launcher

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 using namespace dlrun::launcher;
 
 namespace {
@@ -94,5 +96,19 @@ TEST_SUITE("launcher::RankEnv") {
     in.base["CUDA_VISIBLE_DEVICES"] = "";
     CHECK(plan_node_ranks(in)[0].env.at("CUDA_VISIBLE_DEVICES") == "");
     CHECK(plan_node_ranks(in)[0].env.at("DLRUN_DEVICE") == "cpu");
+  }
+  TEST_CASE("what every rank gets whatever the environment says: what job.toml's [env] may not set") {
+    const std::vector<std::string> names = per_rank_variables();
+    CHECK(std::is_sorted(names.begin(), names.end()));
+    for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                             "TORCHELASTIC_RUN_ID", "DLRUN_RUN_DIR", "DLRUN_JOB_ID", "DLRUN_DEVICE"}) {
+      CAPTURE(name);
+      CHECK(std::binary_search(names.begin(), names.end(), std::string(name)));
+    }
+    // Kept when given, or set for GPU ranks only: the user's to choose otherwise.
+    for (const char* name : {"OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"}) {
+      CAPTURE(name);
+      CHECK_FALSE(std::binary_search(names.begin(), names.end(), std::string(name)));
+    }
   }
 }

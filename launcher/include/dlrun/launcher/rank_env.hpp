@@ -45,6 +45,11 @@ struct RankSpec {
 
 std::vector<RankSpec> plan_node_ranks(const NodePlanInput& input);
 
+// The variables plan_node_ranks sets for every rank whatever the environment holds (what a
+// job's [env] could not change), sorted; OMP_NUM_THREADS, kept when given, and
+// CUDA_VISIBLE_DEVICES, set for GPU ranks only, are not among them.
+std::vector<std::string> per_rank_variables();
+
 // OMP_NUM_THREADS for each rank: the cores divided among the ranks, at least 1.
 int threads_per_rank(int cores, int local_world_size);
 
