@@ -260,16 +260,19 @@ class Trainer {
       m_dp.step(*m_optimizer);
       return loss.item<double>();
     }
-    double total = 0;
+    // The losses are read after the optimizer step, as above: a read between backward and step
+    // waits for the GPU, which then idles while the host launches the optimizer's kernels.
+    at::Tensor total;
     auto parts = m_adaptive->split(batch.indices);
     for (size_t i = 0; i < parts.size(); ++i) {
       auto loss = loss_of(parts[i], batch);
       sleep_cost(parts[i].size(), i + 1 == parts.size());
       m_adaptive->backward(loss, i + 1 == parts.size());
-      total += loss.item<double>();
+      const at::Tensor value = loss.detach().to(at::kDouble);
+      total = total.defined() ? total + value : value;
     }
     m_adaptive->step(batch.global_size);
-    return total;
+    return total.item<double>();
   }
 
   void train_step(const dlrun::SampleBatch& batch) {
