@@ -31,9 +31,11 @@ void print_stopped(const dlrun::Context& ctx, int64_t step, const dlrun::Elastic
 std::string adaptive_summary(const dlrun::AdaptiveBatch& adaptive) {
   const auto shape = adaptive.shape();
   const auto& stats = adaptive.stats();
-  // 0 until the first measurement (a run of one step has none).
-  const std::string noise = stats.noise_scale > 0 ? fmt::format("{:.0f}", stats.noise_scale)
-                                                  : std::string("not measured yet");
+  // 0 until the first measurement (a run of one step has none); at its ceiling when the mean
+  // gradient is lost in its noise.
+  const std::string noise = stats.noise_unbounded() ? std::string("unbounded")
+                            : stats.noise_scale > 0 ? fmt::format("{:.0f}", stats.noise_scale)
+                                                    : std::string("not measured yet");
   return fmt::format(", batch {} ({} x {} per rank), noise scale {}, lr x{:.2f}",
                      shape.global_batch, shape.micro_batch, shape.accum_steps, noise,
                      stats.lr_factor);

@@ -12,8 +12,6 @@ namespace dlrun::runtime {
 
 namespace {
 
-constexpr double k_max_noise_scale = 1e12;
-
 bool all_finite(const std::vector<double>& values) {
   return std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); });
 }
@@ -122,8 +120,8 @@ double GradientNoiseScale::noise_scale() const {
   if (!ready()) return 0;
   const double s = sqr();
   const double v = var();
-  if (s <= 0) return v > 0 ? k_max_noise_scale : 0;
-  return std::clamp(v / s, 0.0, k_max_noise_scale);
+  if (s <= 0) return v > 0 ? k_unbounded_noise_scale : 0;
+  return std::clamp(v / s, 0.0, k_unbounded_noise_scale);
 }
 
 double GradientNoiseScale::gain(double scale) const {

@@ -11,6 +11,7 @@
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
 #include "goodput/goodput_model.hpp"
+#include "goodput/gradient_noise_scale.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -77,6 +78,15 @@ std::string number(double v) {
   if (a >= 100 || v == std::round(v)) return fmt::format("{:.0f}", v);
   if (a >= 10) return fmt::format("{:.1f}", v);
   return fmt::format("{:.2g}", v);
+}
+
+// A noise scale at its ceiling: the mean gradient lost in its noise (docs/adaptive.md).
+bool unbounded(double noise_scale) {
+  return noise_scale >= runtime::k_unbounded_noise_scale;
+}
+
+std::string noise_text(double noise_scale) {
+  return unbounded(noise_scale) ? "unbounded" : number(noise_scale);
 }
 
 struct Panel {
@@ -186,7 +196,7 @@ std::string history_summary(const std::vector<MetricsSnapshot>& points,
                        p.global_batch, p.replicas,
                        fmt::format("{:.0f}-{:.0f}", p.first_step, p.last_step),
                        timed ? fmt::format("{:.1f}", p.seconds) : "", p.samples_per_sec, p.goodput,
-                       number(p.noise_scale));
+                       noise_text(p.noise_scale));
   }
   int switches = 0;
   for (size_t k = 1; k < phases.size(); ++k)
@@ -204,9 +214,10 @@ std::string history_summary(const std::vector<MetricsSnapshot>& points,
                      switches == 1 ? "" : "s");
   if (first_noise) {
     out += fmt::format(
-        "noise scale: {} samples at first, {} at the end (a batch well below it wastes little; far "
+        "noise scale: {} at first, {} at the end (a batch well below it wastes little; far "
         "above it, samples are worth less)\n",
-        number(*first_noise), number(last.noise_scale));
+        unbounded(*first_noise) ? noise_text(*first_noise) : number(*first_noise) + " samples",
+        noise_text(last.noise_scale));
   }
   // AdaptiveBatch's noise floor (docs/adaptive.md): what the loss did, and where the noise
   // held the last batch. Lines from before it have neither (0 until measured).
@@ -257,12 +268,19 @@ std::string render_history_svg(const std::vector<MetricsSnapshot>& points,
   const std::vector<double> x = x_values(points);
   const double x_max = x.empty() ? 0 : *std::max_element(x.begin(), x.end());
   const bool timed = all_timed(points);
+  const bool any_unbounded = std::any_of(points.begin(), points.end(), [](const auto& p) {
+    return p.noise_scale && unbounded(*p.noise_scale);
+  });
   const Panel panels[] = {
       {"global batch size (log scale)", [](const MetricsSnapshot& p) { return p.global_batch; },
        true, true},
       {"goodput (samples/s at the initial batch's efficiency)",
        [](const MetricsSnapshot& p) { return p.goodput; }, false, false},
-      {"gradient noise scale (samples)", [](const MetricsSnapshot& p) { return p.noise_scale; },
+      {any_unbounded ? "gradient noise scale (samples; unbounded at times, not drawn)"
+                     : "gradient noise scale (samples)",
+       [](const MetricsSnapshot& p) {
+         return p.noise_scale && unbounded(*p.noise_scale) ? std::nullopt : p.noise_scale;
+       },
        false, false},
   };
   const double height = k_top + 3 * (k_panel + k_gap) + 10;

@@ -25,6 +25,10 @@
 #include "model_file.hpp"
 
 namespace dlrun {
+
+static_assert(AdaptiveStats::k_unbounded_noise_scale == runtime::k_unbounded_noise_scale,
+              "the public ceiling of the noise scale is the estimator's");
+
 namespace {
 
 // The Adam preconditioner of the gradient norms is refreshed before every measurement during

@@ -29,6 +29,10 @@ struct NoiseScaleState {
   int64_t observations = 0;
 };
 
+// The noise scale's ceiling: a mean gradient that its noise swamps (|G|² estimated at or below
+// zero) reads as this, shown as "unbounded".
+inline constexpr double k_unbounded_noise_scale = 1e12;
+
 class GradientNoiseScale {
  public:
   // groups ≥ 1; base_batch > 0: the batch size at which var is normalised in gain();
@@ -51,7 +55,7 @@ class GradientNoiseScale {
   double sqr() const;  // summed over groups
   double var() const;
   // The critical batch size B_noise = var / sqr (samples): 0 before the first observation,
-  // and clamped to [0, 1e12] when sqr ≤ 0.
+  // and clamped to [0, k_unbounded_noise_scale] (the gradient's mean lost in its noise: sqr ≤ 0).
   double noise_scale() const;
   // AdaScale's gain ratio for a batch `scale` times base_batch, over all groups:
   // (var/base + sqr) / (var/(base·scale) + sqr), in [1, scale]; 1 before any observation.

@@ -110,7 +110,10 @@ struct AdaptiveStats {
   double progress = 0;     // scale-invariant steps: Σ step worth (the gain, or √(gain·scale))
   double gain = 1;         // AdaScale gain of the last step
   double lr_factor = 1;    // multiplier applied to the learning rates
-  double noise_scale = 0;  // B_noise = tr(Σ)/|G|², samples
+  double noise_scale = 0;  // B_noise = tr(Σ)/|G|², samples; 0 until measured
+  // noise_scale's ceiling: the mean gradient lost in its noise (|G|² estimated at or below 0).
+  static constexpr double k_unbounded_noise_scale = 1e12;
+  bool noise_unbounded() const { return noise_scale >= k_unbounded_noise_scale; }
   double grad_sqr = 0, grad_var = 0;
   double efficiency = 1;       // statistical efficiency of the current batch
   double samples_per_sec = 0;  // measured over the last logging interval

@@ -164,4 +164,21 @@ TEST_SUITE("launcher::run_history") {
     CHECK(count(svg, "<circle") == 2);
     CHECK(count(svg, ">0 s</text>") == 1);
   }
+
+  TEST_CASE("a noise scale at its ceiling reads as unbounded and is left out of the picture") {
+    // 1e12: AdaptiveBatch's ceiling, where the mean gradient is lost in its noise.
+    const std::vector<MetricsSnapshot> points = {line(100, 10, 64, 2, 1000, 1e12),
+                                                 line(101, 20, 128, 2, 1500, 90),
+                                                 line(103, 30, 128, 2, 1600, 1e12)};
+    const std::string text = history_summary(points, std::nullopt);
+    CHECK(text.find("noise scale: unbounded at first, unbounded at the end") !=
+          std::string::npos);
+    CHECK(text.find("    unbounded\n") != std::string::npos);  // the table's column
+    CHECK(text.find("1e+12") == std::string::npos);
+    const std::string svg = render_history_svg(points, "t");
+    CHECK(svg.find("unbounded at times, not drawn") != std::string::npos);
+    CHECK(svg.find("1e+12") == std::string::npos);  // its axis spans the measured values
+    CHECK(count(svg, "<polyline") == 3);
+    CHECK(count(svg, "<circle") == 1);  // the one measured noise scale, as a point
+  }
 }
