@@ -116,12 +116,15 @@ Command add_submit_command(CLI::App& dlrun) {
       ->excludes(parsable);
   app->footer(
       "Exit codes with --wait: 0 the job succeeded; else the job's exit code: the failing rank's own code "
-      "(128+N when it was killed by signal N), 143 when it was cancelled, 70 when it was lost or could not start; 130, 143, 129 or 131 "
+      "(128+N when it was killed by signal N), 143 when it was cancelled (137 when it had to be killed: "
+      "dlrun cancel --force, or ranks still running a grace period + 5 s after SIGTERM), 70 when it was lost or "
+      "could not start; 130, 143, 129 or 131 "
       "when this command got SIGINT, SIGTERM, SIGHUP or SIGQUIT (the job is then cancelled, or left running with "
       "--detach-on-interrupt); 1 when it could not be cancelled. Without --wait: 0 once submitted. "
       "2: bad usage or job file, nothing submitted; 69: Slurm's sbatch failed (the job is recorded as FAILED) "
       "(docs/exit-codes.md).\n"
-      "The job's state, logs and run directories are under $DLRUN_HOME (default ~/.local/state/dlrun).");
+      "The job's state, logs and run directories are under $DLRUN_HOME (default $XDG_STATE_HOME/dlrun, or "
+      "~/.local/state/dlrun without XDG_STATE_HOME).");
   return {app, [args](const Trailing&) { return run_submit(*args); }};
 }
 

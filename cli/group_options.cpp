@@ -26,7 +26,7 @@ void add_output_options(CLI::App* app, GroupArgs& args) {
   auto& o = args.options;
   app->add_option("--run-dir", o.run_dir,
                   "Directory for rank-N.log, job.json and the runtime's files "
-                  "(default: $DLRUN_HOME/runs/JOB_ID, DLRUN_HOME=~/.local/state/dlrun)")
+                  "(default: $DLRUN_HOME/runs/JOB_ID, DLRUN_HOME=$XDG_STATE_HOME/dlrun or ~/.local/state/dlrun)")
       ->type_name("DIR");
   app->add_option("--prefix", o.prefix,
                   "Template before each output line: {rank} {local_rank} {node_rank} {host} {world_size}")

@@ -32,6 +32,7 @@
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
 #include "dlrun/launcher/run_retention.hpp"
+#include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
@@ -227,6 +228,10 @@ std::string JobQueue::sbatch_script(const std::string& job_file, const std::stri
 int64_t JobQueue::submit(const std::string& job_file, const std::string& kind) {
   std::string text;
   JobSpec spec = read_job_file(job_file, kind, text);
+  // The scheduler and the clean-up read config.toml in the background, where a mistake would
+  // hold a goodput job (and the fifo jobs behind it) without a word to its submitter.
+  read_scheduler_settings(m_home);
+  read_retention_settings(m_home);
   NewJob job;
   job.name = spec.name;
   job.spec_text = text;

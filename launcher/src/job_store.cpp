@@ -418,12 +418,18 @@ Usage JobStore::usage_locked() {
 std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capacity, const std::string& run_dir) {
   begin_immediate();
   try {
-    Statement head(m_db, "SELECT id FROM jobs WHERE state = 'PENDING' ORDER BY id LIMIT 1");
-    if (!head.step() || head.int64(0) != id) {
+    // In order among the jobs that wait for this machine's resources: one whose ranks run
+    // elsewhere (Slurm's queue, kind ssh) neither waits behind them nor holds them up.
+    auto job = get(id);
+    if (!job || job->state != JobState::pending) {
       commit();
       return std::nullopt;
     }
-    auto job = get(id);
+    Statement head(m_db, "SELECT id FROM jobs WHERE state = 'PENDING' AND remote = 0 ORDER BY id LIMIT 1");
+    if (!job->submitted.request.remote && (!head.step() || head.int64(0) != id)) {
+      commit();
+      return std::nullopt;
+    }
     auto allocation = fit(job->submitted.request, capacity, usage_locked());
     if (allocation) {
       start_locked(id, *allocation, run_dir);

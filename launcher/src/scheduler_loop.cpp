@@ -31,6 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto k_poll = std::chrono::milliseconds(200);  // how soon a change of the queue is seen
 constexpr double k_idle_exit_seconds = 2;                 // no goodput job this long: the scheduler ends
+constexpr double k_retry_seconds = 2;                     // after a round that failed (config.toml)
 constexpr double k_answer_timeout = 300;                  // a resize's answer (checkpoint and stop)
 
 std::string timestamp() { return utc_iso8601(std::time(nullptr)); }
@@ -203,6 +204,7 @@ int run_scheduler(const Environment& env) {
   if (!store.take_scheduler_lease(me)) return 0;
   log::info("{} scheduler {} started", timestamp(), me.pid);
   std::string last_signature = "-";
+  std::string last_error;  // said once, until it changes or a round succeeds
   auto last_round = Clock::now() - std::chrono::hours(1);
   std::optional<Clock::time_point> idle_since;
   while (true) {
@@ -214,11 +216,16 @@ int run_scheduler(const Environment& env) {
       idle_since.reset();
       const std::string signature = queue_signature(jobs);
       const double since = std::chrono::duration<double>(Clock::now() - last_round).count();
-      if (signature != last_signature || since >= scheduler.interval()) {
+      // After a failed round (config.toml being edited) the next comes soon, not an interval later.
+      const double wait = last_error.empty() ? scheduler.interval() : k_retry_seconds;
+      if (signature != last_signature || since >= wait) {
         try {
           scheduler.round(jobs, signature != last_signature);
+          if (!last_error.empty()) log::info("{} the scheduler decides again", timestamp());
+          last_error.clear();
         } catch (const Error& e) {
-          log::error("{} {}", timestamp(), e.what());
+          if (e.what() != last_error) log::error("{} {}", timestamp(), e.what());
+          last_error = e.what();
         }
         last_round = Clock::now();
         last_signature = queue_signature(store.list(false, 0));

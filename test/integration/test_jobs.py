@@ -265,6 +265,12 @@ nproc = 1
         r = self.dlrun("status", env=env)
         self.assertEqual(r.returncode, 2)
         self.assertIn("config.toml:2:12: 'fairness' = 5: must be from -10 to 1", r.stderr)
+        # A submit then is refused with it (the scheduler, which reads it in the background, would
+        # hold the job without a word): nothing is queued.
+        r = self.dlrun("submit", "--parsable", first, env=env)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("config.toml:2:12: 'fairness' = 5", r.stderr)
+        self.assertEqual(r.stdout, "")
         os.remove(os.path.join(self.home, "config.toml"))
         open(gate, "w").close()
         self.wait_state(b, ("SUCCEEDED",))

@@ -195,6 +195,25 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(store.get(b)->state == JobState::running);
     CHECK(store.get(b)->run_dir == "/run/b");
   }
+  TEST_CASE("a job whose ranks run elsewhere (Slurm, kind ssh) neither waits in order nor holds the queue up") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    Capacity capacity{0, 2};
+    NewJob in_slurm = job("s", false, 8);
+    in_slurm.slurm = true;  // pending in Slurm's queue for as long as Slurm likes
+    in_slurm.request.remote = true;
+    store.submit(in_slurm);
+    int64_t big = store.submit(job("big", false, 4));  // never fits two slots
+    NewJob over_ssh = job("r", false, 3);
+    over_ssh.request.remote = true;
+    int64_t remote = store.submit(over_ssh);
+    int64_t small = store.submit(job("small", false, 1));
+    CHECK(store.try_start(remote, capacity, "/run/r"));  // behind nothing
+    CHECK(store.get(remote)->state == JobState::running);
+    CHECK_FALSE(store.try_start(small, capacity, "/run/small"));  // behind big, not the others
+    store.cancel_pending(big, "test", 143);
+    CHECK(store.try_start(small, capacity, "/run/small"));
+  }
   TEST_CASE("a pending job can be cancelled, a running one not this way") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");

@@ -53,6 +53,17 @@ TEST_SUITE("launcher::PendingReason") {
     jobs[0].slurm_id = 77;
     CHECK(pending_reason(jobs[0], queue, nullptr) == "in Slurm's queue (Slurm job 77)");
   }
+  TEST_CASE("a job whose ranks run elsewhere neither waits in this machine's queue nor holds it up") {
+    std::vector<JobRecord> jobs = {record(1, JobState::pending, false, 4), record(2, JobState::pending, false, 2),
+                                   record(3, JobState::pending, false, 1)};
+    jobs[0].submitted.slurm = true;  // pending in Slurm's queue
+    jobs[0].submitted.request.remote = true;
+    jobs[0].slurm_id = 77;
+    jobs[1].submitted.request.remote = true;  // kind ssh
+    QueueState queue{&jobs, Capacity{0, 1}, false};
+    CHECK(pending_reason(jobs[1], queue, nullptr) == "starting (its ranks run on other hosts)");
+    CHECK(pending_reason(jobs[2], queue, nullptr) == "starting (its resources are free)");
+  }
   TEST_CASE("what running jobs hold, jobs elsewhere hold nothing here") {
     std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "3"}), record(2, JobState::rescaling, false, 3),
                                    record(3, JobState::running, false, 5), record(4, JobState::succeeded, false, 2)};
