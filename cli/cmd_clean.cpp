@@ -80,7 +80,15 @@ Command add_clean_command(CLI::App& dlrun) {
   app->add_option("--older-than", args->days,
                   "Jobs that ended more than DAYS ago (default: [retention] days)")
       ->type_name("DAYS")
-      ->check(CLI::Range(0.0, 36500.0));
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            double days = 0;
+            if (!CLI::detail::lexical_cast(text, days)) return std::string();  // CLI11 says it
+            // NaN passes any range (every comparison is false): it read as 0, every ended job.
+            return days >= 0 && days <= 36500 ? std::string()
+                                              : "DAYS must be a number from 0 to 36500, not " + text;
+          },
+          ""));
   app->add_option("--keep", args->keep,
                   "Always keep the N jobs that ended last (default: [retention] keep)")
       ->type_name("N")

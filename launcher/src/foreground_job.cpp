@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "dlrun/error.hpp"
@@ -24,8 +27,51 @@ struct ForegroundJob::Store {
   JobQueue queue;
 };
 
+namespace {
+
+constexpr const char* k_hex = "0123456789abcdef";
+
+// A command line's word as JSON: its text, or where it is not UTF-8 (a Latin-1 path: Linux's
+// arguments are bytes) {"hex": its bytes}, so that --resume runs it byte for byte.
+nlohmann::json encode_word(const std::string& word) {
+  nlohmann::json text = word;
+  try {
+    (void)text.dump();
+    return text;
+  } catch (const nlohmann::json::type_error&) {
+    std::string hex;
+    for (unsigned char c : word) {
+      hex += k_hex[c >> 4];
+      hex += k_hex[c & 15];
+    }
+    return nlohmann::json{{"hex", hex}};
+  }
+}
+
+std::optional<std::string> decode_word(const nlohmann::json& word) {
+  if (word.is_string()) return word.get<std::string>();
+  if (!word.is_object() || !word.contains("hex") || !word["hex"].is_string()) return std::nullopt;
+  const std::string hex = word["hex"].get<std::string>();
+  if (hex.size() % 2 != 0) return std::nullopt;
+  auto digit = [](char c) -> int {
+    const char* at = std::strchr(k_hex, c);
+    return c != '\0' && at ? static_cast<int>(at - k_hex) : -1;
+  };
+  std::string bytes;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int high = digit(hex[i]), low = digit(hex[i + 1]);
+    if (high < 0 || low < 0) return std::nullopt;
+    bytes += static_cast<char>(high * 16 + low);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::string encode_foreground_command(const std::vector<std::string>& words, double grace_seconds) {
-  return nlohmann::json{{"command_line", words}, {"grace", grace_seconds}}.dump();
+  nlohmann::json line = nlohmann::json::array();
+  for (const auto& word : words) line.push_back(encode_word(word));
+  return nlohmann::json{{"command_line", line}, {"grace", grace_seconds}}.dump();
 }
 
 namespace {
@@ -38,6 +84,40 @@ nlohmann::json parse_foreground(const std::string& spec_text) {
   return json;
 }
 
+// "a/b/" as "a/b", absolute and normal.
+fs::path plain_path(const std::string& path) {
+  fs::path p = fs::absolute(path).lexically_normal();
+  return p.has_filename() || !p.has_parent_path() ? p : p.parent_path();
+}
+
+// `dir` is `outer` or lies inside it.
+bool within(const fs::path& dir, const fs::path& outer) {
+  auto [end, unused] = std::mismatch(outer.begin(), outer.end(), dir.begin(), dir.end());
+  return end == outer.end();
+}
+
+// A run directory is one job's: two running in one resumed from each other's checkpoints and
+// mixed their logs; and one that holds dlrun's own state would be removed with the job's
+// (dlrun clean).
+void check_run_dir(JobStore& store, const std::string& home, const std::string& run_dir, int64_t self) {
+  const fs::path dir = plain_path(run_dir);
+  const fs::path state = plain_path(home);
+  if (within(state, dir) || dir == state / "runs") {
+    throw ConfigError(fmt::format("--run-dir {}: it holds dlrun's own state ({}): give a directory of the run's own",
+                                  run_dir, dir == state / "runs" ? (state / "runs").string() : state.string()));
+  }
+  for (const auto& job : store.list(false, 0)) {
+    if (job.id == self || job.run_dir.empty() || is_terminal(job.state)) continue;
+    const fs::path other = plain_path(job.run_dir);
+    if (within(dir, other) || within(other, dir)) {
+      throw ConfigError(fmt::format(
+          "--run-dir {}: job {} ({}) is {} in {}: two runs in one directory would resume from each "
+          "other's checkpoints and mix their logs",
+          run_dir, job.id, job.name, to_string(job.state), other.string()));
+    }
+  }
+}
+
 const char* verb_of(JobOrigin origin) {
   return origin == JobOrigin::run ? "run" : "local";
 }
@@ -48,8 +128,9 @@ std::vector<std::string> decode_foreground_words(const std::string& spec_text) {
   std::vector<std::string> words;
   const nlohmann::json json = parse_foreground(spec_text);
   for (const auto& word : json["command_line"]) {
-    if (!word.is_string()) throw ConfigError("the job keeps no command line dlrun can read");
-    words.push_back(word.get<std::string>());
+    auto decoded = decode_word(word);
+    if (!decoded) throw ConfigError("the job keeps no command line dlrun can read");
+    words.push_back(std::move(*decoded));
   }
   return words;
 }
@@ -183,6 +264,7 @@ void ForegroundJob::attach(Plan& plan) {
     throw ConfigError(fmt::format("--resume {}: job {} was taken up by another dlrun meanwhile",
                                   m_job_id, m_job_id));
   }
+  if (!plan.run_dir.empty()) check_run_dir(store, m_store->queue.home(), plan.run_dir, *m_number);
   m_started = true;
   // Its GPUs are held in the store before its ranks start on them.
   Allocation allocation;

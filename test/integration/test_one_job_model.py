@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sqlite3
+import subprocess
 import time
 import unittest
 
@@ -265,6 +266,39 @@ class Resume(DlrunTestCase):
         self.assertIn("give the whole command line", r.stderr)
 
 
+    def test_a_command_line_that_is_not_utf8_runs_and_resumes_byte_for_byte(self):
+        # Linux's arguments are bytes (a Latin-1 file name): recording the job took them as JSON
+        # text and failed (exit 70) before anything ran.
+        word = b"caf\xe9"
+        program = self.script("show.sh", 'printf "%s|" "$@" >> "$DLRUN_RUN_DIR/args"; exit 3\n')
+        p = subprocess.run([DLRUN.encode(), b"local", b"--nproc", b"1", program.encode(), word],
+                           env=self.env, capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        job = job_number(p.stderr.decode(errors="replace"))
+        r = subprocess.run([DLRUN, "local", "--resume", str(job)], env=self.env, capture_output=True, timeout=60)
+        self.assertEqual(job_number(r.stderr.decode(errors="replace")), job)
+        with open(os.path.join(self.home, "runs", str(job), "args"), "rb") as f:
+            self.assertEqual(f.read(), word + b"|" + word + b"|")
+
+    def test_a_run_directory_is_one_running_jobs_and_never_dlrun_state(self):
+        runs = os.path.join(self.home, "runs")
+        for run_dir in (runs, runs + "/", self.home, os.path.dirname(self.home)):
+            r = self.dlrun("local", "--nproc", "1", "--run-dir", run_dir, "true")
+            self.assertEqual(r.returncode, 2, run_dir)
+            self.assertIn("it holds dlrun's own state", r.stderr)
+        p = self.start("local", "--nproc", "1", "sh", "-c", "touch $DLRUN_RUN_DIR/up; sleep 60")
+        try:
+            self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(runs, "1", "up")), 30))
+            for run_dir in (os.path.join(runs, "1"), os.path.join(runs, "1", "sub")):
+                r = self.dlrun("local", "--nproc", "1", "--run-dir", run_dir, "true")
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn("job 1 (sh) is RUNNING in", r.stderr)
+            self.assertEqual([j["id"] for j in json.loads(self.dlrun("status", "--all", "--json").stdout)], [1])
+        finally:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.communicate(timeout=30)
+
+
 class Retention(DlrunTestCase):
     def run_jobs(self, count):
         for _ in range(count):
@@ -318,6 +352,22 @@ class Retention(DlrunTestCase):
         self.assertIn("job 3 is RUNNING: only an ended job's run directory is removed", running.stderr)
         os.killpg(p.pid, signal.SIGTERM)
         p.communicate(timeout=30)
+
+    def test_clean_takes_only_a_directory_dlrun_made_and_none_that_holds_another_jobs(self):
+        self.run_jobs(2)
+        # A record whose run directory is $DLRUN_HOME/runs itself (dlrun local --run-dir took
+        # it before it was refused): cleaning that job must leave every other job's directory.
+        runs = os.path.join(self.home, "runs")
+        with sqlite3.connect(os.path.join(self.home, "jobs.db")) as db:
+            db.execute("UPDATE jobs SET run_dir = ? WHERE id = 1", (runs + "/",))
+        r = self.dlrun("clean", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.isfile(os.path.join(runs, "2", "ckpt")))
+        # NaN days passed every range check and read as 0 (every ended job).
+        r = self.dlrun("clean", "--older-than", "nan", "--keep", "0")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("DAYS must be a number from 0 to 36500, not nan", r.stderr)
+        self.assertTrue(os.path.isfile(os.path.join(runs, "2", "ckpt")))
 
     def test_bad_settings_are_named_with_their_line(self):
         os.makedirs(self.home, exist_ok=True)
