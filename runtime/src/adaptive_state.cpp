@@ -1,5 +1,7 @@
 #include "adaptive_state.hpp"
 
+#include "dlrun/text_fields.hpp"
+
 #include <fmt/format.h>
 
 #include <sstream>
@@ -11,9 +13,8 @@ namespace {
 constexpr const char* k_header = "dlrun-adaptive 1";
 
 double to_double(const std::string& key, const std::string& value) {
-  size_t used = 0;
-  double out = std::stod(value, &used);
-  if (used != value.size()) throw std::invalid_argument("bad number for " + key + ": " + value);
+  double out = 0;  // from_chars: std::stod refused a subnormal (a base rate of 1e-310)
+  if (!text::parse(value, out)) throw std::invalid_argument("bad number for " + key + ": " + value);
   return out;
 }
 

@@ -419,7 +419,11 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
     info.saved_world_size = std::stoi(state_value(state, "world_size", "world size"));
     info.saved_restart_count = std::stoi(state_value(state, "restart_count", "restart count"));
     for (const auto& [key, value] : state) {
-      if (key.rfind("value.", 0) == 0) info.values[key.substr(6)] = std::stod(value);
+      if (key.rfind("value.", 0) != 0) continue;
+      // from_chars: std::stod refused a subnormal (1e-310), which left the checkpoint unreadable.
+      double number = 0;
+      if (!text::parse(value, number)) throw std::invalid_argument("bad number for " + key + ": " + value);
+      info.values[key.substr(6)] = number;
     }
     for (const auto& [name, module] : modules) {
       torch::serialize::InputArchive archive;

@@ -13,7 +13,7 @@ TEST_SUITE("runtime::AdaptiveState") {
     s.world_size = 3;
     s.step = 1234;
     s.progress = 2345.6789012345;
-    s.base_lr = {0.002, 0.0001};
+    s.base_lr = {0.002, 0.0001, 1e-310};  // a subnormal too (std::stod refused it)
     s.noise = "a 1\nb 2\n";
     s.profile = "p 1 2 3\n";
     const AdaptiveState back =

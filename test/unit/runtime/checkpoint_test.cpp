@@ -79,7 +79,11 @@ TEST_SUITE("runtime::Checkpoint") {
     first.track(ckpt);
     CHECK_FALSE(ckpt.restore().has_value());
     for (int i = 0; i < 3; ++i) first.train_step();
-    ckpt.save(3, {{"loss", 0.125}});
+    // A subnormal value (std::stod refused it on reading: the checkpoint could not be loaded),
+    // infinities and NaN come back as they were.
+    ckpt.save(3, {{"loss", 0.125}, {"tiny", 1e-310}, {"least", 4.9406564584124654e-324},
+                  {"diverged", std::numeric_limits<double>::infinity()},
+                  {"nan", std::numeric_limits<double>::quiet_NaN()}});
 
     Run second(2);
     dlrun::Checkpoint again(solo(), dir.path);
@@ -88,6 +92,10 @@ TEST_SUITE("runtime::Checkpoint") {
     REQUIRE(info.has_value());
     CHECK(info->step == 3);
     CHECK(info->values.at("loss") == 0.125);
+    CHECK(info->values.at("tiny") == 1e-310);
+    CHECK(info->values.at("least") == 4.9406564584124654e-324);
+    CHECK(info->values.at("diverged") == std::numeric_limits<double>::infinity());
+    CHECK(std::isnan(info->values.at("nan")));
     CHECK(info->saved_world_size == 1);
     CHECK(second.sampler.position() == 24);
     CHECK(torch::equal(second.model->weight, first.model->weight));
