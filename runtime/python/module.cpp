@@ -297,6 +297,14 @@ void bind_sampler(py::module_& m) {
       .def_property_readonly("position", &dlrun::ElasticSampler::position)
       .def_property_readonly("dataset_size", &dlrun::ElasticSampler::dataset_size)
       .def("epoch_done", &dlrun::ElasticSampler::epoch_done)
+      .def(
+          "rewind_to",
+          [](dlrun::ElasticSampler& sampler, int64_t position) {
+            dlrun::SamplerState state = sampler.state();
+            state.position = position;
+            sampler.restore(state);
+          },
+          py::arg("position"), "Back to `position` of this epoch (a step left before it was applied)")
       .def_static("permutation", &dlrun::ElasticSampler::permutation);
 }
 
@@ -373,6 +381,8 @@ void bind_adaptive(py::module_& m) {
       .def("step", &dlrun::AdaptiveBatch::step, py::arg("samples") = -1)
       .def("progress", &dlrun::AdaptiveBatch::progress)
       .def("set_base_lr", &dlrun::AdaptiveBatch::set_base_lr)
+      .def("base_lrs", &dlrun::AdaptiveBatch::base_lrs)
+      .def("set_base_lrs", &dlrun::AdaptiveBatch::set_base_lrs)
       .def("stats", [](const dlrun::AdaptiveBatch& a) {
         const auto& s = a.stats();
         py::dict d;

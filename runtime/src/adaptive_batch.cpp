@@ -868,6 +868,16 @@ const AdaptiveStats& AdaptiveBatch::stats() const {
 void AdaptiveBatch::set_base_lr(double lr) {
   for (double& base : m_impl->base_lr) base = lr;
 }
+std::vector<double> AdaptiveBatch::base_lrs() const {
+  return m_impl->base_lr;
+}
+void AdaptiveBatch::set_base_lrs(const std::vector<double>& lrs) {
+  if (lrs.size() != m_impl->base_lr.size()) {
+    throw ConfigError(fmt::format("AdaptiveBatch: {} learning rates for {} parameter groups", lrs.size(),
+                                  m_impl->base_lr.size()));
+  }
+  m_impl->base_lr = lrs;
+}
 
 std::string AdaptiveBatch::checkpoint_state() const {
   const Impl& d = *m_impl;

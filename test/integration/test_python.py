@@ -500,6 +500,111 @@ class Errors(DlrunTestCase):
         self.assertIn("ConfigError | loss must be a number, not '0.5' (str)", out)
         self.assertIn("ConfigError | AdaptiveDataLoader cannot drive LBFGS", out)
 
+    def test_a_torch_lr_scheduler_sets_the_base_rates_of_every_group(self):
+        # A scheduler made before the loader set the rates the loader then kept as its base for
+        # the whole run (OneCycleLR's first rate, 25x below its peak), and set_base_lr gave every
+        # group one rate. Between steps the groups now hold the base rates, which a scheduler
+        # reads and writes; each step trains at them times the rule's factor.
+        out = self.python("""
+            import torch, dlrun
+            torch.manual_seed(0)
+            ds = torch.utils.data.TensorDataset(torch.randn(256, 3), torch.randn(256, 1))
+            seen = []
+            class Recording(torch.optim.SGD):
+                def step(self, closure=None):
+                    seen.append(tuple(round(g["lr"], 9) for g in self.param_groups))
+                    return super().step(closure)
+            def run(when):
+                seen.clear()
+                net = torch.nn.Linear(3, 1)
+                opt = Recording([{"params": [net.weight], "lr": 0.1}, {"params": [net.bias], "lr": 0.01}])
+                schedule = lambda: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[0.1, 0.01], total_steps=40)
+                if when == "before":
+                    sched = schedule()
+                if when != "plain":
+                    model = dlrun.DataParallel(net)
+                    loader = dlrun.AdaptiveDataLoader(ds, 16, model=model, optimizer=opt, max_batch_size=16,
+                                                      scaling_rule="none")
+                else:
+                    model, loader = net, torch.utils.data.DataLoader(ds, 16)
+                if when != "before":
+                    sched = schedule()
+                for x, y in loader:
+                    torch.nn.functional.mse_loss(model(x), y, reduction="sum").backward()
+                    opt.step()
+                    opt.zero_grad()
+                    if not getattr(loader, "accumulating", False):
+                        sched.step()
+                return list(seen)
+            plain = run("plain")
+            print("steps", len(plain), "peak", max(lr for lr, _ in plain))
+            print("before", run("before") == plain)
+            print("after", run("after") == plain)
+            net = torch.nn.Linear(3, 1)
+            opt = Recording([{"params": [net.weight], "lr": 0.1}, {"params": [net.bias], "lr": 0.01}])
+            loader = dlrun.AdaptiveDataLoader(ds, 16, model=dlrun.DataParallel(net), optimizer=opt)
+            loader.set_base_lr(0.05)
+            print("set_base_lr", [g["lr"] for g in opt.param_groups], loader.adaptive.base_lrs())
+            """)
+        self.assertIn("steps 16 peak 0.1", out)  # past its peak (step 12 of 40)
+        self.assertIn("before True", out)
+        self.assertIn("after True", out)
+        self.assertIn("set_base_lr [0.05, 0.05] [0.05, 0.05]", out)
+
+    def test_a_step_left_before_its_optimizer_step_goes_back_to_the_sampler(self):
+        # Leaving the loop on a step's first micro-batch counted the step and its samples as
+        # done: a checkpoint then skipped them, and their gradient stayed in .grad for the next.
+        out = self.python("""
+            import torch, dlrun
+            ds = torch.utils.data.TensorDataset(torch.arange(64.).reshape(64, 1), torch.zeros(64, 1))
+            model = dlrun.DataParallel(torch.nn.Linear(1, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            loader = dlrun.AdaptiveDataLoader(ds, 8, model=model, optimizer=opt, max_batch_size=8,
+                                              max_micro_batch=4)
+            trained = []
+            for x, y in loader:
+                torch.nn.functional.mse_loss(model(x), y, reduction="sum").backward()
+                opt.step()
+                opt.zero_grad()
+                if loader.step == 3 and loader.accumulating:
+                    left = x.flatten().tolist()
+                    break
+                trained.append(x.flatten().tolist())
+            print("after the break", loader.step, loader.sampler.position,
+                  all(p.grad is None or not p.grad.any() for p in model.parameters()))
+            for x, y in loader:
+                print("next", x.flatten().tolist() == left, loader.step)
+                break
+            """)
+        self.assertIn("after the break 2 16 True", out)
+        self.assertIn("next True 3", out)
+
+    def test_a_rank_without_a_sample_gets_an_empty_batch_of_any_collated_kind(self):
+        # A rank with no sample of an epoch's short last step got sample 0's data in a UserDict
+        # (Hugging Face's BatchEncoding is one), a TypeError for namedtuples, and strings kept.
+        out = self.python("""
+            import collections, torch, dlrun
+            from torch.utils.data import default_collate
+            from dlrun.loader import _take_none
+            Sample = collections.namedtuple("Sample", "x y")
+            class Encoding(collections.UserDict):
+                pass
+            for sample in (Sample(torch.ones(3), 1), Encoding(ids=torch.ones(2, dtype=torch.long), name="s0"),
+                           {"x": torch.ones(3), "name": "s0"}, (torch.ones(3), "s0")):
+                empty = _take_none(default_collate([sample]))
+                values = list(empty.values()) if hasattr(empty, "values") else list(empty)
+                print(type(empty).__name__, [len(v) for v in values])
+            try:
+                _take_none(object())
+            except dlrun.ConfigError as e:
+                print("ConfigError |", e)
+            """)
+        self.assertIn("Sample [0, 0]", out)
+        self.assertIn("Encoding [0, 0]", out)
+        self.assertIn("dict [0, 0]", out)
+        self.assertIn("list [0, 0]", out)
+        self.assertIn("ConfigError | this rank has no sample in this step", out)
+
     def test_a_peer_that_has_gone_is_named(self):
         # A collective after a peer exited is a CommunicationError; in the middle of backward()
         # torch's autograd turns every error into a RuntimeError, which keeps the runtime's

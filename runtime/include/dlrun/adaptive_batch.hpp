@@ -169,7 +169,11 @@ class AdaptiveBatch : public Checkpointable {
   const AdaptiveStats& stats() const;
   // The learning rates the user sets for the initial batch (e.g. from a schedule on
   // progress()); each step applies them × lr_factor. Default: the optimizer's at construction.
-  void set_base_lr(double lr);
+  void set_base_lr(double lr);  // every parameter group's
+  // One per parameter group, as the optimizer had them at construction; set_base_lrs throws
+  // ConfigError for another count.
+  std::vector<double> base_lrs() const;
+  void set_base_lrs(const std::vector<double>& lrs);
 
   std::string checkpoint_state() const override;
   void restore_checkpoint_state(const std::string& text) override;

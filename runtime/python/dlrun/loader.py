@@ -1,8 +1,10 @@
 """dlrun.ElasticDataLoader: batches whose position survives a restart at any number of ranks."""
 
+import collections.abc
 import contextlib
 import math
 import types
+import warnings
 import weakref
 
 import torch
@@ -117,13 +119,27 @@ class ElasticDataLoader:
 
 
 def _take_none(batch):
-    if isinstance(batch, torch.Tensor):
-        return batch[:0]
+    """A collated batch of one sample with that sample taken out: what a rank with no sample of
+    an epoch's short last step trains on. A part that cannot be emptied is refused, not trained
+    as the sample it holds."""
+    if isinstance(batch, torch.Tensor) or (hasattr(batch, "shape") and hasattr(batch, "__getitem__")):
+        return batch[:0]  # tensors, NumPy arrays
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(_take_none(b) for b in batch))
+    if isinstance(batch, collections.abc.Mapping):  # dict, UserDict, Hugging Face's BatchEncoding
+        emptied = {k: _take_none(v) for k, v in batch.items()}
+        try:
+            return type(batch)(emptied)
+        except Exception:
+            return emptied
     if isinstance(batch, (list, tuple)):
+        if all(isinstance(b, (str, bytes)) for b in batch):
+            return type(batch)()  # default_collate's list of the samples' strings
         return type(batch)(_take_none(b) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _take_none(v) for k, v in batch.items()}
-    return batch
+    raise _dlrun.ConfigError(
+        f"this rank has no sample in this step (an epoch's last step has fewer samples than ranks), and the "
+        f"collated batch holds a {type(batch).__name__}, which cannot be made empty: return tensors, NumPy "
+        f"arrays, strings, or lists, tuples and mappings of them from collate_fn")
 
 
 class AdaptiveDataLoader(ElasticDataLoader):
@@ -184,6 +200,8 @@ class AdaptiveDataLoader(ElasticDataLoader):
             a.flag("noise_floor", noise_floor), a.whole("log_every", log_every, 0),
             a.path("metrics_path", metrics_path or ""), a.function("clock", clock))
         self._accumulating = False
+        self._warned_new_groups = False
+        self._step_applied = True  # the step under way has had its optimizer step
         self._parts_accumulated = 0  # micro-batches of the step under way already accumulated
         # model.zero_grad() in the middle of a step must keep what was accumulated, as
         # optimizer.zero_grad() does (the model reaches the loader by a weak reference).
@@ -233,15 +251,28 @@ class AdaptiveDataLoader(ElasticDataLoader):
         return self.adaptive.progress()
 
     def set_base_lr(self, lr):
-        """The learning rate for batch_size (e.g. from a schedule on progress()); each step applies
-        it times the scaling rule's factor."""
-        self.adaptive.set_base_lr(_arguments.real("lr", lr, minimum=0.0))
+        """The learning rate for batch_size, every parameter group's (e.g. from a schedule on
+        progress()); each step applies it times the scaling rule's factor. The same as writing it
+        into each of the optimizer's param_groups, as a torch LR scheduler does."""
+        lr = _arguments.real("lr", lr, minimum=0.0)
+        self.adaptive.set_base_lr(lr)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def restore_checkpoint_state(self, data):
+        super().restore_checkpoint_state(data)
+        # AdaptiveBatch's state (restored before this) holds the base rates: the optimizer's
+        # groups hold them between steps (a checkpoint of a version that kept the scaled rate in
+        # the groups would otherwise be scaled twice).
+        for group, lr in zip(self.optimizer.param_groups, self.adaptive.base_lrs()):
+            group["lr"] = lr
 
     def _step_size(self):
         return self.global_batch
 
     def _yield_step(self, batch):
         parts = self.adaptive.split(batch.indices)
+        self._step_applied = False
         for i, part in enumerate(parts):
             self._accumulating = i + 1 < len(parts)
             try:
@@ -249,11 +280,22 @@ class AdaptiveDataLoader(ElasticDataLoader):
                 with self.model.no_sync() if self._accumulating else contextlib.nullcontext():
                     yield self._fetch(part)
             except GeneratorExit:
-                self._parts_accumulated = 0  # the loop was left mid-step: that step is over
+                # The loop was left before the step's optimizer step: the step did not happen.
+                if not self._step_applied:
+                    self._drop_step(batch)
+                self._parts_accumulated = 0
                 raise
             finally:
                 # The loop body has run (or the loop was left mid-step): step normally again.
                 self._accumulating = False
+
+    def _drop_step(self, batch):
+        """A step left before it was applied (a break on its first micro-batches): its samples
+        go back to the sampler and its step count with them, so that a checkpoint saved now
+        resumes with them, and the gradients it accumulated are dropped."""
+        self.sampler.rewind_to(batch.first_position)
+        self.step -= 1
+        self._zero_grad()
 
     def _keeps_gradients(self):
         """Whether zeroing the gradients now would lose micro-batches this step accumulated:
@@ -267,7 +309,24 @@ class AdaptiveDataLoader(ElasticDataLoader):
             return
         self.model._step_taken_over()  # AdaptiveBatch.step reads the step's stop vote itself
         self._parts_accumulated = 0
-        self.adaptive.step(self.batch.global_size if self.batch else -1)
+        # Between steps the groups hold the rates for batch_size, which a torch LR scheduler (made
+        # before the loader or after) reads and writes, and set_base_lr sets: each step trains at
+        # them times the scaling rule's factor, then puts them back.
+        groups = self.optimizer.param_groups
+        known = len(self.adaptive.base_lrs())
+        if len(groups) > known and not self._warned_new_groups:
+            self._warned_new_groups = True
+            warnings.warn(f"the optimizer has {len(groups)} parameter groups, {known} when its AdaptiveDataLoader "
+                          "was made: the later ones train at their own rate, unscaled, and their gradients do "
+                          "not count in the noise scale (add every group before making the loader)", stacklevel=4)
+        rates = [group["lr"] for group in groups[:known]]
+        self.adaptive.set_base_lrs([float(lr) for lr in rates])
+        try:
+            self.adaptive.step(self.batch.global_size if self.batch else -1)
+        finally:
+            for group, lr in zip(groups, rates):
+                group["lr"] = lr
+        self._step_applied = True
 
 
 def _loader_of(optimizer):
