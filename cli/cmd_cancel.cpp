@@ -39,7 +39,7 @@ Command add_cancel_command(CLI::App& dlrun) {
   auto args = std::make_shared<CancelArgs>();
   CLI::App* app = dlrun.add_subcommand(
       "cancel",
-      "Stop jobs: a pending job is removed from the queue; a running job's ranks get SIGTERM, then "
+      "Stop jobs: a pending job leaves the queue (listed as CANCELLED); a running job's ranks get SIGTERM, then "
       "SIGKILL after the job's grace period");
   app->add_option("JOB", args->jobs, "Jobs' numbers or names, submitted or run by dlrun local or run (dlrun status "
                                       "lists them)")

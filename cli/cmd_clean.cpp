@@ -85,8 +85,9 @@ Command add_clean_command(CLI::App& dlrun) {
             double days = 0;
             if (!CLI::detail::lexical_cast(text, days)) return std::string();  // CLI11 says it
             // NaN passes any range (every comparison is false): it read as 0, every ended job.
+            // Worded as CLI::Range's message, which plain_parse_error rewords.
             return days >= 0 && days <= 36500 ? std::string()
-                                              : "DAYS must be a number from 0 to 36500, not " + text;
+                                              : "Value " + text + " not in range 0 to 36500";
           },
           ""));
   app->add_option("--keep", args->keep,

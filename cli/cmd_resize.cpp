@@ -53,7 +53,7 @@ Command add_resize_command(CLI::App& dlrun) {
       "Change the number of ranks of a running elastic job (started with MIN:MAX ranks): the ranks "
       "checkpoint, stop at the same step, and restart with the new count. Only a program that handles the "
       "stop request (the dlrun runtime does) is resized so; see --force");
-  app->add_option("JOB", args->job, "A submitted job's id, or the id dlrun local printed ('dlrun: job ID')")
+  app->add_option("JOB", args->job, "A job's number (dlrun local prints it: 'dlrun: job N') or name")
       ->required();
   app->add_option("RANKS", args->ranks,
                   "The new number of ranks, within the job's MIN:MAX. A submitted job the goodput scheduler "

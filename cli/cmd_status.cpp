@@ -103,6 +103,16 @@ int run_status(const StatusArgs& args, const CLI::App& app) {
   queue.sweep();
   const bool one_job = app.count("JOB") > 0;
   const bool watching = app.count("--watch") > 0;
+  // An option that would change nothing is refused, not ignored without a word.
+  if (one_job && (args.all || app.count("--recent") > 0)) {
+    throw ConfigError("--all and --recent choose the jobs of the listing: not with JOB");
+  }
+  if (!args.trace && args.svg.empty() && (app.count("--since") > 0 || app.count("--width") > 0)) {
+    throw ConfigError("--since and --width shape the picture of --trace or --svg: give one of them");
+  }
+  if (!args.svg.empty() && app.count("--width") > 0) {
+    throw ConfigError("--width is the columns of --trace's picture: the SVG has no columns");
+  }
   if (args.trace || !args.svg.empty()) {
     if (one_job || args.json || watching) {
       throw ConfigError("--trace and --svg draw the whole machine: no JOB, no --json, no --watch");

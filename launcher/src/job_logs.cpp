@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/carriage_return.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/run_dir.hpp"
@@ -144,7 +145,12 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
   if (!job->run_dir.empty()) require_logs(*job, log_dir);
   const std::string path = rank >= 0 ? rank_log_path(log_dir, rank) : log_dir + "/output.log";
   std::streamoff offset = copy_new(path, 0, out);
-  if (follow == Follow::no) return;
+  if (follow == Follow::no) {
+    // Nothing printed and nothing to wait for would read as an empty log.
+    if (job->state == JobState::pending)
+      log::info("job {} is PENDING: it has no output yet (dlrun logs -f {} waits for it)", id, id);
+    return;
+  }
   for (int polls = 1;; ++polls) {
     job = queue.store().get(id);
     const bool ended = is_terminal(job->state);

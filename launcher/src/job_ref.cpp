@@ -47,7 +47,7 @@ std::optional<std::string> job_name_problem(std::string_view name) {
     }
   }
   if (!ref) {
-    return fmt::format("'{}': a name is letters, digits, '-', '_' and '.' ('-' and '.' not first), at "
+    return fmt::format("'{}': a name is letters, digits, '-', '_' and '.' ('-' and '.' not first, no '..'), at "
                        "most 128 bytes, so that every verb can name the job by it",
                        name);
   }

@@ -232,7 +232,8 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   add("submitted_at", iso_time(job.submitted_at));
   add("started_at", time_or_null(job.started_at));
   add("ended_at", time_or_null(job.ended_at));
-  add("elapsed_seconds", std::round(elapsed(job, now) * 1000) / 1000);
+  // null for a job that never started, as the table's "-" (0 read as "started, 0 s ago").
+  add("elapsed_seconds", job.started_at > 0 ? Json(std::round(elapsed(job, now) * 1000) / 1000) : Json());
   add("global_batch", number_or_null(metrics.global_batch));
   add("samples_per_sec", number_or_null(metrics.samples_per_sec));
   add("goodput", number_or_null(metrics.goodput));

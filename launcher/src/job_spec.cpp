@@ -72,7 +72,10 @@ class Checker {
       std::string name(key.str());
       if (std::find(known.begin(), known.end(), name) != known.end()) continue;
       std::string hint;
-      if (auto close = closest_match(name, known)) {
+      const bool top_key = !where.empty() && std::find(k_top_keys.begin(), k_top_keys.end(), name) != k_top_keys.end();
+      if (top_key) {
+        hint = " (it belongs at the top, before any [table])";
+      } else if (auto close = closest_match(name, known)) {
         hint = fmt::format(" (did you mean '{}'?)", *close);
       } else if (auto top = where.empty() ? std::nullopt : closest_match(name, k_top_keys)) {
         hint = fmt::format(" (did you mean '{}'? it belongs at the top, before any [table])", *top);

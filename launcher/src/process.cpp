@@ -14,7 +14,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "dlrun/error.hpp"
@@ -168,6 +170,33 @@ SpawnedProcess spawn_process(const SpawnRequest& request) {
   return {pid, out.read, err.read, status.read, in.write};
 }
 
+namespace {
+
+// ENOENT for a file that is there: its #! line names an interpreter that is not (often one
+// with a carriage return at its end, from a file saved with Windows line endings).
+std::string missing_interpreter_hint(const std::string& program) {
+  std::FILE* file = std::fopen(program.c_str(), "rb");
+  if (!file) return {};
+  char line[256] = {};
+  const size_t n = std::fread(line, 1, sizeof line - 1, file);
+  std::fclose(file);
+  const std::string_view head(line, n);
+  if (head.substr(0, 2) != "#!") return {};
+  const std::string_view first = head.substr(0, head.find('\n'));
+  if (!first.empty() && first.back() == '\r') {
+    return " (its #! line ends with a carriage return, as a file saved with Windows line endings "
+           "has: convert it, e.g. sed -i 's/\\r$//' " + program + ")";
+  }
+  size_t begin = 2;
+  while (begin < first.size() && (first[begin] == ' ' || first[begin] == '\t')) ++begin;
+  const size_t end = first.find_first_of(" \t", begin);
+  const std::string interpreter(first.substr(begin, end == std::string_view::npos ? first.size() - begin : end - begin));
+  if (interpreter.empty()) return {};
+  return " (its #! line names the interpreter " + interpreter + ", which does not exist here)";
+}
+
+}  // namespace
+
 void await_exec(SpawnedProcess& process, const std::string& program) {
   int child_errno = 0;
   ssize_t n;
@@ -177,11 +206,12 @@ void await_exec(SpawnedProcess& process, const std::string& program) {
   close_fd(process.exec_status_fd);
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
     // ENOEXEC: a script without a #! line (a shell would have guessed /bin/sh; exec does not).
-    const char* hint =
+    const std::string hint =
         child_errno == ENOEXEC
             ? " (neither a binary nor a script whose first line names its interpreter: start it "
               "with a #! line such as #!/bin/sh, or put the interpreter before it)"
-            : "";
+        : child_errno == ENOENT ? missing_interpreter_hint(program)
+                                : std::string();
     throw SpawnError(
         fmt::format("cannot start {}: {}{}", program, std::strerror(child_errno), hint));
   }

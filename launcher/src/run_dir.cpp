@@ -32,7 +32,9 @@ std::string dlrun_home(const Environment& env) {
     return it == env.end() ? std::string() : it->second;
   };
   if (auto home = get(env::k_home); !home.empty()) return home;
-  if (auto state = get("XDG_STATE_HOME"); !state.empty()) return state + "/dlrun";
+  // A relative XDG_STATE_HOME is ignored, as the XDG specification says (it named another
+  // store in every directory dlrun was run from).
+  if (auto state = get("XDG_STATE_HOME"); !state.empty() && state.front() == '/') return state + "/dlrun";
   if (auto home = get("HOME"); !home.empty()) return home + "/.local/state/dlrun";
   return fmt::format("/tmp/dlrun-{}", ::getuid());
 }

@@ -193,6 +193,28 @@ nproc = 1
         r = self.dlrun("status", "12345")
         self.assertEqual(r.returncode, 2)
         self.assertIn("no job 12345", r.stderr)
+        # Options that would change nothing are refused, not ignored.
+        for args, says in ((["--all"], "--all and --recent choose the jobs of the listing: not with JOB"),
+                           (["--recent", "3"], "--all and --recent choose"),
+                           (["--since", "5"], "--since and --width shape the picture of --trace or --svg")):
+            r = self.dlrun("status", *([str(ok)] if "--since" not in args else []), *args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(says, r.stderr)
+        # A pending job's logs say it has none yet (an empty output read as an empty log).
+        self.env["DLRUN_CPU_SLOTS"] = "2"
+        gate = os.path.join(self.tmp, "gate-logs")
+        holder = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                             '[resources]\nnproc = 2\n')
+        try:
+            self.wait_state(holder, ("RUNNING",))
+            waiting = self.submit(MINIMAL)
+            r = self.dlrun("logs", str(waiting))
+            self.assertEqual((r.returncode, r.stdout), (0, ""))
+            self.assertIn(f"job {waiting} is PENDING: it has no output yet", r.stderr)
+            self.assertIsNone(self.status(waiting)["elapsed_seconds"])
+        finally:
+            open(gate, "w").close()
+        self.wait_state(waiting, ("SUCCEEDED",))
 
     def test_status_table(self):
         job_id = self.submit(MINIMAL, "--wait")

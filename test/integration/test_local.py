@@ -140,6 +140,20 @@ exec sleep 300
         self.assertEqual((jobs[-1]["state"], jobs[-1]["exit_code"]), ("FAILED", 70))
         self.assertTrue(jobs[-1]["reason"].startswith(f"cannot start {path}: Exec format error"), jobs[-1])
 
+    def test_a_missing_interpreter_is_named(self):
+        # exec says ENOENT for a script that is there when its #! interpreter is not: the
+        # message named the script, and a CRLF line (the usual cause) went unseen.
+        for name, first, says in (("crlf.sh", "#!/bin/sh\r\n", "its #! line ends with a carriage return"),
+                                  ("gone.sh", "#!/nonexistent/interp -x\n",
+                                   "its #! line names the interpreter /nonexistent/interp, which does not exist")):
+            path = os.path.join(self.tmp, name)
+            with open(path, "w", newline="") as f:
+                f.write(first + "echo hi\n")
+            os.chmod(path, 0o755)
+            r = self.dlrun("local", "--nproc", "1", path)
+            self.assertEqual(r.returncode, 70, r.stderr)
+            self.assertIn(f"cannot start {path}: No such file or directory ({says}", r.stderr)
+
     def test_a_rank_may_touch_its_progress_file_at_once(self):
         for _ in range(5):  # the directory once came after the ranks: 2 runs in 5 failed
             r = self.dlrun("local", "--nproc", "2", "--watchdog", "60", "sh", "-c", "touch $DLRUN_PROGRESS_FILE")

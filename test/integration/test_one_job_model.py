@@ -366,7 +366,7 @@ class Retention(DlrunTestCase):
         # NaN days passed every range check and read as 0 (every ended job).
         r = self.dlrun("clean", "--older-than", "nan", "--keep", "0")
         self.assertEqual(r.returncode, 2)
-        self.assertIn("DAYS must be a number from 0 to 36500, not nan", r.stderr)
+        self.assertIn("--older-than nan: must be from 0 to 36500", r.stderr)
         self.assertTrue(os.path.isfile(os.path.join(runs, "2", "ckpt")))
 
     def test_bad_settings_are_named_with_their_line(self):

@@ -45,6 +45,11 @@ TEST_SUITE("launcher::JobReport") {
     CHECK(json.find("\"state\":\"FAILED\"") != std::string::npos);
     CHECK(json.find("\"exit_code\":3") != std::string::npos);
     CHECK(json.find("\"started_at\":null") != std::string::npos);
+    // Never started: no elapsed time (0 read as a start 0 s ago), as the table's "-".
+    CHECK(json.find("\"elapsed_seconds\":null") != std::string::npos);
+    job.started_at = 100;
+    job.ended_at = 102.5;
+    CHECK(job_json(job, 0).find("\"elapsed_seconds\":2.5") != std::string::npos);
   }
   TEST_CASE("a pending elastic job has no ranks yet: null, beside the range it asked for") {
     JobRecord job;

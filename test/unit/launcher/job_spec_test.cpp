@@ -127,6 +127,9 @@ kind = "local"
     CHECK(error_of("comand = [\"x\"]\n[resources]\nnproc = 1\n") ==
           "job.toml:1:1: unknown key 'comand' (did you mean 'command'?)\n"
           "job.toml: missing required key 'command' (e.g. command = [\"./train\", \"--epochs\", \"3\"])");
+    // A top-level key under a table: where it goes, not "did you mean 'command'?" for 'command'.
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\ncommand = [\"y\"]\n") ==
+          "job.toml:4:1: unknown key 'command' in [resources] (it belongs at the top, before any [table])");
   }
   TEST_CASE("wrong types") {
     CHECK(error_of("command = \"./train\"\n[resources]\nnproc = 1\n") ==
