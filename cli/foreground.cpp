@@ -103,6 +103,20 @@ std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& 
   if (!args.resume.empty()) {
     run_again_if_resume_alone(args, app, origin, options);
     resume = launcher::find_resume_target(env, args.resume, origin);
+    // A resumed job keeps its name and its run directory (its checkpoints are there): another
+    // one given was ignored without a word.
+    if (!args.name.empty() && args.name != resume->name) {
+      throw ConfigError(fmt::format("--name {} with --resume: job {} keeps its name '{}'", args.name,
+                                    resume->id, resume->name));
+    }
+    auto plain = [](const std::string& path) {
+      fs::path p = fs::absolute(path).lexically_normal();
+      return p.has_filename() || !p.has_parent_path() ? p : p.parent_path();
+    };
+    if (!options.run_dir.empty() && plain(options.run_dir) != plain(resume->run_dir)) {
+      throw ConfigError(fmt::format("--run-dir {} with --resume: job {} resumes in its own run directory {}",
+                                    options.run_dir, resume->id, resume->run_dir));
+    }
     // The default run directory of the job's number is found again by it; another is named.
     const std::string home = launcher::dlrun_home(env);
     if (fs::path(resume->run_dir) != fs::path(home) / "runs" / std::to_string(resume->id))

@@ -19,6 +19,33 @@ std::string string_at(const nlohmann::json& object, const char* key) {
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// What a rank's message may take of dlrun's error line and the job's REASON (a message of
+// megabytes went into both, and into every dlrun status after).
+constexpr size_t k_max_message_bytes = 4096;
+
+// Printable lines: a rank's bytes reach the terminal through dlrun's own error line, so escape
+// sequences and other control characters are shown as U+FFFD (clean_text), newlines kept.
+std::string printable_lines(const std::string& text) {
+  std::string out;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = text.find('\n', begin);
+    out += clean_text(std::string_view(text).substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) return out;
+    out += '\n';
+    begin = end + 1;
+  }
+}
+
+std::string shortened(std::string text) {
+  if (text.size() <= k_max_message_bytes) return text;
+  size_t cut = k_max_message_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;  // a whole character
+  const size_t left_out = text.size() - cut;
+  text.resize(cut);
+  return text + fmt::format(" … ({} more bytes in the rank's error file)", left_out);
+}
+
 }  // namespace
 
 std::string error_file_path(const std::string& run_dir, int rank) {
@@ -40,6 +67,8 @@ std::optional<RankError> parse_error_file(std::string_view text) {
     }
   }
   if (error.message.empty() && error.traceback.empty()) return std::nullopt;
+  error.message = shortened(printable_lines(error.message));
+  error.traceback = printable_lines(error.traceback);  // shown by its last lines (traceback_lines)
   return error;
 }
 

@@ -264,6 +264,12 @@ class Resume(DlrunTestCase):
         r = self.dlrun("local", "--resume", "2", "--nproc", "3")
         self.assertEqual(r.returncode, 2)
         self.assertIn("give the whole command line", r.stderr)
+        # It keeps its name and run directory: others given were ignored without a word.
+        for args, says in ((["--name", "other"], "--name other with --resume: job 2 keeps its name 'sh'"),
+                           (["--run-dir", self.tmp], f"--run-dir {self.tmp} with --resume: job 2 resumes in its own")):
+            r = self.dlrun("local", "--resume", "2", *args, "--nproc", "1", "true")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(says, r.stderr)
 
 
     def test_a_command_line_that_is_not_utf8_runs_and_resumes_byte_for_byte(self):

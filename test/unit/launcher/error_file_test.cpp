@@ -26,6 +26,17 @@ TEST_SUITE("launcher::ErrorFile") {
     CHECK(error->message == "RuntimeError: lost");
     CHECK(error->traceback.empty());
   }
+  TEST_CASE("a message reaches the terminal printable, and of a bounded size") {
+    // Escape sequences went raw to the terminal; 5 MB went into the error line and the REASON.
+    auto error = parse_error_file(R"({"message": "bad\u001b[2J\nsecond line\tx"})");
+    REQUIRE(error);
+    CHECK(error->message == "bad\xEF\xBF\xBD[2J\nsecond line\xEF\xBF\xBDx");
+    const std::string huge(100000, 'e');
+    error = parse_error_file("{\"message\": \"" + huge + "\"}");
+    REQUIRE(error);
+    CHECK(error->message.size() < 4200);
+    CHECK(error->message.find("… (95904 more bytes in the rank's error file)") != std::string::npos);
+  }
   TEST_CASE("anything else is not an error file") {
     CHECK_FALSE(parse_error_file(""));
     CHECK_FALSE(parse_error_file("{\"message\": {\"message\": "));
