@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -42,11 +45,44 @@ void check_one_machine(const LocalArgs& args) {
   }
 }
 
+// torchrun's --nproc_per_node gpu|cpu|auto: one rank per GPU this process may use (torchrun's
+// binding: each rank sees them all and picks cuda:LOCAL_RANK), or per usable core; auto: GPUs
+// when there are any.
+void apply_torchrun_count(const LocalArgs& args, const CLI::App& app, launcher::PlanOptions& options) {
+  int gpus = 0;
+  std::string why_none;
+  if (args.nproc != "cpu") {
+    const launcher::GpuInventory inventory = launcher::discover_gpus();
+    gpus = inventory.count;
+    why_none = inventory.error;
+    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && gpus > 0) {
+      int listed = 0;
+      for (const auto& entry : launcher::split(visible, ',')) listed += launcher::trim(entry).empty() ? 0 : 1;
+      gpus = std::min(gpus, listed);
+      if (gpus == 0) why_none = "CUDA_VISIBLE_DEVICES is empty";
+    }
+  }
+  if (args.nproc == "gpu" && gpus == 0) {
+    throw ConfigError(fmt::format("--nproc_per_node gpu: no GPU here{}; --nproc N starts N CPU ranks",
+                                  why_none.empty() ? "" : " (" + why_none + ")"));
+  }
+  if (gpus > 0) {
+    options.gpus = launcher::GpuRequest{gpus, {}};
+    if (!app.count("--gpu-binding")) options.gpu_binding = launcher::GpuBinding::all;
+  } else {
+    options.nproc = launcher::usable_cores();
+  }
+}
+
 int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
   apply_group_options(args.group, app, trailing);
   check_one_machine(args);
   auto& options = args.group.options;
-  if (app.count("--nproc")) {
+  const bool torchrun_count = args.nproc == "gpu" || args.nproc == "cpu" || args.nproc == "auto";
+  if (app.count("--nproc") && torchrun_count) {
+    if (app.count("--gpus")) throw ConfigError(fmt::format("--nproc {} and --gpus: give one of them", args.nproc));
+    apply_torchrun_count(args, app, options);
+  } else if (app.count("--nproc")) {
     auto [min, max] = launcher::parse_count_range(args.nproc, "--nproc");
     options.nproc = max;
     if (min != max) options.min_ranks = min;
@@ -61,8 +97,10 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
     }
   }
   if (app.count("--master-port")) options.master_port = args.master_port;
-  options.gpu_binding =
-      args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
+  if (!torchrun_count || app.count("--gpu-binding")) {
+    options.gpu_binding =
+        args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
+  }
   launcher::raise_fd_limit();
   auto record = start_foreground(args.foreground, app, launcher::JobOrigin::local, options,
                                  options.gpus.has_value());
@@ -101,8 +139,10 @@ Command add_local_command(CLI::App& dlrun) {
   app->add_option(
          "--nproc,--nproc-per-node,--nproc_per_node", args->nproc,
          "Start N ranks (CPU; OMP_NUM_THREADS = cores / N); MIN:MAX for an elastic job that "
-         "starts at MAX and may be resized (dlrun resize)")
-      ->type_name("N|MIN:MAX");
+         "starts at MAX and may be resized (dlrun resize). As torchrun's --nproc_per_node: gpu (one "
+         "rank per GPU, each seeing all and using cuda:LOCAL_RANK), cpu (one per core), auto (gpu "
+         "when there are GPUs, else cpu)")
+      ->type_name("N|MIN:MAX|gpu|cpu|auto");
   app->add_option("--gpus", args->gpus,
                   "One rank per GPU: a count (4) or GPU numbers as nvidia-smi shows them "
                   "(0,2,3); each rank gets its own CUDA_VISIBLE_DEVICES. MIN:MAX: elastic, starts "

@@ -163,6 +163,25 @@ class TorchrunOptions(TorchrunTestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(sorted(r.stdout.splitlines()), ["[0] 2", "[1] 2"])
 
+    def test_nproc_per_node_gpu_cpu_and_auto(self):
+        # torchrun's counts by device were refused as "expected a count N".
+        show = ["sh", "-c", "echo $WORLD_SIZE ${CUDA_VISIBLE_DEVICES-none} $LOCAL_RANK"]
+        fake = {**self.env, "DLRUN_FAKE_GPUS": "2"}
+        for count in ("gpu", "auto"):
+            r = self.dlrun("local", "--nproc_per_node", count, *show, env=fake, cwd=self.tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sorted(r.stdout.splitlines()), ["[0] 2 0,1 0", "[1] 2 0,1 1"])  # torchrun's binding
+        cores = len(os.sched_getaffinity(0))
+        no_gpu = {**self.env, "DLRUN_FAKE_GPUS": "0"}
+        for count in ("cpu", "auto"):
+            r = self.dlrun("local", "--nproc_per_node", count, *show, env=no_gpu, cwd=self.tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(len(r.stdout.splitlines()), cores)
+            self.assertIn(f"[0] {cores} none 0", r.stdout)
+        r = self.dlrun("local", "--nproc_per_node", "gpu", *show, env=no_gpu, cwd=self.tmp)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--nproc_per_node gpu: no GPU here (DLRUN_FAKE_GPUS=0); --nproc N starts N CPU ranks", r.stderr)
+
     def test_other_underscore_spellings(self):
         r = self.run_here("local", "--nproc", "1", "--master_addr", "127.0.0.1", "--max_restarts", "1",
                           "sh", "-c", "echo $MASTER_ADDR $TORCHELASTIC_MAX_RESTARTS")
