@@ -69,6 +69,17 @@ std::string unknown_option_message(const std::string& word, const CLI::App& app)
                      app.get_prefix_command() ? "; put '--' before a program whose name starts with '-'" : "");
 }
 
+void refuse_empty_values(const CLI::App& app) {
+  // CLI11 takes '' as a value (0 for a number, nothing for an address or a name): the option
+  // then did nothing, silently. No option of dlrun's means anything empty.
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_positional() || option->count() == 0 || option->get_expected_min() == 0) continue;
+    for (const auto& value : option->results()) {
+      if (value.empty()) throw ConfigError(fmt::format("{}: an empty value", option->get_name()));
+    }
+  }
+}
+
 std::optional<std::string> unexpected_words_message(const CLI::App& app) {
   // A verb that ends in a program leaves the program's words over: they are not unexpected.
   if (app.get_prefix_command()) return std::nullopt;

@@ -34,6 +34,8 @@ std::string unknown_option_message(const std::string& word, const CLI::App& app)
 // What CLI11 could not place among `app`'s words, as such a message; nothing when all fit
 // (or `app` ends in a program, whose words are its own).
 std::optional<std::string> unexpected_words_message(const CLI::App& app);
+// Throws ConfigError naming an option given '' (which CLI11 takes as 0 or nothing).
+void refuse_empty_values(const CLI::App& app);
 // "; see 'dlrun local --help'" ("dlrun --help" for dlrun itself).
 std::string help_hint(const CLI::App& app);
 

@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   try {
     for (auto& command : commands) {
       if (!command.app->parsed()) continue;
+      dlrun::cli::refuse_empty_values(*command.app);
       // A project skeleton from `dlrun init` is the user's own: made as their umask says.
       if (command.app->get_name() != "init") dlrun::launcher::keep_files_private(dlrun::launcher::current_environment());
       return command.run(trailing);

@@ -225,6 +225,9 @@ class BadInput(DlrunTestCase):
         self.assert_usage_error(["status", "--recent", "-1"], "--recent -1: must be 0 or more")
         self.assert_usage_error(["logs", "1", "--rank", "-1"], "--rank -1: must be 0 or more")
         self.assert_usage_error(["clean", "--older-than", "-1"], "--older-than -1: must be from 0 to 36500")
+        # '' was taken as 0 or nothing: the option then did nothing, silently.
+        for option in ("--max-restarts", "--master-addr", "--name", "--grace"):
+            self.assert_usage_error(["local", "--nproc", "1", option, "", "true"], f"{option}: an empty value")
         self.assert_usage_error(["submit", self.tmp], f"{self.tmp} is a directory: give its job file")
 
     def test_unknown_option_suggests(self):
