@@ -14,6 +14,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -33,9 +35,15 @@ namespace py = pybind11;
 
 namespace {
 
-std::chrono::milliseconds milliseconds(double seconds) {
-  if (!(seconds > 0)) throw dlrun::ConfigError("a timeout must be a positive number of seconds");
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+std::chrono::milliseconds milliseconds(const char* name, double seconds) {
+  // From a millisecond to 30 days: beyond, Gloo's and the store's clocks overflow (1e10 s failed
+  // at once, "within -9.2e+15 s"), and below, it rounded to 0 ms.
+  if (!(seconds >= 0.001 && seconds <= 30 * 86400.0)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", seconds);
+    throw dlrun::ConfigError(std::string(name) + " must be from 0.001 to 2592000 seconds (30 days), not " + text);
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
 }
 
 // The value of `choices` named `text`; ConfigError naming them all otherwise.
@@ -55,8 +63,8 @@ dlrun::Context init(double rendezvous_timeout, double collective_timeout,
                     const std::string& backend, const std::string& device, bool handle_signals,
                     bool shared_memory_allreduce) {
   dlrun::InitOptions options;
-  options.rendezvous_timeout = milliseconds(rendezvous_timeout);
-  options.collective_timeout = milliseconds(collective_timeout);
+  options.rendezvous_timeout = milliseconds("rendezvous_timeout", rendezvous_timeout);
+  options.collective_timeout = milliseconds("collective_timeout", collective_timeout);
   options.backend = choose<dlrun::Backend>("backend", backend,
                                            {{"auto", dlrun::Backend::automatic},
                                             {"gloo", dlrun::Backend::gloo},

@@ -229,7 +229,8 @@ class Errors(DlrunTestCase):
         out = self.python("""
             import pathlib, numpy, torch, dlrun
             for options in ({"rendezvous_timeout": "60"}, {"collective_timeout": float("inf")},
-                            {"handle_signals": "no"}, {"backend": None}):
+                            {"handle_signals": "no"}, {"backend": None}, {"rendezvous_timeout": 1e10},
+                            {"collective_timeout": 1e-4}):
                 try:
                     dlrun.init(**options)
                 except dlrun.ConfigError as e:
@@ -285,6 +286,9 @@ class Errors(DlrunTestCase):
             "collective_timeout must be a finite number, not inf (float)",
             "handle_signals must be True or False, not 'no' (str)",
             "backend must be a string, not None (NoneType)",
+            # 1e10 s failed at once (Gloo's clock overflowed), 1e-4 s was 0 ms.
+            "rendezvous_timeout must be from 0.001 to 2592000 seconds (30 days), not 1e+10",
+            "collective_timeout must be from 0.001 to 2592000 seconds (30 days), not 0.0001",
             "batch_size must be a whole number, at least 1, not '64' (str)",
             "batch_size must be a whole number, at least 1, not 6.5 (float)",
             "batch_size must be a whole number, at least 1, not True (bool)",

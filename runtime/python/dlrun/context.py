@@ -57,7 +57,7 @@ def init(*, rendezvous_timeout=60.0, collective_timeout=600.0, backend="auto", d
     """Joins the training world dlrun's environment describes (RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT, LOCAL_RANK, DLRUN_RUN_DIR, DLRUN_RESTART_COUNT); without it, a world of one.
 
-    rendezvous_timeout, collective_timeout: seconds. backend: 'auto' (NCCL on a GPU when built
+    rendezvous_timeout, collective_timeout: seconds, from 0.001 to 2592000 (30 days). backend: 'auto' (NCCL on a GPU when built
     with it, otherwise Gloo), 'gloo' or 'nccl'. device: 'auto' (what dlrun started the rank as),
     'cpu' or 'cuda'. handle_signals: install the stop handlers. shared_memory_allreduce: average
     CPU gradients of ranks on one host through shared memory instead of Gloo's sockets.
