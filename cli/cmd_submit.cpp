@@ -53,7 +53,8 @@ int interrupted(launcher::JobQueue& queue, int64_t id, int sig, const SubmitArgs
   }
   out << fmt::format("Got {}: cancelling job {} (--detach-on-interrupt would leave it running)\n", name, id)
       << std::flush;
-  queue.cancel(id, false);  // SIGTERM to its ranks, SIGKILL after its grace: bounded
+  // SIGTERM to its ranks, SIGKILL after its grace: bounded
+  queue.cancel(id, false, fmt::format("by {} to dlrun submit --wait", name));
   report_end(queue, id, args.tail, out);
   return exit_code::k_signal_base + sig;
 }

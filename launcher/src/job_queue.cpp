@@ -486,13 +486,13 @@ void check_owner(const JobRecord& job, std::string_view what) {
   throw ConfigError(fmt::format("job {} is user {}'s: only they (or root) may {} it", job.id, owner, what));
 }
 
-JobState JobQueue::cancel(int64_t id, bool force) {
+JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
   auto job = m_store.get(id);
   if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));
   if (is_terminal(job->state)) return job->state;
   check_owner(*job, "cancel");
   if (job->submitted.slurm) return cancel_slurm(*job, force);
-  if (job->state == JobState::pending && m_store.cancel_pending(id, "by dlrun cancel", exit_code::k_signal_base + SIGTERM)) {
+  if (job->state == JobState::pending && m_store.cancel_pending(id, why, exit_code::k_signal_base + SIGTERM)) {
     return JobState::cancelled;
   }
   job = m_store.get(id);

@@ -26,7 +26,9 @@ std::string gpus_of(const JobRecord& job) {
   if (!job.submitted.request.uses_gpus) return "-";
   std::string ids;
   for (const auto& id : job.allocation.gpu_ids) ids += (ids.empty() ? "" : ",") + id;
-  return ids.empty() ? fmt::format("({})", job.submitted.request.max_ranks) : ids;
+  if (!ids.empty()) return ids;
+  // What a waiting job asks for; one that ended without starting held none.
+  return is_terminal(job.state) ? "-" : fmt::format("({})", job.submitted.request.max_ranks);
 }
 
 std::string ranks_of(const JobRecord& job) {

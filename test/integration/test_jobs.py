@@ -465,6 +465,14 @@ class WaitReport(JobsTestCase):
         out, err = p.communicate(timeout=120)
         self.assertEqual(p.returncode, 143, err)  # was 70, "lost or internal error"
         self.assertIn(f"Job {second} (later) CANCELLED before it started with exit code 143: by dlrun cancel\n", out)
+        # Cancelled by a signal to its waiting submit: said so (it read "by dlrun cancel").
+        p = self.start("submit", "--wait", self.job_file('name = "third"\ncommand = ["true"]\n[resources]\nnproc = 1\n'))
+        third = int(p.stdout.readline().split()[2])
+        self.assertEqual(self.status(third)["state"], "PENDING")
+        os.killpg(p.pid, signal.SIGINT)
+        p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 130)
+        self.assertEqual(self.status(third)["reason"], "by SIGINT to dlrun submit --wait")
         open(gate, "w").close()
         self.wait_state(first, ("SUCCEEDED",))
 

@@ -63,6 +63,13 @@ TEST_SUITE("launcher::JobReport") {
     job.state = JobState::running;
     job.allocation.ranks = 3;
     CHECK(job_json(job, 0).find("\"ranks\":3,") != std::string::npos);
+    // A GPU job shows what it asks for while it waits, and nothing once it ended unstarted.
+    job.submitted.request.uses_gpus = true;
+    job.allocation = {};
+    job.state = JobState::pending;
+    CHECK(status_rows({job}, 0)[1][5] == "(4)");
+    job.state = JobState::cancelled;
+    CHECK(status_rows({job}, 0)[1][5] == "-");
   }
   TEST_CASE("restarts the ranks asked for count beside those after a failure") {
     JobRecord job;

@@ -81,7 +81,8 @@ class JobQueue {
   // the job runs (no process carries its supervisor's token). Throws, leaving the state as
   // it is, when a signal cannot be sent or a process cannot be stopped; ConfigError for
   // another user's job (check_owner).
-  JobState cancel(int64_t id, bool force);
+  // `why`: the reason a pending job is recorded with (a running one says how it stopped).
+  JobState cancel(int64_t id, bool force, const std::string& why = "by dlrun cancel");
 
   // This machine's resources for the local scheduler.
   Capacity capacity() const;
