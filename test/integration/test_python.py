@@ -609,6 +609,34 @@ class Errors(DlrunTestCase):
         self.assertIn("list [0, 0]", out)
         self.assertIn("ConfigError | this rank has no sample in this step", out)
 
+    def test_what_torch_distributed_users_pass_to_the_context_works_or_is_named(self):
+        # all_reduce_sum(tensor) and broadcast(1.5) were pybind TypeErrors listing C++ signatures,
+        # context="x" an AttributeError, a checkpoint_state() of an int "Unable to cast".
+        out = self.python("""
+            import torch, dlrun
+            ctx = dlrun.init()
+            print("sums", ctx.all_reduce_sum(torch.tensor([[1, 2]])), ctx.all_reduce_sum(3), ctx.all_reduce_sum((1, 2.5)))
+            print("broadcast", ctx.broadcast(7))
+            class State:
+                def checkpoint_state(self):
+                    return 3
+                def restore_checkpoint_state(self, data):
+                    pass
+            for bad in (lambda: ctx.broadcast(1.5), lambda: ctx.all_reduce_sum(["a"]),
+                        lambda: dlrun.DataParallel(torch.nn.Linear(1, 1), context="x"),
+                        lambda: dlrun.Checkpoint([State()], directory="ck").save(step=1)):
+                try:
+                    bad()
+                except dlrun.Error as e:
+                    print(type(e).__name__, "|", str(e).splitlines()[0])
+            """)
+        self.assertIn("sums tensor([[1, 2]]) 3.0 [1.0, 2.5]", out)
+        self.assertIn("broadcast 7", out)
+        self.assertIn("ConfigError | value must be a whole number, not 1.5 (float)", out)
+        self.assertIn("ConfigError | values[0] must be a number, not 'a' (str)", out)
+        self.assertIn("ConfigError | context must be a dlrun.Context (what dlrun.init() returns), not 'x' (str)", out)
+        self.assertIn("State.checkpoint_state() must return bytes, not 3 (int)", out)
+
     def test_a_peer_that_has_gone_is_named(self):
         # A collective after a peer exited is a CommunicationError; in the middle of backward()
         # torch's autograd turns every error into a RuntimeError, which keeps the runtime's

@@ -29,7 +29,7 @@ class Checkpoint:
         if not isinstance(track, (list, tuple)):
             raise _dlrun.ConfigError(f"Checkpoint takes a list of what to track, e.g. Checkpoint([model, optimizer, "
                                      f"loader]), not a {type(track).__name__}")
-        self._context = context or _context.current()
+        self._context = _context.given_or_current(context)
         if directory is None:
             directory = self._context.checkpoint_dir or os.path.join(".", "checkpoints")
         self.directory = _arguments.path("directory", directory)
@@ -65,7 +65,7 @@ class Checkpoint:
         if isinstance(obj, torch.optim.Optimizer):
             return "optimizer", _StateDict(obj, device)
         if hasattr(obj, "checkpoint_state") and hasattr(obj, "restore_checkpoint_state"):
-            return _name_of(obj), obj
+            return _name_of(obj), _BytesState(obj)
         if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"):
             return _name_of(obj), _StateDict(obj, device)
         raise _dlrun.ConfigError(f"Checkpoint cannot track a {type(obj).__name__}: give it models, optimizers, "
@@ -87,6 +87,24 @@ class Checkpoint:
         .values, .saved_world_size, .path), or None when there is none yet. Raises
         CheckpointError when checkpoints exist but none can be loaded."""
         return self._native.restore()
+
+
+class _BytesState:
+    """A checkpoint_state()/restore_checkpoint_state() object whose state is checked to be bytes
+    (anything else failed as "Unable to cast Python instance to C++ type")."""
+
+    def __init__(self, obj):
+        self._obj = obj
+
+    def checkpoint_state(self):
+        data = self._obj.checkpoint_state()
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise _dlrun.ConfigError(f"{type(self._obj).__name__}.checkpoint_state() must return bytes, not "
+                                     f"{data!r:.60} ({type(data).__name__})")
+        return bytes(data)
+
+    def restore_checkpoint_state(self, data):
+        self._obj.restore_checkpoint_state(data)
 
 
 class _StateDict:

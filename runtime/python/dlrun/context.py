@@ -2,6 +2,8 @@
 
 import weakref
 
+import torch
+
 from . import _arguments, _dlrun
 
 _current = None
@@ -42,6 +44,23 @@ class Context:
         _finish_steps()
         return self._native.exit_code()
 
+    def all_reduce_sum(self, values):
+        """The sum over the ranks, one collective: of a list (or tuple) of numbers, as a list of
+        floats; of a tensor, as a new tensor of its shape, dtype and device (summed in float64:
+        whole numbers beyond 2**53 lose digits); of one number, as a float."""
+        if isinstance(values, torch.Tensor):
+            flat = values.detach().to("cpu", torch.float64).reshape(-1).tolist()
+            summed = torch.tensor(self._native.all_reduce_sum(flat), dtype=torch.float64)
+            return summed.reshape(values.shape).to(dtype=values.dtype, device=values.device)
+        if isinstance(values, (list, tuple)):
+            return self._native.all_reduce_sum(
+                [_arguments.real(f"values[{i}]", v, finite=False, nan=True) for i, v in enumerate(values)])
+        return self._native.all_reduce_sum([_arguments.real("values", values, finite=False, nan=True)])[0]
+
+    def broadcast(self, value):
+        """Rank 0's whole number, on every rank."""
+        return self._native.broadcast(_arguments.whole("value", value))
+
     def __repr__(self):
         return (f"dlrun.Context(rank={self.rank}, world_size={self.world_size}, backend={self.backend!r}, "
                 f"device={self.device!r}, restart_count={self.restart_count})")
@@ -74,6 +93,16 @@ def init(*, rendezvous_timeout=60.0, collective_timeout=600.0, backend="auto", d
             a.text("device", device), a.flag("handle_signals", handle_signals),
             a.flag("shared_memory_allreduce", shared_memory_allreduce)))
     return _current
+
+
+def given_or_current(context):
+    """`context`, a dlrun.Context, or current() when it is None."""
+    if context is None:
+        return current()
+    if not isinstance(context, Context):
+        raise _dlrun.ConfigError(f"context must be a dlrun.Context (what dlrun.init() returns), not "
+                                 f"{context!r} ({type(context).__name__})")
+    return context
 
 
 def current():

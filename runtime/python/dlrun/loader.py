@@ -46,7 +46,7 @@ class ElasticDataLoader:
         if len(dataset) < 1:
             raise _dlrun.ConfigError("the dataset is empty")
         self.dataset = dataset
-        self._context = context or _context.current()
+        self._context = _context.given_or_current(context)
         self.sampler = _dlrun.ElasticSampler(len(dataset), self._context._native, seed)
         self.batch = None  # the SampleBatch of the last step
         self.step = 0      # steps taken, over all epochs and restarts (a Checkpoint restores it)

@@ -29,7 +29,7 @@ class DataParallel(torch.nn.Module):
         bucket_cap_mb = _arguments.real("bucket_cap_mb", bucket_cap_mb, positive=True)
         first_bucket_cap_mb = _arguments.real("first_bucket_cap_mb", first_bucket_cap_mb, positive=True)
         self.module = module
-        self._context = context or _context.current()
+        self._context = _context.given_or_current(context)
         if self._context.world_size > 1:
             for name, sub in module.named_modules():
                 if isinstance(sub, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and sub.sparse:
