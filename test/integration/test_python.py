@@ -555,6 +555,30 @@ class Errors(DlrunTestCase):
         self.assertIn("after True", out)
         self.assertIn("set_base_lr [0.05, 0.05] [0.05, 0.05]", out)
 
+    def test_a_restored_loader_puts_its_base_rates_into_the_optimizer(self):
+        # Checkpoints of the version that kept the scaled rate in the groups held it in the
+        # optimizer's state: restored as it was, the next step would scale it again.
+        out = self.python("""
+            import torch, dlrun
+            ds = torch.utils.data.TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
+            def make():
+                net = torch.nn.Linear(3, 1)
+                opt = torch.optim.SGD(net.parameters(), lr=0.1)
+                loader = dlrun.AdaptiveDataLoader(ds, 16, model=dlrun.DataParallel(net), optimizer=opt)
+                return opt, loader, dlrun.Checkpoint([net, opt, loader], directory="ck")
+            opt, loader, ckpt = make()
+            for x, y in loader:
+                torch.nn.functional.mse_loss(loader.model(x), y, reduction="sum").backward()
+                opt.step()
+                opt.zero_grad()
+            opt.param_groups[0]["lr"] = 0.3  # as the older version left a scaled rate there
+            ckpt.save()
+            opt, loader, ckpt = make()
+            ckpt.restore()
+            print("restored", opt.param_groups[0]["lr"], loader.adaptive.base_lrs())
+            """)
+        self.assertIn("restored 0.1 [0.1]", out)
+
     def test_a_step_left_before_its_optimizer_step_goes_back_to_the_sampler(self):
         # Leaving the loop on a step's first micro-batch counted the step and its samples as
         # done: a checkpoint then skipped them, and their gradient stayed in .grad for the next.
