@@ -64,8 +64,8 @@ Command add_resize_command(CLI::App& dlrun) {
                 "its ranks are stopped (SIGTERM, SIGKILL after its grace period) and start again at the new "
                 "size, from their last checkpoint if they save one. Without it such a resize is refused");
   app->footer("Exit code: 0 once the job runs at the new size; 3 when its program has not said that it handles "
-              "the stop request (nothing was done: --force restarts it); 2 for a job that cannot be resized "
-              "(docs/exit-codes.md).");
+              "the stop request (nothing was done: --force restarts it); 2 for a job that cannot be resized; 75 "
+              "for one between two sizes (another resize, a restart): try again in a moment (docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_resize(*args); }};
 }
 

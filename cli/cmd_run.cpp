@@ -105,9 +105,9 @@ Command add_run_command(CLI::App& dlrun) {
       ->type_name("PATH");
   add_program_options(app, args->group);
   add_foreground_options(app, args->foreground);
+  args->group.options.prefix = "[{host}:{rank}] ";  // before the option, whose help shows it
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
-  args->group.options.prefix = "[{host}:{rank}] ";
   app->footer(
       "Before starting anything, every host is checked over ssh at once (BatchMode: keys, no passwords); all "
       "unreachable hosts are named. The program is found on each host as dlrun local finds it (PROGRAM.py runs "

@@ -124,12 +124,22 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   for (const auto& h : options.hosts) {
     if (!h.local && !first_remote) first_remote = &h;
   }
+  // A name that resolves only in ssh's configuration (an alias, a host behind a ProxyJump): the
+  // address the host sees this machine connect from, as ssh tells it there.
+  auto reached_from = [&](const Host& h) {
+    try {
+      return route_source_address(h.name);
+    } catch (const ConfigError&) {
+      if (auto seen = address_seen_by(h, options.ssh, env)) return *seen;
+      throw;
+    }
+  };
   std::string outward = !options.iface.empty() ? interface_address(options.iface)
-                        : first_remote         ? route_source_address(first_remote->name)
+                        : first_remote         ? reached_from(*first_remote)
                                                : std::string("127.0.0.1");
   std::vector<std::string> contact;
   for (const auto& h : options.hosts) {
-    contact.push_back(!options.iface.empty() || h.local ? outward : route_source_address(h.name));
+    contact.push_back(!options.iface.empty() || h.local ? outward : reached_from(h));
   }
 
   std::vector<int> slots;

@@ -13,7 +13,12 @@ namespace {
 
 // What the supervisor answered, as resize_job's result or its exception.
 ResizeOutcome outcome_of(const std::string& answer, const std::string& job, int ranks) {
-  if (answer.rfind("error: ", 0) == 0) throw ConfigError(fmt::format("job {}: {}", job, answer.substr(7)));
+  if (answer.rfind("error: ", 0) == 0) {
+    // A job between two sizes (stopping, restarting) takes one a moment later: 75, sysexits'
+    // "temporary failure, try again", where 2 says a retry cannot help.
+    const bool later = answer.find("try again") != std::string::npos;
+    throw Error(fmt::format("job {}: {}", job, answer.substr(7)), later ? exit_code::k_temp_failure : exit_code::k_usage);
+  }
   const std::string refused = k_resize_refused;
   if (answer.rfind(refused, 0) == 0) {
     throw Error(fmt::format("job {}: not resized: {}. To restart it at {} rank{} anyway (from its last checkpoint, "
@@ -62,6 +67,10 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
     queue.store().set_pinned(id, 0);
     queue.ensure_scheduler();
     return ResizeOutcome::unpinned;
+  }
+  if (job->state == JobState::rescaling) {
+    throw Error(fmt::format("job {} is RESCALING (another resize): try again once it runs", id),
+                exit_code::k_temp_failure);
   }
   if (job->state != JobState::running) {
     throw ConfigError(fmt::format("job {} is {}, not RUNNING", id, to_string(job->state)));

@@ -42,6 +42,18 @@ std::string shell_quote(const std::string& word) {
   return out + "'";
 }
 
+std::optional<std::string> address_seen_by(const Host& host, const SshSettings& ssh, const Environment& env) {
+  auto path_it = env.find("PATH");
+  const std::string ssh_path = resolve_program(ssh.program, path_it == env.end() ? "" : path_it->second);
+  auto argv = ssh_argv(ssh, host.name);
+  argv.push_back("echo \"$SSH_CONNECTION\"");
+  const CommandResult result = run_and_capture(ssh_path, argv, env, ssh.connect_timeout_seconds + 5);
+  if (!result.status.success()) return std::nullopt;
+  const auto words = split(std::string(trim(result.out)), ' ');
+  if (words.empty() || words.front().empty()) return std::nullopt;
+  return words.front();
+}
+
 std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSettings& ssh, const Environment& env) {
   struct Probe {
     const Host* host;

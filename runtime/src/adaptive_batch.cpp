@@ -92,6 +92,14 @@ void check_options(const AdaptiveBatchOptions& o, int world_size) {
     fail(fmt::format("max_batch ({}) leaves less than min_micro_batch ({}) for each of {} ranks",
                      o.max_batch, o.min_micro_batch, world_size));
   }
+  // Without accumulation a rank trains its whole share at once: max_micro_batch (its memory)
+  // bounds the initial batch too (it was exceeded without a word).
+  const int64_t per_rank = (o.initial_batch + world_size - 1) / world_size;
+  if (!o.accumulation && o.max_micro_batch > 0 && per_rank > o.max_micro_batch) {
+    fail(fmt::format("initial_batch ({}) is {} samples a rank on {} rank(s), above max_micro_batch ({}), and "
+                     "accumulation is off",
+                     o.initial_batch, per_rank, world_size, o.max_micro_batch));
+  }
 }
 
 }  // namespace
@@ -261,6 +269,9 @@ BatchShape AdaptiveBatch::Impl::shape_for(int64_t global_batch) const {
   const int64_t ranks = context.world_size();
   BatchShape s;
   s.global_batch = std::max<int64_t>(global_batch, ranks * options.min_micro_batch);
+  // Without accumulation a rank's share is one micro-batch (a restore at fewer ranks).
+  if (!options.accumulation && options.max_micro_batch > 0)
+    s.global_batch = std::min(s.global_batch, ranks * options.max_micro_batch);
   const int64_t per_rank = (s.global_batch + ranks - 1) / ranks;
   const int64_t cap = options.max_micro_batch > 0 ? options.max_micro_batch : per_rank;
   s.accum_steps = options.accumulation ? static_cast<int>((per_rank + cap - 1) / cap) : 1;
@@ -721,6 +732,12 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   d.next_replan = d.options.replan_every;
   d.interval_begin = d.train_seconds;
   d.shape = d.shape_for(d.options.initial_batch);
+  if (d.shape.global_batch != d.options.initial_batch && d.context.is_main()) {
+    log::warn("adaptive batch: initial_batch {} starts at {} on {} rank(s) (at least min_micro_batch {} a rank); "
+              "the learning rates given are for {} and are scaled for it",
+              d.options.initial_batch, d.shape.global_batch, d.context.world_size(), d.options.min_micro_batch,
+              d.options.initial_batch);
+  }
   d.largest_batch = d.shape.global_batch;
   d.prepare_step();  // after the shape: a world of one's first step may be measured on halves
   if (d.context.is_main() && d.options.log_every > 0) {
@@ -905,7 +922,12 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.base_lr = s.base_lr;
   d.stats.step = s.step;
   d.stats.progress = s.progress;
-  d.shape = d.shape_for(s.global_batch);
+  // Within this run's limits (lowered on resume, after an out-of-memory error say).
+  d.shape = d.shape_for(std::min(s.global_batch, d.options.max_batch));
+  if (d.shape.global_batch != s.global_batch && d.context.is_main()) {
+    log::warn("adaptive batch: the checkpoint's global batch {} does not fit this run's limits: going on at {}",
+              s.global_batch, d.shape.global_batch);
+  }
   d.largest_batch = d.shape.global_batch;
   d.previous.reset();
   d.halves.reset();

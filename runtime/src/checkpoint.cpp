@@ -56,13 +56,28 @@ std::optional<int64_t> step_of(const fs::path& path) {
 // Without std::regex: a pip torch's libtorch exports its own instances of std::regex's
 // templates, which a Python process binds the runtime to, and which crash there (as
 // std::filesystem::remove_all does, remove_tree.hpp).
-void check_name(const std::string& name) {
+void check_name(const std::string& name, const char* where = "Checkpoint::track") {
   const auto allowed = [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; };
   if (name.empty() || !std::all_of(name.begin(), name.end(), allowed)) {
     throw ConfigError(
-        fmt::format("Checkpoint::track: '{}' is not a valid name (use letters, "
+        fmt::format("{}: '{}' is not a valid name (use letters, "
                     "digits, '_' and '-')",
-                    name));
+                    where, name));
+  }
+}
+
+// A second object of one kind under one name would write the first's file, and a restore would
+// load one object's state into both.
+template <typename Tracked>
+void check_new_name(const std::vector<std::pair<std::string, Tracked>>& tracked, const std::string& name,
+                    const char* kind) {
+  check_name(name);
+  for (const auto& [other, unused] : tracked) {
+    if (other == name) {
+      throw ConfigError(fmt::format("Checkpoint::track: a {} named '{}' is tracked already (one file per name: "
+                                    "give each its own)",
+                                    kind, name));
+    }
   }
 }
 
@@ -255,23 +270,29 @@ Checkpoint::Checkpoint(Context context, fs::path dir, CheckpointOptions options)
   m_impl->dir = std::move(dir);
   m_impl->options = options;
   if (options.keep_last < 1) throw ConfigError("Checkpoint: keep_last must be at least 1");
+  // Context::checkpoint_dir() is empty outside dlrun: refused now, not at the first save.
+  if (m_impl->dir.empty()) {
+    throw ConfigError(
+        "Checkpoint: no directory (ctx.checkpoint_dir() is empty when the program runs without dlrun: "
+        "give one)");
+  }
 }
 
 Checkpoint::~Checkpoint() = default;
 
 void Checkpoint::track(const std::string& name, std::shared_ptr<torch::nn::Module> module) {
-  check_name(name);
+  check_new_name(m_impl->modules, name, "module");
   m_impl->modules.emplace_back(name, std::move(module));
 }
 void Checkpoint::track(const std::string& name, torch::optim::Optimizer& optimizer) {
-  check_name(name);
+  check_new_name(m_impl->optimizers, name, "optimizer");
   m_impl->optimizers.emplace_back(name, &optimizer);
 }
 void Checkpoint::track(ElasticSampler& sampler) {
   m_impl->sampler = &sampler;
 }
 void Checkpoint::track(const std::string& name, Checkpointable& object) {
-  check_name(name);
+  check_new_name(m_impl->objects, name, "state object");
   m_impl->objects.emplace_back(name, &object);
 }
 const fs::path& Checkpoint::directory() const {
@@ -325,7 +346,9 @@ void Checkpoint::Impl::write_files(const fs::path& tmp, int64_t step,
 }
 
 fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& values) {
-  for (const auto& [key, value] : values) check_name(key);
+  // A negative step made "step--00000000003", which restore() never finds: a fresh start.
+  if (step < 0) throw ConfigError(fmt::format("Checkpoint::save: the step must be 0 or more, not {}", step));
+  for (const auto& [key, value] : values) check_name(key, "Checkpoint::save (a value's name)");
   const fs::path final_dir = m_impl->dir / dir_name(step);
   std::string failure;
   if (m_impl->context.is_main()) {

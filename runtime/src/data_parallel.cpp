@@ -78,12 +78,14 @@ DataParallel::DataParallel(const std::vector<at::Tensor>& parameters,
     : m_impl(std::make_unique<Impl>()) {
   m_impl->context = std::move(context);
   auto& state = m_impl->context.state();
-  if (!state.group) return;  // a world of one: gradients are already final
-  broadcast_from_rank0(state, parameters, buffers);
+  // Before anything is exchanged (LibTorch's check of the ranks' parameters crashed on none),
+  // and in a world of one too, as PyTorch DDP.
   std::vector<at::Tensor> params = trainable(parameters);
   if (params.empty()) {
     throw ConfigError("DataParallel: the module has no parameters that require gradients");
   }
+  if (!state.group) return;  // a world of one: gradients are already final
+  broadcast_from_rank0(state, parameters, buffers);
   std::vector<size_t> caps{static_cast<size_t>(options.first_bucket_cap_bytes),
                            static_cast<size_t>(options.bucket_cap_bytes)};
   std::vector<bool> sparse(params.size(), false);
@@ -123,9 +125,21 @@ void DataParallel::backward(const at::Tensor& loss) {
 
 void DataParallel::prepare_backward() {
   if (m_impl->reducer && m_impl->sync) {
-    // Collective on the first synced step after the first one: all ranks get here together.
-    m_impl->reducer->rebuild_buckets();
-    m_impl->reducer->prepare_for_backward({});
+    try {
+      // Collective on the first synced step after the first one: all ranks get here together.
+      m_impl->reducer->rebuild_buckets();
+      m_impl->reducer->prepare_for_backward({});
+    } catch (const c10::Error& e) {
+      // LibTorch's words name Python's DistributedDataParallel(find_unused_parameters=True),
+      // which this API does not have.
+      if (std::string_view(e.what_without_backtrace()).find("finished reduction in the prior iteration") ==
+          std::string_view::npos)
+        throw;
+      throw ConfigError(
+          "DataParallel: a parameter that requires a gradient got none in the last step (not used in the loss): "
+          "every trainable parameter must take part in every step; freeze one that does not "
+          "(requires_grad(false)) before making the DataParallel");
+    }
   }
 }
 

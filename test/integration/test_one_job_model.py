@@ -155,6 +155,14 @@ while :; do sleep 0.05; done
             self.assertEqual(f.read().split(), ["3", "2"])
         record = json.loads(self.dlrun("status", "1", "--json").stdout)
         self.assertEqual((record["ranks"], record["resizes"], record["restarts"]), (2, 1, 0))
+        # Between two sizes a resize is refused for now, not for good: 75 (try again), not 2.
+        with sqlite3.connect(os.path.join(self.home, "jobs.db")) as db:
+            db.execute("UPDATE jobs SET state = 'RESCALING' WHERE id = 1")
+        r = self.dlrun("resize", "1", "3")
+        self.assertEqual(r.returncode, 75, r.stderr)
+        self.assertIn("job 1 is RESCALING (another resize): try again once it runs", r.stderr)
+        with sqlite3.connect(os.path.join(self.home, "jobs.db")) as db:
+            db.execute("UPDATE jobs SET state = 'RUNNING' WHERE id = 1")
         r = self.dlrun("cancel", "1")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.strip(), "Job 1 CANCELLED")

@@ -90,6 +90,22 @@ class AcrossHosts(ClusterTestCase):
         rows = sorted(line.split("] ", 1)[1] for line in r.stdout.splitlines())
         self.assertEqual(rows, [f"0 0 3 0 1 {a[0]} eth0", f"1 0 3 1 2 {a[0]} eth0", f"2 1 3 1 2 {a[0]} eth0"])
 
+    def test_a_host_named_only_in_the_ssh_configuration(self):
+        # An alias (or a host behind a ProxyJump) does not resolve here: dlrun looked it up
+        # itself to find where the host reaches the rendezvous, and refused it (exit 2).
+        config = os.path.join(self.tmp, "ssh_config")
+        with open(config, "w") as f:
+            f.write(f"Host trainer-a\n  HostName {self.cluster.addresses[0]}\n\n")
+            with open(self.cluster.ssh_config) as base:
+                f.write(base.read())
+        args = self.run_args(["trainer-a:1", self.host(1)], "sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR")
+        args[args.index("--ssh-config") + 1] = config
+        r = self.dlrun(*args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        a = self.cluster.addresses
+        self.assertEqual(sorted(line.split("] ", 1)[1] for line in r.stdout.splitlines()),
+                         [f"0 2 {a[0]}", f"1 2 {a[0]}"])
+
     def test_hostfile_and_this_machine_without_ssh(self):
         hostfile = os.path.join(self.tmp, "hosts")
         with open(hostfile, "w") as f:

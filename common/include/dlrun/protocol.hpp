@@ -109,6 +109,8 @@ inline constexpr int k_usage = 2;
 // request agreed by all ranks, a rescale); the launcher does not count it as a failure.
 // 75 is EX_TEMPFAIL in sysexits.h: "temporary failure, the user is invited to retry".
 inline constexpr int k_restart_me = 75;
+// dlrun resize of a job between two sizes: the same code, for dlrun's own command.
+inline constexpr int k_temp_failure = 75;
 // Other hosts could not be used: unreachable over ssh, or they never joined the
 // rendezvous (EX_UNAVAILABLE).
 inline constexpr int k_unavailable = 69;

@@ -4,6 +4,7 @@
 // within seconds), shell quoting for the remote command, and the check of every host
 // before anything starts. Not thread-safe (the check forks).
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct SshSettings {
 
 // ssh's argv up to and including the host, ready for the remote command.
 std::vector<std::string> ssh_argv(const SshSettings& ssh, const std::string& host);
+// This machine's address as `host` sees it over ssh (the first word of its $SSH_CONNECTION);
+// nullopt when ssh does not say.
+std::optional<std::string> address_seen_by(const Host& host, const SshSettings& ssh, const Environment& env);
 
 // `word` quoted for a POSIX shell (the remote side of ssh runs one).
 std::string shell_quote(const std::string& word);
