@@ -228,6 +228,33 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     options.min_improvement = -0.1;
     CHECK_THROWS_WITH_AS(dlrun::AdaptiveBatch(ctx, dp, sgd, options),
                          "AdaptiveBatch: min_improvement must be at least 0", dlrun::ConfigError);
+    // A rank's memory limit without accumulation bounds the initial batch too (it was exceeded).
+    options.min_improvement = 0.05;
+    options.initial_batch = 64;
+    options.max_micro_batch = 8;
+    options.accumulation = false;
+    CHECK_THROWS_WITH_AS(dlrun::AdaptiveBatch(ctx, dp, sgd, options),
+                         "AdaptiveBatch: initial_batch (64) is 64 samples a rank on 1 rank(s), above max_micro_batch "
+                         "(8), and accumulation is off",
+                         dlrun::ConfigError);
+  }
+
+  TEST_CASE("a restored batch beyond this run's limits goes on within them") {
+    dlrun::Context ctx = world_of_one();
+    auto model = make_model();
+    dlrun::DataParallel dp(model->ptr(), ctx);
+    torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+    dlrun::AdaptiveBatchOptions wide;
+    wide.initial_batch = 128;
+    wide.max_batch = 256;
+    wide.log_every = 0;
+    const std::string state = dlrun::AdaptiveBatch(ctx, dp, sgd, wide).checkpoint_state();
+    dlrun::AdaptiveBatchOptions narrow = wide;  // lowered on resume (an out-of-memory error)
+    narrow.initial_batch = 8;
+    narrow.max_batch = 16;
+    dlrun::AdaptiveBatch resumed(ctx, dp, sgd, narrow);
+    resumed.restore_checkpoint_state(state);
+    CHECK(resumed.shape().global_batch == 16);
   }
 
   TEST_CASE("2 ranks measure the same noise scale and switch to a larger batch at the same step") {

@@ -105,6 +105,25 @@ TEST_SUITE("runtime::Checkpoint") {
     CHECK(torch::equal(second.model->weight, first.model->weight));
   }
 
+  TEST_CASE("two objects of a kind under one name, a negative step and no directory are refused") {
+    TempDir dir;
+    Run run(1);
+    dlrun::Checkpoint ckpt(solo(), dir.path);
+    ckpt.track("model", run.model);
+    // One file per name: a restore loaded the second module's weights into both.
+    CHECK_THROWS_WITH_AS(ckpt.track("model", std::make_shared<torch::nn::LinearImpl>(4, 2)),
+                         "Checkpoint::track: a module named 'model' is tracked already (one file per name: give "
+                         "each its own)",
+                         dlrun::ConfigError);
+    ckpt.track("model", *run.adam);  // an optimizer's file is another: allowed
+    CHECK_THROWS_WITH_AS(ckpt.save(-3), "Checkpoint::save: the step must be 0 or more, not -3", dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(ckpt.save(1, {{"a.b", 1.0}}),
+                         "Checkpoint::save (a value's name): 'a.b' is not a valid name (use letters, digits, '_' "
+                         "and '-')",
+                         dlrun::ConfigError);
+    CHECK_THROWS_AS(dlrun::Checkpoint(solo(), ""), dlrun::ConfigError);
+  }
+
   TEST_CASE("keeps the last K and falls back from a damaged checkpoint") {
     TempDir dir;
     Run run(1);

@@ -8,9 +8,12 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <atomic>
 #include <mutex>
+#include <string>
 
 #include "dlrun/elastic_sampler.hpp"
+#include "dlrun/runtime_errors.hpp"
 #include "rank_threads.hpp"
 
 // Last, in a block of its own: after every LibTorch header (glog's CHECK).
@@ -126,6 +129,49 @@ TEST_SUITE("runtime::DataParallel") {
         }
       }
     }
+  }
+
+  TEST_CASE("a module with no trainable parameter is refused on every rank, before any exchange") {
+    // LibTorch's check of the ranks' parameters crashed (SIGSEGV) on an empty list.
+    for (int world : {1, 2}) {
+      CAPTURE(world);
+      std::atomic<int> refused{0};
+      dlrun::test::run_ranks(world, [&](dlrun::Context& ctx) {
+        auto net = make_net(1);
+        for (auto& p : net->parameters()) p.set_requires_grad(false);
+        try {
+          dlrun::DataParallel dp(net, ctx);
+        } catch (const dlrun::ConfigError& e) {
+          if (std::string(e.what()) == "DataParallel: the module has no parameters that require gradients")
+            ++refused;
+        }
+      });
+      CHECK(refused == world);
+    }
+  }
+
+  TEST_CASE("a parameter left out of a step's loss is named in dlrun's words, not LibTorch's") {
+    std::atomic<int> named{0};
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      auto unused = std::make_shared<torch::nn::LinearImpl>(4, 1);
+      struct Two : torch::nn::Module {
+        std::shared_ptr<torch::nn::LinearImpl> a, b;
+      };
+      auto two = std::make_shared<Two>();
+      two->a = two->register_module("a", std::make_shared<torch::nn::LinearImpl>(4, 1));
+      two->b = two->register_module("b", unused);
+      dlrun::DataParallel dp(two, ctx);
+      try {
+        for (int step = 0; step < 2; ++step) {
+          dp.backward(two->a->forward(torch::ones({2, 4})).sum());  // b takes no part
+          dp.synchronize();
+        }
+      } catch (const dlrun::ConfigError& e) {
+        if (std::string(e.what()).find("got none in the last step (not used in the loss)") != std::string::npos)
+          ++named;
+      }
+    });
+    CHECK(named == 2);
   }
 
   TEST_CASE("no_sync accumulates locally and the next backward reduces the sum") {
