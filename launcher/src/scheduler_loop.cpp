@@ -114,6 +114,7 @@ class Scheduler {
       say(r, move, "start");
       if (!m_queue.store().start_scheduled(job.id, move.to, r.capacity, m_queue.run_dir(job.id))) {
         log::warn("{} job {}: {} GPUs are not free yet; next round", timestamp(), job.id, move.to);
+        m_interval = std::min(m_interval, k_retry_seconds);
       }
     }
     resize(r, plan.grows, "grow");
@@ -142,11 +143,17 @@ class Scheduler {
     for (const auto& move : moves) {
       // The job as it is now: it may have changed since the listing.
       auto job = m_queue.store().get(r.input.records[move.job]->id);
-      if (!job || job->state != JobState::running || job->allocation.ranks != move.from) continue;
+      if (!job || job->state != JobState::running || job->allocation.ranks != move.from) {
+        // Changed since the listing (its ranks restarting, a resize ending): the next round comes
+        // soon, not an interval later, as nothing else may change the queue meanwhile.
+        m_interval = std::min(m_interval, k_retry_seconds);
+        continue;
+      }
       say(r, move, what);
       auto step = begin_resize(m_queue, *job, move.to, r.capacity, "scheduler");
       if (!step) {
         log::warn("{} job {}: {} GPUs are not free; next round", timestamp(), job->id, move.to);
+        m_interval = std::min(m_interval, k_retry_seconds);
         continue;
       }
       steps.push_back(*step);
@@ -205,6 +212,7 @@ int run_scheduler(const Environment& env) {
   log::info("{} scheduler {} started", timestamp(), me.pid);
   std::string last_signature = "-";
   std::string last_error;  // said once, until it changes or a round succeeds
+  bool look_again = false;  // the queue changed while the last round ran
   auto last_round = Clock::now() - std::chrono::hours(1);
   std::optional<Clock::time_point> idle_since;
   while (true) {
@@ -216,8 +224,9 @@ int run_scheduler(const Environment& env) {
       idle_since.reset();
       const std::string signature = queue_signature(jobs);
       const double since = std::chrono::duration<double>(Clock::now() - last_round).count();
-      // After a failed round (config.toml being edited) the next comes soon, not an interval later.
-      const double wait = last_error.empty() ? scheduler.interval() : k_retry_seconds;
+      // After a failed round (config.toml being edited), or one the queue changed under, the
+      // next comes soon, not an interval later.
+      const double wait = last_error.empty() && !look_again ? scheduler.interval() : k_retry_seconds;
       if (signature != last_signature || since >= wait) {
         try {
           scheduler.round(jobs, signature != last_signature);
@@ -229,6 +238,10 @@ int run_scheduler(const Environment& env) {
         }
         last_round = Clock::now();
         last_signature = queue_signature(store.list(false, 0));
+        // What changed while the round ran, its own moves or a job that ended meanwhile (which no
+        // later change would announce: a job growing into the GPUs of one that ended waited an
+        // interval), is weighed by a round soon.
+        look_again = last_signature != signature;
       }
     }
     if (stop_signal_within(stop, k_poll)) break;
