@@ -109,11 +109,7 @@ std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& 
       throw ConfigError(fmt::format("--name {} with --resume: job {} keeps its name '{}'", args.name,
                                     resume->id, resume->name));
     }
-    auto plain = [](const std::string& path) {
-      fs::path p = fs::absolute(path).lexically_normal();
-      return p.has_filename() || !p.has_parent_path() ? p : p.parent_path();
-    };
-    if (!options.run_dir.empty() && plain(options.run_dir) != plain(resume->run_dir)) {
+    if (!options.run_dir.empty() && launcher::plain_path(options.run_dir) != launcher::plain_path(resume->run_dir)) {
       throw ConfigError(fmt::format("--run-dir {} with --resume: job {} resumes in its own run directory {}",
                                     options.run_dir, resume->id, resume->run_dir));
     }

@@ -84,12 +84,6 @@ nlohmann::json parse_foreground(const std::string& spec_text) {
   return json;
 }
 
-// "a/b/" as "a/b", absolute and normal.
-fs::path plain_path(const std::string& path) {
-  fs::path p = fs::absolute(path).lexically_normal();
-  return p.has_filename() || !p.has_parent_path() ? p : p.parent_path();
-}
-
 // `dir` is `outer` or lies inside it.
 bool within(const fs::path& dir, const fs::path& outer) {
   auto [end, unused] = std::mismatch(outer.begin(), outer.end(), dir.begin(), dir.end());

@@ -26,6 +26,11 @@ std::string make_job_id() {
   return fmt::format("{}-{:04x}", local_compact_stamp(std::time(nullptr)), device() & 0xffff);
 }
 
+std::string plain_path(const std::string& path) {
+  fs::path p = fs::absolute(path).lexically_normal();
+  return (p.has_filename() || !p.has_parent_path() ? p : p.parent_path()).string();
+}
+
 std::string dlrun_home(const Environment& env) {
   auto get = [&](const char* key) -> std::string {
     auto it = env.find(key);

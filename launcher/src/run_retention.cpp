@@ -1,4 +1,5 @@
 #include "dlrun/launcher/run_retention.hpp"
+#include "dlrun/launcher/run_dir.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -29,11 +30,6 @@ bool inside(const fs::path& path, const fs::path& dir) {
   const auto d = dir.lexically_normal();
   auto [end, unused] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
   return end == d.end() && p != d;
-}
-
-// "a/b/" as "a/b": a path's last name, whether or not a slash follows it.
-fs::path without_slash(const fs::path& path) {
-  return path.has_filename() || !path.has_parent_path() ? path : path.parent_path();
 }
 
 uint64_t size_of(const fs::path& dir) {
@@ -137,7 +133,7 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
   std::set<std::string> in_use;  // run directories of the jobs that stay
   for (const auto& job : queue.store().list(true, 0)) {
     if (!chosen_ids.count(job.id) && !job.run_dir.empty())
-      in_use.insert(without_slash(fs::path(job.run_dir).lexically_normal()).string());
+      in_use.insert(plain_path(job.run_dir));
   }
   CleanReport report;
   std::error_code ec;
@@ -150,11 +146,11 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
     }
     // Only a run directory dlrun made, $DLRUN_HOME/runs/NAME, and none that holds another
     // job's (a --run-dir of $DLRUN_HOME/runs itself took every job's with it).
-    const fs::path dir = without_slash(fs::path(job.run_dir).lexically_normal());
+    const fs::path dir = plain_path(job.run_dir);
     const bool holds_another = std::any_of(in_use.begin(), in_use.end(), [&](const std::string& other) {
       return other == dir.string() || inside(fs::path(other), dir);
     });
-    if (!job.run_dir.empty() && dir.parent_path() == without_slash((home / "runs").lexically_normal()) &&
+    if (!job.run_dir.empty() && dir.parent_path() == fs::path(plain_path((home / "runs").string())) &&
         !holds_another && fs::is_directory(dir, ec) && !fs::is_symlink(dir, ec)) {
       remove_path(dir, dry_run, report);
       removed = true;

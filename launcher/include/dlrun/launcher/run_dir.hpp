@@ -17,6 +17,9 @@ std::string make_job_id();
 
 // DLRUN_HOME from `env`, or its default.
 std::string dlrun_home(const Environment& env);
+// `path` absolute and lexically normal, without a trailing slash ("a/b/" is "a/b"): how two run
+// directories are compared.
+std::string plain_path(const std::string& path);
 
 // `requested` if not empty, else $DLRUN_HOME/runs/<job_id>. Creates it (and parents),
 // points $DLRUN_HOME/runs/latest at it when it is the default, and otherwise links
