@@ -1,10 +1,17 @@
-// `dlrun cancel JOB…`: stop jobs, gracefully, then by force.
+// `dlrun cancel JOB…`: stop jobs, gracefully, then by force; or, with --signal, pass SIGUSR1 or
+// SIGUSR2 on to their ranks and leave them running (as Slurm's scancel --signal).
 
+#include <signal.h>
+
+#include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -15,12 +22,36 @@ namespace {
 struct CancelArgs {
   std::vector<std::string> jobs;
   bool force = false;
+  std::string signal;
 };
 
+// "USR1", "SIGUSR1", "usr1" or "10" (and the same of USR2): the signals a job's ranks may be
+// sent without stopping it. The stop signals are what cancel itself sends.
+int parse_passed_signal(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (text.rfind("SIG", 0) == 0) text.erase(0, 3);
+  if (text == "USR1" || text == std::to_string(SIGUSR1)) return SIGUSR1;
+  if (text == "USR2" || text == std::to_string(SIGUSR2)) return SIGUSR2;
+  throw ConfigError("--signal " + text +
+                    ": USR1 or USR2 are what can be sent to a job's ranks (they keep running); to stop a job, "
+                    "dlrun cancel JOB without --signal");
+}
+
+int signal_jobs(launcher::JobQueue& queue, const std::vector<int64_t>& ids, int signal) {
+  for (int64_t id : ids) {
+    queue.send_signal(id, signal);
+    std::cout << "Job " << id << ": SIG" << (signal == SIGUSR1 ? "USR1" : "USR2") << " passed on to its ranks\n";
+  }
+  return 0;
+}
+
 int run_cancel(const CancelArgs& args) {
+  const int signal = args.signal.empty() ? 0 : parse_passed_signal(args.signal);
   launcher::JobQueue queue(launcher::current_environment());
   std::vector<int64_t> ids;
-  for (const auto& job : args.jobs) ids.push_back(launcher::job_number(queue.store(), launcher::parse_job_ref(job), "cancel"));
+  const char* verb = signal ? "signal" : "cancel";
+  for (const auto& job : args.jobs) ids.push_back(launcher::job_number(queue.store(), launcher::parse_job_ref(job), verb));
+  if (signal) return signal_jobs(queue, ids, signal);
   for (int64_t id : ids) {
     auto before = queue.store().get(id);
     auto state = queue.cancel(id, args.force);
@@ -44,9 +75,15 @@ Command add_cancel_command(CLI::App& dlrun) {
   app->add_option("JOB", args->jobs, "Jobs' numbers or names, submitted or run by dlrun local or run (dlrun status "
                                       "lists them)")
       ->required();
-  app->add_flag("--force", args->force, "Kill the ranks at once (SIGKILL)");
-  app->footer("Exit codes: 0 every job named is cancelled (or had already ended); 1 a job could not be stopped; "
-              "2 no such job, or another user's (docs/exit-codes.md).");
+  auto* force = app->add_flag("--force", args->force, "Kill the ranks at once (SIGKILL)");
+  app->add_option("--signal", args->signal,
+                  "Do not stop the jobs: send their ranks USR1 or USR2 and leave them running (a program on dlrun's "
+                  "runtime checkpoints and starts again from it at USR1; docs/local.md#signals)")
+      ->type_name("SIG")
+      ->excludes(force);
+  app->footer("Exit codes: 0 every job named is cancelled (or had already ended), or was signalled; 1 a job could "
+              "not be stopped, or signalled (it is not running); 2 no such job, or another user's; 75 a job was "
+              "changing its size, try again (docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_cancel(*args); }};
 }
 

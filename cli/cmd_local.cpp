@@ -196,6 +196,8 @@ Command add_local_command(CLI::App& dlrun) {
       "GROUP_WORLD_SIZE ROLE_*, and OMP_NUM_THREADS unless set (docs/channels.md). A rank that "
       "fails with "
       "a TORCHELASTIC_ERROR_FILE (@record) is reported with its traceback.\n"
+      "SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the ranks (--grace); SIGUSR1 and SIGUSR2 are passed on to "
+      "each rank and the job goes on (docs/local.md#signals).\n"
       "Exit code: 0, or the failing rank's own code (128+N if killed by signal N), "
       "130/143/129/131 after SIGINT/SIGTERM/SIGHUP/SIGQUIT, 2 for bad usage (docs/exit-codes.md).");
   return {app, [args, app](const Trailing& trailing) { return run_local(*args, *app, trailing); }};

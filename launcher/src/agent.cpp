@@ -61,6 +61,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   // Stop signals wait until the Supervisor listens (it unblocks them).
   sigset_t stop = stop_signal_set();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+  block_passed_signals();  // the launcher passes SIGUSR1/SIGUSR2 on to the ranks through this agent
 
   RendezvousClient client;
   client.connect(options.rendezvous_host, options.rendezvous_port, k_connect_timeout);

@@ -486,6 +486,28 @@ void check_owner(const JobRecord& job, std::string_view what) {
   throw ConfigError(fmt::format("job {} is user {}'s: only they (or root) may {} it", job.id, owner, what));
 }
 
+void JobQueue::send_signal(int64_t id, int signal) {
+  auto job = m_store.get(id);
+  if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));
+  check_owner(*job, "signal");
+  if (job->state == JobState::rescaling) {
+    throw Error(fmt::format("job {} is changing its size: its ranks are stopping or starting; try again in a "
+                            "moment", id),
+                exit_code::k_temp_failure);
+  }
+  if (job->state != JobState::running) {
+    throw Error(fmt::format("job {} is {}: only a running job's ranks can be signalled", id, to_string(job->state)),
+                1);
+  }
+  if (job->submitted.slurm) return slurm_signal(job->slurm_id, signal, m_env);
+  const ProcessIdentity supervisor = job->supervisor;
+  if (!supervisor.alive() || ::kill(supervisor.pid, signal) != 0) {
+    throw Error(fmt::format("job {}: cannot signal its supervisor (pid {}): {}", id, supervisor.pid,
+                            supervisor.alive() ? std::strerror(errno) : "it is not running"),
+                1);
+  }
+}
+
 JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
   auto job = m_store.get(id);
   if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));

@@ -122,11 +122,11 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
 }  // namespace
 
 int run_submitted_job(int64_t id, const Environment& env) {
-  // Until the Supervisor's handlers exist, stop signals wait (they mean "cancel"), and so
-  // does a resize request (its default action would end this process).
+  // Until the Supervisor's handlers exist, stop signals wait (they mean "cancel"), and so do a
+  // resize request and a SIGUSR1 for the ranks (their default action would end this process).
   sigset_t stop = stop_signal_set();
-  sigaddset(&stop, signals::k_resize_request);
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+  block_passed_signals();
 
   JobQueue queue(env);
   JobStore& store = queue.store();

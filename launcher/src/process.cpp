@@ -308,10 +308,16 @@ Environment current_environment() {
   return env;
 }
 
-void block_resize_requests() {
+sigset_t passed_signal_set() {
   sigset_t set;
   sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
   sigaddset(&set, signals::k_resize_request);
+  return set;
+}
+
+void block_passed_signals() {
+  const sigset_t set = passed_signal_set();
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 

@@ -70,6 +70,10 @@ std::optional<ResizeRequest> take_resize_request(const std::string& run_dir) {
   return parse_resize_request(*text);
 }
 
+bool resize_requested(const std::string& run_dir) {
+  return !run_dir.empty() && ::access((run_dir + "/resize.request").c_str(), F_OK) == 0;
+}
+
 void write_resize_result(const std::string& run_dir, const std::string& result) {
   write_file_atomically(run_dir + "/resize.result", result + "\n");
 }

@@ -229,4 +229,8 @@ void slurm_cancel(int64_t slurm_id, bool force, const Environment& env) {
   run_slurm_command(argv, env, true);
 }
 
+void slurm_signal(int64_t slurm_id, int signal, const Environment& env) {
+  run_slurm_command({"scancel", fmt::format("--signal={}", signal), "--batch", std::to_string(slurm_id)}, env, true);
+}
+
 }  // namespace dlrun::launcher

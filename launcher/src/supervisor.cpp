@@ -66,6 +66,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_drain_timer(m_io),
       m_restart_timer(m_io),
       m_resize_signal(m_io, signals::k_resize_request),
+      m_passed_signals(m_io, SIGUSR1),
       m_watchdog_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
   m_stop_signals.add(SIGQUIT);  // the constructor takes three at most
@@ -113,7 +114,9 @@ void Supervisor::begin() {
   listen_for_signals();
   listen_for_resize();
   // A job runner blocks these until the handlers above exist; let them through now.
+  listen_for_passed_signals();
   sigset_t stop = stop_signal_set();
+  sigaddset(&stop, SIGUSR1);
   sigaddset(&stop, signals::k_resize_request);
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   record("running", std::nullopt);
@@ -280,6 +283,34 @@ void Supervisor::handle_stop_signal(int signal) {
               signal == SIGINT ? " (Ctrl-C again to kill them at once)" : "");
   }
   stop_group(signal);
+}
+
+void Supervisor::listen_for_passed_signals() {
+  m_passed_signals.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    pass_on(signal);
+    listen_for_passed_signals();
+  });
+}
+
+void Supervisor::pass_on(int signal) {
+  // To each rank's own process, not its process group: a DataLoader's workers would die of a
+  // signal they do not handle. The job goes on; a rank that does not handle it ends as if it
+  // had been signalled directly (the default action of SIGUSR1 and SIGUSR2 ends a process).
+  if (m_phase != Phase::running || !m_group || m_group->running() == 0) {
+    log::warn("got {}: not passed on, the {}s are {}", signal_name(signal), m_job.member_noun,
+              m_phase == Phase::waiting ? "starting again" : "stopping");
+    return;
+  }
+  if (!m_job.options.quiet) {
+    log::info("got {}: passing it on to {} {}{} (the job goes on)", signal_name(signal), m_group->running(),
+              m_job.member_noun, m_group->running() == 1 ? "" : "s");
+  }
+  if (m_job.deliver_signal) {
+    m_job.deliver_signal(signal);  // dlrun run: each host's agent passes it on to its ranks
+  } else {
+    m_group->signal_leaders(signal);
+  }
 }
 
 void Supervisor::signal_members(int signal) {

@@ -921,6 +921,35 @@ class Cancel(JobsTestCase):
         self.assertLess(time.monotonic() - start, 30)
         self.assertEqual(r.stdout, f"Job {job_id} CANCELLED\n")
 
+    def test_signal_passes_usr1_and_usr2_on_and_leaves_the_job_running(self):
+        # As scancel --signal: a submitted job's ranks asked to checkpoint, say, before a
+        # deadline; there was no way to reach them but to cancel the job.
+        marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
+        job_id = self.submit(f'name = "sig"\ncommand = ["sh", "-c", "trap \'echo $RANK-USR1 >> {marks}\' USR1; '
+                             f'trap \'echo $RANK-USR2 >> {marks}\' USR2; echo x >> {ready}; '
+                             f'while [ ! -e {marks}.done ]; do sleep 0.05; done"]\n[resources]\nnproc = 2\n')
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30))
+        r = self.dlrun("cancel", "--signal", "USR1", "sig")
+        self.assertEqual((r.returncode, r.stdout), (0, f"Job {job_id}: SIGUSR1 passed on to its ranks\n"), r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(marks)) == 2, 30))
+        r = self.dlrun("cancel", "--signal", "sigusr2", str(job_id))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(marks)) == 4, 30))
+        self.assertEqual(sorted(read_words(marks)), ["0-USR1", "0-USR2", "1-USR1", "1-USR2"])
+        self.assertEqual(self.status(job_id)["state"], "RUNNING")
+        for bad in ("TERM", "KILL", "9", "USR3", ""):
+            r = self.dlrun("cancel", "--signal", bad, str(job_id))
+            self.assertEqual(r.returncode, 2, (bad, r.stderr))
+        self.assertEqual(self.dlrun("cancel", "--signal", "USR1", "--force", str(job_id)).returncode, 2)
+        self.assertEqual(self.status(job_id)["state"], "RUNNING")
+        open(marks + ".done", "w").close()
+        self.wait_state(job_id, ["SUCCEEDED"])
+        r = self.dlrun("cancel", "--signal", "USR1", str(job_id))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"job {job_id} is SUCCEEDED: only a running job's ranks can be signalled", r.stderr)
+        self.assertEqual(self.dlrun("cancel", "--signal", "USR1", "999").returncode, 2)
+
     def test_cancel_unknown_and_finished_jobs(self):
         r = self.dlrun("cancel", "999")
         self.assertEqual(r.returncode, 2)

@@ -561,6 +561,45 @@ while true; do sleep 0.05; done
         self.assertEqual(p.returncode, 131, err)
         self.assertEqual(marks, ["rank-0-QUIT", "rank-1-QUIT"])
 
+    def test_sigusr1_and_sigusr2_reach_each_rank_and_the_job_goes_on(self):
+        # Slurm's --signal=USR1@120 and `kill -USR1` ask a program to checkpoint before a
+        # deadline: dlrun died of them (the ranks were killed, the job was lost). They go to
+        # each rank's own process (a child of it, a DataLoader worker, would die of a signal it
+        # does not handle), and the job goes on.
+        marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
+        child = self.script("child.sh", f"echo child >> {ready}\nexec sleep 300\n")
+        script = self.script("usr.sh", f"""
+trap "echo rank-$RANK-USR1 >> {marks}" USR1
+trap "echo rank-$RANK-USR2 >> {marks}" USR2
+{child} &
+echo $RANK >> {ready}
+while [ $(grep -c "^rank-$RANK-" {marks} 2>/dev/null || echo 0) -lt 2 ]; do sleep 0.05; done
+kill $!
+""")
+        p = self.start("local", "--nproc", "2", script)
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 4, 30), "ranks did not start")
+        p.send_signal(signal.SIGUSR1)
+        self.assertTrue(wait_for(lambda: len(read_words(marks)) == 2, 30), "SIGUSR1 did not reach both ranks")
+        p.send_signal(signal.SIGUSR2)  # no resize request waits: the ranks', not dlrun resize's
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(sorted(read_words(marks)), ["rank-0-USR1", "rank-0-USR2", "rank-1-USR1", "rank-1-USR2"])
+        self.assertIn("got SIGUSR1: passing it on to 2 ranks (the job goes on)", err)
+        self.assertIn("got SIGUSR2: passing it on to 2 ranks (the job goes on)", err)
+
+    def test_sigusr1_that_a_rank_does_not_handle_ends_it_as_it_would_alone(self):
+        ready = os.path.join(self.tmp, "ready")
+        script = self.script("plain.sh", f"echo $RANK >> {ready}\nwhile true; do sleep 0.05; done\n")
+        p = self.start("local", "--nproc", "2", "--grace", "2", script)
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30))
+        p.send_signal(signal.SIGUSR1)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 128 + signal.SIGUSR1, err)
+        self.assertRegex(err, r"rank \d was killed by signal 10 \(SIGUSR1\)")
+        jobs = json.loads(self.dlrun("status", "--json", "--all").stdout)
+        self.assertEqual([j["state"] for j in jobs], ["FAILED"])  # recorded, not lost
+
     def test_ctrl_c_while_a_failure_stops_the_group_kills_at_once_and_keeps_the_failure(self):
         marks = os.path.join(self.tmp, "marks")
         script = self.script("fail.sh", f"""

@@ -354,6 +354,22 @@ class LocalHosts(DlrunTestCase):
         r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "echo", "x")
         self.assertEqual(r.stdout, "[localhost:0] x\n")  # a pipe: no colour
 
+    def test_sigusr1_reaches_every_rank_through_the_agents(self):
+        marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
+        script = self.script("usr.sh", f"""
+trap "echo $RANK-USR1 >> {marks}" USR1
+echo $RANK >> {ready}
+while [ ! -s {marks} ] || [ $(wc -l < {marks}) -lt 3 ]; do sleep 0.05; done
+""")
+        p = self.start("run", "--hosts", "localhost:2,127.0.0.1:1", "--run-dir", self.run_dir(), script)
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 3, 60))
+        p.send_signal(signal.SIGUSR1)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(sorted(read_words(marks)), ["0-USR1", "1-USR1", "2-USR1"])
+        self.assertIn("dlrun: got SIGUSR1: passing it on to 2 hosts (the job goes on)", err)
+
     def test_ssh_options_leave_the_program_alone(self):
         # --ssh-option took every word after it, the program's too ("no program given").
         r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--ssh-option", "ConnectTimeout=5",

@@ -95,17 +95,23 @@ class OnSlurm(DlrunTestCase):
         self.assertEqual(self.status(r.stdout.strip())["state"], "FAILED")
         self.assertEqual(self.dlrun("status", r.stdout.strip()).returncode, 1)
 
-    def test_cancel_a_running_job(self):
+    def test_signal_then_cancel_a_running_job(self):
         marks = os.path.join(self.tmp, "marks")
         ready = os.path.join(self.tmp, "ready")
         r = self.dlrun("submit", "--parsable",
                        self.job(["sh", "-c", f"trap 'echo $RANK >> {marks}; exit 0' TERM; "
+                                             f"trap 'echo $RANK-USR1 >> {marks}' USR1; "
                                              f"echo $RANK >> {ready}; while true; do sleep 0.1; done"]))
         self.assertEqual(r.returncode, 0, r.stderr)
         job_id = r.stdout.strip()
         self.assertTrue(wait_for(lambda: self.status(job_id)["state"] == "RUNNING", 60))
         # Both ranks have set their trap: the cancel reaches running ranks, not starting ones.
         self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 120), read_words(ready))
+        # scancel --signal to the batch step (dlrun), which passes it on; the job goes on.
+        c = self.dlrun("cancel", "--signal", "USR1", job_id, timeout=60)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        self.assertTrue(wait_for(lambda: sorted(read_words(marks)) == ["0-USR1", "1-USR1"], 60), read_words(marks))
+        self.assertEqual(self.status(job_id)["state"], "RUNNING")
         c = self.dlrun("cancel", job_id, timeout=180)
         self.assertEqual(c.stdout, f"Job {job_id} CANCELLED\n", c.stderr)
         job = self.status(job_id)

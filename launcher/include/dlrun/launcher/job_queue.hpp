@@ -84,6 +84,12 @@ class JobQueue {
   // `why`: the reason a pending job is recorded with (a running one says how it stopped).
   JobState cancel(int64_t id, bool force, const std::string& why = "by dlrun cancel");
 
+  // Sends SIGUSR1 or SIGUSR2 to a running job's ranks, which go on running (their program
+  // decides what it means: a checkpoint before a deadline, say): through its supervisor, which
+  // passes it on (a Slurm job: scancel --signal to its batch step, dlrun's). ConfigError for a
+  // job that is not running or is another user's; Error (exit 1) when it cannot be sent.
+  void send_signal(int64_t id, int signal);
+
   // This machine's resources for the local scheduler.
   Capacity capacity() const;
 

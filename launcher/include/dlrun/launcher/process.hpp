@@ -67,8 +67,12 @@ Environment current_environment();
 // Cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();
 
-// Blocks signals::k_resize_request (SIGUSR2) in this thread until a Supervisor listens for it.
-void block_resize_requests();
+// SIGUSR1 and SIGUSR2: what a Supervisor passes on to the ranks and goes on (SIGUSR2 is also
+// `dlrun resize`'s request, signals::k_resize_request). Blocked until a Supervisor listens.
+sigset_t passed_signal_set();
+
+// Blocks passed_signal_set() in this thread until a Supervisor listens for it.
+void block_passed_signals();
 
 // SIGINT, SIGTERM, SIGHUP and SIGQUIT: what asks a dlrun process to stop (blocked until its handlers
 // exist, then waited for or handled).

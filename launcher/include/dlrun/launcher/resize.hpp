@@ -42,6 +42,8 @@ std::string check_resize(int requested, int min_ranks, int max_ranks);
 // RUN_DIR/resize.request and RUN_DIR/resize.result.
 void write_resize_request(const std::string& run_dir, const ResizeRequest& request);
 std::optional<ResizeRequest> take_resize_request(const std::string& run_dir);
+// Whether RUN_DIR/resize.request exists: a SIGUSR2 without one is not dlrun resize's.
+bool resize_requested(const std::string& run_dir);
 void write_resize_result(const std::string& run_dir, const std::string& result);
 std::optional<std::string> take_resize_result(const std::string& run_dir);
 

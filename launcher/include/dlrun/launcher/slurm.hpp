@@ -62,6 +62,8 @@ SlurmAnswer interpret_slurm_query(const SlurmCommandResult& scontrol, const std:
 SlurmAnswer slurm_query(int64_t slurm_id, const Environment& env);
 // scancel: graceful (Slurm's SIGTERM, then SIGKILL after its KillWait), or SIGKILL now.
 void slurm_cancel(int64_t slurm_id, bool force, const Environment& env);
+// scancel --signal=SIG --batch: to the batch step, dlrun's, which passes it on to the ranks.
+void slurm_signal(int64_t slurm_id, int signal, const Environment& env);
 
 struct SlurmStepOptions {
   ClusterOptions cluster;  // group (command, grace, max_restarts, run_dir, prefix), gpu_slots

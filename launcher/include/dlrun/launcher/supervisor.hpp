@@ -84,6 +84,9 @@ class Supervisor {
 
   void start_attempt();
   void listen_for_signals();
+  // SIGUSR1, and a SIGUSR2 that is not `dlrun resize`'s: passed on to the ranks, the job goes on.
+  void listen_for_passed_signals();
+  void pass_on(int signal);
   void on_children_ended();
   void stop_group(int signal);
   void signal_members(int signal);
@@ -117,6 +120,11 @@ class Supervisor {
   boost::asio::steady_timer m_drain_timer;
   boost::asio::steady_timer m_restart_timer;
   boost::asio::signal_set m_resize_signal;
+  boost::asio::signal_set m_passed_signals;
+  // When a resize request was last taken: a SIGUSR2 soon after, with no request, is the one that
+  // announced it (a user's SIGUSR2 may have taken the request first), not one to pass on.
+  std::chrono::steady_clock::time_point m_resize_taken_at;
+  static constexpr std::chrono::seconds k_resize_signal_window{2};
   boost::asio::steady_timer m_watchdog_timer;
   std::optional<ResizeRequest> m_pending_resize;
   bool m_resize_restarts = false;  // the pending resize stops ranks that do not handle the stop request
