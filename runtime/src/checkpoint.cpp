@@ -36,6 +36,7 @@ using runtime::write_text;
 
 constexpr const char* k_prefix = "step-";
 constexpr const char* k_temp_prefix = ".tmp-step-";
+constexpr const char* k_superseded_prefix = "superseded-";
 constexpr const char* k_state_file = "state.txt";
 
 std::string dir_name(int64_t step) {
@@ -81,28 +82,42 @@ void check_new_name(const std::vector<std::pair<std::string, Tracked>>& tracked,
   }
 }
 
-// As torch::nn::Module::load, but copying into the existing tensors. Module::load replaces
-// each parameter's data with set_(), after which autograd creates a new gradient accumulator
-// for it, and the hooks DataParallel's reducer put on the old one never fire again:
-// gradients would silently stop being reduced after a restore.
-void load_in_place(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
-  torch::NoGradGuard no_grad;
-  for (auto& param : module.named_parameters(/*recurse=*/false)) {
-    at::Tensor loaded;
-    archive.read(param.key(), loaded);
-    param.value().copy_(loaded);
+// A module's tensors and the checkpoint's values for them, read before any is changed: a
+// checkpoint that does not fit (a tensor missing, another shape) changes nothing.
+struct PendingCopies {
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // the module's tensor, the checkpoint's
+
+  // As torch::nn::Module::load, but for copying into the existing tensors later (apply()).
+  // Module::load replaces each parameter's data with set_(), after which autograd creates a new
+  // gradient accumulator for it, and the hooks DataParallel's reducer put on the old one never
+  // fire again: gradients would silently stop being reduced after a restore.
+  void read(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix) {
+    auto take = [&](const std::string& key, const at::Tensor& mine, bool is_buffer) {
+      at::Tensor loaded;
+      archive.read(key, loaded, is_buffer);
+      // copy_ broadcasts: a [N] tensor would fill a [M, N] one without a word.
+      if (loaded.sizes() != mine.sizes()) {
+        throw CheckpointError(fmt::format("its {} '{}{}' has shape {}, the module's has {}",
+                                          is_buffer ? "buffer" : "parameter", prefix, key,
+                                          fmt::join(loaded.sizes(), "x"), fmt::join(mine.sizes(), "x")));
+      }
+      copies.emplace_back(mine, std::move(loaded));
+    };
+    for (auto& param : module.named_parameters(/*recurse=*/false)) take(param.key(), param.value(), false);
+    for (auto& buffer : module.named_buffers(/*recurse=*/false)) take(buffer.key(), buffer.value(), true);
+    for (const auto& child : module.named_children()) {
+      torch::serialize::InputArchive child_archive;
+      archive.read(child.key(), child_archive);
+      read(*child.value(), child_archive, prefix + child.key() + ".");
+    }
   }
-  for (auto& buffer : module.named_buffers(/*recurse=*/false)) {
-    at::Tensor loaded;
-    archive.read(buffer.key(), loaded, /*is_buffer=*/true);
-    buffer.value().copy_(loaded);
+
+  void apply() {
+    torch::NoGradGuard no_grad;
+    for (auto& [mine, loaded] : copies) mine.copy_(loaded);
+    copies.clear();
   }
-  for (const auto& child : module.named_children()) {
-    torch::serialize::InputArchive child_archive;
-    archive.read(child.key(), child_archive);
-    load_in_place(*child.value(), child_archive);
-  }
-}
+};
 
 // Where the optimizer's parameters live (its state must be there too); none if it has none.
 c10::optional<c10::Device> parameter_device(const torch::optim::Optimizer& optimizer) {
@@ -260,6 +275,7 @@ struct Checkpoint::Impl {
   void write_files(const fs::path& tmp, int64_t step, const std::map<std::string, double>& values,
                    std::vector<std::string>& names) const;
   void prune() const;
+  void set_aside_later_than(int64_t step) const;
   std::optional<int64_t> choose() const;
   CheckpointInfo load(const fs::path& path) const;
 };
@@ -370,6 +386,7 @@ fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& val
                   "may lose it",
                   step, final_dir.string(), message_of(e));
       }
+      m_impl->set_aside_later_than(step);
       m_impl->prune();
       log::info("checkpoint of step {} saved to {}", step, final_dir.string());
     } catch (const std::exception& e) {
@@ -391,6 +408,34 @@ fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& val
                                       : "rank 0 " + why);
   }
   return final_dir;
+}
+
+void Checkpoint::Impl::set_aside_later_than(int64_t step) const {
+  // Checkpoints of later steps than the one just saved belong to a run this one went back from
+  // (a restore of an earlier step, or a start afresh in the same directory): restore() takes the
+  // latest step, so they would be resumed instead of this run's own, and with keep_last they
+  // pruned this run's saves at once. They are moved aside, never removed.
+  std::vector<std::string> moved;
+  for (const auto& path : Checkpoint::list(dir)) {
+    if (step_of(path).value_or(-1) <= step) break;  // newest first
+    fs::path target = dir / (k_superseded_prefix + path.filename().string());
+    for (int n = 2; fs::exists(target); ++n) {
+      target = dir / fmt::format("{}{}.{}", k_superseded_prefix, path.filename().string(), n);
+    }
+    std::error_code ec;
+    fs::rename(path, target, ec);
+    if (ec) {
+      throw CheckpointError(fmt::format("{} is of a later step than this run's {} and could not be moved aside ({}): "
+                                        "a restart would resume from it",
+                                        path.string(), step, ec.message()));
+    }
+    moved.push_back(target.filename().string());
+  }
+  if (!moved.empty()) {
+    log::warn("{} held checkpoints of later steps than this run's {}, of a run it went back from: moved aside as "
+              "{} (never restored; remove them when no longer needed)",
+              dir.string(), step, fmt::join(moved, ", "));
+  }
 }
 
 void Checkpoint::Impl::prune() const {
@@ -437,6 +482,7 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
   Values state = read_state(path / k_state_file);
   CheckpointInfo info;
   info.path = path;
+  std::vector<std::string> restored;  // what holds the checkpoint's state by now
   try {
     info.step = std::stoll(state_value(state, "step", "step"));
     info.saved_world_size = std::stoi(state_value(state, "world_size", "world size"));
@@ -448,23 +494,25 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
       if (!text::parse(value, number)) throw std::invalid_argument("bad number for " + key + ": " + value);
       info.values[key.substr(6)] = number;
     }
+    // Everything that can be read and checked before a tracked object changes is: a checkpoint
+    // of another model, or of a program tracking other objects, leaves them all as they were.
+    PendingCopies weights;
     for (const auto& [name, module] : modules) {
       torch::serialize::InputArchive archive;
       archive.load_from(tracked_file(path, "module", name, ".pt").string());
-      load_in_place(*module, archive);
+      try {
+        weights.read(*module, archive, "");
+      } catch (const std::exception& e) {
+        throw CheckpointError(fmt::format("module '{}': {}", name, message_of(e)));
+      }
     }
-    for (const auto& [name, optimizer] : optimizers) {
-      torch::serialize::InputArchive archive;
-      // Optimizer state belongs with the parameters: a checkpoint of CPU ranks resumes on GPUs.
-      archive.load_from(tracked_file(path, "optimizer", name, ".pt").string(), parameter_device(*optimizer));
-      optimizer->load(archive);
-    }
+    std::vector<std::string> texts;
     for (const auto& [name, object] : objects) {
-      std::string text;
-      if (!read_text(tracked_file(path, "state", name, ".txt"), text))
+      texts.emplace_back();
+      if (!read_text(tracked_file(path, "state", name, ".txt"), texts.back()))
         throw CheckpointError(fmt::format("cannot read state-{}.txt", name));
-      object->restore_checkpoint_state(text);
     }
+    std::optional<SamplerState> sampler_state;
     if (sampler) {
       SamplerState s;
       const char* what = "sampler position (the program that wrote it tracked no ElasticSampler)";
@@ -472,15 +520,42 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
       s.position = std::stoll(state_value(state, "sampler.position", what));
       s.seed = std::stoull(state_value(state, "sampler.seed", what));
       s.dataset_size = std::stoll(state_value(state, "sampler.dataset_size", what));
-      sampler->restore(s);
+      sampler_state = s;
     }
-  } catch (const ConfigError&) {
-    throw;  // a restored object refuses what it holds (an ElasticSampler of another data set)
+    std::vector<std::string> optimizer_files;
+    for (const auto& [name, optimizer] : optimizers) {
+      optimizer_files.push_back(tracked_file(path, "optimizer", name, ".pt").string());
+    }
+    weights.apply();
+    for (const auto& [name, module] : modules) restored.push_back("module '" + name + "'");
+    for (size_t i = 0; i < optimizers.size(); ++i) {
+      auto* optimizer = optimizers[i].second;
+      torch::serialize::InputArchive archive;
+      // Optimizer state belongs with the parameters: a checkpoint of CPU ranks resumes on GPUs.
+      archive.load_from(optimizer_files[i], parameter_device(*optimizer));
+      optimizer->load(archive);
+      restored.push_back("optimizer '" + optimizers[i].first + "'");
+    }
+    for (size_t i = 0; i < objects.size(); ++i) {
+      objects[i].second->restore_checkpoint_state(texts[i]);
+      restored.push_back("'" + objects[i].first + "'");
+    }
+    if (sampler_state) sampler->restore(*sampler_state);
   } catch (const std::exception& e) {
+    // What was restored before the failure stays restored: said, so that a program that
+    // catches this does not start "afresh" from a checkpoint's weights.
+    const std::string partly =
+        restored.empty() ? "; nothing was restored from it"
+                         : fmt::format("; {} had been restored from it by then (start afresh with new objects, not "
+                                       "these)",
+                                       fmt::join(restored, ", "));
+    if (dynamic_cast<const ConfigError*>(&e)) {
+      throw ConfigError(e.what() + partly);  // a restored object refuses what it holds (another data set)
+    }
     throw CheckpointError(
         fmt::format("cannot load checkpoint {}: {} (was it written by a "
-                    "program tracking other objects?)",
-                    path.string(), message_of(e)));
+                    "program tracking other objects?){}",
+                    path.string(), message_of(e), partly));
   }
   return info;
 }

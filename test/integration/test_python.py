@@ -225,6 +225,27 @@ class Errors(DlrunTestCase):
                                    "not a generator")
         self.assertIn("Checkpoint takes a list of what to track", lines[8])
 
+    def test_a_second_init_that_asks_for_another_world_is_refused(self):
+        # It returned the first Context whatever it asked for: a script (or a library) that
+        # asked for Gloo, or a longer timeout, ran with what the first call had made.
+        out = self.python("""
+            import dlrun
+            first = dlrun.init(collective_timeout=120)
+            print(dlrun.init() is first, dlrun.init(collective_timeout=120.0) is first)
+            for options in ({"collective_timeout": 30}, {"backend": "nccl", "handle_signals": False}):
+                try:
+                    dlrun.init(**options)
+                except dlrun.ConfigError as e:
+                    print("ConfigError |", e)
+            """)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "True True")
+        self.assertEqual(lines[1], "ConfigError | dlrun.init() was called before, and a second call cannot change "
+                                   "the world it made: collective_timeout=30.0 (the first call's: 120.0). Pass these "
+                                   "to the first call; dlrun.init() with no arguments returns the Context it made")
+        self.assertIn("backend='nccl' (the first call's: 'auto'), handle_signals=False (the first call's: True)",
+                      lines[2])
+
     def test_arguments_of_the_wrong_type_are_config_errors_that_name_them(self):
         out = self.python("""
             import pathlib, numpy, torch, dlrun

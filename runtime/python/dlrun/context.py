@@ -1,5 +1,6 @@
 """dlrun.init() and the Context it returns: this process's place in the training world."""
 
+import inspect
 import weakref
 
 import torch
@@ -82,17 +83,37 @@ def init(*, rendezvous_timeout=60.0, collective_timeout=600.0, backend="auto", d
     CPU gradients of ranks on one host through shared memory instead of Gloo's sockets.
 
     Raises EnvironmentError for a half-set environment, RendezvousTimeout when the ranks do
-    not meet in time. A second call returns the first Context.
+    not meet in time. A second call returns the first Context; one that asks for something else
+    than the first (an argument other than its default and than the first call's) is a
+    ConfigError, since the world it asks for is not the one it would get.
     """
-    global _current
+    global _current, _current_arguments
+    a = _arguments
+    arguments = {
+        "rendezvous_timeout": a.real("rendezvous_timeout", rendezvous_timeout, positive=True),
+        "collective_timeout": a.real("collective_timeout", collective_timeout, positive=True),
+        "backend": a.text("backend", backend),
+        "device": a.text("device", device),
+        "handle_signals": a.flag("handle_signals", handle_signals),
+        "shared_memory_allreduce": a.flag("shared_memory_allreduce", shared_memory_allreduce),
+    }
     if _current is None:
-        a = _arguments
-        _current = Context(_dlrun.init(
-            a.real("rendezvous_timeout", rendezvous_timeout, positive=True),
-            a.real("collective_timeout", collective_timeout, positive=True), a.text("backend", backend),
-            a.text("device", device), a.flag("handle_signals", handle_signals),
-            a.flag("shared_memory_allreduce", shared_memory_allreduce)))
+        _current = Context(_dlrun.init(*arguments.values()))
+        _current_arguments = arguments
+        return _current
+    differ = [f"{name}={value!r} (the first call's: {_current_arguments[name]!r})"
+              for name, value in arguments.items()
+              if value != _INIT_DEFAULTS[name] and value != _current_arguments[name]]
+    if differ:
+        raise _dlrun.ConfigError("dlrun.init() was called before, and a second call cannot change the world it "
+                                 "made: " + ", ".join(differ) + ". Pass these to the first call; "
+                                 "dlrun.init() with no arguments returns the Context it made")
     return _current
+
+
+_INIT_DEFAULTS = {name: parameter.default for name, parameter in
+                  inspect.signature(init).parameters.items()}
+_current_arguments = {}
 
 
 def given_or_current(context):

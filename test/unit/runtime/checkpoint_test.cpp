@@ -234,6 +234,9 @@ TEST_SUITE("runtime::Checkpoint") {
       message = e.what();
     }
     CHECK(message.find("it holds no optimizer 'sgd' (its optimizer: 'adam')") != std::string::npos);
+    // Found before anything was loaded: the model is as it was, and the message says so.
+    CHECK(message.find("; nothing was restored from it") != std::string::npos);
+    CHECK_FALSE(torch::equal(other.model->weight, run.model->weight));
     CHECK(message.find("Exception raised from") == std::string::npos);  // no C++ backtrace
     // A program that tracks a sampler now, and did not then.
     dlrun::Checkpoint no_sampler(solo(), dir.path / "two");
@@ -245,9 +248,96 @@ TEST_SUITE("runtime::Checkpoint") {
     CHECK_THROWS_WITH_AS(with_sampler.restore(),
                          ("cannot load checkpoint " + (dir.path / "two" / "step-000000000001").string() +
                           ": its state.txt has no sampler position (the program that wrote it tracked no "
-                          "ElasticSampler) ('sampler.epoch') (was it written by a program tracking other objects?)")
+                          "ElasticSampler) ('sampler.epoch') (was it written by a program tracking other objects?); "
+                          "nothing was restored from it")
                              .c_str(),
                          dlrun::CheckpointError);
+  }
+
+  TEST_CASE("a checkpoint of another shape is refused and changes nothing") {
+    // copy_ broadcasts: Linear(4, 1)'s [1, 4] weight filled Linear(4, 2)'s [2, 4] without a word.
+    TempDir dir;
+    torch::manual_seed(1);
+    auto narrow = std::make_shared<torch::nn::LinearImpl>(4, 1);
+    dlrun::Checkpoint saver(solo(), dir.path);
+    saver.track("model", narrow);
+    saver.save(1);
+    auto wide = std::make_shared<torch::nn::LinearImpl>(4, 2);
+    const auto before = wide->weight.clone();
+    dlrun::Checkpoint loader(solo(), dir.path);
+    loader.track("model", wide);
+    std::string message;
+    try {
+      loader.restore();
+    } catch (const dlrun::CheckpointError& e) {
+      message = e.what();
+    }
+    CHECK(message.find("module 'model': its parameter 'weight' has shape 1x4, the module's has 2x4") !=
+          std::string::npos);
+    CHECK(message.find("; nothing was restored from it") != std::string::npos);
+    CHECK(torch::equal(wide->weight, before));
+  }
+
+  TEST_CASE("a failure after the weights were restored says so") {
+    TempDir dir;
+    Run run(1);
+    dlrun::Checkpoint ckpt(solo(), dir.path);
+    run.track(ckpt);
+    run.train_step();
+    ckpt.save(1);
+    Run other(2);
+    dlrun::ElasticSampler another_set{99, 0, 1, 3};  // another data set: the sampler refuses the state
+    dlrun::Checkpoint loader(solo(), dir.path);
+    loader.track("model", other.model);
+    loader.track("adam", *other.adam);
+    loader.track(another_set);
+    std::string message;
+    try {
+      loader.restore();
+    } catch (const dlrun::ConfigError& e) {
+      message = e.what();
+    }
+    CHECK(message.find("; module 'model', optimizer 'adam' had been restored from it by then") != std::string::npos);
+  }
+
+  TEST_CASE("a save of an earlier step sets the later ones aside, never restored, never removed") {
+    // Going back (a restore of an earlier step, a start afresh in the same directory) with
+    // keep_last = 1 pruned each new save at once, and a restart resumed the abandoned run.
+    TempDir dir;
+    Run run(1);
+    dlrun::CheckpointOptions options;
+    options.keep_last = 1;
+    {
+      dlrun::Checkpoint ckpt(solo(), dir.path, options);
+      run.track(ckpt);
+      for (int step = 1; step <= 3; ++step) ckpt.save(step);
+    }
+    Run afresh(2);
+    dlrun::Checkpoint ckpt(solo(), dir.path, options);
+    afresh.track(ckpt);
+    ckpt.save(1);
+    auto kept = dlrun::Checkpoint::list(dir.path);
+    REQUIRE(kept.size() == 1);
+    CHECK(kept[0].filename() == "step-000000000001");
+    CHECK(fs::is_directory(dir.path / "superseded-step-000000000003"));
+    ckpt.save(2);
+    CHECK(dlrun::Checkpoint::list(dir.path).front().filename() == "step-000000000002");
+    Run resumed(3);
+    dlrun::Checkpoint again(solo(), dir.path, options);
+    resumed.track(again);
+    auto info = again.restore();
+    REQUIRE(info.has_value());
+    CHECK(info->step == 2);
+    CHECK(torch::equal(resumed.model->weight, afresh.model->weight));
+    // Going back again past a step set aside before keeps both.
+    {
+      dlrun::Checkpoint ckpt3(solo(), dir.path, options);
+      run.track(ckpt3);
+      ckpt3.save(3);
+    }
+    ckpt.save(1);
+    CHECK(fs::is_directory(dir.path / "superseded-step-000000000003"));
+    CHECK(fs::is_directory(dir.path / "superseded-step-000000000003.2"));
   }
 
   TEST_CASE("every rank says why rank 0 could not save") {
