@@ -63,6 +63,9 @@ struct DataParallel::Impl {
   size_t bucket_count = 0;
   bool sync = true;
   bool stop_voted = false;  // of the last synchronize()
+  // The last backward() ran inside no_sync(): its gradients (and what it accumulated onto) are
+  // this rank's own until a synced backward() reduces them.
+  bool unreduced = false;
 };
 
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context context,
@@ -124,6 +127,7 @@ void DataParallel::backward(const at::Tensor& loss) {
 }
 
 void DataParallel::prepare_backward() {
+  if (m_impl->reducer) m_impl->unreduced = !m_impl->sync;
   if (m_impl->reducer && m_impl->sync) {
     try {
       // Collective on the first synced step after the first one: all ranks get here together.
@@ -171,6 +175,13 @@ void DataParallel::step(torch::optim::Optimizer& optimizer) {
 }
 
 void DataParallel::step(const std::function<void()>& optimizer_step) {
+  if (m_impl->unreduced) {
+    // Each rank would apply its own gradient: the replicas drift apart without a word.
+    throw ConfigError(
+        "DataParallel::step: the last backward() ran inside no_sync(), so this step's gradients were never "
+        "averaged over the ranks and the replicas would drift apart: run the step's last backward() outside "
+        "no_sync() (it reduces everything accumulated before it)");
+  }
   synchronize();
   optimizer_step();
   finish_step();
