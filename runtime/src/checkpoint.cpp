@@ -19,6 +19,7 @@
 
 #include "checkpoint_manifest.hpp"
 #include "context_state.hpp"
+#include "error_text.hpp"
 #include "remove_tree.hpp"
 #include "text_file.hpp"
 #include "dlrun/text_fields.hpp"
@@ -156,13 +157,7 @@ void save_archive(torch::serialize::OutputArchive& archive, const fs::path& path
   }
 }
 
-// A LibTorch error's message without the C++ backtrace it carries.
-std::string message_of(const std::exception& e) {
-  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) {
-    return torch_error->what_without_backtrace();
-  }
-  return e.what();
-}
+using runtime::message_of;
 
 const std::string& state_value(const Values& state, const std::string& key, const char* what) {
   auto found = state.find(key);

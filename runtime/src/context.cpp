@@ -13,6 +13,7 @@
 #include "dlrun/log.hpp"
 #include "dlrun/protocol.hpp"
 #include "dlrun/runtime_errors.hpp"
+#include "error_text.hpp"
 #include "process_group_factory.hpp"
 #include "rank_device.hpp"
 #include "serial_worker.hpp"
@@ -88,7 +89,7 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int 
   } catch (const std::exception& e) {
     throw CommunicationError(
         fmt::format("rank {}: {} failed: {} (another rank probably exited; see its log)", rank,
-                    what, e.what()));
+                    what, runtime::message_of(e)));
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "bucket_hook.hpp"
 #include "context_state.hpp"
+#include "error_text.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 
@@ -45,7 +46,7 @@ void broadcast_from_rank0(runtime::ContextState& state, const std::vector<at::Te
     const bool shared_gpu =
         std::string_view(e.what()).find("Duplicate GPU") != std::string_view::npos;
     throw CommunicationError(fmt::format(
-        "rank {}: could not take the initial weights from rank 0: {} ({})", state.rank, e.what(),
+        "rank {}: could not take the initial weights from rank 0: {} ({})", state.rank, runtime::message_of(e),
         shared_gpu ? "NCCL needs a GPU of its own for every rank: start them with dlrun local "
                      "--gpus N, at most one rank per GPU"
                    : "every rank must build the same model"));
@@ -160,7 +161,7 @@ void DataParallel::synchronize() {
     }
   } catch (const std::exception& e) {
     throw CommunicationError(fmt::format("rank {}: the gradient allreduce or stop vote failed: {}",
-                                         state.rank, e.what()));
+                                         state.rank, runtime::message_of(e)));
   }
   // One copy to the host per step, which the stop flag needs anyway.
   const at::Tensor values = m_impl->vote->values.to(at::kCPU, at::kDouble);

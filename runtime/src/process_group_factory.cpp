@@ -13,6 +13,7 @@
 
 #include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
+#include "error_text.hpp"
 #include "port_probe.hpp"
 
 namespace dlrun::runtime {
@@ -130,12 +131,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitO
           "rank 0 could not host the store at {}:{} ({}): is the port in use? By this program itself "
           "when it called torch.distributed.init_process_group() too (dlrun's init replaces it); dlrun "
           "local picks a free one; set MASTER_PORT to another port otherwise",
-          world.master_addr, world.master_port, e.what()));
+          world.master_addr, world.master_port, runtime::message_of(e)));
     }
     throw RendezvousTimeout(fmt::format(
         "rank {} could not reach the store at {}:{} within {:g} s: check that rank 0 is running "
         "and MASTER_ADDR/MASTER_PORT are right ({})",
-        world.rank, world.master_addr, world.master_port, seconds, e.what()));
+        world.rank, world.master_addr, world.master_port, seconds, runtime::message_of(e)));
   }
   wait_for_all_ranks(*store, world, options);
   return store;
@@ -184,7 +185,7 @@ Group create_process_group(const c10::intrusive_ptr<c10d::Store>& store, int ran
     return {as_group(prefixed, rank, world_size, gloo, /*nccl=*/false, cuda_index), "gloo"};
   } catch (const std::exception& e) {
     throw RendezvousTimeout(fmt::format("rank {}: could not connect Gloo to the other {} ranks: {}",
-                                        rank, world_size - 1, e.what()));
+                                        rank, world_size - 1, runtime::message_of(e)));
   }
 }
 

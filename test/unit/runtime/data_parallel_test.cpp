@@ -150,6 +150,25 @@ TEST_SUITE("runtime::DataParallel") {
     }
   }
 
+  TEST_CASE("ranks that built different models are told so, without LibTorch's backtrace") {
+    std::vector<std::string> messages(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      auto model = std::make_shared<torch::nn::LinearImpl>(4, ctx.rank() == 0 ? 2 : 3);
+      try {
+        dlrun::DataParallel dp(model, ctx);
+      } catch (const dlrun::CommunicationError& e) {
+        messages[ctx.rank()] = e.what();
+      }
+    });
+    for (const auto& message : messages) {
+      CAPTURE(message);
+      CHECK(message.find("could not take the initial weights from rank 0") != std::string::npos);
+      CHECK(message.find("every rank must build the same model") != std::string::npos);
+      CHECK(message.find("Exception raised from") == std::string::npos);
+      CHECK(message.find("frame #") == std::string::npos);
+    }
+  }
+
   TEST_CASE("a parameter left out of a step's loss is named in dlrun's words, not LibTorch's") {
     std::atomic<int> named{0};
     dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
