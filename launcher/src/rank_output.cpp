@@ -31,7 +31,15 @@ Terminal::~Terminal() {
 void Terminal::write_in_background() {
   if (m_writer) return;
   m_writer = std::make_unique<OutputWriter>();
-  log::set_sink([writer = m_writer.get()](std::string_view line) { writer->write(STDERR_FILENO, line); });
+  // dlrun's own lines come from any thread (the log's lock held): on a live stderr they lift a
+  // rank's progress line as the ranks' lines do, instead of being glued to its end.
+  log::set_sink([this](std::string_view line) {
+    std::lock_guard lock(m_mutex);
+    const bool lift = m_progress.stream >= 0 && m_live[1];
+    if (lift) m_writer->write(m_fds[m_progress.stream], k_clear_line);
+    m_writer->write(m_fds[1], line);
+    if (lift) m_writer->write(m_fds[m_progress.stream], m_progress.line);
+  });
 }
 
 bool Terminal::held_back() const {
@@ -71,6 +79,7 @@ void Terminal::raw_write(int i, std::string_view text) {
 void Terminal::write(Stream stream, std::string_view text) {
   const int i = index(stream);
   if (text.empty()) return;
+  std::lock_guard lock(m_mutex);
   // Live streams share one screen: lift the progress line, write, put it back below.
   const bool lift = m_progress.stream >= 0 && m_live[i];
   if (lift) raw_write(m_progress.stream, k_clear_line);
@@ -81,6 +90,7 @@ void Terminal::write(Stream stream, std::string_view text) {
 void Terminal::show_progress(Stream stream, const void* owner, std::string_view line) {
   const int i = index(stream);
   if (!m_live[i]) return;
+  std::lock_guard lock(m_mutex);
   if (m_progress.stream >= 0 && m_progress.stream != i) raw_write(m_progress.stream, k_clear_line);
   m_progress = {i, owner, std::string(line)};
   std::string text(k_clear_line);
@@ -89,6 +99,7 @@ void Terminal::show_progress(Stream stream, const void* owner, std::string_view 
 }
 
 void Terminal::end_progress(const void* owner, std::optional<Stream> stream) {
+  std::lock_guard lock(m_mutex);
   if (m_progress.stream < 0 || m_progress.owner != owner) return;
   if (stream && m_progress.stream != index(*stream)) return;
   raw_write(m_progress.stream, k_clear_line);

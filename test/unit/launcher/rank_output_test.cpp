@@ -3,10 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <doctest/doctest.h>
+
+#include "dlrun/log.hpp"
 
 using dlrun::launcher::RankOutput;
 using dlrun::launcher::Stream;
@@ -67,6 +71,23 @@ TEST_SUITE("launcher::RankOutput") {
     CHECK(screen.read_err() == "\r\x1b[K[0] 100%|###|\n");
     rank1.on_data(Stream::err, "bye\n");
     CHECK(screen.read_err() == "[1] bye\n");
+  }
+
+  TEST_CASE("dlrun's own log lines lift the progress bar too, from any thread") {
+    // They were written straight after the bar ("[0]  20%|##|dlrun: error: …").
+    Screen screen;
+    {
+      Terminal terminal(screen.out[1], screen.err[1]);
+      terminal.set_live(Stream::out, true);
+      terminal.set_live(Stream::err, true);
+      terminal.write_in_background();
+      RankOutput rank0(prefixed("[0] "), -1, terminal);
+      rank0.on_data(Stream::err, "\r 20%|##|");
+      std::thread([] { dlrun::log::error("rank 1 exited with code 3"); }).join();
+      REQUIRE(terminal.flush(std::chrono::seconds(10)));
+      CHECK(screen.read_err() == "\r\x1b[K[0]  20%|##|\r\x1b[Kdlrun: error: rank 1 exited with code 3\n[0]  20%|##|");
+      terminal.stop_background();
+    }
   }
 
   TEST_CASE("a bar that clears itself leaves nothing, stdout lines go above a stderr bar") {

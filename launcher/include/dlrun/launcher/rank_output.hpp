@@ -8,13 +8,15 @@
 // by all ranks of the process and writes each batch of whole lines with one write(2), so
 // lines of different ranks never mix. On a terminal ("live" streams) a line that redraws
 // itself with '\r' (a progress bar) is shown as it goes: the Terminal keeps one such line at
-// the bottom, redrawn in place, and writes other ranks' lines above it. Not thread-safe: used
-// from the supervisor's thread.
+// the bottom, redrawn in place, and writes other ranks' lines above it (and dlrun's own log
+// lines, which may come from any thread). Otherwise not thread-safe: used from the supervisor's
+// thread.
 
 #include <chrono>
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,6 +72,9 @@ class Terminal {
 
   int m_fds[2];
   std::unique_ptr<OutputWriter> m_writer;
+  // Held around the progress line and the writes that lift it: dlrun's log lines (the sink set
+  // by write_in_background) come from other threads too. Nothing logs while holding it.
+  std::mutex m_mutex;
   bool m_hold_back = true;
   bool m_closed[2] = {false, false};
   bool m_live[2] = {false, false};
