@@ -15,6 +15,7 @@
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/log.hpp"
 
 namespace dlrun::cli {
 namespace {
@@ -27,22 +28,31 @@ struct CancelArgs {
 
 // "USR1", "SIGUSR1", "usr1" or "10" (and the same of USR2): the signals a job's ranks may be
 // sent without stopping it. The stop signals are what cancel itself sends.
-int parse_passed_signal(std::string text) {
+int parse_passed_signal(const std::string& given) {
+  std::string text = given;
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::toupper(c); });
   if (text.rfind("SIG", 0) == 0) text.erase(0, 3);
   if (text == "USR1" || text == std::to_string(SIGUSR1)) return SIGUSR1;
   if (text == "USR2" || text == std::to_string(SIGUSR2)) return SIGUSR2;
-  throw ConfigError("--signal " + text +
+  throw ConfigError("--signal " + given +
                     ": USR1 or USR2 are what can be sent to a job's ranks (they keep running); to stop a job, "
                     "dlrun cancel JOB without --signal");
 }
 
+// Every job named is tried; the worst outcome is the exit code (each failure said as it comes).
 int signal_jobs(launcher::JobQueue& queue, const std::vector<int64_t>& ids, int signal) {
+  int code = 0;
   for (int64_t id : ids) {
-    queue.send_signal(id, signal);
-    std::cout << "Job " << id << ": SIG" << (signal == SIGUSR1 ? "USR1" : "USR2") << " passed on to its ranks\n";
+    try {
+      queue.send_signal(id, signal);
+      std::cout << "Job " << id << ": SIG" << (signal == SIGUSR1 ? "USR1" : "USR2") << " passed on to its ranks\n";
+    } catch (const Error& e) {
+      if (ids.size() == 1) throw;
+      log::error("{}", e.what());
+      code = std::max(code, e.exit_code());
+    }
   }
-  return 0;
+  return code;
 }
 
 int run_cancel(const CancelArgs& args) {
@@ -71,7 +81,8 @@ Command add_cancel_command(CLI::App& dlrun) {
   CLI::App* app = dlrun.add_subcommand(
       "cancel",
       "Stop jobs: a pending job leaves the queue (listed as CANCELLED); a running job's ranks get SIGTERM, then "
-      "SIGKILL after the job's grace period");
+      "SIGKILL after the job's grace period. With --signal USR1|USR2: send that to a running job's ranks and leave "
+      "it running");
   app->add_option("JOB", args->jobs, "Jobs' numbers or names, submitted or run by dlrun local or run (dlrun status "
                                       "lists them)")
       ->required();

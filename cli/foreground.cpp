@@ -128,10 +128,6 @@ std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& 
   command.grace_seconds = options.grace_seconds;
   command.uses_gpus = uses_gpus;
   command.remote = origin == launcher::JobOrigin::run;
-  // Once the job is recorded, `dlrun resize` may signal this process, and SIGUSR1/SIGUSR2 are
-  // passed on to the ranks: they wait for the supervisor's handlers (Supervisor::begin unblocks
-  // them) instead of ending dlrun.
-  launcher::block_passed_signals();
   return std::make_unique<launcher::ForegroundJob>(env, command, std::move(resume));
 }
 

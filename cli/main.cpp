@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include <iostream>
@@ -57,6 +58,12 @@ void make_home_absolute() {
 
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor of live ranks
+  // The verbs that supervise ranks pass SIGUSR1/SIGUSR2 on to them: from the first instant, one
+  // waits for the supervisor (Supervisor::begin unblocks them) instead of ending dlrun.
+  if (argc > 1 && (std::strcmp(argv[1], "local") == 0 || std::strcmp(argv[1], "run") == 0 ||
+                   std::strcmp(argv[1], "_slurm-run") == 0)) {
+    dlrun::launcher::block_passed_signals();
+  }
   make_home_absolute();
   dlrun::log::init_from_env();
 

@@ -490,6 +490,10 @@ void JobQueue::send_signal(int64_t id, int signal) {
   auto job = m_store.get(id);
   if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));
   check_owner(*job, "signal");
+  if (job->submitted.slurm && !is_terminal(job->state)) {  // its state here may be behind Slurm's
+    refresh_slurm_job(*job);
+    job = m_store.get(id);
+  }
   if (job->state == JobState::rescaling) {
     throw Error(fmt::format("job {} is changing its size: its ranks are stopping or starting; try again in a "
                             "moment", id),

@@ -13,13 +13,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
@@ -319,6 +322,27 @@ sigset_t passed_signal_set() {
 void block_passed_signals() {
   const sigset_t set = passed_signal_set();
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
+}
+
+bool status_handles_signal(std::string_view status, int signal) {
+  if (signal < 1 || signal > 64) return false;
+  for (std::string_view key : {"SigCgt:", "SigIgn:"}) {
+    const size_t at = status.find(key);
+    if (at == std::string_view::npos) continue;
+    size_t begin = status.find_first_not_of(" \t", at + key.size());
+    if (begin == std::string_view::npos) continue;
+    const size_t end = status.find('\n', begin);
+    uint64_t mask = 0;
+    const std::string_view hex = status.substr(begin, end == std::string_view::npos ? end : end - begin);
+    auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), mask, 16);
+    if (ec == std::errc() && ((mask >> (signal - 1)) & 1u)) return true;
+  }
+  return false;
+}
+
+bool process_handles_signal(pid_t pid, int signal) {
+  auto status = read_file(fmt::format("/proc/{}/status", pid));
+  return status && status_handles_signal(*status, signal);
 }
 
 sigset_t stop_signal_set() {

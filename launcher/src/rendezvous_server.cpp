@@ -119,6 +119,15 @@ void RendezvousServer::broadcast_signal(int signal) {
   for (auto& [fd, node] : m_node_of_fd) send_line(fd, fmt::format("SIGNAL {}\n", signal));
 }
 
+void RendezvousServer::pass_signal(int signal) {
+  std::lock_guard lock(m_mutex);
+  if (!m_round_complete) {
+    m_signals_to_pass.push_back(signal);
+    return;
+  }
+  for (auto& [fd, node] : m_node_of_fd) send_line(fd, fmt::format("SIGNAL {}\n", signal));
+}
+
 void RendezvousServer::stop() {
   if (m_stopping.exchange(true)) return;
   if (m_wake[1] >= 0) {
@@ -158,8 +167,10 @@ void RendezvousServer::complete_round_locked() {
     Assignment a{node, rank, world, static_cast<int>(m_slots.size()), first.address, first.port,
                  static_cast<size_t>(node) < m_plans.size() ? m_plans[static_cast<size_t>(node)] : std::string()};
     send_line(fd, format_assignment(a));
+    for (int signal : m_signals_to_pass) send_line(fd, fmt::format("SIGNAL {}\n", signal));
     (void)first_rank;
   }
+  m_signals_to_pass.clear();
   m_round_complete = true;
 }
 

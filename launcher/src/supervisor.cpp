@@ -67,6 +67,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_restart_timer(m_io),
       m_resize_signal(m_io, signals::k_resize_request),
       m_passed_signals(m_io, SIGUSR1),
+      m_pass_timer(m_io),
       m_watchdog_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
   m_stop_signals.add(SIGQUIT);  // the constructor takes three at most
@@ -200,6 +201,7 @@ void Supervisor::start_attempt() {
   m_group = m_runner->start(members, make_output);
   m_attempt_started = std::chrono::steady_clock::now();
   arm_watchdog();
+  hand_held_signals_to_new_ranks();
   // A child may have ended before the SIGCHLD listener saw it: look once now.
   asio::post(m_io, [this] { on_children_ended(); });
 }
@@ -283,34 +285,6 @@ void Supervisor::handle_stop_signal(int signal) {
               signal == SIGINT ? " (Ctrl-C again to kill them at once)" : "");
   }
   stop_group(signal);
-}
-
-void Supervisor::listen_for_passed_signals() {
-  m_passed_signals.async_wait([this](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    pass_on(signal);
-    listen_for_passed_signals();
-  });
-}
-
-void Supervisor::pass_on(int signal) {
-  // To each rank's own process, not its process group: a DataLoader's workers would die of a
-  // signal they do not handle. The job goes on; a rank that does not handle it ends as if it
-  // had been signalled directly (the default action of SIGUSR1 and SIGUSR2 ends a process).
-  if (m_phase != Phase::running || !m_group || m_group->running() == 0) {
-    log::warn("got {}: not passed on, the {}s are {}", signal_name(signal), m_job.member_noun,
-              m_phase == Phase::waiting ? "starting again" : "stopping");
-    return;
-  }
-  if (!m_job.options.quiet) {
-    log::info("got {}: passing it on to {} {}{} (the job goes on)", signal_name(signal), m_group->running(),
-              m_job.member_noun, m_group->running() == 1 ? "" : "s");
-  }
-  if (m_job.deliver_signal) {
-    m_job.deliver_signal(signal);  // dlrun run: each host's agent passes it on to its ranks
-  } else {
-    m_group->signal_leaders(signal);
-  }
 }
 
 void Supervisor::signal_members(int signal) {

@@ -26,13 +26,10 @@ void Supervisor::listen_for_resize() {
 
 void Supervisor::on_resize_request() {
   // SIGUSR2 is also a signal users and batch systems send a job (Slurm's --signal=USR2@120):
-  // without a request file it is theirs, for the ranks.
-  const auto now = std::chrono::steady_clock::now();
-  if (!resize_requested(m_job.run_dir)) {
-    if (now - m_resize_taken_at > k_resize_signal_window) pass_on(signals::k_resize_request);
-    return;
-  }
-  m_resize_taken_at = now;
+  // without a request file it is theirs, for the ranks. (One that comes between `dlrun resize`
+  // writing its request and signalling takes the request; the resize's own signal then finds
+  // none and goes to the ranks in its place: they still get one.)
+  if (!resize_requested(m_job.run_dir)) return pass_on(signals::k_resize_request);
   auto request = take_resize_request(m_job.run_dir);
   if (!request) {
     answer_resize("error: no valid resize request in " + m_job.run_dir + "/resize.request");

@@ -113,6 +113,9 @@ struct Plan {
   // to their process groups. Empty: signal their process groups. `dlrun run` sends it
   // over the rendezvous instead, so that remote ranks get it before their ssh ends.
   std::function<void(int signal)> deliver_signal;
+  // Passes SIGUSR1/SIGUSR2 on (the job goes on). Empty: to each rank's own process, once it
+  // handles the signal. `dlrun run` sends it to the hosts' agents, which do that.
+  std::function<void(int signal)> pass_signal;
   // Told when a resize starts (true) and when the new group runs (false), with the rank count
   // and GPUs it runs on then.
   std::function<void(bool rescaling, int world_size, const std::vector<std::string>& gpu_ids)> on_rescale;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dlrun/launcher/exit_status.hpp"
@@ -73,6 +74,12 @@ sigset_t passed_signal_set();
 
 // Blocks passed_signal_set() in this thread until a Supervisor listens for it.
 void block_passed_signals();
+
+// Whether a /proc/PID/status text says the process catches or ignores `signal` (its SigCgt or
+// SigIgn mask): then sending it does not end the process by the signal's default action.
+bool status_handles_signal(std::string_view status, int signal);
+// The same of process `pid`, read now; false when it cannot be read (it has ended).
+bool process_handles_signal(pid_t pid, int signal);
 
 // SIGINT, SIGTERM, SIGHUP and SIGQUIT: what asks a dlrun process to stop (blocked until its handlers
 // exist, then waited for or handled).

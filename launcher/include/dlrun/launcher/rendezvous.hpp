@@ -78,6 +78,9 @@ class RendezvousServer {
   void new_round(int round);
   // Sends SIGNAL to every agent connected in this round.
   void broadcast_signal(int signal);
+  // The same for a signal the agents pass on to their ranks (SIGUSR1/SIGUSR2): one that comes
+  // before every agent of the round has joined waits, and is sent with the assignments.
+  void pass_signal(int signal);
   // Called on the server's thread when a round fails (hosts missing after the timeout).
   void on_failure(std::function<void(const std::string& reason)> callback);
   // Called on the server's thread for a refused agent.
@@ -111,6 +114,7 @@ class RendezvousServer {
   int m_round = 0;
   double m_round_started = 0;
   bool m_round_complete = false;
+  std::vector<int> m_signals_to_pass;  // pass_signal() before the round was complete
   bool m_round_failed = false;
   std::map<int, std::string> m_buffers;  // fd → partial line
   std::map<int, int> m_node_of_fd;       // joined agents of this round

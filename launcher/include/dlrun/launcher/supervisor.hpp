@@ -84,9 +84,12 @@ class Supervisor {
 
   void start_attempt();
   void listen_for_signals();
-  // SIGUSR1, and a SIGUSR2 that is not `dlrun resize`'s: passed on to the ranks, the job goes on.
+  // supervisor_signals.cpp: SIGUSR1, and a SIGUSR2 that is not `dlrun resize`'s, passed on to
+  // the ranks; the job goes on.
   void listen_for_passed_signals();
   void pass_on(int signal);
+  void deliver_held_signals();
+  void hand_held_signals_to_new_ranks();
   void on_children_ended();
   void stop_group(int signal);
   void signal_members(int signal);
@@ -121,10 +124,17 @@ class Supervisor {
   boost::asio::steady_timer m_restart_timer;
   boost::asio::signal_set m_resize_signal;
   boost::asio::signal_set m_passed_signals;
-  // When a resize request was last taken: a SIGUSR2 soon after, with no request, is the one that
-  // announced it (a user's SIGUSR2 may have taken the request first), not one to pass on.
-  std::chrono::steady_clock::time_point m_resize_taken_at;
-  static constexpr std::chrono::seconds k_resize_signal_window{2};
+  // A passed-on signal waits for each rank until the rank handles it (its default action would
+  // end the rank: a rank still starting, a Python one importing torch, has no handler yet).
+  struct HeldSignal {
+    int signal = 0;
+    std::vector<size_t> members;  // still to get it; all of the next attempt's when next_attempt
+    bool next_attempt = false;    // it came between attempts (or before the first)
+    std::chrono::steady_clock::time_point since;
+    bool said = false;            // the warning that it still waits
+  };
+  std::vector<HeldSignal> m_held_signals;
+  boost::asio::steady_timer m_pass_timer;
   boost::asio::steady_timer m_watchdog_timer;
   std::optional<ResizeRequest> m_pending_resize;
   bool m_resize_restarts = false;  // the pending resize stops ranks that do not handle the stop request
