@@ -145,9 +145,8 @@ Command add_local_command(CLI::App& dlrun) {
       ->type_name("N|MIN:MAX|gpu|cpu|auto");
   app->add_option("--gpus", args->gpus,
                   "One rank per GPU: a count (4) or GPU numbers as nvidia-smi shows them "
-                  "(0,2,3); each rank gets its own CUDA_VISIBLE_DEVICES. MIN:MAX: elastic, starts "
-                  "with up to MAX "
-                  "free GPUs")
+                  "(0,2,3; one GPU: device=3, since 3 alone is a count); each rank gets its own "
+                  "CUDA_VISIBLE_DEVICES. MIN:MAX: elastic, starts with up to MAX free GPUs")
       ->type_name("N|LIST|MIN:MAX");
   app->add_option("--gpu-binding", args->gpu_binding,
                   "rank: each rank sees only its GPU (cuda:0); all: every rank sees the job's "

@@ -14,6 +14,11 @@ namespace dlrun::launcher {
 GpuRequest parse_gpu_request(std::string_view spec) {
   GpuRequest request;
   if (spec.empty()) throw ConfigError("--gpus needs a value: a count (--gpus 4) or a list (--gpus 0,2,3)");
+  // A number alone is a count: one GPU by its number is device=3 (Docker's spelling).
+  if (constexpr std::string_view device = "device="; spec.substr(0, device.size()) == device) {
+    request.ids = parse_gpu_ids(spec.substr(device.size()), "--gpus device=");
+    return request;
+  }
   if (spec.find(',') == std::string_view::npos) {
     auto count = parse_int(spec);
     if (count) {
@@ -29,7 +34,10 @@ GpuRequest parse_gpu_request(std::string_view spec) {
 }
 
 std::vector<std::string> parse_gpu_ids(std::string_view spec, std::string_view option) {
-  if (spec.empty()) throw ConfigError(fmt::format("{} needs a list of GPUs, e.g. {} 0,2", option, option));
+  if (spec.empty()) {
+    throw ConfigError(fmt::format("{} needs a list of GPUs, e.g. {}{}0,2", option, option,
+                                  !option.empty() && option.back() == '=' ? "" : " "));
+  }
   std::vector<std::string> ids;
   for (auto& id : split(spec, ',')) {
     if (id.empty()) throw ConfigError(fmt::format("{} {}: empty entry in the list", option, spec));
@@ -68,9 +76,13 @@ std::vector<std::string> select_gpus(const GpuRequest& request, const std::vecto
   const std::string listed = available.empty() ? "none" : fmt::format("{}", fmt::join(available, ","));
   if (request.count) {
     if (static_cast<size_t>(*request.count) > available.size()) {
-      throw ConfigError(fmt::format("{}: only {} GPU{} available ({})", label, available.size(),
+      throw ConfigError(fmt::format("{}: only {} GPU{} available ({}){}", label, available.size(),
                                     available.size() == 1 ? "" : "s",
-                                    visible_devices ? "CUDA_VISIBLE_DEVICES=" + *visible_devices : listed));
+                                    visible_devices ? "CUDA_VISIBLE_DEVICES=" + *visible_devices : listed,
+                                    label.rfind("--gpus ", 0) == 0
+                                        ? fmt::format("; a number alone is a count: GPU {} alone is --gpus device={}",
+                                                      *request.count, *request.count)
+                                        : std::string()));
     }
     return {available.begin(), available.begin() + *request.count};
   }

@@ -821,7 +821,12 @@ class Gpus(DlrunTestCase):
     def test_too_many_gpus(self):
         r = self.dlrun("local", "--gpus", "5", "true", env=self.gpu_env())
         self.assertEqual(r.returncode, 2)
-        self.assertIn("--gpus 5: only 4 GPUs available (0,1,2,3)", r.stderr)
+        self.assertIn("--gpus 5: only 4 GPUs available (0,1,2,3); a number alone is a count: GPU 5 alone is --gpus "
+                      "device=5", r.stderr)
+
+    def test_one_gpu_by_its_number(self):
+        # `--gpus 3` is a count: GPU 3 alone could be had only through CUDA_VISIBLE_DEVICES.
+        self.assertEqual(self.visible("--gpus", "device=3", env=self.gpu_env()), {0: "3"})
 
     @unittest.skipIf(os.path.exists("/dev/nvidiactl"), "this machine has a GPU driver")
     def test_no_gpu_names_nproc(self):

@@ -18,6 +18,15 @@ TEST_SUITE("launcher::GpuSelection") {
     CHECK_FALSE(request.count);
     CHECK(request.ids == std::vector<std::string>{"0", "2", "3"});
   }
+  TEST_CASE("device= names GPUs, one by its number too") {
+    auto one = parse_gpu_request("device=3");
+    CHECK_FALSE(one.count.has_value());
+    CHECK(one.ids == std::vector<std::string>{"3"});
+    CHECK(parse_gpu_request("device=2,0").ids == std::vector<std::string>{"2", "0"});
+    CHECK_THROWS_WITH_AS(parse_gpu_request("device="), "--gpus device= needs a list of GPUs, e.g. --gpus device=0,2",
+                         dlrun::ConfigError);
+  }
+
   TEST_CASE("bad specs are refused with the reason") {
     CHECK_THROWS_WITH_AS(parse_gpu_request("0"), "--gpus 0: the count must be at least 1",
                          dlrun::ConfigError);
@@ -38,7 +47,7 @@ TEST_SUITE("launcher::GpuSelection") {
   }
   TEST_CASE("asking for more than there is names what there is") {
     CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("3"), {"0", "1"}, "--gpus 3"),
-                         "--gpus 3: only 2 GPUs available (0,1)", dlrun::ConfigError);
+                         "--gpus 3: only 2 GPUs available (0,1); a number alone is a count: GPU 3 alone is --gpus device=3", dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("0,7"), {"0", "1"}, "the job's gpus (0,7)"),
                          "the job's gpus (0,7): GPU 7 does not exist: this machine has 2 GPUs (0,1)",
                          dlrun::ConfigError);
@@ -49,7 +58,8 @@ TEST_SUITE("launcher::GpuSelection") {
                          "of this machine's GPUs)",
                          dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("3"), {"2", "3"}, "--gpus 3", std::string("2,3")),
-                         "--gpus 3: only 2 GPUs available (CUDA_VISIBLE_DEVICES=2,3)", dlrun::ConfigError);
+                         "--gpus 3: only 2 GPUs available (CUDA_VISIBLE_DEVICES=2,3); a number alone is a count: GPU 3 alone is "
+                         "--gpus device=3", dlrun::ConfigError);
   }
   TEST_CASE("a list of GPU ids for another option") {
     CHECK(parse_gpu_ids("2", "--gpu-ids") == std::vector<std::string>{"2"});  // one GPU, not a count

@@ -11,7 +11,7 @@
 namespace dlrun::launcher {
 
 // `--gpus 4` asks for a count; `--gpus 0,2,3` names devices as nvidia-smi numbers them
-// (or by UUID, as CUDA_VISIBLE_DEVICES allows).
+// (or by UUID, as CUDA_VISIBLE_DEVICES allows); `--gpus device=3` names one (or a list).
 struct GpuRequest {
   std::optional<int> count;
   std::vector<std::string> ids;
