@@ -38,11 +38,14 @@ std::vector<std::string> parse_gpu_ids(std::string_view spec, std::string_view o
     throw ConfigError(fmt::format("{} needs a list of GPUs, e.g. {}{}0,2", option, option,
                                   !option.empty() && option.back() == '=' ? "" : " "));
   }
+  // "--gpus device=" is followed by its list without a space, as the user typed it.
+  const std::string given = fmt::format("{}{}{}", option, !option.empty() && option.back() == '=' ? "" : " ", spec);
   std::vector<std::string> ids;
-  for (auto& id : split(spec, ',')) {
-    if (id.empty()) throw ConfigError(fmt::format("{} {}: empty entry in the list", option, spec));
+  for (const auto& entry : split(spec, ',')) {
+    std::string id(trim(entry));
+    if (id.empty()) throw ConfigError(fmt::format("{}: empty entry in the list", given));
     if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
-      throw ConfigError(fmt::format("{} {}: GPU {} is listed twice", option, spec, id));
+      throw ConfigError(fmt::format("{}: GPU {} is listed twice", given, id));
     }
     ids.push_back(std::move(id));
   }
@@ -51,7 +54,9 @@ std::vector<std::string> parse_gpu_ids(std::string_view spec, std::string_view o
 
 std::string format_gpu_request(const GpuRequest& request) {
   if (request.count) return std::to_string(*request.count);
-  return fmt::format("{}", fmt::join(request.ids, ","));
+  // One id that reads as a number would be taken for a count.
+  const bool one_number = request.ids.size() == 1 && parse_int(request.ids[0]).has_value();
+  return fmt::format("{}{}", one_number ? "device=" : "", fmt::join(request.ids, ","));
 }
 
 std::vector<std::string> parse_visible_devices(std::string_view value) {
@@ -79,7 +84,10 @@ std::vector<std::string> select_gpus(const GpuRequest& request, const std::vecto
       throw ConfigError(fmt::format("{}: only {} GPU{} available ({}){}", label, available.size(),
                                     available.size() == 1 ? "" : "s",
                                     visible_devices ? "CUDA_VISIBLE_DEVICES=" + *visible_devices : listed,
-                                    label.rfind("--gpus ", 0) == 0
+                                    // Said only where such a GPU is there to be named.
+                                    label.rfind("--gpus ", 0) == 0 &&
+                                            std::find(available.begin(), available.end(),
+                                                      std::to_string(*request.count)) != available.end()
                                         ? fmt::format("; a number alone is a count: GPU {} alone is --gpus device={}",
                                                       *request.count, *request.count)
                                         : std::string()));

@@ -57,7 +57,8 @@ std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env,
       throw ConfigError(fmt::format("{}: only {} of the {} GPUs here {} free: {} {} held by other jobs (dlrun "
                                     "status lists them); wait, or name GPUs to share them (--gpus {})",
                                     spec, free.size(), available.size(), free.size() == 1 ? "is" : "are",
-                                    fmt::join(held, ","), held.size() == 1 ? "is" : "are", fmt::join(held, ",")));
+                                    fmt::join(held, ","), held.size() == 1 ? "is" : "are",
+                                    format_gpu_request(GpuRequest{std::nullopt, held})));
     }
     available = free;
   }

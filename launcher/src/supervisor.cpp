@@ -177,6 +177,7 @@ void Supervisor::start_attempt() {
     return output;
   };
 
+  carry_held_signals_over();  // their rank numbers are of the group that ends here
   m_group.reset();
   m_phase = Phase::running;
   m_terminal.set_hold_back(true);
@@ -371,16 +372,19 @@ void Supervisor::finish_attempt() {
       say_failure_once();
       apply_resize();
       return;
-    case NextStep::restart_after_failure:
+    case NextStep::restart_after_failure: {
       m_quick_requests = 0;  // restarts asked for in a row, and this is none
       report_failure();
-      leave_out_failing_gpu(*m_failure);
+      const bool left_out = leave_out_failing_gpu(*m_failure);
       ++m_failures_restarted;
       count_restart();
-      log::warn("restarting {} (restart {} of {})", all_of(m_group->size(), m_job.member_noun),
+      // Left out: the next attempt has one rank fewer than the one that failed.
+      log::warn("restarting {} (restart {} of {})",
+                all_of(left_out ? static_cast<size_t>(m_job.world_size) : m_group->size(), m_job.member_noun),
                 m_failures_restarted, m_job.options.max_restarts);
       start_attempt();
       return;
+    }
     case NextStep::restart_on_request: {
       ++m_requested_restarts;
       count_restart();
@@ -522,6 +526,7 @@ void Supervisor::finish(int code) {
     }
   }
   m_phase = Phase::done;
+  drop_held_signals("the job ended first");
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
   if (m_job.on_end) m_job.on_end({code, m_stop_signal, m_summary, m_failed_rank});
   m_stop_signals.cancel();

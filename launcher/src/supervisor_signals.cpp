@@ -63,6 +63,28 @@ void Supervisor::pass_on(int signal) {
   deliver_held_signals();
 }
 
+void Supervisor::carry_held_signals_over() {
+  // What a rank of the attempt that ends had not taken yet goes to every rank of the next one
+  // (new processes, none of which has had it).
+  for (auto& held : m_held_signals) {
+    if (held.next_attempt) continue;
+    held.next_attempt = true;
+    held.members.clear();
+  }
+}
+
+void Supervisor::drop_held_signals(const std::string& why) {
+  for (const auto& held : m_held_signals) {
+    log::warn("{} was not passed on to {}: {}", signal_name(held.signal),
+              held.next_attempt ? "the next " + m_job.member_noun + "s"
+                                : fmt::format("{} {}{}", held.members.size(), m_job.member_noun,
+                                              held.members.size() == 1 ? "" : "s"),
+              why);
+  }
+  m_held_signals.clear();
+  m_pass_timer.cancel();
+}
+
 void Supervisor::hand_held_signals_to_new_ranks() {
   bool any = false;
   for (auto& held : m_held_signals) {
@@ -77,14 +99,9 @@ void Supervisor::hand_held_signals_to_new_ranks() {
 }
 
 void Supervisor::deliver_held_signals() {
-  if (m_phase == Phase::waiting) return;  // what waits is for the next attempt
-  if (m_phase != Phase::running || !m_group) {
-    // The ranks are stopping: what they have not taken yet is not for them.
-    m_held_signals.erase(std::remove_if(m_held_signals.begin(), m_held_signals.end(),
-                                        [](const HeldSignal& held) { return !held.next_attempt; }),
-                         m_held_signals.end());
-    return;
-  }
+  // While the ranks stop, what they have not taken waits: for the next attempt's ranks if one
+  // comes (carry_held_signals_over), else it is dropped with a word when the job ends.
+  if (m_phase != Phase::running || !m_group) return;
   const auto now = std::chrono::steady_clock::now();
   bool waiting = false;
   for (auto& held : m_held_signals) {
@@ -92,7 +109,7 @@ void Supervisor::deliver_held_signals() {
     auto& members = held.members;
     members.erase(std::remove_if(members.begin(), members.end(),
                                  [&](size_t i) {
-                                   if (m_group->exit_status(i)) return true;  // it ended without it
+                                   if (i >= m_group->size() || m_group->exit_status(i)) return true;  // ended
                                    const pid_t pid = m_group->pid(i);
                                    // Sent only once the rank handles it: its default action ends a
                                    // process, and a rank still starting has no handler yet.

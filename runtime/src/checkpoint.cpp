@@ -521,6 +521,12 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
     for (const auto& [name, optimizer] : optimizers) {
       optimizer_files.push_back(tracked_file(path, "optimizer", name, ".pt").string());
     }
+    // The sampler first: its restore refuses another data set or seed before it changes
+    // anything, so that refusal too leaves everything as it was.
+    if (sampler_state) {
+      sampler->restore(*sampler_state);
+      restored.push_back("the sampler");
+    }
     weights.apply();
     for (const auto& [name, module] : modules) restored.push_back("module '" + name + "'");
     for (size_t i = 0; i < optimizers.size(); ++i) {
@@ -535,7 +541,6 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
       objects[i].second->restore_checkpoint_state(texts[i]);
       restored.push_back("'" + objects[i].first + "'");
     }
-    if (sampler_state) sampler->restore(*sampler_state);
   } catch (const std::exception& e) {
     // What was restored before the failure stays restored: said, so that a program that
     // catches this does not start "afresh" from a checkpoint's weights.

@@ -355,6 +355,53 @@ class Errors(DlrunTestCase):
                       "make it with sparse=False", r.stdout)
         self.assertEqual(self.python(code), "taken\n")
 
+    def test_a_step_after_only_no_sync_backwards_is_named_at_the_next_forward(self):
+        # Each rank applied its own gradient and the replicas drifted apart without a word.
+        code = textwrap.dedent("""
+            import torch, dlrun
+            ctx = dlrun.init()
+            torch.manual_seed(ctx.rank)
+            model = dlrun.DataParallel(torch.nn.Linear(3, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            x = torch.randn(4, 3)
+            with model.no_sync():                # accumulate, then a synced backward: fine
+                model(x).sum().backward()
+            model(x).sum().backward()
+            opt.step(); opt.zero_grad()
+            with model.no_sync():                # the step's last backward inside no_sync
+                model(x).sum().backward()
+            opt.step(); opt.zero_grad()
+            try:
+                model(x)
+                print("no error")
+            except dlrun.ConfigError as e:
+                print("ConfigError |", e)
+            """)
+        r = self.dlrun("local", "--nproc", "2", "-q", PYTHON, "-c", code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for rank in (0, 1):
+            self.assertIn(f"[{rank}] ConfigError | DataParallel: the optimizer stepped after a backward inside "
+                          "no_sync() and before any backward outside it", r.stdout)
+        self.assertIn("no error", self.python(code))  # a world of one has nothing to average
+
+    def test_a_model_checkpoint_of_another_shape_changes_nothing(self):
+        # torch's load_state_dict copied the tensors that fit before it refused the others.
+        out = self.python("""
+            import torch, dlrun
+            saved = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+            dlrun.Checkpoint([saved], directory="ck").save(step=1)
+            model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 5))
+            before = model[0].weight.clone()
+            try:
+                dlrun.Checkpoint([model], directory="ck").restore()
+            except dlrun.CheckpointError as e:
+                print("CheckpointError |", e)
+            print("unchanged", torch.equal(model[0].weight, before))
+            """)
+        self.assertIn("does not fit this one: '1.weight' is 2x3 there, 5x3 here; '1.bias' is 2 there, 5 here", out)
+        self.assertIn("nothing was restored from it", out)
+        self.assertIn("unchanged True", out)
+
     def test_star_import_keeps_pythons_environment_error(self):
         out = self.python("""
             from dlrun import *

@@ -120,7 +120,27 @@ class _StateDict:
         return buffer.getvalue()
 
     def restore_checkpoint_state(self, data):
-        self._obj.load_state_dict(torch.load(io.BytesIO(data), map_location=self._device))
+        state = torch.load(io.BytesIO(data), map_location=self._device)
+        if isinstance(self._obj, torch.nn.Module):
+            _check_fits(self._obj, state)
+        self._obj.load_state_dict(state)
+
+
+def _check_fits(module, state):
+    """Raises before anything is loaded when a module's checkpoint does not fit it: torch's
+    load_state_dict copies every tensor that fits before it raises for the others, which left a
+    model half restored."""
+    mine = module.state_dict()
+    missing = [k for k in mine if k not in state]
+    unexpected = [k for k in state if k not in mine]
+    shapes = [f"'{k}' is {'x'.join(map(str, state[k].shape))} there, {'x'.join(map(str, v.shape))} here"
+              for k, v in mine.items() if k in state and hasattr(state[k], "shape") and state[k].shape != v.shape]
+    problems = ([f"no {', '.join(repr(k) for k in missing[:5])}" + (" …" if len(missing) > 5 else "")] if missing else []) + \
+               ([f"{', '.join(repr(k) for k in unexpected[:5])} not in this model" + (" …" if len(unexpected) > 5 else "")]
+                if unexpected else []) + shapes[:5]
+    if problems:
+        raise _dlrun.CheckpointError(f"the checkpoint's {type(module).__name__} does not fit this one: " +
+                                     "; ".join(problems))
 
 
 def _checkpoint_value(name, value):

@@ -103,17 +103,30 @@ def init(*, rendezvous_timeout=60.0, collective_timeout=600.0, backend="auto", d
         return _current
     differ = [f"{name}={value!r} (the first call's: {_current_arguments[name]!r})"
               for name, value in arguments.items()
-              if value != _INIT_DEFAULTS[name] and value != _current_arguments[name]]
+              if value != _INIT_DEFAULTS[name] and value != _current_arguments[name] and not _has(name, value)]
     if differ:
-        raise _dlrun.ConfigError("dlrun.init() was called before, and a second call cannot change the world it "
-                                 "made: " + ", ".join(differ) + ". Pass these to the first call; "
-                                 "dlrun.init() with no arguments returns the Context it made")
+        first = ("was called before" if not _implicit_init else
+                 "was called before, by dlrun itself when a dlrun object was made without a context (call "
+                 "dlrun.init(...) before making it)")
+        raise _dlrun.ConfigError(f"dlrun.init() {first}, and a second call cannot change the world it made: " +
+                                 ", ".join(differ) + ". Pass these to the first call; dlrun.init() with no "
+                                 "arguments returns the Context it made")
     return _current
+
+
+def _has(name, value):
+    """Whether the Context made has what `value` asks for anyway ('cpu' when 'auto' gave cpu)."""
+    if name == "backend":
+        return value == _current.backend
+    if name == "device":
+        return value == _current.device.split(":")[0]
+    return False
 
 
 _INIT_DEFAULTS = {name: parameter.default for name, parameter in
                   inspect.signature(init).parameters.items()}
 _current_arguments = {}
+_implicit_init = False  # the first init() was current()'s, for an object made without a context
 
 
 def given_or_current(context):
@@ -128,4 +141,8 @@ def given_or_current(context):
 
 def current():
     """The Context of init(), initialising a default one when init() was not called."""
-    return _current if _current is not None else init()
+    global _implicit_init
+    if _current is None:
+        init()
+        _implicit_init = True
+    return _current

@@ -42,14 +42,31 @@ class DataParallel(torch.nn.Module):
                                            first_bucket_cap_mb)
         self._sync = True
         self._in_step = False
+        # The version of a parameter at the last forward inside no_sync() (world of 2+), until a
+        # synced forward: if the optimizer stepped in between, it applied this rank's own gradient.
+        self._unreduced_version = None
+        self._watched = next((p for p in parameters if p.requires_grad), None)
         _context._models.add(self)
 
     def forward(self, *args, **kwargs):
         self._finish_step()
-        if torch.is_grad_enabled() and self.training and self._sync:
+        training = torch.is_grad_enabled() and self.training
+        if training and self._context.world_size > 1:
+            self._check_unreduced_step()
+        if training and self._sync:
             self._native.prepare_backward()
             self._in_step = True
         return self.module(*args, **kwargs)
+
+    def _check_unreduced_step(self):
+        version = self._watched._version
+        if self._unreduced_version is not None and version != self._unreduced_version:
+            self._unreduced_version = None
+            raise _dlrun.ConfigError(
+                "DataParallel: the optimizer stepped after a backward inside no_sync() and before any backward "
+                "outside it, so each rank applied its own gradient and the replicas have drifted apart: run each "
+                "step's last backward outside no_sync() (it averages everything accumulated before it)")
+        self._unreduced_version = None if self._sync else version
 
     def _finish_step(self):
         # The step's stop vote (and, in a world of one, the local stop request) is read once

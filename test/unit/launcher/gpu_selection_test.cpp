@@ -27,6 +27,16 @@ TEST_SUITE("launcher::GpuSelection") {
                          dlrun::ConfigError);
   }
 
+  TEST_CASE("device= lists are said as typed, and one numbered GPU is written back as device=") {
+    CHECK_THROWS_WITH_AS(parse_gpu_request("device=3,3"), "--gpus device=3,3: GPU 3 is listed twice",
+                         dlrun::ConfigError);
+    CHECK(parse_gpu_request("device= 3").ids == std::vector<std::string>{"3"});
+    CHECK(format_gpu_request(parse_gpu_request("device=4")) == "device=4");
+    CHECK(format_gpu_request(parse_gpu_request("device=-1")) == "device=-1");
+    CHECK(format_gpu_request(parse_gpu_request("2,0")) == "2,0");
+    CHECK(format_gpu_request(parse_gpu_request("GPU-8f2a")) == "GPU-8f2a");
+  }
+
   TEST_CASE("bad specs are refused with the reason") {
     CHECK_THROWS_WITH_AS(parse_gpu_request("0"), "--gpus 0: the count must be at least 1",
                          dlrun::ConfigError);
@@ -47,7 +57,7 @@ TEST_SUITE("launcher::GpuSelection") {
   }
   TEST_CASE("asking for more than there is names what there is") {
     CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("3"), {"0", "1"}, "--gpus 3"),
-                         "--gpus 3: only 2 GPUs available (0,1); a number alone is a count: GPU 3 alone is --gpus device=3", dlrun::ConfigError);
+                         "--gpus 3: only 2 GPUs available (0,1)", dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(select_gpus(parse_gpu_request("0,7"), {"0", "1"}, "the job's gpus (0,7)"),
                          "the job's gpus (0,7): GPU 7 does not exist: this machine has 2 GPUs (0,1)",
                          dlrun::ConfigError);

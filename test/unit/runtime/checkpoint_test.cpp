@@ -278,7 +278,7 @@ TEST_SUITE("runtime::Checkpoint") {
     CHECK(torch::equal(wide->weight, before));
   }
 
-  TEST_CASE("a failure after the weights were restored says so") {
+  TEST_CASE("a sampler of another data set is refused before anything changes") {
     TempDir dir;
     Run run(1);
     dlrun::Checkpoint ckpt(solo(), dir.path);
@@ -286,6 +286,7 @@ TEST_SUITE("runtime::Checkpoint") {
     run.train_step();
     ckpt.save(1);
     Run other(2);
+    const auto before = other.model->weight.clone();
     dlrun::ElasticSampler another_set{99, 0, 1, 3};  // another data set: the sampler refuses the state
     dlrun::Checkpoint loader(solo(), dir.path);
     loader.track("model", other.model);
@@ -297,7 +298,35 @@ TEST_SUITE("runtime::Checkpoint") {
     } catch (const dlrun::ConfigError& e) {
       message = e.what();
     }
-    CHECK(message.find("; module 'model', optimizer 'adam' had been restored from it by then") != std::string::npos);
+    CHECK(message.find("the checkpoint was taken over 50 samples with seed 3") != std::string::npos);
+    CHECK(message.find("; nothing was restored from it") != std::string::npos);
+    CHECK(torch::equal(other.model->weight, before));
+  }
+
+  TEST_CASE("a failure after the weights were restored names what was") {
+    struct Refuses : dlrun::Checkpointable {
+      std::string checkpoint_state() const override { return "x"; }
+      void restore_checkpoint_state(const std::string&) override { throw dlrun::ConfigError("not mine"); }
+    };
+    TempDir dir;
+    Run run(1);
+    Refuses refuses;
+    dlrun::Checkpoint ckpt(solo(), dir.path);
+    run.track(ckpt);
+    ckpt.track("extra", refuses);
+    ckpt.save(1);
+    Run other(2);
+    dlrun::Checkpoint loader(solo(), dir.path);
+    other.track(loader);
+    loader.track("extra", refuses);
+    std::string message;
+    try {
+      loader.restore();
+    } catch (const dlrun::ConfigError& e) {
+      message = e.what();
+    }
+    CHECK(message.find("not mine; the sampler, module 'model', optimizer 'adam' had been restored from it by then") !=
+          std::string::npos);
   }
 
   TEST_CASE("a save of an earlier step sets the later ones aside, never restored, never removed") {

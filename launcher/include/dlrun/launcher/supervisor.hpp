@@ -89,7 +89,9 @@ class Supervisor {
   void listen_for_passed_signals();
   void pass_on(int signal);
   void deliver_held_signals();
+  void carry_held_signals_over();
   void hand_held_signals_to_new_ranks();
+  void drop_held_signals(const std::string& why);
   void on_children_ended();
   void stop_group(int signal);
   void signal_members(int signal);
