@@ -15,6 +15,7 @@
 #include "dlrun/launcher/job_logs.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/process.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace dlrun::cli {
@@ -66,8 +67,11 @@ int run_submit(const SubmitArgs& args) {
     return 0;
   }
   // With --wait, a stop signal from now on waits for wait() below: one that comes while the
-  // job is being submitted cancels it there, instead of leaving it to run unwatched.
-  const sigset_t stop = launcher::stop_signal_set();
+  // job is being submitted cancels it there, instead of leaving it to run unwatched. SIGUSR1
+  // and SIGUSR2 wait there too, and are passed on to the job's ranks.
+  sigset_t stop = launcher::stop_signal_set();
+  sigaddset(&stop, SIGUSR1);
+  sigaddset(&stop, SIGUSR2);
   if (args.wait) ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   int64_t id = queue.submit(args.job_file, args.scheduler);
   if (args.parsable) {
@@ -79,7 +83,15 @@ int run_submit(const SubmitArgs& args) {
   if (!args.wait) return 0;
   // --parsable keeps standard output to the id alone.
   std::ostream& out = args.parsable ? std::cerr : std::cout;
-  if (int sig = queue.wait(id, &stop)) return interrupted(queue, id, sig, args, out);
+  while (int sig = queue.wait(id, &stop)) {
+    if (sig != SIGUSR1 && sig != SIGUSR2) return interrupted(queue, id, sig, args, out);
+    try {
+      queue.send_signal(id, sig);
+      log::info("got {}: passed on to job {}'s ranks", launcher::signal_name(sig), id);
+    } catch (const Error& e) {
+      log::warn("got {}: not passed on: {}", launcher::signal_name(sig), e.what());
+    }
+  }
   report_end(queue, id, args.tail, out);
   return queue.store().get(id)->exit_code.value_or(exit_code::k_internal);
 }
@@ -101,7 +113,8 @@ Command add_submit_command(CLI::App& dlrun) {
   CLI::Option* wait = app->add_flag(
       "--wait", args->wait,
       "Wait for the job to end, print how it ended (state, exit code, failing rank and the last lines of its "
-      "log) and exit with its exit code. SIGINT, SIGTERM, SIGHUP or SIGQUIT meanwhile cancel the job");
+      "log) and exit with its exit code. SIGINT, SIGTERM, SIGHUP or SIGQUIT meanwhile cancel the job; SIGUSR1 and "
+      "SIGUSR2 are passed on to its ranks");
   app->add_flag("--detach-on-interrupt", args->detach_on_interrupt,
                 "With --wait: SIGINT, SIGTERM, SIGHUP or SIGQUIT stop the waiting but leave the job running")
       ->needs(wait);

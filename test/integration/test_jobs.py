@@ -435,6 +435,21 @@ class WaitReport(JobsTestCase):
         p.send_signal(sig)
         return p, job_id, gate
 
+    def test_sigusr1_is_passed_on_to_the_job_and_the_wait_goes_on(self):
+        # It ended `submit --wait` (138) and left the job running unwatched.
+        marks, ready = os.path.join(self.tmp, "marks"), os.path.join(self.tmp, "ready")
+        p = self.start("submit", "--wait", self.job_file(
+            f'command = ["sh", "-c", "trap \'echo USR1 >> {marks}\' USR1; touch {ready}; '
+            f'until [ -s {marks} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n'))
+        job_id = int(p.stdout.readline().split()[2])
+        self.assertTrue(wait_for(lambda: os.path.exists(ready), 30))
+        p.send_signal(signal.SIGUSR1)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn(f"got SIGUSR1: passed on to job {job_id}'s ranks", err)
+        self.assertEqual(read_words(marks), ["USR1"])
+        self.assertEqual(self.status(job_id)["state"], "SUCCEEDED")
+
     def test_sigterm_cancels_the_job(self):
         p, job_id, _ = self.interrupted_wait(signal.SIGTERM)
         out, err = p.communicate(timeout=120)
