@@ -37,14 +37,16 @@ void Supervisor::pass_on(int signal) {
     m_job.pass_signal(signal);
     return;
   }
-  if (m_phase == Phase::stopping || m_phase == Phase::draining || m_phase == Phase::done) {
-    log::warn("got {}: not passed on, the {}s are stopping", signal_name(signal), m_job.member_noun);
+  if (m_phase == Phase::done) {
+    log::warn("got {}: not passed on, the job has ended", signal_name(signal));
     return;
   }
   HeldSignal held;
   held.signal = signal;
   held.since = std::chrono::steady_clock::now();
-  held.next_attempt = !m_group || m_phase == Phase::waiting;
+  // Ranks that are stopping do not get it; the next attempt's do, if one comes (a restart, a
+  // resize), else it is dropped with a warning when the job ends.
+  held.next_attempt = !m_group || m_phase != Phase::running;
   if (!held.next_attempt) {
     for (size_t i = 0; i < m_group->size(); ++i) {
       if (!m_group->exit_status(i)) held.members.push_back(i);
@@ -52,8 +54,8 @@ void Supervisor::pass_on(int signal) {
   }
   if (!m_job.options.quiet) {
     if (held.next_attempt) {
-      log::info("got {}: passing it on to the {}s once they have started again (the job goes on)",
-                signal_name(signal), m_job.member_noun);
+      log::info("got {}: passing it on to the {}s when they start again (the job goes on)", signal_name(signal),
+                m_job.member_noun);
     } else {
       log::info("got {}: passing it on to {} {}{} (the job goes on)", signal_name(signal), held.members.size(),
                 m_job.member_noun, held.members.size() == 1 ? "" : "s");

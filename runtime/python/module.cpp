@@ -91,6 +91,10 @@ class PythonState : public dlrun::Checkpointable {
     py::gil_scoped_acquire gil;
     m_object.attr("restore_checkpoint_state")(py::bytes(text));
   }
+  void check_checkpoint_state(const std::string& text) const override {
+    py::gil_scoped_acquire gil;
+    if (py::hasattr(m_object, "check_checkpoint_state")) m_object.attr("check_checkpoint_state")(py::bytes(text));
+  }
 
  private:
   py::object m_object;

@@ -507,6 +507,7 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
       if (!read_text(tracked_file(path, "state", name, ".txt"), texts.back()))
         throw CheckpointError(fmt::format("cannot read state-{}.txt", name));
     }
+    for (size_t i = 0; i < objects.size(); ++i) objects[i].second->check_checkpoint_state(texts[i]);
     std::optional<SamplerState> sampler_state;
     if (sampler) {
       SamplerState s;

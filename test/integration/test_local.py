@@ -636,6 +636,27 @@ until grep -q "^rank-$RANK-" {marks} 2>/dev/null; do sleep 0.05; done
         self.assertIn("continuing with 3 ranks", err)
         self.assertEqual(sorted(read_words(marks)), ["rank-0-USR1", "rank-1-USR1", "rank-2-USR1"])
 
+    def test_a_signal_while_the_ranks_stop_for_a_restart_goes_to_the_next_attempt(self):
+        # It was dropped: a deadline notice lost because a rank had just failed.
+        marks = os.path.join(self.tmp, "marks")
+        stopping = os.path.join(self.tmp, "stopping")
+        script = self.script("restart.sh", f"""
+if [ $DLRUN_RESTART_COUNT = 0 ]; then
+  [ $RANK = 1 ] && {{ sleep 0.3; exit 4; }}
+  trap "touch {stopping}; sleep 1.5; exit 0" TERM  # a slow stop
+  while true; do sleep 0.05; done
+fi
+trap "echo rank-$RANK-USR1 >> {marks}" USR1
+until grep -q "^rank-$RANK-" {marks} 2>/dev/null; do sleep 0.05; done
+""")
+        p = self.start("local", "--nproc", "2", "--max-restarts", "1", script)
+        self.assertTrue(wait_for(lambda: os.path.exists(stopping), 30))
+        p.send_signal(signal.SIGUSR1)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("got SIGUSR1: passing it on to the ranks when they start again", err)
+        self.assertEqual(sorted(read_words(marks)), ["rank-0-USR1", "rank-1-USR1"])
+
     def test_ctrl_c_while_a_failure_stops_the_group_kills_at_once_and_keeps_the_failure(self):
         marks = os.path.join(self.tmp, "marks")
         script = self.script("fail.sh", f"""

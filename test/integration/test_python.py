@@ -376,12 +376,27 @@ class Errors(DlrunTestCase):
                 print("no error")
             except dlrun.ConfigError as e:
                 print("ConfigError |", e)
+            class Clamped(torch.nn.Linear):      # changes its weight in place in every forward
+                def forward(self, x):
+                    with torch.no_grad():
+                        self.weight.clamp_(-0.5, 0.5)
+                    return super().forward(x)
+            clamped = dlrun.DataParallel(Clamped(3, 1))
+            opt = torch.optim.SGD(clamped.parameters(), lr=0.1)
+            for step in range(2):                # accumulation done right: no error
+                for micro in range(3):
+                    with clamped.no_sync():
+                        clamped(x).sum().backward()
+                clamped(x).sum().backward()
+                opt.step(); opt.zero_grad()
+            print("clamped ok")
             """)
         r = self.dlrun("local", "--nproc", "2", "-q", PYTHON, "-c", code)
         self.assertEqual(r.returncode, 0, r.stderr)
         for rank in (0, 1):
             self.assertIn(f"[{rank}] ConfigError | DataParallel: the optimizer stepped after a backward inside "
                           "no_sync() and before any backward outside it", r.stdout)
+            self.assertIn(f"[{rank}] clamped ok", r.stdout)
         self.assertIn("no error", self.python(code))  # a world of one has nothing to average
 
     def test_a_model_checkpoint_of_another_shape_changes_nothing(self):
@@ -401,6 +416,29 @@ class Errors(DlrunTestCase):
         self.assertIn("does not fit this one: '1.weight' is 2x3 there, 5x3 here; '1.bias' is 2 there, 5 here", out)
         self.assertIn("nothing was restored from it", out)
         self.assertIn("unchanged True", out)
+        # Whatever is tracked before the model is not restored either: every object is asked first.
+        out = self.python("""
+            import torch, dlrun
+            saved = torch.nn.Linear(4, 2)
+            opt = torch.optim.Adam(saved.parameters())
+            saved(torch.ones(1, 4)).sum().backward(); opt.step()
+            dlrun.Checkpoint([opt, saved], directory="ck2").save(step=1)
+            model = torch.nn.Linear(4, 5)
+            fresh = torch.optim.Adam(model.parameters())
+            try:
+                dlrun.Checkpoint([fresh, model], directory="ck2").restore()
+            except dlrun.CheckpointError as e:
+                print("CheckpointError |", e)
+            print("optimizer state", len(fresh.state_dict()["state"]))
+            lazy = torch.nn.LazyLinear(3)        # takes the checkpoint's shape, as load_state_dict does
+            lazy(torch.ones(1, 4))
+            dlrun.Checkpoint([lazy], directory="ck3").save(step=1)
+            again = torch.nn.LazyLinear(3)
+            print("lazy", dlrun.Checkpoint([again], directory="ck3").restore().step, tuple(again.weight.shape))
+            """)
+        self.assertIn("nothing was restored from it", out)
+        self.assertIn("optimizer state 0", out)
+        self.assertIn("lazy 1 (3, 4)", out)
 
     def test_star_import_keeps_pythons_environment_error(self):
         out = self.python("""

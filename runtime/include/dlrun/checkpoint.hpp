@@ -41,6 +41,10 @@ class Checkpointable {
   virtual std::string checkpoint_state() const = 0;
   // Throws (any std::exception) when the text is not what checkpoint_state() writes.
   virtual void restore_checkpoint_state(const std::string& text) = 0;
+  // Throws when restore_checkpoint_state(text) would refuse it, changing nothing: a restore
+  // asks every object first, so that a refusal leaves all of them as they were. By default
+  // nothing is checked ahead (the restore itself may still refuse).
+  virtual void check_checkpoint_state(const std::string& text) const { (void)text; }
 };
 
 struct CheckpointOptions {

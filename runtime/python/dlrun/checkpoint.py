@@ -119,8 +119,20 @@ class _StateDict:
         torch.save(self._obj.state_dict(), buffer)
         return buffer.getvalue()
 
+    def check_checkpoint_state(self, data):
+        # Asked before any tracked object is restored: a model's state that does not fit it
+        # refuses the whole restore while nothing has changed. What was read is kept for the
+        # restore that follows (read once).
+        self._checked = None
+        if isinstance(self._obj, torch.nn.Module):
+            state = torch.load(io.BytesIO(data), map_location=self._device)
+            _check_fits(self._obj, state)
+            self._checked = (data, state)
+
     def restore_checkpoint_state(self, data):
-        state = torch.load(io.BytesIO(data), map_location=self._device)
+        checked, self._checked = getattr(self, "_checked", None), None
+        state = checked[1] if checked is not None and checked[0] == data else \
+            torch.load(io.BytesIO(data), map_location=self._device)
         if isinstance(self._obj, torch.nn.Module):
             _check_fits(self._obj, state)
         self._obj.load_state_dict(state)
@@ -130,9 +142,10 @@ def _check_fits(module, state):
     """Raises before anything is loaded when a module's checkpoint does not fit it: torch's
     load_state_dict copies every tensor that fits before it raises for the others, which left a
     model half restored."""
-    mine = module.state_dict()
-    missing = [k for k in mine if k not in state]
-    unexpected = [k for k in state if k not in mine]
+    full = module.state_dict()
+    mine = {k: v for k, v in full.items() if not _lazy(v)}  # a lazy one takes the checkpoint's shape
+    missing = [k for k in full if k not in state]
+    unexpected = [k for k in state if k not in full]
     shapes = [f"'{k}' is {'x'.join(map(str, state[k].shape))} there, {'x'.join(map(str, v.shape))} here"
               for k, v in mine.items() if k in state and hasattr(state[k], "shape") and state[k].shape != v.shape]
     problems = ([f"no {', '.join(repr(k) for k in missing[:5])}" + (" …" if len(missing) > 5 else "")] if missing else []) + \
@@ -141,6 +154,11 @@ def _check_fits(module, state):
     if problems:
         raise _dlrun.CheckpointError(f"the checkpoint's {type(module).__name__} does not fit this one: " +
                                      "; ".join(problems))
+
+
+def _lazy(tensor):
+    is_lazy = getattr(torch.nn.parameter, "is_lazy", None)
+    return is_lazy is not None and is_lazy(tensor)
 
 
 def _checkpoint_value(name, value):

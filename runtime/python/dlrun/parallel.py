@@ -42,8 +42,10 @@ class DataParallel(torch.nn.Module):
                                            first_bucket_cap_mb)
         self._sync = True
         self._in_step = False
-        # The version of a parameter at the last forward inside no_sync() (world of 2+), until a
-        # synced forward: if the optimizer stepped in between, it applied this rank's own gradient.
+        # The version of a parameter after the last forward inside no_sync() (world of 2+), until
+        # a synced forward: if it moved before the next forward, the optimizer stepped and applied
+        # this rank's own gradient. Taken after the forward: one that changes a parameter in place
+        # (a clamp, Embedding's max_norm) does not count.
         self._unreduced_version = None
         self._watched = next((p for p in parameters if p.requires_grad), None)
         _context._models.add(self)
@@ -51,22 +53,24 @@ class DataParallel(torch.nn.Module):
     def forward(self, *args, **kwargs):
         self._finish_step()
         training = torch.is_grad_enabled() and self.training
-        if training and self._context.world_size > 1:
+        watch = training and self._context.world_size > 1
+        if watch:
             self._check_unreduced_step()
         if training and self._sync:
             self._native.prepare_backward()
             self._in_step = True
-        return self.module(*args, **kwargs)
+        out = self.module(*args, **kwargs)
+        if watch:
+            self._unreduced_version = None if self._sync else self._watched._version
+        return out
 
     def _check_unreduced_step(self):
-        version = self._watched._version
-        if self._unreduced_version is not None and version != self._unreduced_version:
-            self._unreduced_version = None
+        version, self._unreduced_version = self._unreduced_version, None
+        if version is not None and self._watched._version != version:
             raise _dlrun.ConfigError(
                 "DataParallel: the optimizer stepped after a backward inside no_sync() and before any backward "
                 "outside it, so each rank applied its own gradient and the replicas have drifted apart: run each "
                 "step's last backward outside no_sync() (it averages everything accumulated before it)")
-        self._unreduced_version = None if self._sync else version
 
     def _finish_step(self):
         # The step's stop vote (and, in a world of one, the local stop request) is read once

@@ -303,6 +303,37 @@ TEST_SUITE("runtime::Checkpoint") {
     CHECK(torch::equal(other.model->weight, before));
   }
 
+  TEST_CASE("every Checkpointable is asked before anything is restored") {
+    struct Picky : dlrun::Checkpointable {
+      std::string checkpoint_state() const override { return "v1"; }
+      void restore_checkpoint_state(const std::string&) override {}
+      void check_checkpoint_state(const std::string& text) const override {
+        if (text != "v2") throw dlrun::ConfigError("state " + text + " is not v2");
+      }
+    };
+    TempDir dir;
+    Run run(1);
+    Picky picky;
+    dlrun::Checkpoint ckpt(solo(), dir.path);
+    run.track(ckpt);
+    ckpt.track("picky", picky);
+    ckpt.save(1);
+    Run other(2);
+    const auto before = other.model->weight.clone();
+    dlrun::Checkpoint loader(solo(), dir.path);
+    other.track(loader);
+    loader.track("picky", picky);
+    std::string message;
+    try {
+      loader.restore();
+    } catch (const dlrun::ConfigError& e) {
+      message = e.what();
+    }
+    CHECK(message == "state v1 is not v2; nothing was restored from it");
+    CHECK(torch::equal(other.model->weight, before));
+    CHECK(other.sampler.state().position == 0);
+  }
+
   TEST_CASE("a failure after the weights were restored names what was") {
     struct Refuses : dlrun::Checkpointable {
       std::string checkpoint_state() const override { return "x"; }
