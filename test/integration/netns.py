@@ -85,7 +85,9 @@ class Cluster:
                     "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nLogLevel ERROR\n")
         self.sshd[i] = subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "/usr/sbin/sshd", "-D", "-e",
                                          "-f", config], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        # It answers as soon as it is up; the limit is for a machine busy with other work (two
+        # cores under load took more than 10 s once).
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             r = run("ssh", "-F", self.ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=2",
                     self.addresses[i], "true", check=False)
