@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -45,7 +46,7 @@ int signal_jobs(launcher::JobQueue& queue, const std::vector<int64_t>& ids, int 
   for (int64_t id : ids) {
     try {
       queue.send_signal(id, signal);
-      std::cout << "Job " << id << ": SIG" << (signal == SIGUSR1 ? "USR1" : "USR2") << " passed on to its ranks\n";
+      std::cout << "Job " << id << ": " << launcher::signal_name(signal) << " passed on to its ranks\n";
     } catch (const Error& e) {
       if (ids.size() == 1) throw;
       log::error("{}", e.what());

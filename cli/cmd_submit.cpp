@@ -70,8 +70,8 @@ int run_submit(const SubmitArgs& args) {
   // job is being submitted cancels it there, instead of leaving it to run unwatched. SIGUSR1
   // and SIGUSR2 wait there too, and are passed on to the job's ranks.
   sigset_t stop = launcher::stop_signal_set();
-  sigaddset(&stop, SIGUSR1);
-  sigaddset(&stop, SIGUSR2);
+  const sigset_t passed = launcher::passed_signal_set();
+  sigorset(&stop, &stop, &passed);
   if (args.wait) ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   int64_t id = queue.submit(args.job_file, args.scheduler);
   if (args.parsable) {

@@ -117,8 +117,8 @@ void Supervisor::begin() {
   // A job runner blocks these until the handlers above exist; let them through now.
   listen_for_passed_signals();
   sigset_t stop = stop_signal_set();
-  sigaddset(&stop, SIGUSR1);
-  sigaddset(&stop, signals::k_resize_request);
+  const sigset_t passed = passed_signal_set();
+  sigorset(&stop, &stop, &passed);
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   record("running", std::nullopt);
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it

@@ -86,8 +86,9 @@ class JobQueue {
 
   // Sends SIGUSR1 or SIGUSR2 to a running job's ranks, which go on running (their program
   // decides what it means: a checkpoint before a deadline, say): through its supervisor, which
-  // passes it on (a Slurm job: scancel --signal to its batch step, dlrun's). ConfigError for a
-  // job that is not running or is another user's; Error (exit 1) when it cannot be sent.
+  // passes it on (a Slurm job: scancel --signal to its batch step, dlrun's). ConfigError for no
+  // such job or another user's; Error with exit 1 for a job that is not running or whose
+  // supervisor cannot be signalled, 75 (k_temp_failure) for one changing its size.
   void send_signal(int64_t id, int signal);
 
   // This machine's resources for the local scheduler.
