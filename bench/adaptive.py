@@ -17,7 +17,7 @@ Usage: bench/adaptive.py BUILD_DIR [--target 0.88 | --target-loss 0.32] [--sizes
                                    [--with python,torchrun]
                                    [--step-ms MS --sample-ms MS --sync-ms-per-rank MS]
                                    [--scaling-rule RULE] [--svg FILE] [--adaptive-lrs best,1e-3]
-                                   [--gpus N]
+                                   [--gpus N] [--adaptive-variant OPTIONS ...]
 
 --gpus N runs every program on N GPUs (dlrun local --gpus N; torchrun's DDP with --device cuda, NCCL)
 instead of 2 CPU ranks. TORCHRUN (a command, default ../shared/bench/torchrun-debian) and PYTHON
@@ -147,6 +147,9 @@ def main():
     ap.add_argument("--scaling-rule", default="", help="the adaptive run's learning-rate rule (default: the example's, "
                                                         "adam for Adam: lr x sqrt(batch / 64); adascale for SGD: lr x gain)")
     ap.add_argument("--gpus", type=int, default=0, help="run on this many GPUs instead of 2 CPU ranks")
+    ap.add_argument("--adaptive-variant", action="append", default=[], metavar="OPTIONS",
+                    help="one more adaptive run from each initial rate, with these options of the example added "
+                         "(e.g. '--replan-every 10'); may be given more than once, for an A/B in one pass")
     ap.add_argument("--svg", default="", help="draw the adaptive run's history there (dlrun history --svg): batch "
                                               "size, goodput and noise scale over time")
     args = ap.parse_args()
@@ -173,9 +176,10 @@ def main():
         that a benchmark cut short (a GPU lent for minutes) has them."""
         nonlocal python_row, decided
         start_lrs = [start_lr if v == "best" else float(v) for v in (args.adaptive_lrs or "best").split(",")]
-        for n, lr in enumerate(start_lrs):
+        variants = [""] + args.adaptive_variant
+        for n, (lr, variant) in enumerate((lr, v) for lr in start_lrs for v in variants):
             adaptive_args = ["--adaptive", "--batch-size", str(BASE_BATCH), "--lr", f"{lr:g}",
-                             "--max-batch-size", str(args.max_batch)]
+                             "--max-batch-size", str(args.max_batch)] + shlex.split(variant)
             if args.scaling_rule:
                 adaptive_args += ["--scaling-rule", args.scaling_rule]
             if "python" in others and n == 0:
@@ -184,7 +188,8 @@ def main():
                 print(python_row, file=sys.stderr)
             adaptive_dir = f"{tmp}/adaptive-{n}"
             r = run(args.build, adaptive_dir, adaptive_args, args)
-            adaptive_rows.append((f"adaptive (64 → ≤{args.max_batch}, lr {lr:g} × {rule})", r))
+            label = f"adaptive (64 → ≤{args.max_batch}, lr {lr:g} × {rule}{', ' + variant if variant else ''})"
+            adaptive_rows.append((label, r))
             print(adaptive_rows[-1], file=sys.stderr)
             points = [json.loads(line) for line in open(os.path.join(adaptive_dir, "metrics.jsonl"))]
             r["batches"] = sorted({p["global_batch"] for p in points})

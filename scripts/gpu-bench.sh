@@ -10,6 +10,7 @@
 #      and examples/python_adaptive --adaptive on the GPU;
 #   4. AdaptiveBatch's overhead: fixed 64 against --adaptive --max-batch-size 64 (samples/s of a
 #      later epoch);
+#   6. (only when SECTIONS names it) the CNN to a test loss, fixed batches and adaptive;
 #   5. more passes of 2 (C++ only), while at least PASS_SECONDS are left.
 # Everything it prints goes to OUT_DIR/gpu-bench.log too, with the tables of 2 and 5 in files of
 # their own, so that what ran is kept if the budget ends first.
@@ -22,8 +23,12 @@
 # example). SIZES and ADAPTIVE_LRS: bench/adaptive.py's --sizes and --adaptive-lrs in 2 and 5
 # (default 64,256,1024,4096 and best,1e-3); PASSES: how many passes 5 makes (default 2);
 # SCALING_RULE: the adaptive runs' --scaling-rule (default: the example's, auto).
-# OVERHEAD_MODELS (default "mlp cnn") and OVERHEAD_ROUNDS (default 1, fixed and adaptive
-# alternated): what 4 measures.
+# OVERHEAD_MODELS (default "mlp cnn"), OVERHEAD_ROUNDS (default 1, the modes alternated),
+# OVERHEAD_MODES (default "fixed adaptive"; also nofloor, nomeasure, nodecide: see 4) and
+# OVERHEAD_EPOCHS (default 3): what 4 measures. 6 (not run by default): the CNN to a test loss
+# (CNN_TARGET_LOSS, default 0.25), every fixed size of CNN_SIZES at CNN_LR_FACTORS of
+# 1e-3·√(B/64), and the adaptive job from fixed 64's best rate (CNN_SIZES, CNN_LR_FACTORS,
+# CNN_ADAPTIVE_LRS and CNN_MAX_EPOCHS change them).
 set -uo pipefail
 start=$SECONDS
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -80,6 +85,12 @@ mlp_sweep=(--model mlp --target-loss 0.32 --max-epochs 40 --eval-every 5000
            --sizes "${SIZES:-64,256,1024,4096}" --base-lr 1e-3 --lr-scaling sqrt --lr-factors 0.25,0.35
            --adaptive-lrs "${ADAPTIVE_LRS:-best,1e-3}" --gpus 1)
 [[ -n ${SCALING_RULE:-} ]] && mlp_sweep+=(--scaling-rule "$SCALING_RULE")
+# ADAPTIVE_VARIANTS: more adaptive runs in 2, 5 and 6, each with the example's options between
+# two '|' added (bench/adaptive.py --adaptive-variant), e.g. "--replan-every 10|--replan-every 25".
+variants=()
+IFS='|' read -ra variant_list <<< "${ADAPTIVE_VARIANTS:-}"
+for v in "${variant_list[@]}"; do [[ -n $v ]] && variants+=(--adaptive-variant "$v"); done
+mlp_sweep+=("${variants[@]}")
 if wants 2; then
 step "2. issue 15 on the GPU, pass 1: the MLP to a test loss of 0.32, dlrun and torchrun + DDP"
 within 260 python3 "$src/bench/adaptive.py" "$build" "${mlp_sweep[@]}" --with torchrun \
@@ -109,19 +120,36 @@ done
 fi
 
 if wants 4; then
-step "4. AdaptiveBatch's overhead held at 64 (samples/s of epoch 3 of 3)"
+epochs=${OVERHEAD_EPOCHS:-3}
+step "4. AdaptiveBatch's overhead held at 64 (samples/s of epochs 2 to $epochs)"
 for model in ${OVERHEAD_MODELS:-mlp cnn}; do
   for ((round = 1; round <= ${OVERHEAD_ROUNDS:-1}; round++)); do
-    for mode in fixed adaptive; do
+    for mode in ${OVERHEAD_MODES:-fixed adaptive}; do
+      # fixed; adaptive held at 64; nofloor: without the noise floor (no loss kept per step);
+      # nomeasure: nor the noise scale measured; nodecide: nor decisions made.
       extra=()
-      [[ $mode == adaptive ]] && extra=(--adaptive --max-batch-size 64)
+      case $mode in
+        adaptive) extra=(--adaptive --max-batch-size 64) ;;
+        nofloor) extra=(--adaptive --max-batch-size 64 --no-noise-floor) ;;
+        nomeasure) extra=(--adaptive --max-batch-size 64 --no-noise-floor --measure-every 1000000) ;;
+        nodecide) extra=(--adaptive --max-batch-size 64 --no-noise-floor --measure-every 1000000
+                         --replan-every 1000000) ;;
+      esac
       echo "-- $model $mode"
-      within 60 "$dlrun" local --quiet --gpus 1 "$example" --model "$model" --epochs 3 \
-          --batch-size 64 "${extra[@]}" | grep "epoch 3/3"
+      within 60 "$dlrun" local --quiet --gpus 1 "$example" --model "$model" --epochs "$epochs" \
+          --batch-size 64 "${extra[@]}" | grep "epoch [0-9]*/$epochs:" | grep -v "epoch 1/"
     done
   done
 done
+fi
 
+if wants 6; then
+step "6. issue 15 on the GPU: the CNN to a test loss of ${CNN_TARGET_LOSS:-0.25}, where its curve still climbs"
+within 300 python3 "$src/bench/adaptive.py" "$build" --model cnn --target-loss "${CNN_TARGET_LOSS:-0.25}" \
+    --max-epochs "${CNN_MAX_EPOCHS:-15}" --eval-every 10000 --sizes "${CNN_SIZES:-64,256,1024,4096}" \
+    --base-lr 1e-3 --lr-scaling sqrt --lr-factors "${CNN_LR_FACTORS:-0.5,1,2}" \
+    --adaptive-lrs "${CNN_ADAPTIVE_LRS:-best}" --gpus 1 "${variants[@]}" --svg "$out/adaptive-cnn-gpu.svg" > "$out/cnn-pass1.txt"
+cat "$out/cnn-pass1.txt"
 fi
 
 wants 5 || { step "done"; exit 0; }
