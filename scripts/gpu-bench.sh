@@ -25,10 +25,13 @@
 # SCALING_RULE: the adaptive runs' --scaling-rule (default: the example's, auto).
 # OVERHEAD_MODELS (default "mlp cnn"), OVERHEAD_ROUNDS (default 1, the modes alternated),
 # OVERHEAD_MODES (default "fixed adaptive"; also nofloor, nomeasure, nodecide: see 4) and
-# OVERHEAD_EPOCHS (default 3): what 4 measures. 6 (not run by default): the CNN to a test loss
-# (CNN_TARGET_LOSS, default 0.25), every fixed size of CNN_SIZES at CNN_LR_FACTORS of
-# 1e-3·√(B/64), and the adaptive job from fixed 64's best rate (CNN_SIZES, CNN_LR_FACTORS,
-# CNN_ADAPTIVE_LRS and CNN_MAX_EPOCHS change them).
+# OVERHEAD_EPOCHS (default 3): what 4 measures; its runs' epoch lines go to
+# OUT_DIR/overhead.txt, and bench/overhead_rounds.py sums them up (per mode, and paired with
+# each round's fixed run).
+# 6 (not run by default): the CNN to a test loss of CNN_TARGET_LOSS (default 0.26), every fixed
+# size of CNN_SIZES (default 64,256,1024,2048) at CNN_LR_FACTORS (default 1,2,4) of
+# 1e-3·√(B/64), and the adaptive job from each of CNN_ADAPTIVE_LRS (default best: fixed 64's
+# best rate), at most CNN_MAX_EPOCHS (default 15) epochs each.
 set -uo pipefail
 start=$SECONDS
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -135,19 +138,21 @@ for model in ${OVERHEAD_MODELS:-mlp cnn}; do
         nodecide) extra=(--adaptive --max-batch-size 64 --no-noise-floor --measure-every 1000000
                          --replan-every 1000000) ;;
       esac
-      echo "-- $model $mode"
+      echo "-- $model $mode" | tee -a "$out/overhead.txt"
       within 60 "$dlrun" local --quiet --gpus 1 "$example" --model "$model" --epochs "$epochs" \
-          --batch-size 64 "${extra[@]}" | grep "epoch [0-9]*/$epochs:" | grep -v "epoch 1/"
+          --batch-size 64 "${extra[@]}" | grep "epoch [0-9]*/$epochs:" | grep -v "epoch 1/" |
+        tee -a "$out/overhead.txt"
     done
   done
 done
+python3 "$src/bench/overhead_rounds.py" "$out/overhead.txt"
 fi
 
 if wants 6; then
-step "6. issue 15 on the GPU: the CNN to a test loss of ${CNN_TARGET_LOSS:-0.25}, where its curve still climbs"
-within 300 python3 "$src/bench/adaptive.py" "$build" --model cnn --target-loss "${CNN_TARGET_LOSS:-0.25}" \
-    --max-epochs "${CNN_MAX_EPOCHS:-15}" --eval-every 10000 --sizes "${CNN_SIZES:-64,256,1024,4096}" \
-    --base-lr 1e-3 --lr-scaling sqrt --lr-factors "${CNN_LR_FACTORS:-0.5,1,2}" \
+step "6. issue 15 on the GPU: the CNN to a test loss of ${CNN_TARGET_LOSS:-0.26}, where its curve still climbs"
+within 300 python3 "$src/bench/adaptive.py" "$build" --model cnn --target-loss "${CNN_TARGET_LOSS:-0.26}" \
+    --max-epochs "${CNN_MAX_EPOCHS:-15}" --eval-every 10000 --sizes "${CNN_SIZES:-64,256,1024,2048}" \
+    --base-lr 1e-3 --lr-scaling sqrt --lr-factors "${CNN_LR_FACTORS:-1,2,4}" \
     --adaptive-lrs "${CNN_ADAPTIVE_LRS:-best}" --gpus 1 "${variants[@]}" --svg "$out/adaptive-cnn-gpu.svg" > "$out/cnn-pass1.txt"
 cat "$out/cnn-pass1.txt"
 fi
