@@ -17,7 +17,7 @@ Usage: bench/adaptive.py BUILD_DIR [--target 0.88 | --target-loss 0.32] [--sizes
                                    [--with python,torchrun]
                                    [--step-ms MS --sample-ms MS --sync-ms-per-rank MS]
                                    [--scaling-rule RULE] [--svg FILE] [--adaptive-lrs best,1e-3]
-                                   [--gpus N] [--adaptive-variant OPTIONS ...]
+                                   [--gpus N] [--adaptive-variant=OPTIONS]...
 
 --gpus N runs every program on N GPUs (dlrun local --gpus N; torchrun's DDP with --device cuda, NCCL)
 instead of 2 CPU ranks. TORCHRUN (a command, default ../shared/bench/torchrun-debian) and PYTHON
@@ -148,8 +148,9 @@ def main():
                                                         "adam for Adam: lr x sqrt(batch / 64); adascale for SGD: lr x gain)")
     ap.add_argument("--gpus", type=int, default=0, help="run on this many GPUs instead of 2 CPU ranks")
     ap.add_argument("--adaptive-variant", action="append", default=[], metavar="OPTIONS",
-                    help="one more adaptive run from each initial rate, with these options of the example added "
-                         "(e.g. '--replan-every 10'); may be given more than once, for an A/B in one pass")
+                    help="one more adaptive run from each initial rate, with these options of the example added, "
+                         "one quoted string (e.g. --adaptive-variant='--replan-every 10'; write it with '=' when "
+                         "the string begins with '--'); may be given more than once, for an A/B in one pass")
     ap.add_argument("--svg", default="", help="draw the adaptive run's history there (dlrun history --svg): batch "
                                               "size, goodput and noise scale over time")
     args = ap.parse_args()

@@ -8,8 +8,8 @@
 #      and the same fixed batches in PyTorch DDP under torchrun (NCCL);
 #   3. the step time of dlrun.DataParallel (import dlrun, NCCL) against DDP (bench/python/step.py),
 #      and examples/python_adaptive --adaptive on the GPU;
-#   4. AdaptiveBatch's overhead: fixed 64 against --adaptive --max-batch-size 64 (samples/s of a
-#      later epoch);
+#   4. AdaptiveBatch's overhead: fixed 64 against --adaptive --max-batch-size 64 (a run's median
+#      samples/s over its epochs after the first);
 #   6. (only when SECTIONS names it) the CNN to a test loss, fixed batches and adaptive;
 #   5. more passes of 2 (C++ only), while at least PASS_SECONDS are left.
 # Everything it prints goes to OUT_DIR/gpu-bench.log too, with the tables of 2 and 5 in files of
@@ -25,7 +25,7 @@
 # SCALING_RULE: the adaptive runs' --scaling-rule (default: the example's, auto).
 # OVERHEAD_MODELS (default "mlp cnn"), OVERHEAD_ROUNDS (default 1, the modes alternated),
 # OVERHEAD_MODES (default "fixed adaptive"; also nofloor, nomeasure, nodecide: see 4) and
-# OVERHEAD_EPOCHS (default 3): what 4 measures; its runs' epoch lines go to
+# OVERHEAD_EPOCHS (default 3, at least 2): what 4 measures; its runs' epoch lines go to
 # OUT_DIR/overhead.txt, and bench/overhead_rounds.py sums them up (per mode, and paired with
 # each round's fixed run).
 # 6 (not run by default): the CNN to a test loss of CNN_TARGET_LOSS (default 0.26), every fixed
@@ -92,7 +92,8 @@ mlp_sweep=(--model mlp --target-loss 0.32 --max-epochs 40 --eval-every 5000
 # two '|' added (bench/adaptive.py --adaptive-variant), e.g. "--replan-every 10|--replan-every 25".
 variants=()
 IFS='|' read -ra variant_list <<< "${ADAPTIVE_VARIANTS:-}"
-for v in "${variant_list[@]}"; do [[ -n $v ]] && variants+=(--adaptive-variant "$v"); done
+# (--adaptive-variant=V: a variant of one option, "--no-noise-floor", is not read as an option)
+for v in "${variant_list[@]}"; do [[ -n $v ]] && variants+=("--adaptive-variant=$v"); done
 mlp_sweep+=("${variants[@]}")
 if wants 2; then
 step "2. issue 15 on the GPU, pass 1: the MLP to a test loss of 0.32, dlrun and torchrun + DDP"
@@ -125,6 +126,7 @@ fi
 if wants 4; then
 epochs=${OVERHEAD_EPOCHS:-3}
 step "4. AdaptiveBatch's overhead held at 64 (samples/s of epochs 2 to $epochs)"
+: > "$out/overhead.txt"  # this run's rounds only, where OUT_DIR is reused
 for model in ${OVERHEAD_MODELS:-mlp cnn}; do
   for ((round = 1; round <= ${OVERHEAD_ROUNDS:-1}; round++)); do
     for mode in ${OVERHEAD_MODES:-fixed adaptive}; do
