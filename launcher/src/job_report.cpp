@@ -1,5 +1,6 @@
 #include "dlrun/launcher/job_report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -71,9 +72,15 @@ const std::string& reason_of(const QueueInsight& insight, const JobRecord& job) 
 
 std::string exit_text(const JobRecord& job) { return job.exit_code ? std::to_string(*job.exit_code) : "-"; }
 
+// What `dlrun resize JOB N` pinned a goodput job at (the scheduler keeps it there); 0: none.
+int pinned_of(const JobRecord& job) {
+  return job.submitted.request.goodput && !is_terminal(job.state) ? std::max(0, job.pinned) : 0;
+}
+
 // "4 (1.8x)": GPUs and the predicted speedup over the fair share; without a published model
-// only the GPUs (the neutral prediction says nothing of the job).
-std::string policy_text(const PolicyView* view) {
+// only the GPUs (the neutral prediction says nothing of the job); "4 (pinned)" for a pin.
+std::string policy_text(const PolicyView* view, const JobRecord& job) {
+  if (const int pin = pinned_of(job)) return fmt::format("{} (pinned)", pin);
   if (!view) return "-";
   if (!view->modelled) return std::to_string(view->gpus);
   return fmt::format("{} ({:.1f}x)", view->gpus, view->speedup);
@@ -133,7 +140,7 @@ std::vector<std::vector<std::string>> status_rows(const std::vector<JobRecord>& 
                     std::to_string(job.restarts + job.requested_restarts), std::to_string(job.resizes),
                     job.submitted_at > 0 ? local_iso8601(static_cast<std::time_t>(job.submitted_at)) : "-",
                     job.started_at > 0 ? format_duration(elapsed(job, now)) : "-", number_text(metrics.global_batch),
-                    number_text(metrics.samples_per_sec), policy_text(policy_of(insight, job)),
+                    number_text(metrics.samples_per_sec), policy_text(policy_of(insight, job), job),
                     reason.empty() ? "-" : one_line(reason)});
   }
   return rows;
@@ -185,11 +192,15 @@ std::string status_details(const JobRecord& job, double now, const QueueInsight&
       {"samples/s:", number_text(metrics.samples_per_sec)},
       {"goodput:", number_text(metrics.goodput)},
       {"noise scale:", number_text(metrics.noise_scale)},
-      {"policy:", !view ? "-"
+      {"policy:", pinned_of(job) ? fmt::format("pinned at {} GPU{} by dlrun resize (dlrun resize {} auto hands "
+                                               "it back to the scheduler)",
+                                               job.pinned, job.pinned == 1 ? "" : "s", job.id)
+                  : !view ? "-"
                   : view->modelled
-                      ? fmt::format("{} GPUs, predicted speedup {:.2f}x over the fair share (published model)",
-                                    view->gpus, view->speedup)
-                      : fmt::format("{} GPUs (no published model yet: neutral prediction)", view->gpus)},
+                      ? fmt::format("{} GPU{}, predicted speedup {:.2f}x over the fair share (published model)",
+                                    view->gpus, view->gpus == 1 ? "" : "s", view->speedup)
+                      : fmt::format("{} GPU{} (no published model yet: neutral prediction)", view->gpus,
+                                    view->gpus == 1 ? "" : "s")},
       {"started by:", started_by(job)},
       {"slurm job:", job.slurm_id > 0 ? std::to_string(job.slurm_id) : "-"},
       {"run dir:", job.run_dir.empty() ? "-" : job.run_dir},
@@ -214,7 +225,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   }
   Json out = Json::object();
   auto& fields = out.get_ref<Json::object_t&>();
-  fields.reserve(27);  // every key below: no reallocation (10,000 objects for status --all --json)
+  fields.reserve(28);  // every key below: no reallocation (10,000 objects for status --all --json)
   auto add = [&fields](const char* key, Json value) {
     fields.Json::object_t::Container::emplace_back(key, std::move(value));
   };
@@ -246,6 +257,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   add("slurm_id", job.slurm_id > 0 ? Json(job.slurm_id) : Json());
   add("policy_gpus", view ? Json(view->gpus) : Json());
   add("predicted_speedup", view && view->modelled ? Json(std::round(view->speedup * 1000) / 1000) : Json());
+  add("pinned", pinned_of(job) ? Json(pinned_of(job)) : Json());
   return out;
 }
 

@@ -67,8 +67,11 @@ void JobStore::set_pinned(int64_t id, int ranks) {
 
 std::vector<AllocationEvent> JobStore::allocation_history(double since) {
   std::vector<AllocationEvent> events;
+  // The events since then, and what each job still held then (its last event before, when it
+  // held ranks): a window that begins while a job runs shows that job from its first column.
   Statement s(m_db, "SELECT a.job, j.name, a.at, a.ranks, a.gpu_ids, a.cause FROM allocations a "
-                    "JOIN jobs j ON j.id = a.job WHERE a.at >= ? ORDER BY a.seq");
+                    "JOIN jobs j ON j.id = a.job WHERE a.at >= ?1 OR (a.ranks > 0 AND a.seq IN "
+                    "(SELECT MAX(seq) FROM allocations WHERE at < ?1 GROUP BY job)) ORDER BY a.seq");
   s.bind(1, since);
   while (s.step()) {
     events.push_back({s.int64(0), s.text(1), s.real(2), static_cast<int>(s.int64(3)), split_ids(s.text(4)),

@@ -12,7 +12,18 @@ std::string plural(int n, const char* noun) { return fmt::format("{} {}{}", n, n
 std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
   if (!queue.scheduler_running) return "waiting for the scheduler (none runs yet; its supervisor starts one)";
   if (!policy) return "waiting for the scheduler";
-  if (policy->gpus == 0) return "waiting for the scheduler (the policy gives it no GPU now)";
+  if (policy->gpus == 0) {
+    // A pin holds GPUs the policy may not move: say which, and how to release it.
+    std::string pins;
+    for (const auto& other : *queue.active) {
+      if (other.pinned <= 0 || !other.submitted.request.goodput ||
+          (other.state != JobState::running && other.state != JobState::rescaling))
+        continue;
+      pins += fmt::format("; job {} is pinned at {} by dlrun resize (dlrun resize {} auto releases it)", other.id,
+                          plural(other.pinned, "GPU"), other.id);
+    }
+    return "waiting for the scheduler (the policy gives it no GPU now" + pins + ")";
+  }
   return fmt::format("waiting for the scheduler (the policy gives it {})", plural(policy->gpus, "GPU"));
 }
 

@@ -144,14 +144,18 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
       remove_path(link, dry_run, report);
       removed = true;
     }
-    // Only a run directory dlrun made, $DLRUN_HOME/runs/NAME, and none that holds another
-    // job's (a --run-dir of $DLRUN_HOME/runs itself took every job's with it).
+    // Only a run directory dlrun made ($DLRUN_HOME/runs/NAME for dlrun local and run,
+    // $DLRUN_HOME/jobs/ID for a submitted job), and none that holds another job's (a --run-dir
+    // of $DLRUN_HOME/runs itself took every job's with it).
     const fs::path dir = plain_path(job.run_dir);
     const bool holds_another = std::any_of(in_use.begin(), in_use.end(), [&](const std::string& other) {
       return other == dir.string() || inside(fs::path(other), dir);
     });
-    if (!job.run_dir.empty() && dir.parent_path() == fs::path(plain_path((home / "runs").string())) &&
-        !holds_another && fs::is_directory(dir, ec) && !fs::is_symlink(dir, ec)) {
+    const fs::path parent = dir.parent_path();
+    const bool dlrun_made = parent == fs::path(plain_path((home / "runs").string())) ||
+                            parent == fs::path(plain_path((home / "jobs").string()));
+    if (!job.run_dir.empty() && dlrun_made && !holds_another && fs::is_directory(dir, ec) &&
+        !fs::is_symlink(dir, ec)) {
       remove_path(dir, dry_run, report);
       removed = true;
     }

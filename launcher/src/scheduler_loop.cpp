@@ -132,8 +132,8 @@ class Scheduler {
 
   static void say(const Round& r, const SchedulerMove& move, const char* what) {
     const JobRecord& job = *r.input.records[move.job];
-    log::info("{} job {} ({}): {} {} -> {} GPUs (predicted speedup {:.2f}x over its fair share{})", timestamp(),
-              job.id, job.name, what, move.from, move.to, r.decision.speedup[move.job],
+    log::info("{} job {} ({}): {} {} -> {} GPU{} (predicted speedup {:.2f}x over its fair share{})", timestamp(),
+              job.id, job.name, what, move.from, move.to, move.to == 1 ? "" : "s", r.decision.speedup[move.job],
               r.input.jobs[move.job].goodput.empty() ? ", no model yet" : "");
   }
 

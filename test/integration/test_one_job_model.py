@@ -386,6 +386,32 @@ class Retention(DlrunTestCase):
         self.assertIn("--older-than nan: must be from 0 to 36500", r.stderr)
         self.assertTrue(os.path.isfile(os.path.join(runs, "2", "ckpt")))
 
+    def test_a_submitted_jobs_run_directory_is_cleaned_too(self):
+        # A submitted job runs in $DLRUN_HOME/jobs/ID (jobs.md, "Files"): retention left it
+        # there for good, checkpoints and all.
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write('name = "kept"\ncommand = ["sh", "-c", "echo x > $DLRUN_RUN_DIR/ckpt"]\n[resources]\nnproc = 1\n')
+        for _ in range(2):
+            r = self.dlrun("submit", "--wait", job, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        jobs = os.path.join(self.home, "jobs")
+        self.assertTrue(os.path.isfile(os.path.join(jobs, "1", "ckpt")))
+        self.age(1, 30)
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[retention]\ndays = 7\nkeep = 0\n")
+        r = self.dlrun("clean")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Removed 1 run directory", r.stdout)
+        self.assertFalse(os.path.exists(os.path.join(jobs, "1")))
+        self.assertTrue(os.path.isfile(os.path.join(jobs, "2", "ckpt")))
+        logs = self.dlrun("logs", "1")
+        self.assertEqual(logs.returncode, 2)
+        self.assertIn("is gone", logs.stderr)
+        r = self.dlrun("clean", "2")
+        self.assertIn("Removed 1 run directory", r.stdout)
+        self.assertFalse(os.path.exists(os.path.join(jobs, "2")))
+
     def test_bad_settings_are_named_with_their_line(self):
         os.makedirs(self.home, exist_ok=True)
         with open(os.path.join(self.home, "config.toml"), "w") as f:

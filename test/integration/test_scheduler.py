@@ -73,6 +73,23 @@ class SchedulerTestCase(JobsTestCase):
 
 
 class Sharing(SchedulerTestCase):
+    def test_no_room_is_made_for_a_fifo_job_that_cannot_start_yet(self):
+        a, _ = self.job("a", "1:4")
+        self.wait_ranks(a, 4)
+        b, _ = self.job("b", "1:4")
+        self.wait_ranks(b, 2)
+        self.wait_ranks(a, 2)
+        # A fifo job of 3 GPUs cannot fit beside the goodput jobs' MINs; a fifo job of 2 behind
+        # it cannot start before it. Shrinking a and b for the second left 2 GPUs idle.
+        line = "(3 GPU jobs): every allocation stays"
+        big, _ = self.job("big", 3)
+        self.assertTrue(wait_for(lambda: self.scheduler_log().count(line) >= 1, 60), self.scheduler_log())
+        small, _ = self.job("small", 2)
+        self.assertTrue(wait_for(lambda: self.scheduler_log().count(line) >= 2, 60), self.scheduler_log())
+        self.assertEqual((self.ranks(a), self.ranks(b)), (2, 2), self.scheduler_log())
+        self.assertNotIn("shrink 2 -> 1", self.scheduler_log())
+        self.assertEqual(self.status(small)["reason"], f"behind job {big} (fifo)")
+
     def test_a_job_grows_shrinks_for_another_and_grows_back(self):
         a, done_a = self.job("a", "1:4")
         self.wait_ranks(a, 4)  # alone: every GPU

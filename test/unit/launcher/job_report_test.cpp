@@ -71,6 +71,25 @@ TEST_SUITE("launcher::JobReport") {
     job.state = JobState::cancelled;
     CHECK(status_rows({job}, 0)[1][5] == "-");
   }
+  TEST_CASE("a pin set by dlrun resize shows in the table, the details and the JSON") {
+    JobRecord job;
+    job.id = 2;
+    job.name = "elastic";
+    job.state = JobState::running;
+    job.submitted.request = {true, 1, 4, {}};
+    job.submitted.request.goodput = true;
+    job.allocation.ranks = 4;
+    CHECK(job_json(job, 0).find("\"pinned\":null") != std::string::npos);
+    CHECK(status_rows({job}, 0)[1][12] == "-");
+    job.pinned = 4;
+    CHECK(job_json(job, 0).find("\"pinned\":4") != std::string::npos);
+    CHECK(status_rows({job}, 0)[1][12] == "4 (pinned)");
+    CHECK(status_details(job, 0).find("pinned at 4 GPUs by dlrun resize (dlrun resize 2 auto hands it back") !=
+          std::string::npos);
+    // An ended job is pinned no more.
+    job.state = JobState::succeeded;
+    CHECK(job_json(job, 0).find("\"pinned\":null") != std::string::npos);
+  }
   TEST_CASE("restarts the ranks asked for count beside those after a failure") {
     JobRecord job;
     job.id = 9;

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include <doctest/doctest.h>
 
@@ -272,6 +274,27 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(jobs[0].id == 4);
     CHECK(jobs[2].name == "waiting");
     CHECK(store.list(true, 0).size() == 6);
+  }
+  TEST_CASE("a window of the allocation history holds what each job held when it began") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    const int64_t a = store.submit(job("a", true, 2));
+    const int64_t b = store.submit(job("b", true, 1));
+    Capacity capacity{4, 2};
+    REQUIRE(store.try_start(a, capacity, dir.path + "/a"));
+    REQUIRE(store.try_start(b, capacity, dir.path + "/b"));
+    store.finish(b, JobState::succeeded, 0, "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const double later = now_seconds();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    store.set_allocation(a, {1, {"0"}}, "scheduler");
+    // a's start (it still held 2 GPUs then) and its shrink; b had ended: nothing of it.
+    auto events = store.allocation_history(later);
+    REQUIRE(events.size() == 2);
+    CHECK((events[0].job == a && events[0].ranks == 2 && events[0].at < later));
+    CHECK((events[1].job == a && events[1].ranks == 1 && events[1].at >= later));
+    store.finish(a, JobState::succeeded, 0, "");
+    CHECK(store.allocation_history(now_seconds() + 1).empty());
   }
   TEST_CASE("states have names") {
     CHECK(to_string(JobState::rescaling) == "RESCALING");

@@ -44,6 +44,13 @@ TEST_SUITE("launcher::PendingReason") {
     PolicyView none{0, 0, false}, three{3, 1.2, true};
     CHECK(pending_reason(jobs[0], queue, &none) == "waiting for the scheduler (the policy gives it no GPU now)");
     CHECK(pending_reason(jobs[0], queue, &three) == "waiting for the scheduler (the policy gives it 3 GPUs)");
+    // A pin holds GPUs the policy may not move: the waiting job says which, and how to release it.
+    jobs.push_back(record(2, JobState::running, true, 4, {"0", "1", "2", "3"}));
+    jobs[1].submitted.request.goodput = true;
+    jobs[1].pinned = 4;
+    CHECK(pending_reason(jobs[0], queue, &none) ==
+          "waiting for the scheduler (the policy gives it no GPU now; job 2 is pinned at 4 GPUs by dlrun resize "
+          "(dlrun resize 2 auto releases it))");
   }
   TEST_CASE("a Slurm job waits in Slurm's queue") {
     std::vector<JobRecord> jobs = {record(1, JobState::pending, false, 1)};

@@ -31,7 +31,8 @@ std::vector<double> published_goodput(const std::string& run_dir, int max_gpus);
 // - a goodput job (policy = "goodput") that runs, handles the stop request, has MIN < MAX
 //   and is not pinned by `dlrun resize` is elastic; any other running job keeps what it has;
 // - a pending goodput job may get 0 or MIN..MAX; a pending fifo job is counted at its MIN
-//   (the room it needs; it starts itself, in order);
+//   (the room it needs; it starts itself, in order) only at the head of the queue: one behind
+//   another waiting job cannot start, so no room is made for it;
 // - age: since its start or last resize (running), since submitted (pending).
 struct PolicyInput {
   std::vector<PolicyJob> jobs;
