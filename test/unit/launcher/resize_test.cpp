@@ -30,4 +30,12 @@ TEST_SUITE("launcher::Resize") {
     CHECK_FALSE(parse_resize_request("x\n"));
     CHECK_FALSE(parse_resize_request("2\n0\n"));  // two ranks, one GPU
   }
+  TEST_CASE("a job that is not elastic is told how to start one that is, on the command line or in job.toml") {
+    const std::string why = check_resize(1, 2, 2);
+    CHECK(why.find("the job is not elastic: it was started with 2 ranks") == 0);
+    CHECK(why.find("--gpus 1:4") != std::string::npos);
+    CHECK(why.find("gpus = \"1:4\"") != std::string::npos);  // a submitted job's job.toml
+    CHECK(check_resize(5, 1, 4) == "5 ranks is outside the job's range 1:4");
+    CHECK(check_resize(3, 1, 4).empty());
+  }
 }
