@@ -70,7 +70,6 @@ struct Options {
   int64_t max_batch_size = 4096;
   int64_t max_micro_batch = 0;
   int64_t replan_every = 50;
-  int64_t climb_every = 10;
   bool noise_floor = true;
   std::string scaling_rule = "auto";
   double target_accuracy = 0;
@@ -190,7 +189,6 @@ class Trainer {
     a.max_batch = std::max(o.max_batch_size, o.batch_size);
     a.max_micro_batch = o.max_micro_batch;
     a.replan_every = o.replan_every;
-    a.climb_every = o.climb_every;
     a.measure_every = o.measure_every;
     a.smoothing = o.smoothing;
     a.noise_floor = o.noise_floor;
@@ -416,11 +414,6 @@ int main(int argc, char** argv) {
   app.add_option("--replan-every", options.replan_every,
                  "Optimizer steps between --adaptive's decisions")
       ->check(CLI::PositiveNumber);
-  app.add_option("--climb-every", options.climb_every,
-                 "Optimizer steps to --adaptive's next decision after one the growth limit held "
-                 "back, where a step costs about the same at any batch (0: --replan-every)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   app.add_flag("!--no-noise-floor", options.noise_floor,
                "--adaptive chooses by goodput alone, without the noise floor a larger batch's "
                "lower rate per sample trains towards (docs/adaptive.md, \"The noise floor\")");

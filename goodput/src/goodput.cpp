@@ -142,12 +142,4 @@ bool should_switch(const GoodputPoint& current, const GoodputPoint& best, double
   return best.goodput > 0 && best.goodput >= (1 + min_improvement) * current.goodput;
 }
 
-bool steps_cost_alike(const GoodputPoint& from, const GoodputPoint& to) {
-  constexpr double k_min_throughput_exponent = 0.6;
-  const auto a = static_cast<double>(from.shape.global_batch());
-  const auto b = static_cast<double>(to.shape.global_batch());
-  if (!(a > 0) || !(b > a) || !(from.throughput > 0) || !(to.throughput > 0)) return false;
-  return to.throughput >= from.throughput * std::pow(b / a, k_min_throughput_exponent);
-}
-
 }  // namespace dlrun::runtime

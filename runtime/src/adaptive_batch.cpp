@@ -84,7 +84,6 @@ void check_options(const AdaptiveBatchOptions& o, int world_size) {
   if (o.max_micro_batch != 0 && o.max_micro_batch < o.min_micro_batch)
     fail("max_micro_batch is below min_micro_batch");
   if (o.replan_every < 1) fail("replan_every must be at least 1");
-  if (o.climb_every < 0) fail("climb_every must not be negative");
   if (o.measure_every < 1) fail("measure_every must be at least 1");
   if (!(o.smoothing > 0 && o.smoothing < 1)) fail("smoothing must be in (0, 1)");
   if (o.log_every < 0) fail("log_every must not be negative");
@@ -565,7 +564,6 @@ void AdaptiveBatch::Impl::replan() {
   std::vector<double> decision(6, 0.0);
   const double started = now();
   const bool after_restore = replan_due;  // the first step since a restore into another world
-  bool climbing = false;  // rank 0: held back by the growth limit where steps cost alike
   if (context.is_main()) {
     close_loss_interval(train_seconds);
     if (options.noise_floor && !loss_seen && !warned_no_loss) {
@@ -606,12 +604,6 @@ void AdaptiveBatch::Impl::replan() {
         switching = false;
       }
       if (switching) {
-        // Where steps cost alike (runtime::steps_cost_alike), each step at the batch the growth
-        // limit held it to costs nearly what one at the batch the model wanted would: decide
-        // again after climb_every steps (enough to time the new batch), not replan_every.
-        climbing = options.climb_every > 0 && target.shape.global_batch() >= explore.max_batch &&
-                   explore.max_batch < limits().max_batch &&
-                   runtime::steps_cost_alike(current, target);
         decision[0] = static_cast<double>(target.shape.global_batch());
         decision[1] = static_cast<double>(target.shape.micro_batch);
         decision[2] = static_cast<double>(target.shape.accum_steps);
@@ -624,8 +616,7 @@ void AdaptiveBatch::Impl::replan() {
   if (context.is_main()) {
     const auto [every, interval] = cadences(now() - started);
     decision[4] = static_cast<double>(every);
-    decision[5] = static_cast<double>(
-        climbing ? std::min({interval, options.replan_every, options.climb_every}) : interval);
+    decision[5] = static_cast<double>(interval);
   }
   context.all_reduce_sum(decision);
   replan_due = false;
@@ -646,13 +637,8 @@ void AdaptiveBatch::Impl::replan() {
       next.accum_steps == shape.accum_steps) {
     return;
   }
-  std::string why =
+  const std::string why =
       floor_why.empty() ? fmt::format("predicted goodput {:.0f}/s", decision[3]) : floor_why;
-  if (climbing) {
-    why += fmt::format("; held back by the growth limit where a step costs about the same at "
-                       "any batch: deciding again in {} steps",
-                       next_replan - stats.step);
-  }
   floor_why.clear();
   if (after_restore) {
     // One step (a warm-up) at the old shape in the new world: not an interval worth a line,

@@ -76,11 +76,4 @@ std::pair<GoodputPoint, double> choose_batch_by(
 // True when `best` predicts at least (1 + min_improvement) × the goodput of `current`.
 bool should_switch(const GoodputPoint& current, const GoodputPoint& best, double min_improvement);
 
-// True when `to` is a larger batch than `from` that takes little more time per step than it:
-// the predicted throughput grows at least as (to's batch / from's batch)^0.6 (a doubling at
-// most 1.32× the step time), as where a step's fixed cost (kernel launches, a small model on a
-// GPU) outweighs its cost per sample. There a batch held back by the growth limit is worth
-// climbing quickly: each step at the smaller batch costs nearly what a larger one would.
-bool steps_cost_alike(const GoodputPoint& from, const GoodputPoint& to);
-
 }  // namespace dlrun::runtime

@@ -71,12 +71,6 @@ struct AdaptiveBatchOptions {
   ScalingRule rule = ScalingRule::automatic;
   // Re-decide every this many optimizer steps (the first time after this many, too).
   int64_t replan_every = 50;
-  // Where a step costs about the same at any batch (a small model on a GPU), a decision that
-  // the growth limit held back (it wanted more than twice the largest batch trained) is
-  // followed by the next one after this many steps, if fewer than replan_every: the climb to
-  // a large batch takes a few tens of steps, not hundreds (docs/adaptive.md, "Decisions").
-  // 0: such decisions come every replan_every steps, as any other.
-  int64_t climb_every = 10;
   // Measure the gradient noise scale on every this many optimizer steps (1: every step). The
   // steps in between cost what a plain DataParallel step does; each measurement weighs as
   // much as the steps it stands for, so the estimate spans the same samples at any cadence.

@@ -171,25 +171,4 @@ TEST_SUITE("runtime::Goodput") {
     best.goodput = 90;
     CHECK_FALSE(rt::should_switch(current, best, 0.0));
   }
-
-  TEST_CASE("steps cost alike when a larger batch's step takes little more time") {
-    auto point = [](int64_t batch, double step_seconds) {
-      GoodputPoint p;
-      p.shape.replicas = 1;
-      p.shape.micro_batch = batch;
-      p.throughput = static_cast<double>(batch) / step_seconds;
-      return p;
-    };
-    // A GPU's small model: doubling the batch adds 10% to the step.
-    CHECK(rt::steps_cost_alike(point(64, 0.002), point(128, 0.0022)));
-    // A CPU's: the step time doubles with the batch.
-    CHECK_FALSE(rt::steps_cost_alike(point(64, 0.010), point(128, 0.019)));
-    // The edge: a doubling at 2^0.4 = 1.32x the step time, either side of it.
-    CHECK(rt::steps_cost_alike(point(64, 0.010), point(128, 0.0131)));
-    CHECK_FALSE(rt::steps_cost_alike(point(64, 0.010), point(128, 0.0133)));
-    // Only towards a larger batch, and only with both throughputs known.
-    CHECK_FALSE(rt::steps_cost_alike(point(128, 0.0022), point(64, 0.002)));
-    CHECK_FALSE(rt::steps_cost_alike(point(64, 0.002), point(64, 0.002)));
-    CHECK_FALSE(rt::steps_cost_alike(GoodputPoint{}, point(128, 0.0022)));
-  }
 }
