@@ -69,7 +69,7 @@ struct Options {
   bool adaptive = false;
   int64_t max_batch_size = 4096;
   int64_t max_micro_batch = 0;
-  int64_t replan_every = 50;
+  int64_t replan_every = 0;
   bool noise_floor = true;
   std::string scaling_rule = "auto";
   double target_accuracy = 0;
@@ -412,8 +412,9 @@ int main(int argc, char** argv) {
       "--max-micro-batch", options.max_micro_batch,
       "Largest per-rank micro-batch (--adaptive accumulates gradients beyond it; 0: no limit)");
   app.add_option("--replan-every", options.replan_every,
-                 "Optimizer steps between --adaptive's decisions")
-      ->check(CLI::PositiveNumber);
+                 "Optimizer steps between --adaptive's decisions (0: 25 on a GPU, 50 on the CPU)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("!--no-noise-floor", options.noise_floor,
                "--adaptive chooses by goodput alone, without the noise floor a larger batch's "
                "lower rate per sample trains towards (docs/adaptive.md, \"The noise floor\")");

@@ -106,7 +106,7 @@ def main():
     parser.add_argument("--adaptive", action="store_true", help="let AdaptiveBatch choose the batch size")
     parser.add_argument("--max-batch-size", type=int, default=4096)
     parser.add_argument("--max-micro-batch", type=int, default=0, help="per rank (0: no limit)")
-    parser.add_argument("--replan-every", type=int, default=50)
+    parser.add_argument("--replan-every", type=int, default=0, help="steps between decisions (0: 25 on a GPU, 50 on the CPU)")
     parser.add_argument("--no-noise-floor", dest="noise_floor", action="store_false",
                         help="choose by goodput alone, without the noise floor (docs/adaptive.md)")
     parser.add_argument("--checkpoint-dir", default=None,

@@ -52,7 +52,7 @@ struct Options {
   int64_t batch_size = 64;  // global, over all ranks
   int64_t max_batch_size = 2048;
   int64_t max_micro_batch = 0;
-  int64_t replan_every = 50;
+  int64_t replan_every = 0;
   bool noise_floor = true;
   bool fixed = false;
   bool count_progress = false;  // --epochs in scale-invariant progress, not samples seen
@@ -348,8 +348,8 @@ void add_options(CLI::App& app, Options& o) {
                "AdaptiveBatch chooses by goodput alone, without the noise floor (docs/adaptive.md)");
   app.add_option("--replan-every", o.replan_every,
                  "Optimizer steps between AdaptiveBatch's fits and decisions (each fit publishes "
-                 "RUN_DIR/goodput-model.json)")
-      ->check(k_positive);
+                 "RUN_DIR/goodput-model.json; 0: 25 on a GPU, 50 on the CPU)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--scaling-rule", o.scaling_rule,
                  "Learning-rate rule of AdaptiveBatch: adascale (the gain), sqrt (the square root "
                  "of the batch's growth), linear, adam, auto, none")

@@ -56,6 +56,13 @@ constexpr int64_t k_free_decisions = 10;
 // throughput model is fitted to the sizes measured, and far beyond them it only extrapolates
 // (it once chose 4096 after measuring 64 and 108, and predicted 8x the goodput measured there).
 constexpr int64_t k_max_growth = 2;
+// replan_every 0 (automatic): on a GPU decisions come every k_gpu_replan_every steps, on the CPU
+// every k_cpu_replan_every. Measured on one H200 (docs/benchmarks.md, "Lease 4"): the CNN to a
+// test loss of 0.26 took 0.79-0.95x the time (median 0.92x) with 25 as with 50, in 8 passes of
+// 8, where a step costs about the same at any batch and the climb from 64 set the pace; on the
+// CPU, 25 was no faster on the MLP and slower on the CNN (docs/adaptive.md, "Decisions").
+constexpr int64_t k_gpu_replan_every = 25;
+constexpr int64_t k_cpu_replan_every = 50;
 
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -83,7 +90,7 @@ void check_options(const AdaptiveBatchOptions& o, int world_size) {
   if (o.min_micro_batch < 1) fail("min_micro_batch must be at least 1");
   if (o.max_micro_batch != 0 && o.max_micro_batch < o.min_micro_batch)
     fail("max_micro_batch is below min_micro_batch");
-  if (o.replan_every < 1) fail("replan_every must be at least 1");
+  if (o.replan_every < 0) fail("replan_every must be at least 1, or 0 (automatic)");
   if (o.measure_every < 1) fail("measure_every must be at least 1");
   if (!(o.smoothing > 0 && o.smoothing < 1)) fail("smoothing must be in (0, 1)");
   if (o.log_every < 0) fail("log_every must not be negative");
@@ -716,6 +723,9 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   check_options(options, context.world_size());
   m_impl = std::make_unique<Impl>(std::move(context), data_parallel, std::move(optimizer), options);
   Impl& d = *m_impl;
+  if (d.options.replan_every == 0) {
+    d.options.replan_every = d.context.device().is_cuda() ? k_gpu_replan_every : k_cpu_replan_every;
+  }
   d.rule = resolve_rule(d.options.rule, d.optimizer->kind());
   d.efficiency_model = efficiency_for(d.rule, d.optimizer->kind());
   d.groups = d.optimizer->parameter_groups();

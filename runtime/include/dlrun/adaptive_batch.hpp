@@ -69,8 +69,10 @@ struct AdaptiveBatchOptions {
   // May run several micro-steps per optimizer step (when max_micro_batch is the limit).
   bool accumulation = true;
   ScalingRule rule = ScalingRule::automatic;
-  // Re-decide every this many optimizer steps (the first time after this many, too).
-  int64_t replan_every = 50;
+  // Re-decide every this many optimizer steps (the first time after this many, too). 0:
+  // automatic, 25 where the ranks train on GPUs (a step costs about the same at any batch
+  // there, and the batch should climb sooner) and 50 on CPUs (docs/adaptive.md, "Decisions").
+  int64_t replan_every = 0;
   // Measure the gradient noise scale on every this many optimizer steps (1: every step). The
   // steps in between cost what a plain DataParallel step does; each measurement weighs as
   // much as the steps it stands for, so the estimate spans the same samples at any cadence.

@@ -162,13 +162,13 @@ class AdaptiveDataLoader(ElasticDataLoader):
 
     Options as AdaptiveBatchOptions (docs/adaptive.md): max_batch_size, min_micro_batch,
     max_micro_batch (0: max_batch_size / ranks), accumulation, scaling_rule ('auto',
-    'adascale', 'linear', 'sqrt', 'adam', 'none'), replan_every, measure_every,
+    'adascale', 'linear', 'sqrt', 'adam', 'none'), replan_every (0: 25 on a GPU, 50 on the CPU), measure_every,
     min_improvement, noise_floor, log_every. clock: a function returning seconds, read to time the steps
     (tests give times of their choosing; default: a monotonic clock).
     """
 
     def __init__(self, dataset, batch_size, *, model, optimizer, max_batch_size=4096, min_micro_batch=1,
-                 max_micro_batch=0, accumulation=True, scaling_rule="auto", replan_every=50, measure_every=4,
+                 max_micro_batch=0, accumulation=True, scaling_rule="auto", replan_every=0, measure_every=4,
                  min_improvement=0.05, noise_floor=True, log_every=10, metrics_path="", seed=0, collate_fn=None, context=None,
                  clock=None):
         super().__init__(dataset, batch_size, seed=seed, collate_fn=collate_fn, context=context)
@@ -195,7 +195,7 @@ class AdaptiveDataLoader(ElasticDataLoader):
             self._context._native, model._native, optimizer, step, _kind(optimizer), self.batch_size,
             a.whole("max_batch_size", max_batch_size, 1), a.whole("min_micro_batch", min_micro_batch, 1),
             a.whole("max_micro_batch", max_micro_batch, 0), a.flag("accumulation", accumulation),
-            a.text("scaling_rule", scaling_rule), a.whole("replan_every", replan_every, 1),
+            a.text("scaling_rule", scaling_rule), a.whole("replan_every", replan_every, 0),
             a.whole("measure_every", measure_every, 1), a.real("min_improvement", min_improvement, 0.0, finite=False),
             a.flag("noise_floor", noise_floor), a.whole("log_every", log_every, 0),
             a.path("metrics_path", metrics_path or ""), a.function("clock", clock))

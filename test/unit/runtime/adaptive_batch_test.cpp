@@ -290,6 +290,52 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(largest > 16);  // it did grow more than once
   }
 
+  TEST_CASE("replan_every 0 (the default) decides every 25 steps on a GPU, every 50 on the CPU") {
+    at::set_num_threads(1);
+    for (const bool gpu : {false, true}) {
+      CAPTURE(gpu);
+      auto state = std::make_shared<dlrun::runtime::ContextState>();
+      state->uses_signals = false;
+      dlrun::Context ctx(state);
+      auto model = make_model();
+      dlrun::DataParallel dp(model->ptr(), ctx);
+      torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+      dlrun::AdaptiveBatchOptions options;
+      REQUIRE(options.replan_every == 0);
+      options.initial_batch = 8;
+      options.max_batch = 256;
+      options.log_every = 0;
+      double seconds = 0;
+      options.clock = [&seconds] { return seconds; };
+      // The cadence is chosen from the rank's device when AdaptiveBatch is made; the steps
+      // below train on the CPU whatever it says.
+      state->cuda_index = gpu ? 0 : -1;
+      dlrun::AdaptiveBatch adaptive(ctx, dp, sgd, options);
+      state->cuda_index = -1;
+      dlrun::ElasticSampler sampler(1 << 20, ctx, 1);
+      std::vector<int64_t> switches;  // the steps at which the batch changed
+      int64_t batch_before = 8;
+      for (int s = 0; s < 80; ++s) {
+        auto batch = sampler.next(adaptive.global_batch());
+        if (batch->global_size != batch_before) switches.push_back(s);
+        batch_before = batch->global_size;
+        auto parts = adaptive.split(batch->indices);
+        for (size_t i = 0; i < parts.size(); ++i) {
+          seconds += 1e-5 * static_cast<double>(parts[i].size());
+          adaptive.backward(loss_of(**model, parts[i], s, batch->loss_scale(1)), i + 1 == parts.size());
+        }
+        seconds += 0.004;
+        adaptive.step(batch->global_size);
+        sgd.zero_grad();
+      }
+      // The gradient is all noise and a step's fixed cost dominates: each decision grows it.
+      REQUIRE(!switches.empty());
+      CHECK(switches.front() == (gpu ? 25 : 50));
+      if (gpu) CHECK(switches.size() >= 2);
+      if (gpu) CHECK(switches[1] == 50);
+    }
+  }
+
   TEST_CASE("a world of one measures the noise scale on the two halves of a measured step") {
     at::set_num_threads(1);
     // Trains 10 steps of 8 (micro-batches of at most `max_micro`); returns the sizes of every
