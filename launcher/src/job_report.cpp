@@ -23,19 +23,24 @@ double elapsed(const JobRecord& job, double now) {
   return (job.ended_at > 0 ? job.ended_at : now) - job.started_at;
 }
 
+// "4", or "1:8" for an elastic request.
+std::string requested_ranks(const JobRecord& job) {
+  const auto& r = job.submitted.request;
+  return r.min_ranks == r.max_ranks ? std::to_string(r.max_ranks) : fmt::format("{}:{}", r.min_ranks, r.max_ranks);
+}
+
 std::string gpus_of(const JobRecord& job) {
   if (!job.submitted.request.uses_gpus) return "-";
   std::string ids;
   for (const auto& id : job.allocation.gpu_ids) ids += (ids.empty() ? "" : ",") + id;
   if (!ids.empty()) return ids;
-  // What a waiting job asks for; one that ended without starting held none.
-  return is_terminal(job.state) ? "-" : fmt::format("({})", job.submitted.request.max_ranks);
+  // What a waiting job asks for (an elastic one's range: it starts on the least); one that
+  // ended without starting held none.
+  return is_terminal(job.state) ? "-" : fmt::format("({})", requested_ranks(job));
 }
 
 std::string ranks_of(const JobRecord& job) {
-  if (job.allocation.ranks > 0) return std::to_string(job.allocation.ranks);
-  const auto& r = job.submitted.request;
-  return r.min_ranks == r.max_ranks ? std::to_string(r.max_ranks) : fmt::format("{}:{}", r.min_ranks, r.max_ranks);
+  return job.allocation.ranks > 0 ? std::to_string(job.allocation.ranks) : requested_ranks(job);
 }
 
 // Every restart but a resize: after a failure, and those the ranks asked for (exit 75).

@@ -67,6 +67,8 @@ TEST_SUITE("launcher::JobReport") {
     job.submitted.request.uses_gpus = true;
     job.allocation = {};
     job.state = JobState::pending;
+    CHECK(status_rows({job}, 0)[1][5] == "(2:4)");  // it starts on 2 (it showed 4)
+    job.submitted.request.min_ranks = 4;
     CHECK(status_rows({job}, 0)[1][5] == "(4)");
     job.state = JobState::cancelled;
     CHECK(status_rows({job}, 0)[1][5] == "-");
