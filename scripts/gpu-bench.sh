@@ -33,7 +33,7 @@
 # 1e-3·√(B/64), and the adaptive job from each of CNN_ADAPTIVE_LRS (default best: fixed 64's
 # best rate), at most CNN_MAX_EPOCHS (default 15) epochs each; CNN_PASSES such passes (default
 # 1; a pass after the first only while CNN_PASS_SECONDS, default 120, are left), each in
-# OUT_DIR/cnn-passN.txt.
+# OUT_DIR/cnn-passN.txt and the first adaptive run's picture in OUT_DIR/adaptive-cnn-gpu-passN.svg.
 set -uo pipefail
 start=$SECONDS
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,7 +91,7 @@ mlp_sweep=(--model mlp --target-loss 0.32 --max-epochs 40 --eval-every 5000
            --adaptive-lrs "${ADAPTIVE_LRS:-best,1e-3}" --gpus 1)
 [[ -n ${SCALING_RULE:-} ]] && mlp_sweep+=(--scaling-rule "$SCALING_RULE")
 # ADAPTIVE_VARIANTS: more adaptive runs in 2, 5 and 6, each with the example's options between
-# two '|' added (bench/adaptive.py --adaptive-variant), e.g. "--replan-every 10|--replan-every 25".
+# two '|' added (bench/adaptive.py --adaptive-variant), e.g. "--replan-every 50|--replan-every 10".
 variants=()
 IFS='|' read -ra variant_list <<< "${ADAPTIVE_VARIANTS:-}"
 # (--adaptive-variant=V: a variant of one option, "--no-noise-floor", is not read as an option)

@@ -413,7 +413,7 @@ int main(int argc, char** argv) {
       "Largest per-rank micro-batch (--adaptive accumulates gradients beyond it; 0: no limit)");
   app.add_option("--replan-every", options.replan_every,
                  "Optimizer steps between --adaptive's decisions (0: 25 on a GPU, 50 on the CPU)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(examples::k_non_negative)
       ->capture_default_str();
   app.add_flag("!--no-noise-floor", options.noise_floor,
                "--adaptive chooses by goodput alone, without the noise floor a larger batch's "

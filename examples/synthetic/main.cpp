@@ -348,8 +348,10 @@ void add_options(CLI::App& app, Options& o) {
                "AdaptiveBatch chooses by goodput alone, without the noise floor (docs/adaptive.md)");
   app.add_option("--replan-every", o.replan_every,
                  "Optimizer steps between AdaptiveBatch's fits and decisions (each fit publishes "
-                 "RUN_DIR/goodput-model.json; 0: 25 on a GPU, 50 on the CPU)")
-      ->check(CLI::NonNegativeNumber);
+                 "RUN_DIR/goodput-model.json; 0: automatic, 50 here, as this example computes on "
+                 "the CPU)")
+      ->check(k_non_negative)
+      ->capture_default_str();
   app.add_option("--scaling-rule", o.scaling_rule,
                  "Learning-rate rule of AdaptiveBatch: adascale (the gain), sqrt (the square root "
                  "of the batch's growth), linear, adam, auto, none")

@@ -58,9 +58,10 @@ constexpr int64_t k_free_decisions = 10;
 constexpr int64_t k_max_growth = 2;
 // replan_every 0 (automatic): on a GPU decisions come every k_gpu_replan_every steps, on the CPU
 // every k_cpu_replan_every. Measured on one H200 (docs/benchmarks.md, "Lease 4"): the CNN to a
-// test loss of 0.26 took 0.79-0.95x the time (median 0.92x) with 25 as with 50, in 8 passes of
-// 8, where a step costs about the same at any batch and the climb from 64 set the pace; on the
-// CPU, 25 was no faster on the MLP and slower on the CNN (docs/adaptive.md, "Decisions").
+// test loss of 0.26 took 0.89-0.94x the time (median 0.92x) with 25 as with 50, in 4 passes of
+// 4 (and 0.79-0.95x in 4 more with a faster climb not kept), where a step costs about the same
+// at any batch and the climb from 64 set the pace; on the CPU, 25 was no faster on the MLP and
+// slower on the CNN (docs/adaptive.md, "Decisions").
 constexpr int64_t k_gpu_replan_every = 25;
 constexpr int64_t k_cpu_replan_every = 50;
 
