@@ -180,6 +180,14 @@ bool is_terminal(JobState state) {
   return state == JobState::succeeded || state == JobState::failed || state == JobState::cancelled;
 }
 
+int64_t queue_head(const std::vector<JobRecord>& jobs) {
+  int64_t head = -1;
+  for (const auto& job : jobs) {
+    if (job.state == JobState::pending && !job.submitted.request.remote && (head < 0 || job.id < head)) head = job.id;
+  }
+  return head;
+}
+
 JobStore::JobStore(const std::string& path) : m_path(path) {
   if (sqlite3_open_v2(path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {

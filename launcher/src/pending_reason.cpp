@@ -72,12 +72,9 @@ std::string pending_reason(const JobRecord& job, const QueueState& queue, const 
   if (job.submitted.request.goodput) return goodput_reason(queue, policy);
   if (job.submitted.request.remote) return "starting (its ranks run on other hosts)";
   // Jobs whose ranks run elsewhere hold no place in this machine's queue.
-  int64_t head = job.id;
-  for (const auto& other : *queue.active) {
-    if (other.state == JobState::pending && !other.submitted.request.remote && other.id < head)
-      head = other.id;
+  if (const int64_t head = queue_head(*queue.active); head >= 0 && head < job.id) {
+    return fmt::format("behind job {} (fifo)", head);
   }
-  if (head != job.id) return fmt::format("behind job {} (fifo)", head);
   std::string waiting = resources_reason(job.submitted.request, queue);
   return waiting.empty() ? "starting (its resources are free)" : waiting;
 }

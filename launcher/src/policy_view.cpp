@@ -21,13 +21,9 @@ std::vector<double> published_goodput(const std::string& run_dir, int max_gpus) 
 
 PolicyInput policy_input(const std::vector<JobRecord>& jobs, double now) {
   PolicyInput input;
-  // A waiting fifo job starts only at the head of the queue (the oldest job waiting for this
-  // machine, JobStore::try_start): room made for one behind it would stay idle.
-  int64_t head = -1;
-  for (const auto& job : jobs) {
-    if (job.state == JobState::pending && !job.submitted.request.remote && (head < 0 || job.id < head))
-      head = job.id;
-  }
+  // A waiting fifo job starts only at the head of the queue (JobStore::try_start): room made
+  // for one behind it would stay idle.
+  const int64_t head = queue_head(jobs);
   for (const auto& job : jobs) {
     const auto& request = job.submitted.request;
     const bool pending = job.state == JobState::pending;

@@ -28,6 +28,17 @@ TEST_SUITE("launcher::PendingReason") {
     jobs.push_back(record(4, JobState::running, false, 2));
     CHECK(pending_reason(jobs[2], queue, nullptr) == "waiting for 1 CPU slot (0 free)");
   }
+  TEST_CASE("the head of the queue is the oldest pending job whose ranks run here") {
+    std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "1"}),
+                                   record(2, JobState::pending, true, 4),
+                                   record(3, JobState::pending, false, 1)};
+    CHECK(queue_head(jobs) == 2);
+    jobs[1].submitted.request.remote = true;  // its ranks run on other hosts
+    CHECK(queue_head(jobs) == 3);
+    jobs[2].state = JobState::cancelled;
+    CHECK(queue_head(jobs) == -1);
+    CHECK(queue_head({}) == -1);
+  }
   TEST_CASE("GPUs asked for by number wait for those in use") {
     std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "1"}), record(2, JobState::pending, true, 2)};
     jobs[1].submitted.request.gpu_ids = {"1", "2"};

@@ -73,6 +73,10 @@ struct JobRecord {
   double sized_since() const { return std::max(started_at, resized_at); }
 };
 
+// The head of this machine's queue among `jobs`: the oldest pending job whose ranks run here
+// (not on other hosts), which JobStore::try_start starts first; -1 when none waits.
+int64_t queue_head(const std::vector<JobRecord>& jobs);
+
 // What a job's end leaves beside its state, exit code and reason.
 struct EndDetails {
   std::optional<int> failed_rank;
