@@ -148,10 +148,6 @@ std::string tick_text(double seconds) {
   return out;
 }
 
-std::string counted(size_t n, std::string_view thing) {
-  return fmt::format("{} {}{}", n, thing, n == 1 ? "" : "s");
-}
-
 std::string percent(double fraction) {
   return fmt::format("{:.1f}%", fraction * 100);
 }

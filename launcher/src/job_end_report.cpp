@@ -5,19 +5,18 @@
 
 #include "dlrun/launcher/job_report.hpp"
 #include "dlrun/launcher/run_dir.hpp"
+#include "dlrun/launcher/text.hpp"
 
 namespace dlrun::launcher {
 namespace {
 
-std::string count(int n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
-
 // " (1 restart, 2 resizes)": what happened on the way, when anything did.
 std::string history(const JobRecord& job, bool with_ranks) {
   std::vector<std::string> parts;
-  if (with_ranks && job.allocation.ranks > 0) parts.push_back(count(job.allocation.ranks, "rank"));
-  if (job.restarts > 0) parts.push_back(count(job.restarts, "restart"));
-  if (job.requested_restarts > 0) parts.push_back(count(job.requested_restarts, "restart") + " the ranks asked for");
-  if (job.resizes > 0) parts.push_back(count(job.resizes, "resize"));
+  if (with_ranks && job.allocation.ranks > 0) parts.push_back(counted(job.allocation.ranks, "rank"));
+  if (job.restarts > 0) parts.push_back(counted(job.restarts, "restart"));
+  if (job.requested_restarts > 0) parts.push_back(counted(job.requested_restarts, "restart") + " the ranks asked for");
+  if (job.resizes > 0) parts.push_back(counted(job.resizes, "resize"));
   if (parts.empty()) return {};
   return fmt::format(" ({})", fmt::join(parts, ", "));
 }
@@ -48,7 +47,7 @@ std::string job_end_report(const JobRecord& job, const LogTail& tail) {
   if (job.state != JobState::failed || !tail.exists) return text;
   const std::string whose = job.failed_rank ? fmt::format("rank {}'s log", *job.failed_rank) : "the job's output";
   if (tail.lines.empty()) return text + fmt::format("==> {} ({}) is empty <==\n", whose, tail.path);
-  text += fmt::format("==> last {} of {} ({}) <==\n", count(static_cast<int>(tail.lines.size()), "line"), whose,
+  text += fmt::format("==> last {} of {} ({}) <==\n", counted(static_cast<long long>(tail.lines.size()), "line"), whose,
                       tail.path);
   for (const auto& line : tail.lines) text += line + "\n";
   return text;

@@ -197,15 +197,14 @@ std::string status_details(const JobRecord& job, double now, const QueueInsight&
       {"samples/s:", number_text(metrics.samples_per_sec)},
       {"goodput:", number_text(metrics.goodput)},
       {"noise scale:", number_text(metrics.noise_scale)},
-      {"policy:", pinned_of(job) ? fmt::format("pinned at {} GPU{} by dlrun resize (dlrun resize {} auto hands "
+      {"policy:", pinned_of(job) ? fmt::format("pinned at {} by dlrun resize (dlrun resize {} auto hands "
                                                "it back to the scheduler)",
-                                               job.pinned, job.pinned == 1 ? "" : "s", job.id)
+                                               counted(job.pinned, "GPU"), job.id)
                   : !view ? "-"
                   : view->modelled
-                      ? fmt::format("{} GPU{}, predicted speedup {:.2f}x over the fair share (published model)",
-                                    view->gpus, view->gpus == 1 ? "" : "s", view->speedup)
-                      : fmt::format("{} GPU{} (no published model yet: neutral prediction)", view->gpus,
-                                    view->gpus == 1 ? "" : "s")},
+                      ? fmt::format("{}, predicted speedup {:.2f}x over the fair share (published model)",
+                                    counted(view->gpus, "GPU"), view->speedup)
+                      : fmt::format("{} (no published model yet: neutral prediction)", counted(view->gpus, "GPU"))},
       {"started by:", started_by(job)},
       {"slurm job:", job.slurm_id > 0 ? std::to_string(job.slurm_id) : "-"},
       {"run dir:", job.run_dir.empty() ? "-" : job.run_dir},

@@ -4,10 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "dlrun/launcher/text.hpp"
+
 namespace dlrun::launcher {
 namespace {
-
-std::string plural(int n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
   if (!queue.scheduler_running) return "waiting for the scheduler (none runs yet; its supervisor starts one)";
@@ -20,11 +20,11 @@ std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
           (other.state != JobState::running && other.state != JobState::rescaling))
         continue;
       pins += fmt::format("; job {} is pinned at {} by dlrun resize (dlrun resize {} auto releases it)", other.id,
-                          plural(other.pinned, "GPU"), other.id);
+                          counted(other.pinned, "GPU"), other.id);
     }
     return "waiting for the scheduler (the policy gives it no GPU now" + pins + ")";
   }
-  return fmt::format("waiting for the scheduler (the policy gives it {})", plural(policy->gpus, "GPU"));
+  return fmt::format("waiting for the scheduler (the policy gives it {})", counted(policy->gpus, "GPU"));
 }
 
 // The resources a job at the head of the queue still waits for; empty when they are free.
@@ -33,7 +33,7 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
   if (fit(request, queue.capacity, usage)) return {};
   if (!request.uses_gpus) {
     const int free = std::max(0, queue.capacity.cpu_slots - usage.cpu_slots_in_use);
-    return fmt::format("waiting for {} ({} free)", plural(request.min_ranks, "CPU slot"), free);
+    return fmt::format("waiting for {} ({} free)", counted(request.min_ranks, "CPU slot"), free);
   }
   if (!request.gpu_ids.empty()) {
     std::string busy;
@@ -47,7 +47,7 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
   }
   int free = 0;
   for (int i = 0; i < queue.capacity.gpus; ++i) free += usage.gpus_in_use.count(std::to_string(i)) ? 0 : 1;
-  return fmt::format("waiting for {} ({} free)", plural(request.min_ranks, "GPU"), free);
+  return fmt::format("waiting for {} ({} free)", counted(request.min_ranks, "GPU"), free);
 }
 
 }  // namespace

@@ -171,4 +171,8 @@ std::string xml_text(std::string_view in) {
   return out;
 }
 
+std::string counted(long long n, std::string_view noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
+
 }  // namespace dlrun::launcher

@@ -32,6 +32,9 @@ std::pair<int, int> parse_count_range(std::string_view text, std::string_view wh
 std::optional<std::string> closest_match(std::string_view word,
                                          const std::vector<std::string>& candidates);
 
+// "1 GPU", "2 GPUs": a count and its noun, in the plural unless it is 1 (nouns with an -s plural).
+std::string counted(long long n, std::string_view noun);
+
 // Valid UTF-8 without control characters: what is not becomes U+FFFD, so that neither a
 // terminal nor an XML parser sees it (names and commands may hold anything).
 std::string clean_text(std::string_view text);
