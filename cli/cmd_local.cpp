@@ -10,10 +10,12 @@
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "dlrun/log.hpp"
 #include "foreground.hpp"
 #include "group_options.hpp"
 
@@ -108,6 +110,9 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
     options.gpus_in_use = record->gpus_held_elsewhere(launcher::current_environment());
   auto job = launcher::make_plan(options, launcher::current_environment(), record->job_id());
   record->attach(job);
+  // Its GPUs are claimed machine-wide while it runs, so that other users' dlrun leaves them be.
+  auto claims = launcher::GpuClaims::for_job(launcher::current_environment(), record->job_id());
+  if (auto shared = claims.hold(job.gpu_ids); !shared.empty()) log::warn("{}", launcher::sharing_warning(shared));
   try {
     return launcher::run_plan(job);
   } catch (const Error& e) {

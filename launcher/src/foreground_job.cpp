@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_ref.hpp"
@@ -236,17 +237,25 @@ void ForegroundJob::record_error(const std::string& message, int code) {
 }
 
 std::vector<std::string> ForegroundJob::gpus_held_elsewhere(const Environment& env) const {
-  if (!m_store) return {};
-  std::vector<int64_t> except = {*m_number};
-  if (auto it = env.find(env::k_job_id); it != env.end()) {
-    if (auto parent = parse_int(it->second)) except.push_back(*parent);
+  std::vector<std::string> held;
+  if (m_store) {
+    std::vector<int64_t> except = {*m_number};
+    if (auto it = env.find(env::k_job_id); it != env.end()) {
+      if (auto parent = parse_int(it->second)) except.push_back(*parent);
+    }
+    try {
+      held = m_store->queue.store().gpus_held(except);
+    } catch (const Error& e) {
+      log::warn("which GPUs other jobs hold is not known ({}): choosing among all", e.what());
+    }
   }
-  try {
-    return m_store->queue.store().gpus_held(except);
-  } catch (const Error& e) {
-    log::warn("which GPUs other jobs hold is not known ({}): choosing among all", e.what());
-    return {};
+  // And those the jobs of other stores hold: another user's, or another DLRUN_HOME's.
+  for (const auto& [gpu, holder] : gpu_claims_elsewhere(env)) {
+    if (std::find(held.begin(), held.end(), gpu) != held.end()) continue;
+    log::info("GPU {} is in use by {}: not chosen", gpu, describe(holder));
+    held.push_back(gpu);
   }
+  return held;
 }
 
 void ForegroundJob::attach(Plan& plan) {

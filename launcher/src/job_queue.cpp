@@ -22,6 +22,7 @@
 #include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/job_metrics.hpp"
+#include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/log.hpp"
@@ -146,6 +147,9 @@ Capacity JobQueue::capacity() const {
   Capacity capacity;
   GpuInventory gpus = discover_gpus();
   capacity.gpus = gpus.count;
+  if (capacity.gpus > 0) {
+    for (const auto& [id, holder] : gpu_claims_elsewhere(m_env)) capacity.gpus_elsewhere[id] = describe(holder);
+  }
   capacity.cpu_slots = usable_cores();
   if (auto it = m_env.find(env::k_cpu_slots); it != m_env.end()) {
     auto n = parse_int(it->second);

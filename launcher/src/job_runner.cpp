@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/job_metrics.hpp"
+#include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/plan.hpp"
@@ -37,9 +39,11 @@ constexpr auto k_scheduler_check = std::chrono::seconds(5);  // a running goodpu
 // Waits for the job's turn. False when it was cancelled (or ended) meanwhile. A goodput job
 // is started by the scheduler (its state turns RUNNING, with the GPUs it chose); any other
 // starts itself, in order (try_start).
-bool wait_for_resources(JobQueue& queue, int64_t id, const Capacity& capacity) {
+bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity) {
   const sigset_t stop = stop_signal_set();
   for (int poll = 0;; ++poll) {
+    // Other stores' jobs take and release GPUs meanwhile (gpu_claims.hpp): look again each second.
+    if (poll > 0 && poll % k_sweep_every == 0 && capacity.gpus > 0) capacity.gpus_elsewhere = queue.capacity().gpus_elsewhere;
     auto job = queue.store().get(id);
     if (!job || is_terminal(job->state)) return false;
     if (job->submitted.request.goodput) {
@@ -172,7 +176,23 @@ int run_submitted_job(int64_t id, const Environment& env) {
     };
     // The supervisor records its own new size: the store must not wait for the answer to reach
     // `dlrun resize` or the scheduler, which may be gone by then (Ctrl-C on a slow resize).
-    job.on_rescale = [&store, id](bool rescaling, int world_size, const std::vector<std::string>& gpu_ids) {
+    // Its GPUs are claimed machine-wide while its ranks use them, so that other users' dlrun
+    // leaves them be (gpu_claims.hpp).
+    GpuClaims claims = GpuClaims::for_job(env, std::to_string(id));
+    auto claim = [&claims](const std::vector<std::string>& gpu_ids) {
+      if (auto shared = claims.hold(gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
+    };
+    claim(job.gpu_ids);
+    job.on_rescale = [&store, id, &claims, claim](bool rescaling, int world_size,
+                                                  const std::vector<std::string>& gpu_ids) {
+      // While the ranks change size the old ones may still run: the GPUs of both sizes stay claimed.
+      std::vector<std::string> claimed = gpu_ids;
+      if (rescaling) {
+        for (const auto& gpu : claims.held()) {
+          if (std::find(claimed.begin(), claimed.end(), gpu) == claimed.end()) claimed.push_back(gpu);
+        }
+      }
+      if (!gpu_ids.empty()) claim(claimed);
       if (!rescaling) store.set_allocation(id, {world_size, gpu_ids}, "resize");
       store.set_rescaling(id, rescaling);
     };

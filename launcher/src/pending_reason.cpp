@@ -35,19 +35,32 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
     const int free = std::max(0, queue.capacity.cpu_slots - usage.cpu_slots_in_use);
     return fmt::format("waiting for {} ({} free)", counted(request.min_ranks, "CPU slot"), free);
   }
+  // GPUs another store's jobs hold are named with their holder: dlrun status does not list those.
+  std::string elsewhere;
+  auto note_elsewhere = [&](const std::string& id) {
+    auto it = queue.capacity.gpus_elsewhere.find(id);
+    if (it == queue.capacity.gpus_elsewhere.end()) return false;
+    elsewhere += fmt::format("; GPU {} is in use by {}", id, it->second);
+    return true;
+  };
   if (!request.gpu_ids.empty()) {
     std::string busy;
     int count = 0;
     for (const auto& id : request.gpu_ids) {
-      if (!usage.gpus_in_use.count(id)) continue;
+      const bool other_store = note_elsewhere(id);
+      if (!other_store && !usage.gpus_in_use.count(id)) continue;
       busy += (busy.empty() ? "" : ",") + id;
       ++count;
     }
-    return fmt::format("waiting for GPU{} {} (in use)", count == 1 ? "" : "s", busy);
+    return fmt::format("waiting for GPU{} {} (in use{})", count == 1 ? "" : "s", busy, elsewhere);
   }
   int free = 0;
-  for (int i = 0; i < queue.capacity.gpus; ++i) free += usage.gpus_in_use.count(std::to_string(i)) ? 0 : 1;
-  return fmt::format("waiting for {} ({} free)", counted(request.min_ranks, "GPU"), free);
+  for (int i = 0; i < queue.capacity.gpus; ++i) {
+    const std::string id = std::to_string(i);
+    const bool other_store = note_elsewhere(id);
+    free += other_store || usage.gpus_in_use.count(id) ? 0 : 1;
+  }
+  return fmt::format("waiting for {} ({} free{})", counted(request.min_ranks, "GPU"), free, elsewhere);
 }
 
 }  // namespace

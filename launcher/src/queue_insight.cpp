@@ -11,7 +11,8 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   QueueState state;
   state.active = &jobs;
   state.capacity = queue.capacity();
-  insight.policy = policy_view(jobs, state.capacity.gpus, now, read_scheduler_settings(queue.home()).policy);
+  insight.policy =
+      policy_view(jobs, state.capacity.gpus_free_of_others(), now, read_scheduler_settings(queue.home()).policy);
   bool any_pending = false;
   for (const auto& job : jobs) any_pending = any_pending || job.state == JobState::pending;
   if (!any_pending) return insight;

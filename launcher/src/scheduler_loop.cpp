@@ -86,7 +86,7 @@ class Scheduler {
     m_interval = settings.interval_seconds;
     Round r{policy_input(jobs, now_seconds()), {}, m_queue.capacity()};
     PolicySettings policy = settings.policy;
-    policy.capacity = r.capacity.gpus;
+    policy.capacity = r.capacity.gpus_free_of_others();  // less those other stores' jobs hold
     if (r.input.jobs.empty() || policy.capacity <= 0) return;
     try {
       r.decision = decide_allocation(r.input.jobs, policy);

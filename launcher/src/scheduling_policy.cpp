@@ -6,6 +6,12 @@
 
 namespace dlrun::launcher {
 
+int Capacity::gpus_free_of_others() const {
+  int free = gpus;
+  for (int i = 0; i < gpus; ++i) free -= gpus_elsewhere.count(std::to_string(i)) ? 1 : 0;
+  return free;
+}
+
 std::optional<Allocation> fit(const ResourceRequest& request, const Capacity& capacity, const Usage& usage) {
   Allocation allocation;
   if (request.remote) {
@@ -20,7 +26,7 @@ std::optional<Allocation> fit(const ResourceRequest& request, const Capacity& ca
   }
   if (!request.gpu_ids.empty()) {
     for (const auto& id : request.gpu_ids) {
-      if (usage.gpus_in_use.count(id)) return std::nullopt;
+      if (usage.gpus_in_use.count(id) || capacity.gpus_elsewhere.count(id)) return std::nullopt;
     }
     allocation.gpu_ids = request.gpu_ids;
     allocation.ranks = static_cast<int>(request.gpu_ids.size());
@@ -28,7 +34,7 @@ std::optional<Allocation> fit(const ResourceRequest& request, const Capacity& ca
   }
   for (int i = 0; i < capacity.gpus && static_cast<int>(allocation.gpu_ids.size()) < request.max_ranks; ++i) {
     std::string id = std::to_string(i);
-    if (!usage.gpus_in_use.count(id)) allocation.gpu_ids.push_back(id);
+    if (!usage.gpus_in_use.count(id) && !capacity.gpus_elsewhere.count(id)) allocation.gpu_ids.push_back(id);
   }
   if (static_cast<int>(allocation.gpu_ids.size()) < request.min_ranks) return std::nullopt;
   allocation.ranks = static_cast<int>(allocation.gpu_ids.size());

@@ -45,6 +45,19 @@ TEST_SUITE("launcher::PendingReason") {
     QueueState queue{&jobs, Capacity{4, 2}, false};
     CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for GPU 1 (in use)");
   }
+  TEST_CASE("GPUs another store's jobs hold are not free, and their holder is named") {
+    std::vector<JobRecord> jobs = {record(1, JobState::running, true, 1, {"0"}), record(2, JobState::pending, true, 3)};
+    Capacity capacity{4, 2};
+    capacity.gpus_elsewhere = {{"2", "user bob's dlrun job 7 (pid 99)"}};
+    QueueState queue{&jobs, capacity, false};
+    CHECK(pending_reason(jobs[1], queue, nullptr) ==
+          "waiting for 3 GPUs (2 free; GPU 2 is in use by user bob's dlrun job 7 (pid 99))");
+    jobs[1].submitted.request.gpu_ids = {"2", "3"};
+    CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for GPU 2 (in use; GPU 2 is in use by user bob's dlrun "
+                                                     "job 7 (pid 99))");
+    queue.capacity.gpus_elsewhere.clear();
+    CHECK(pending_reason(jobs[1], queue, nullptr) == "starting (its resources are free)");
+  }
   TEST_CASE("a goodput job waits for the scheduler, and says what the policy gives it") {
     std::vector<JobRecord> jobs = {record(1, JobState::pending, true, 2)};
     jobs[0].submitted.request.goodput = true;

@@ -27,6 +27,16 @@ TEST_SUITE("launcher::SchedulingPolicy") {
     ResourceRequest free_one{true, 1, 1, {"3"}};
     CHECK(fit(free_one, machine, usage)->gpu_ids == std::vector<std::string>{"3"});
   }
+  TEST_CASE("GPUs another store's jobs hold are handed out neither by count nor by name") {
+    Capacity shared = machine;
+    shared.gpus_elsewhere = {{"1", "user bob's dlrun job 7 (pid 99)"}, {"GPU-abc", "someone"}};
+    CHECK(shared.gpus_free_of_others() == 3);  // a UUID is not one of 0 … 3
+    CHECK(fit(gpus(1, 4), shared, Usage{{"0"}, 0})->gpu_ids == std::vector<std::string>{"2", "3"});
+    CHECK_FALSE(fit(gpus(4, 4), shared, Usage{}));
+    ResourceRequest named{true, 1, 1, {"1"}};
+    CHECK_FALSE(fit(named, shared, Usage{}));
+    CHECK(never_fits(gpus(4, 4), shared).empty());  // it may fit once bob's job ends
+  }
   TEST_CASE("CPU slots add up") {
     CHECK(fit(cpus(4, 4), machine, Usage{{}, 4})->ranks == 4);
     CHECK_FALSE(fit(cpus(5, 5), machine, Usage{{}, 4}));

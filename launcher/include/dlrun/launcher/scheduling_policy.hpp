@@ -4,6 +4,7 @@
 // start, so a big job is never starved by small ones behind it. GPUs are handed out by
 // index and never shared; CPU ranks take one slot each. Pure, thread-safe.
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -14,6 +15,10 @@ namespace dlrun::launcher {
 struct Capacity {
   int gpus = 0;       // GPU indices 0 … gpus-1
   int cpu_slots = 1;
+  // GPUs that jobs of other dlrun stores hold now (gpu_claims.hpp), each with who holds it:
+  // not free for this store's jobs, though they count in `gpus`.
+  std::map<std::string, std::string> gpus_elsewhere{};
+  int gpus_free_of_others() const;  // `gpus` less those of 0 … gpus-1 held elsewhere
 };
 
 struct Usage {

@@ -1,0 +1,140 @@
+"""GPUs shared with other users (docs/local.md): a job's supervisor claims its GPUs
+machine-wide, so that the dlrun of another store (another user's, or another DLRUN_HOME)
+neither hands them out by count nor starts a queued job on them, and says whose they are.
+Pretend GPUs (DLRUN_FAKE_GPUS) claim only where DLRUN_GPU_CLAIMS_DIR says: the tests' own."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import DLRUN, DlrunTestCase, wait_for
+
+GPU_JOB = """name = "wide"
+command = ["sh", "-c", "echo gpus $CUDA_VISIBLE_DEVICES"]
+[resources]
+gpus = 2
+"""
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+class OtherStores(DlrunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.claims = os.path.join(self.tmp, "claims")
+        self.env.update(DLRUN_FAKE_GPUS="2", DLRUN_GPU_CLAIMS_DIR=self.claims)
+        self.other_home = os.path.join(self.tmp, "other-home")
+        self.other = dict(self.env, DLRUN_HOME=self.other_home)
+
+    def hold_gpu_0(self):
+        """A dlrun local of this test's store on GPU 0, until the test ends it."""
+        up = os.path.join(self.tmp, "up")
+        p = self.start("local", "--gpus", "1", "sh", "-c", f"echo $CUDA_VISIBLE_DEVICES > {up}; exec sleep 60")
+        self.assertTrue(wait_for(lambda: read(up) == "0", 30))
+        return p
+
+    def test_a_count_leaves_out_the_gpus_another_stores_job_holds(self):
+        p = self.hold_gpu_0()
+        whose = f"GPU 0 is in use by your dlrun job 1 of DLRUN_HOME={self.home} (pid {p.pid})"
+        r = self.dlrun("local", "--gpus", "1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=self.other)
+        self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 1\n"), r.stderr)
+        self.assertIn(whose + ": not chosen", r.stderr)
+        r = self.dlrun("local", "--gpus", "2", "true", env=self.other)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--gpus 2: only 1 of the 2 GPUs here is free: 0 is held by other jobs", r.stderr)
+        # Named: the user's choice, as within one store; the warning says with whom it is shared.
+        r = self.dlrun("local", "--gpus", "device=0", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=self.other)
+        self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 0\n"), r.stderr)
+        self.assertIn(whose + ": the two jobs share it", r.stderr)
+        # Its claim goes with it, however it ends.
+        p.kill()
+        p.communicate(timeout=30)
+        r = self.dlrun("local", "--gpus", "2", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=self.other)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stdout.splitlines()), ["[0] gpu 0", "[1] gpu 1"])
+        self.assertNotIn("in use", r.stderr)
+
+    def test_a_queued_job_waits_for_gpus_another_store_holds_and_says_whose(self):
+        p = self.hold_gpu_0()
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write(GPU_JOB)
+        r = self.dlrun("submit", "--parsable", job_file, env=self.other)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = r.stdout.split()[0]
+        time.sleep(1.5)  # its supervisor looks at the claims each second: still waiting after that
+        status = self.dlrun("status", job, env=self.other)
+        self.assertIn("PENDING", status.stdout)
+        self.assertIn(f"waiting for 2 GPUs (1 free; GPU 0 is in use by your dlrun job 1 of DLRUN_HOME={self.home}",
+                      status.stdout)
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate(timeout=30)
+        state = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)["state"]  # noqa: E731
+        self.assertTrue(wait_for(lambda: state() == "SUCCEEDED", 60), state())
+        self.assertEqual(self.dlrun("logs", job, env=self.other).stdout.count("gpus"), 2)
+
+    def test_a_submitted_jobs_supervisor_claims_its_gpus(self):
+        job_file = os.path.join(self.tmp, "job.toml")
+        release = os.path.join(self.tmp, "release")
+        with open(job_file, "w") as f:
+            f.write(GPU_JOB.replace('"echo gpus $CUDA_VISIBLE_DEVICES"',
+                                    f'"touch {self.tmp}/up-$RANK; while [ ! -e {release} ]; do sleep 0.1; done"'))
+        r = self.dlrun("submit", "--parsable", job_file, env=self.other)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(wait_for(lambda: all(os.path.exists(os.path.join(self.tmp, f"up-{i}")) for i in (0, 1)), 30))
+        r = self.dlrun("local", "--gpus", "1", "true")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("GPU 0 is in use by your dlrun job 1 of DLRUN_HOME=" + self.other_home, r.stderr)
+        self.assertIn("--gpus 1: only 0 of the 2 GPUs here are free: 0,1 are held by other jobs", r.stderr)
+        open(release, "w").close()
+        state = lambda: json.loads(self.dlrun("status", "1", "--json", env=self.other).stdout)["state"]  # noqa: E731
+        self.assertTrue(wait_for(lambda: state() == "SUCCEEDED", 60), state())
+        self.assertTrue(wait_for(lambda: self.dlrun("local", "--gpus", "2", "true").returncode == 0, 30))
+
+
+class OtherUsers(DlrunTestCase):
+    """The same between two real users (root runs them through setpriv)."""
+
+    def as_user(self, uid, *args, popen=False):
+        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", DLRUN, *args]
+        env = dict(self.env, DLRUN_FAKE_GPUS="2", DLRUN_GPU_CLAIMS_DIR=os.path.join(self.tmp, "claims"),
+                   DLRUN_HOME=os.path.join(self.tmp, f"home-{uid}"))
+        if popen:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                 start_new_session=True)
+            self._started = getattr(self, "_started", []) + [p]
+            return p
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+    def test_another_users_job_keeps_its_gpu_and_is_named(self):
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv to act as two users")
+        os.chmod(self.tmp, 0o777)
+        if self.as_user(65534, "--version").returncode != 0:
+            self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
+        up = os.path.join(self.tmp, "up")
+        p = self.as_user(65534, "local", "--gpus", "1", "sh", "-c", f"touch {up}; exec sleep 60", popen=True)
+        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
+        r = self.as_user(1, "local", "--gpus", "1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES")
+        self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 1\n"), r.stderr)
+        owner = subprocess.run(["id", "-nu", "65534"], capture_output=True, text=True).stdout.strip()
+        self.assertIn(f"GPU 0 is in use by user {owner}'s dlrun job 1 (pid {p.pid}): not chosen", r.stderr)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate(timeout=30)
+        # The claim file user 65534 made is there still; user 1 takes GPU 0 through it.
+        r = self.as_user(1, "local", "--gpus", "2", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("warning"), 0, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
