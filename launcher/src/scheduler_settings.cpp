@@ -41,8 +41,13 @@ SchedulerSettings parse_scheduler_settings(std::string_view text, const std::str
     } else if (name == "starvation_seconds") {
       settings.policy.starvation_seconds = duration(value, path, name);
     } else if (name == "interval_seconds") {
-      settings.interval_seconds = duration(value, path, name);
-      if (settings.interval_seconds < 1) config_error(path, value.source(), "'interval_seconds' must be at least 1");
+      // One message for every value out of range, NaN included (it fails every comparison).
+      const double seconds = number(value, path, name);
+      if (!(seconds >= 1 && seconds <= k_max_duration_seconds)) {
+        config_error(path, value.source(), fmt::format("'interval_seconds' = {}: must be a number of seconds from 1 to {}",
+                                                       seconds, k_max_duration_seconds));
+      }
+      settings.interval_seconds = seconds;
     } else {
       config_error(path, key.source(), fmt::format("unknown key '{}' in [scheduler] (known: fairness, restart_seconds, "
                                            "starvation_seconds, interval_seconds)", name));

@@ -29,7 +29,16 @@ TEST_SUITE("launcher::scheduler_settings") {
     CHECK_THROWS_WITH_AS(parse_scheduler_settings("[scheduler]\nfairnes = 1\n", "c.toml"),
                          doctest::Contains("unknown key 'fairnes' in [scheduler]"), dlrun::ConfigError);
     CHECK_THROWS_AS(parse_scheduler_settings("scheduler = 3\n", "c.toml"), dlrun::ConfigError);
-    CHECK_THROWS_AS(parse_scheduler_settings("[scheduler]\ninterval_seconds = 0\n", "c.toml"), dlrun::ConfigError);
+    // Below 1, NaN and past a week alike: one message with the range.
+    CHECK_THROWS_WITH_AS(parse_scheduler_settings("[scheduler]\ninterval_seconds = 0\n", "c.toml"),
+                         "c.toml:2:20: 'interval_seconds' = 0: must be a number of seconds from 1 to 604800",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_scheduler_settings("[scheduler]\ninterval_seconds = nan\n", "c.toml"),
+                         "c.toml:2:20: 'interval_seconds' = nan: must be a number of seconds from 1 to 604800",
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_scheduler_settings("[scheduler]\ninterval_seconds = 1e9\n", "c.toml"),
+                         doctest::Contains("'interval_seconds' = 1000000000: must be a number of seconds from 1 to 604800"),
+                         dlrun::ConfigError);
     CHECK_THROWS_AS(parse_scheduler_settings("[scheduler\n", "c.toml"), dlrun::ConfigError);
   }
   TEST_CASE("a table no part reads (a typo) is refused, not ignored, by every part") {
