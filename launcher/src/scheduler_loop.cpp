@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
@@ -21,6 +22,7 @@
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/process_identity.hpp"
 #include "dlrun/launcher/scheduler_settings.hpp"
+#include "dlrun/launcher/text.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/log.hpp"
 
@@ -105,8 +107,19 @@ class Scheduler {
     for (const auto* record : r.input.records) goodput.push_back(record->submitted.request.goodput);
     const SchedulerPlan plan = plan_moves(r.input.jobs, r.decision, goodput);
     if (plan.empty() && queue_changed) {
-      log::info("{} the queue changed ({} GPU job{}): every allocation stays", timestamp(), r.input.jobs.size(),
-                r.input.jobs.size() == 1 ? "" : "s");
+      // A job between two sizes (a resize that another scheduler or dlrun resize began) is held
+      // at its size until it runs again: say so, rather than that nothing moves.
+      std::vector<std::string> resizing;
+      for (const auto* record : r.input.records) {
+        if (record->state == JobState::rescaling) resizing.push_back(std::to_string(record->id));
+      }
+      log::info("{} the queue changed ({}): every allocation stays{}", timestamp(),
+                counted(static_cast<long long>(r.input.jobs.size()), "GPU job"),
+                resizing.empty() ? ""
+                                 : fmt::format(" until job{} {} {} resized (the round after weighs {} again)",
+                                               resizing.size() == 1 ? "" : "s", fmt::join(resizing, ", "),
+                                               resizing.size() == 1 ? "is" : "are",
+                                               resizing.size() == 1 ? "it" : "them"));
     }
     resize(r, plan.shrinks, "shrink");
     for (const auto& move : plan.starts) {

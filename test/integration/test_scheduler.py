@@ -202,6 +202,24 @@ class Takeover(SchedulerTestCase):
         open(done_a, "w").close()
         self.wait_state(a, ("SUCCEEDED",))
 
+    def test_a_job_between_two_sizes_keeps_its_size_and_the_log_says_why(self):
+        a, done_a = self.job("a", "1:4")
+        self.wait_ranks(a, 4)
+        # As a scheduler killed mid-resize leaves it (the store's state, written by hand here).
+        with sqlite3.connect(os.path.join(self.home, "jobs.db")) as db:
+            db.execute("UPDATE jobs SET state = 'RESCALING' WHERE id = ?", (a,))
+        b, done_b = self.job("b", "1:4")
+        line = f"(2 GPU jobs): every allocation stays until job {a} is resized (the round after weighs it again)"
+        self.assertTrue(wait_for(lambda: line in self.scheduler_log(), 60), self.scheduler_log())
+        self.assertEqual(self.status(b)["state"], "PENDING")
+        with sqlite3.connect(os.path.join(self.home, "jobs.db")) as db:
+            db.execute("UPDATE jobs SET state = 'RUNNING' WHERE id = ?", (a,))
+        self.wait_ranks(b, 2)
+        self.wait_ranks(a, 2)
+        for done in (done_a, done_b):
+            open(done, "w").close()
+        self.wait_state(a, ("SUCCEEDED",))
+
     def test_one_scheduler_at_a_time(self):
         a, done_a = self.job("a", "1:4")
         self.wait_ranks(a, 4)
