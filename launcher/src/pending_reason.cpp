@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dlrun/launcher/text.hpp"
 
@@ -35,13 +36,24 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
     const int free = std::max(0, queue.capacity.cpu_slots - usage.cpu_slots_in_use);
     return fmt::format("waiting for {} ({} free)", counted(request.min_ranks, "CPU slot"), free);
   }
-  // GPUs another store's jobs hold are named with their holder: dlrun status does not list those.
-  std::string elsewhere;
+  // GPUs another store's jobs hold are named with their holder (dlrun status does not list
+  // those): "; GPUs 0,1 are in use by user bob's dlrun job 4 (pid 99)", one part per holder.
+  std::vector<std::pair<std::string, std::vector<std::string>>> holders;
   auto note_elsewhere = [&](const std::string& id) {
     auto it = queue.capacity.gpus_elsewhere.find(id);
     if (it == queue.capacity.gpus_elsewhere.end()) return false;
-    elsewhere += fmt::format("; GPU {} is in use by {}", id, it->second);
+    auto same = std::find_if(holders.begin(), holders.end(), [&](const auto& h) { return h.first == it->second; });
+    if (same == holders.end()) same = holders.insert(holders.end(), {it->second, {}});
+    same->second.push_back(id);
     return true;
+  };
+  auto elsewhere = [&] {
+    std::string text;
+    for (const auto& [who, ids] : holders) {
+      text += fmt::format("; GPU{} {} {} in use by {}", ids.size() == 1 ? "" : "s", fmt::join(ids, ","),
+                          ids.size() == 1 ? "is" : "are", who);
+    }
+    return text;
   };
   if (!request.gpu_ids.empty()) {
     std::string busy;
@@ -52,7 +64,7 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
       busy += (busy.empty() ? "" : ",") + id;
       ++count;
     }
-    return fmt::format("waiting for GPU{} {} (in use{})", count == 1 ? "" : "s", busy, elsewhere);
+    return fmt::format("waiting for GPU{} {} (in use{})", count == 1 ? "" : "s", busy, elsewhere());
   }
   int free = 0;
   for (int i = 0; i < queue.capacity.gpus; ++i) {
@@ -60,7 +72,7 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
     const bool other_store = note_elsewhere(id);
     free += other_store || usage.gpus_in_use.count(id) ? 0 : 1;
   }
-  return fmt::format("waiting for {} ({} free{})", counted(request.min_ranks, "GPU"), free, elsewhere);
+  return fmt::format("waiting for {} ({} free{})", counted(request.min_ranks, "GPU"), free, elsewhere());
 }
 
 }  // namespace

@@ -55,6 +55,13 @@ TEST_SUITE("launcher::PendingReason") {
     jobs[1].submitted.request.gpu_ids = {"2", "3"};
     CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for GPU 2 (in use; GPU 2 is in use by user bob's dlrun "
                                                      "job 7 (pid 99))");
+    // One part per holder, its GPUs together.
+    queue.capacity.gpus_elsewhere = {{"0", "user ann's dlrun job 1 (pid 5)"}, {"2", "user bob's dlrun job 7 (pid 99)"},
+                                     {"3", "user ann's dlrun job 1 (pid 5)"}};
+    jobs[1].submitted.request.gpu_ids.clear();
+    CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for 3 GPUs (1 free; GPUs 0,3 are in use by user ann's "
+                                                     "dlrun job 1 (pid 5); GPU 2 is in use by user bob's dlrun job 7 "
+                                                     "(pid 99))");
     queue.capacity.gpus_elsewhere.clear();
     CHECK(pending_reason(jobs[1], queue, nullptr) == "starting (its resources are free)");
   }
