@@ -16,6 +16,7 @@
 #include "dlrun/launcher/agent_plan.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/free_port.hpp"
+#include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/network.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -95,6 +96,13 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   // --ranks names global ranks, most of them on other hosts: apply it after the local checks.
   auto shown = local.shown_ranks;
   local.shown_ranks.reset();
+  // GPUs by count leave out those other stores' jobs hold on this host (gpu_claims.hpp).
+  if (local.gpus && local.gpus->count) {
+    for (const auto& [gpu, holder] : gpu_claims_elsewhere(base)) {
+      log::info("GPU {} is in use by {}: not chosen", gpu, describe(holder));
+      local.gpus_in_use.push_back(gpu);
+    }
+  }
   Plan job = make_plan(local, base, plan.job_id);
   job.options.shown_ranks = shown;
   job.node_rank = assignment.node_rank;
@@ -107,6 +115,9 @@ int run_agent(const AgentOptions& options, const Environment& env) {
 
   stop_when_stdin_closes();
   client.watch([](int signal) { ::kill(::getpid(), signal); });
+  // This host's GPUs are claimed while its ranks run, so that other users' dlrun leaves them be.
+  GpuClaims claims = GpuClaims::for_job(base, plan.job_id);
+  if (auto shared = claims.hold(job.gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
   Supervisor supervisor(job);
   int code = supervisor.run();
   return code;

@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -22,18 +24,60 @@
 namespace dlrun::launcher {
 namespace {
 
-constexpr const char* k_prefix = "gpu-";
+constexpr std::string_view k_prefix = "dlrun-gpu-";
 constexpr size_t k_max_claim_bytes = 4096;
+constexpr size_t k_max_field = 256;
 
-// A GPU id as a file name: nvidia-smi numbers and UUIDs are kept, anything else becomes '_'.
-std::string file_name(const std::string& gpu) {
-  std::string name = k_prefix;
-  for (char c : gpu) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                       c == '.' || c == '_';
-    name += plain ? c : '_';
+bool plain(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-'; }
+
+// A GPU id in a file name: nvidia-smi numbers and UUIDs as they are, any other byte as _xx
+// (so that the name's dots separate its parts and two ids never share a name).
+std::string encode(const std::string& gpu) {
+  std::string out;
+  for (unsigned char c : gpu) out += plain(static_cast<char>(c)) ? std::string(1, static_cast<char>(c)) : fmt::format("_{:02x}", c);
+  return out;
+}
+
+std::optional<std::string> decode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (plain(text[i])) {
+      out += text[i];
+      continue;
+    }
+    if (text[i] != '_' || i + 2 >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(text[i + 2])))
+      return std::nullopt;
+    out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+    i += 2;
   }
-  return name;
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+// dlrun-gpu-ID.UID.PID
+struct ClaimName {
+  std::string gpu;
+  uid_t uid = 0;
+  pid_t pid = 0;
+};
+
+std::string name_of(const std::string& gpu, uid_t uid, pid_t pid) {
+  return fmt::format("{}{}.{}.{}", k_prefix, encode(gpu), uid, pid);
+}
+
+std::optional<ClaimName> parse_name(std::string_view name) {
+  if (name.substr(0, k_prefix.size()) != k_prefix) return std::nullopt;
+  name.remove_prefix(k_prefix.size());
+  const size_t second = name.rfind('.');
+  if (second == std::string_view::npos || second == 0) return std::nullopt;
+  const size_t first = name.rfind('.', second - 1);
+  if (first == std::string_view::npos) return std::nullopt;
+  auto gpu = decode(name.substr(0, first));
+  auto uid = parse_int(name.substr(first + 1, second - first - 1));
+  auto pid = parse_int(name.substr(second + 1));
+  if (!gpu || !uid || !pid || *uid < 0 || *pid <= 0) return std::nullopt;
+  return ClaimName{*gpu, static_cast<uid_t>(*uid), static_cast<pid_t>(*pid)};
 }
 
 struct flock whole_file(short type) {
@@ -46,8 +90,8 @@ struct flock whole_file(short type) {
   return lock;
 }
 
-// Creates the directory (sticky and world-writable, as /tmp: every user's claims live in it).
-// Returns what is wrong with it, or empty.
+// Creates a directory DLRUN_GPU_CLAIMS_DIR names (sticky and world-writable, as /tmp: every
+// user's claims live in it). Returns what is wrong with it, or empty.
 std::string ensure_dir(const std::string& dir) {
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) {
@@ -60,10 +104,16 @@ std::string ensure_dir(const std::string& dir) {
   return {};
 }
 
-// What a claim file says of its holder (empty fields while its holder is still writing it).
-GpuClaimHolder read_holder(int fd, const std::string& fallback_gpu) {
-  GpuClaimHolder holder;
-  holder.gpu = fallback_gpu;
+// Another's text shown on this terminal: no control characters, a bounded length.
+std::string printable(std::string text) {
+  if (text.size() > k_max_field) text.resize(k_max_field);
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return text;
+}
+
+void read_fields(int fd, GpuClaimHolder& holder) {
   std::string text(k_max_claim_bytes, '\0');
   const ssize_t n = ::pread(fd, text.data(), text.size(), 0);
   text.resize(n > 0 ? static_cast<size_t>(n) : 0);
@@ -75,50 +125,60 @@ GpuClaimHolder read_holder(int fd, const std::string& fallback_gpu) {
     start = end + 1;
     const size_t eq = line.find('=');
     if (eq == std::string::npos) continue;
-    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
-    if (key == "gpu" && !value.empty()) holder.gpu = value;
+    const std::string key = line.substr(0, eq), value = printable(line.substr(eq + 1));
     if (key == "job") holder.job = value;
     if (key == "home") holder.home = value;
-    if (key == "pid") holder.pid = static_cast<pid_t>(parse_int(value).value_or(0));
-    if (key == "uid") holder.uid = static_cast<uid_t>(parse_int(value).value_or(0));
   }
-  return holder;
 }
 
-// True when another open file description holds the claim's lock.
-bool locked_elsewhere(int fd) {
-  struct flock probe = whole_file(F_WRLCK);
-  return ::fcntl(fd, F_OFD_GETLK, &probe) == 0 && probe.l_type != F_UNLCK;
-}
+bool pid_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
-// A regular file opened without following a link, without blocking on a FIFO.
-int open_claim(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0666);
-  if (fd < 0) return -1;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+// Every claim held now in `dir` (an unlocked file is no claim), but this process's own. A
+// file whose owner is not the uid its name gives is no claim either: only its owner can write
+// one in a user's name. This user's files whose process is gone are removed on the way.
+std::vector<GpuClaimHolder> held_claims(const std::string& dir) {
+  std::vector<GpuClaimHolder> claims;
+  DIR* listing = ::opendir(dir.c_str());
+  if (listing == nullptr) return claims;
+  const uid_t me = ::geteuid();
+  while (const dirent* entry = ::readdir(listing)) {
+    auto name = parse_name(entry->d_name);
+    if (!name || (name->uid == me && name->pid == ::getpid())) continue;
+    const std::string path = dir + "/" + entry->d_name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st {};
+    struct flock probe = whole_file(F_WRLCK);
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == name->uid) {
+      if (::fcntl(fd, F_OFD_GETLK, &probe) == 0 && probe.l_type != F_UNLCK) {
+        GpuClaimHolder holder{name->gpu, name->pid, name->uid, {}, {}};
+        read_fields(fd, holder);
+        claims.push_back(std::move(holder));
+      } else if (name->uid == me && pid_gone(name->pid)) {
+        ::unlink(path.c_str());  // left by a dlrun killed with SIGKILL
+      }
+    }
     ::close(fd);
-    errno = EINVAL;
-    return -1;
   }
-  return fd;
+  ::closedir(listing);
+  return claims;
 }
 
 std::string user_name(uid_t uid) {
   struct passwd pw {};
   struct passwd* found = nullptr;
   char buffer[1024];
-  if (::getpwuid_r(uid, &pw, buffer, sizeof buffer, &found) == 0 && found != nullptr) return found->pw_name;
+  if (::getpwuid_r(uid, &pw, buffer, sizeof buffer, &found) == 0 && found != nullptr) return printable(found->pw_name);
   return fmt::format("uid {}", uid);
 }
 
 }  // namespace
 
 std::string describe(const GpuClaimHolder& holder) {
-  if (holder.pid == 0) return "another dlrun job (its claim is being written)";
   const std::string job = holder.job.empty() ? "" : " " + holder.job;
   if (holder.uid == ::geteuid()) {
-    return fmt::format("your dlrun job{} of DLRUN_HOME={} (pid {})", job, holder.home, holder.pid);
+    return fmt::format("your dlrun job{} of DLRUN_HOME={} (pid {})", job, holder.home.empty() ? "?" : holder.home,
+                       holder.pid);
   }
   return fmt::format("user {}'s dlrun job{} (pid {})", user_name(holder.uid), job, holder.pid);
 }
@@ -134,21 +194,12 @@ std::optional<std::string> gpu_claims_dir(const Environment& env) {
 
 std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const std::string& dir, const std::string& home) {
   std::map<std::string, GpuClaimHolder> claims;
-  DIR* listing = ::opendir(dir.c_str());
-  if (listing == nullptr) return claims;
   const std::string mine = plain_path(home);
-  while (const dirent* entry = ::readdir(listing)) {
-    const std::string name = entry->d_name;
-    if (name.rfind(k_prefix, 0) != 0) continue;
-    const int fd = open_claim(dir + "/" + name, O_RDONLY);
-    if (fd < 0) continue;
-    if (locked_elsewhere(fd)) {
-      GpuClaimHolder holder = read_holder(fd, name.substr(std::strlen(k_prefix)));
-      if (holder.home.empty() || plain_path(holder.home) != mine) claims[holder.gpu] = holder;
-    }
-    ::close(fd);
+  for (auto& holder : held_claims(dir)) {
+    // Its home as its file says (written before the lock was taken).
+    if (!holder.home.empty() && plain_path(holder.home) == mine) continue;
+    claims.emplace(holder.gpu, std::move(holder));
   }
-  ::closedir(listing);
   return claims;
 }
 
@@ -169,25 +220,29 @@ GpuClaims::GpuClaims(GpuClaims&& other) noexcept
     : m_dir(std::move(other.m_dir)),
       m_home(std::move(other.m_home)),
       m_job(std::move(other.m_job)),
-      m_fds(std::move(other.m_fds)),
+      m_claims(std::move(other.m_claims)),
       m_warned(other.m_warned) {
-  other.m_fds.clear();
+  other.m_claims.clear();
 }
 
 GpuClaims::~GpuClaims() {
-  for (const auto& [gpu, fd] : m_fds) ::close(fd);
+  for (const auto& [gpu, claim] : m_claims) {
+    ::unlink(claim.path.c_str());
+    ::close(claim.fd);
+  }
 }
 
 std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus) {
   std::vector<GpuClaimHolder> conflicts;
   if (m_dir.empty()) return conflicts;
-  for (auto it = m_fds.begin(); it != m_fds.end();) {
+  for (auto it = m_claims.begin(); it != m_claims.end();) {
     if (std::find(gpus.begin(), gpus.end(), it->first) != gpus.end()) {
       ++it;
       continue;
     }
-    ::close(it->second);  // the lock goes with it
-    it = m_fds.erase(it);
+    ::unlink(it->second.path.c_str());
+    ::close(it->second.fd);  // the lock goes with it
+    it = m_claims.erase(it);
   }
   auto warn = [&](const std::string& what) {
     if (!m_warned) log::warn("GPUs are not claimed machine-wide, so other users' dlrun may choose them too: {}", what);
@@ -198,37 +253,51 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
     warn(problem);
     return conflicts;
   }
+  const auto others = held_claims(m_dir);
   for (const auto& gpu : gpus) {
-    if (m_fds.count(gpu)) continue;
-    const std::string path = m_dir + "/" + file_name(gpu);
-    const int fd = open_claim(path, O_RDWR | O_CREAT);
+    if (m_claims.count(gpu)) continue;
+    bool this_store = false;
+    std::optional<GpuClaimHolder> elsewhere;
+    for (const auto& holder : others) {
+      if (holder.gpu != gpu) continue;
+      if (!holder.home.empty() && plain_path(holder.home) == m_home) this_store = true;
+      else if (!elsewhere) elsewhere = holder;
+    }
+    if (this_store) continue;  // a job of this store holds it: this run is inside that job
+    if (elsewhere) conflicts.push_back(*elsewhere);
+    const std::string path = m_dir + "/" + name_of(gpu, ::geteuid(), ::getpid());
+    int fd = -1;
+    for (int attempt = 0; attempt < 2 && fd < 0; ++attempt) {
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd >= 0 || errno != EEXIST || attempt > 0) break;
+      // This pid's name taken: a file an earlier process with this pid left. Its own, it goes.
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0 || st.st_uid != ::geteuid()) break;
+      ::unlink(path.c_str());
+    }
     if (fd < 0) {
       warn(fmt::format("{}: {}", path, std::strerror(errno)));
       continue;
     }
-    struct stat st {};
-    if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 07777) != 0666) ::fchmod(fd, 0666);
+    ::fchmod(fd, 0644);  // readable by every user whatever the umask: that is what it is for
+    // Written before it is locked: an unlocked file is no claim, so no one reads half of it.
     struct flock lock = whole_file(F_WRLCK);
-    if (::fcntl(fd, F_OFD_SETLK, &lock) != 0) {
-      if (errno != EAGAIN && errno != EACCES) warn(fmt::format("{}: {}", path, std::strerror(errno)));
-      GpuClaimHolder holder = read_holder(fd, gpu);
+    const std::string text = fmt::format("job={}\nhome={}\n", m_job, m_home);
+    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
+        ::fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+      warn(fmt::format("{}: {}", path, std::strerror(errno)));
+      ::unlink(path.c_str());
       ::close(fd);
-      if (holder.home.empty() || plain_path(holder.home) != m_home) conflicts.push_back(holder);
       continue;
     }
-    const std::string text = fmt::format("gpu={}\npid={}\nuid={}\njob={}\nhome={}\n", gpu, ::getpid(), ::geteuid(),
-                                         m_job, m_home);
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-      warn(fmt::format("{}: {}", path, std::strerror(errno)));
-    }
-    m_fds[gpu] = fd;
+    m_claims[gpu] = {fd, path};
   }
   return conflicts;
 }
 
 std::vector<std::string> GpuClaims::held() const {
   std::vector<std::string> gpus;
-  for (const auto& [gpu, fd] : m_fds) gpus.push_back(gpu);
+  for (const auto& [gpu, claim] : m_claims) gpus.push_back(gpu);
   return gpus;
 }
 

@@ -147,9 +147,7 @@ Capacity JobQueue::capacity() const {
   Capacity capacity;
   GpuInventory gpus = discover_gpus();
   capacity.gpus = gpus.count;
-  if (capacity.gpus > 0) {
-    for (const auto& [id, holder] : gpu_claims_elsewhere(m_env)) capacity.gpus_elsewhere[id] = describe(holder);
-  }
+  if (capacity.gpus > 0) capacity.gpus_elsewhere = gpus_elsewhere();
   capacity.cpu_slots = usable_cores();
   if (auto it = m_env.find(env::k_cpu_slots); it != m_env.end()) {
     auto n = parse_int(it->second);
@@ -157,6 +155,12 @@ Capacity JobQueue::capacity() const {
     capacity.cpu_slots = *n;
   }
   return capacity;
+}
+
+std::map<std::string, std::string> JobQueue::gpus_elsewhere() const {
+  std::map<std::string, std::string> held;
+  for (const auto& [id, holder] : gpu_claims_elsewhere(m_env)) held[id] = describe(holder);
+  return held;
 }
 
 JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& kind, std::string& text) {

@@ -43,7 +43,7 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity) {
   const sigset_t stop = stop_signal_set();
   for (int poll = 0;; ++poll) {
     // Other stores' jobs take and release GPUs meanwhile (gpu_claims.hpp): look again each second.
-    if (poll > 0 && poll % k_sweep_every == 0 && capacity.gpus > 0) capacity.gpus_elsewhere = queue.capacity().gpus_elsewhere;
+    if (poll > 0 && poll % k_sweep_every == 0 && capacity.gpus > 0) capacity.gpus_elsewhere = queue.gpus_elsewhere();
     auto job = queue.store().get(id);
     if (!job || is_terminal(job->state)) return false;
     if (job->submitted.request.goodput) {
@@ -185,10 +185,14 @@ int run_submitted_job(int64_t id, const Environment& env) {
     claim(job.gpu_ids);
     job.on_rescale = [&store, id, &claims, claim](bool rescaling, int world_size,
                                                   const std::vector<std::string>& gpu_ids) {
-      // While the ranks change size the old ones may still run: the GPUs of both sizes stay claimed.
+      // While the ranks change size the old ones may still run, and a grow's new GPUs are the
+      // store's already (begin_resize took them before asking): the GPUs of both sizes are
+      // claimed until the ranks run at the new one.
       std::vector<std::string> claimed = gpu_ids;
       if (rescaling) {
-        for (const auto& gpu : claims.held()) {
+        std::vector<std::string> both = claims.held();
+        if (auto now = store.get(id)) both.insert(both.end(), now->allocation.gpu_ids.begin(), now->allocation.gpu_ids.end());
+        for (const auto& gpu : both) {
           if (std::find(claimed.begin(), claimed.end(), gpu) == claimed.end()) claimed.push_back(gpu);
         }
       }

@@ -502,7 +502,8 @@ std::optional<Allocation> JobStore::resize_allocation(int64_t id, int world, con
       }
       for (int i = 0; i < capacity.gpus && static_cast<int>(a.gpu_ids.size()) < world; ++i) {
         std::string gpu = std::to_string(i);
-        if (!usage.gpus_in_use.count(gpu) && std::find(a.gpu_ids.begin(), a.gpu_ids.end(), gpu) == a.gpu_ids.end()) {
+        if (!usage.gpus_in_use.count(gpu) && !capacity.gpus_elsewhere.count(gpu) &&
+            std::find(a.gpu_ids.begin(), a.gpu_ids.end(), gpu) == a.gpu_ids.end()) {
           a.gpu_ids.push_back(gpu);
         }
       }

@@ -122,6 +122,8 @@ class Scheduler {
                                                resizing.size() == 1 ? "it" : "them"));
     }
     resize(r, plan.shrinks, "shrink");
+    // The shrinks' answers may have taken a while: what other stores' jobs hold may have changed.
+    if (!plan.shrinks.empty() && r.capacity.gpus > 0) r.capacity.gpus_elsewhere = m_queue.gpus_elsewhere();
     for (const auto& move : plan.starts) {
       const JobRecord& job = *r.input.records[move.job];
       say(r, move, "start");

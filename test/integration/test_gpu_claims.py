@@ -63,6 +63,24 @@ class OtherStores(DlrunTestCase):
         self.assertEqual(sorted(r.stdout.splitlines()), ["[0] gpu 0", "[1] gpu 1"])
         self.assertNotIn("in use", r.stderr)
 
+    def test_dlrun_runs_agents_leave_them_out_and_claim_their_own(self):
+        p = self.hold_gpu_0()
+        r = self.dlrun("run", "--hosts", "localhost:1", "--gpu", "sh", "-c",
+                       "echo gpu $CUDA_VISIBLE_DEVICES; sleep 1", env=self.other)
+        self.assertEqual((r.returncode, r.stdout), (0, "[localhost:0] gpu 1\n"), r.stderr)
+        self.assertIn(f"GPU 0 is in use by your dlrun job 1 of DLRUN_HOME={self.home} (pid {p.pid}): not chosen",
+                      r.stderr)
+        # Named, it is shared, with a warning; while an agent's ranks run, its GPU is claimed.
+        up = os.path.join(self.tmp, "agent-up")
+        q = self.start("run", "--hosts", "localhost:1", "--gpu-ids", "1", "sh", "-c",
+                       f"touch {up}; exec sleep 60", env=self.other)
+        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
+        r = self.dlrun("local", "--gpus", "1", "true")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"GPU 1 is in use by your dlrun job 2 of DLRUN_HOME={self.other_home}", r.stderr)
+        os.killpg(q.pid, signal.SIGTERM)
+        q.communicate(timeout=30)
+
     def test_a_queued_job_waits_for_gpus_another_store_holds_and_says_whose(self):
         p = self.hold_gpu_0()
         job_file = os.path.join(self.tmp, "job.toml")
@@ -81,6 +99,34 @@ class OtherStores(DlrunTestCase):
         state = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)["state"]  # noqa: E731
         self.assertTrue(wait_for(lambda: state() == "SUCCEEDED", 60), state())
         self.assertEqual(self.dlrun("logs", job, env=self.other).stdout.count("gpus"), 2)
+
+    def test_a_resize_grows_only_onto_gpus_no_other_store_holds_and_claims_them(self):
+        up = os.path.join(self.tmp, "other-up")
+        p = self.start("local", "--gpus", "device=1", "sh", "-c", f"touch {up}; exec sleep 60")
+        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write('command = ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES >> $DLRUN_RUN_DIR/gpus-$RANK; '
+                    'exec sleep 60"]\n[scheduler]\npolicy = "fifo"\n[resources]\ngpus = "1:2"\n')
+        r = self.dlrun("submit", "--parsable", job_file, env=self.other)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = r.stdout.split()[0]
+        status = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)  # noqa: E731
+        self.assertTrue(wait_for(lambda: status()["state"] == "RUNNING", 30), status())
+        self.assertEqual(status()["gpus"], [0])  # GPU 1 is the other store's
+        r = self.dlrun("resize", "--force", job, "2", env=self.other)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("not enough free GPUs for 2 ranks now", r.stderr)
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate(timeout=30)
+        r = self.dlrun("resize", "--force", job, "2", env=self.other)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(status()["gpus"], [0, 1])
+        # Its new GPU is claimed: this store's count finds none free.
+        r = self.dlrun("local", "--gpus", "1", "true")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("GPU 1 is in use by your dlrun job 1 of DLRUN_HOME=" + self.other_home, r.stderr)
+        self.assertEqual(self.dlrun("cancel", job, env=self.other).returncode, 0)
 
     def test_a_submitted_jobs_supervisor_claims_its_gpus(self):
         job_file = os.path.join(self.tmp, "job.toml")

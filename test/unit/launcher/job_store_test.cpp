@@ -197,6 +197,24 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(store.get(b)->state == JobState::running);
     CHECK(store.get(b)->run_dir == "/run/b");
   }
+  TEST_CASE("a grow takes neither this store's GPUs in use nor those another store's jobs hold") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    Capacity capacity{4, 4};
+    NewJob elastic = job("e", true, 3);
+    elastic.request.min_ranks = 1;
+    int64_t e = store.submit(elastic);
+    int64_t other = store.submit(job("o", true, 1));
+    REQUIRE(store.start_scheduled(e, 1, capacity, "/run/e")->gpu_ids == std::vector<std::string>{"0"});
+    REQUIRE(store.try_start(other, capacity, "/run/o")->gpu_ids == std::vector<std::string>{"1"});
+    capacity.gpus_elsewhere = {{"2", "user bob's dlrun job 7 (pid 99)"}};
+    CHECK_FALSE(store.resize_allocation(e, 3, capacity, "grow"));  // only 3 is free
+    CHECK(store.get(e)->allocation.gpu_ids == std::vector<std::string>{"0"});
+    auto grown = store.resize_allocation(e, 2, capacity, "grow");
+    REQUIRE(grown);
+    CHECK(grown->gpu_ids == std::vector<std::string>{"0", "3"});
+    CHECK_FALSE(store.start_scheduled(store.submit(job("n", true, 1)), 1, capacity, "/run/n"));
+  }
   TEST_CASE("a job whose ranks run elsewhere (Slurm, kind ssh) neither waits in order nor holds the queue up") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");

@@ -3,18 +3,22 @@
 // user's, or another DLRUN_HOME of the same user). A store knows its own jobs' GPUs; two
 // people with private stores on one machine would otherwise both hand out GPU 0.
 //
-// A job's supervisor (dlrun local, a submitted job's supervisor) holds one file per GPU it
-// runs ranks on, CLAIMS_DIR/gpu-ID, under an open-file-description write lock (fcntl
-// F_OFD_SETLK) for as long as it lives: the kernel drops the lock when the process ends, however
-// it ends, so a claim never outlives its job. The file says who holds it (pid, user, store, job);
-// others probe the lock (F_OFD_GETLK) and read that to skip the GPU or name its holder. The
-// files are mode 0666 in a sticky, world-writable directory, so any user can claim a GPU
-// another user's job has released. Claims are advisory, as GPUs themselves are: a rank given a
-// GPU another store's job holds (a list named with --gpus, or two stores choosing in the same
-// instant) still runs, with a warning. docs/local.md, "GPUs shared with other users".
+// A job's supervisor (dlrun local, a submitted job's supervisor, a dlrun run agent) creates,
+// for each GPU its ranks run on, its own file CLAIMS_DIR/dlrun-gpu-ID.UID.PID (mode 0644,
+// O_EXCL: never a file someone else made) and holds an open-file-description write lock on
+// it (fcntl F_OFD_SETLK) for as long as it lives. The kernel drops the lock when the process
+// ends, however it ends, so a claim never outlives its job; the file itself is removed on
+// release, or later by its owner's next dlrun once its pid is gone. Others probe the lock
+// (F_OFD_GETLK) of every file owned by the uid its name gives, and read the rest (the job,
+// the store) from it. Only a file's owner can write or remove it (/dev/shm is sticky), so no
+// user can make another's claim look free or forge one in another's name. Claims are advisory,
+// as GPUs themselves are: a rank given a GPU another store's job holds (a list named with
+// --gpus, or two stores choosing in the same instant) still runs, with a warning.
+// docs/local.md, "GPUs shared with other users".
 //
-// CLAIMS_DIR: DLRUN_GPU_CLAIMS_DIR, else /dev/shm/dlrun-gpu-claims; with DLRUN_FAKE_GPUS (the
-// tests' pretend GPUs) claims are off unless DLRUN_GPU_CLAIMS_DIR names a directory.
+// CLAIMS_DIR: DLRUN_GPU_CLAIMS_DIR, else /dev/shm; with DLRUN_FAKE_GPUS (the tests' pretend
+// GPUs) claims are off unless DLRUN_GPU_CLAIMS_DIR names a directory (made sticky and
+// world-writable, as /tmp, when it does not exist).
 
 #include <sys/types.h>
 
@@ -28,14 +32,14 @@
 namespace dlrun::launcher {
 
 inline constexpr const char* k_gpu_claims_dir_env = "DLRUN_GPU_CLAIMS_DIR";
-inline constexpr const char* k_default_gpu_claims_dir = "/dev/shm/dlrun-gpu-claims";
+inline constexpr const char* k_default_gpu_claims_dir = "/dev/shm";
 
 // Who holds a GPU, as its claim file says.
 struct GpuClaimHolder {
   std::string gpu;
   pid_t pid = 0;
   uid_t uid = 0;
-  std::string home;  // the holder's DLRUN_HOME
+  std::string home;  // the holder's DLRUN_HOME (as its file says; control characters shown as '?')
   std::string job;   // its job number or id there
 };
 
@@ -62,17 +66,22 @@ class GpuClaims {
   GpuClaims& operator=(const GpuClaims&) = delete;
   GpuClaims(GpuClaims&&) noexcept;
 
-  // Holds exactly `gpus` from now on (claims the new ones, releases the rest). Returns the GPUs
-  // of `gpus` a job of another store holds (their ranks will share them); a GPU held by a job
-  // of this store (a run inside a job on that job's GPUs) is neither claimed nor returned.
-  // Problems with the directory are warned about once, never thrown: claims are advisory.
+  // Holds exactly `gpus` from now on (claims the new ones, releases the rest). Returns, for the
+  // GPUs of `gpus` a job of another store holds too, one such holder each (the ranks share
+  // them; both claims stand). A GPU a job of this store holds (a run inside a job, on that
+  // job's GPUs) is neither claimed nor returned. Problems with the directory are warned about
+  // once, never thrown: claims are advisory.
   std::vector<GpuClaimHolder> hold(const std::vector<std::string>& gpus);
   // The GPUs this process holds a claim on now.
   std::vector<std::string> held() const;
 
  private:
   std::string m_dir, m_home, m_job;
-  std::map<std::string, int> m_fds;  // GPU id -> its claim file, locked
+  struct Claim {
+    int fd = -1;       // locked
+    std::string path;  // removed on release
+  };
+  std::map<std::string, Claim> m_claims;  // by GPU id
   bool m_warned = false;
 };
 

@@ -93,6 +93,9 @@ class JobQueue {
 
   // This machine's resources for the local scheduler.
   Capacity capacity() const;
+  // The GPUs other stores' jobs hold now, each with who holds it (Capacity::gpus_elsewhere;
+  // gpu_claims.hpp), without counting the GPUs again.
+  std::map<std::string, std::string> gpus_elsewhere() const;
 
  private:
   void start_supervisor(int64_t id, const std::string& environment_blob);
