@@ -6,10 +6,12 @@
 #include <ctime>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/foreground_job.hpp"
+#include "dlrun/launcher/pending_reason.hpp"
 #include "dlrun/launcher/ssh.hpp"
 #include "dlrun/launcher/text.hpp"
 
@@ -155,7 +157,11 @@ std::string status_table(const std::vector<JobRecord>& jobs, double now, const Q
   // Room for the values that change as jobs run ("RESCALING", "10:02:03", "12 (1.8x)"), so
   // that `--watch` and watch(1) redraw the columns in place.
   static const std::vector<size_t> min_widths = {0, 0, 9, 4, 5, 7, 8, 7, 19, 8, 6, 9, 9, 0};
-  return render_table(status_rows(jobs, now, insight), min_widths);
+  std::string text = render_table(status_rows(jobs, now, insight), min_widths);
+  // GPUs this queue cannot use, and why: another user's dlrun holds them.
+  const auto elsewhere = gpus_held_elsewhere_text(insight.gpus_elsewhere);
+  if (!elsewhere.empty()) text += "\nOutside this queue: " + fmt::format("{}", fmt::join(elsewhere, "; ")) + "\n";
+  return text;
 }
 
 namespace {

@@ -36,23 +36,16 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
     const int free = std::max(0, queue.capacity.cpu_slots - usage.cpu_slots_in_use);
     return fmt::format("waiting for {} ({} free)", counted(request.min_ranks, "CPU slot"), free);
   }
-  // GPUs another store's jobs hold are named with their holder (dlrun status does not list
-  // those): "; GPUs 0,1 are in use by user bob's dlrun job 4 (pid 99)", one part per holder.
-  std::vector<std::pair<std::string, std::vector<std::string>>> holders;
+  // GPUs another store's jobs hold are named with their holder: dlrun status does not list those.
+  std::vector<std::string> noted;
   auto note_elsewhere = [&](const std::string& id) {
-    auto it = queue.capacity.gpus_elsewhere.find(id);
-    if (it == queue.capacity.gpus_elsewhere.end()) return false;
-    auto same = std::find_if(holders.begin(), holders.end(), [&](const auto& h) { return h.first == it->second; });
-    if (same == holders.end()) same = holders.insert(holders.end(), {it->second, {}});
-    same->second.push_back(id);
+    if (!queue.capacity.gpus_elsewhere.count(id)) return false;
+    noted.push_back(id);
     return true;
   };
   auto elsewhere = [&] {
     std::string text;
-    for (const auto& [who, ids] : holders) {
-      text += fmt::format("; GPU{} {} {} in use by {}", ids.size() == 1 ? "" : "s", fmt::join(ids, ","),
-                          ids.size() == 1 ? "is" : "are", who);
-    }
+    for (const auto& part : gpus_held_elsewhere_text(queue.capacity.gpus_elsewhere, noted)) text += "; " + part;
     return text;
   };
   if (!request.gpu_ids.empty()) {
@@ -76,6 +69,29 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
 }
 
 }  // namespace
+
+std::vector<std::string> gpus_held_elsewhere_text(const std::map<std::string, std::string>& held,
+                                                  const std::vector<std::string>& ids) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> holders;  // in the order first met
+  auto add = [&](const std::string& id, const std::string& who) {
+    auto same = std::find_if(holders.begin(), holders.end(), [&](const auto& h) { return h.first == who; });
+    if (same == holders.end()) same = holders.insert(holders.end(), {who, {}});
+    same->second.push_back(id);
+  };
+  if (ids.empty()) {
+    for (const auto& [id, who] : held) add(id, who);
+  } else {
+    for (const auto& id : ids) {
+      if (auto it = held.find(id); it != held.end()) add(id, it->second);
+    }
+  }
+  std::vector<std::string> texts;
+  for (const auto& [who, gpus] : holders) {
+    texts.push_back(fmt::format("GPU{} {} {} in use by {}", gpus.size() == 1 ? "" : "s", fmt::join(gpus, ","),
+                                gpus.size() == 1 ? "is" : "are", who));
+  }
+  return texts;
+}
 
 Usage usage_of(const std::vector<JobRecord>& jobs) {
   Usage usage;

@@ -11,6 +11,7 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   QueueState state;
   state.active = &jobs;
   state.capacity = queue.capacity();
+  insight.gpus_elsewhere = state.capacity.gpus_elsewhere;
   insight.policy =
       policy_view(jobs, state.capacity.gpus_free_of_others(), now, read_scheduler_settings(queue.home()).policy);
   bool any_pending = false;

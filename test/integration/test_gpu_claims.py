@@ -141,6 +141,9 @@ class OtherStores(DlrunTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("GPU 0 is in use by your dlrun job 1 of DLRUN_HOME=" + self.other_home, r.stderr)
         self.assertIn("--gpus 1: only 0 of the 2 GPUs here are free: 0,1 are held by other jobs", r.stderr)
+        status = self.dlrun("status")
+        self.assertIn(f"Outside this queue: GPUs 0,1 are in use by your dlrun job 1 of DLRUN_HOME={self.other_home}",
+                      status.stdout)
         open(release, "w").close()
         state = lambda: json.loads(self.dlrun("status", "1", "--json", env=self.other).stdout)["state"]  # noqa: E731
         self.assertTrue(wait_for(lambda: state() == "SUCCEEDED", 60), state())

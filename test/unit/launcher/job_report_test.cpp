@@ -1,4 +1,5 @@
 #include "dlrun/launcher/job_report.hpp"
+#include "dlrun/launcher/queue_insight.hpp"
 
 #include <doctest/doctest.h>
 
@@ -25,6 +26,19 @@ TEST_SUITE("launcher::JobReport") {
     REQUIRE(rows.size() == 2);
     CHECK(rows[1].back() == "sbatch exited with code 1: sbatch: error: no partition …");
     CHECK(status_details(job, 0).find("sbatch: error: rejected") != std::string::npos);
+  }
+  TEST_CASE("the table names the GPUs other users' queues hold under it, one line for all") {
+    JobRecord job;
+    job.id = 3;
+    job.name = "a";
+    job.state = JobState::running;
+    QueueInsight insight;
+    const std::string plain = status_table({job}, 0, insight);
+    CHECK(plain.find("Outside this queue") == std::string::npos);
+    insight.gpus_elsewhere = {{"0", "user ann's dlrun job 1 (pid 5)"}, {"1", "user ann's dlrun job 1 (pid 5)"},
+                              {"3", "user bob's dlrun job 7 (pid 9)"}};
+    CHECK(status_table({job}, 0, insight) == plain + "\nOutside this queue: GPUs 0,1 are in use by user ann's dlrun "
+                                                     "job 1 (pid 5); GPU 3 is in use by user bob's dlrun job 7 (pid 9)\n");
   }
   TEST_CASE("status exit codes") {
     CHECK(status_exit_code(JobState::succeeded) == 0);

@@ -5,6 +5,7 @@
 // other only once it is the oldest pending job and fit() finds its resources free
 // (JobStore::try_start). Pure, thread-safe.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct QueueState {
   Capacity capacity;
   bool scheduler_running = false;  // a live goodput scheduler holds the lease
 };
+
+// The GPUs of `held` (GPU id -> who holds it: Capacity::gpus_elsewhere) among `ids` (all of
+// them when empty), one text per holder: "GPUs 0,1 are in use by user bob's dlrun job 4 (pid 9)".
+std::vector<std::string> gpus_held_elsewhere_text(const std::map<std::string, std::string>& held,
+                                                  const std::vector<std::string>& ids = {});
 
 // Why `job` (PENDING) waits. `policy`: what the goodput policy would give it, if known.
 std::string pending_reason(const JobRecord& job, const QueueState& queue, const PolicyView* policy);

@@ -22,6 +22,9 @@ using PolicyViews = std::map<int64_t, PolicyView>;
 struct QueueInsight {
   PolicyViews policy;
   std::map<int64_t, std::string> waiting;  // why each PENDING job waits
+  // GPUs that jobs of other stores hold now (another user's queue: Capacity::gpus_elsewhere),
+  // each with who holds it: dlrun status names them under its table.
+  std::map<std::string, std::string> gpus_elsewhere;
 };
 
 // For the jobs of `jobs` that are pending or running, which must hold every active job (any
