@@ -3,11 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <random>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -17,7 +20,6 @@
 #include <fmt/ranges.h>
 
 #include "dlrun/launcher/run_dir.hpp"
-#include "dlrun/launcher/text.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -48,36 +50,67 @@ std::optional<std::string> decode(std::string_view text) {
     if (text[i] != '_' || i + 2 >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[i + 1])) ||
         !std::isxdigit(static_cast<unsigned char>(text[i + 2])))
       return std::nullopt;
-    out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+    const int byte = std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16);
+    if (byte < 0x20 || byte > 0x7e) return std::nullopt;  // an id is printable ASCII: nothing for a terminal to obey
+    out += static_cast<char>(byte);
     i += 2;
   }
   if (out.empty()) return std::nullopt;
   return out;
 }
 
-// dlrun-gpu-ID.UID.PID
+// dlrun-gpu-ID.UID.PID.RANDOM (the random part: two pid namespaces sharing the directory
+// never make one name).
 struct ClaimName {
   std::string gpu;
   uid_t uid = 0;
   pid_t pid = 0;
 };
 
-std::string name_of(const std::string& gpu, uid_t uid, pid_t pid) {
-  return fmt::format("{}{}.{}.{}", k_prefix, encode(gpu), uid, pid);
+template <typename T>
+std::optional<T> whole_number(std::string_view text) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::string random_hex() {
+  std::random_device device;
+  return fmt::format("{:08x}{:08x}", device(), device());
+}
+
+std::string name_of(const std::string& gpu) {
+  return fmt::format("{}{}.{}.{}.{}", k_prefix, encode(gpu), ::geteuid(), ::getpid(), random_hex());
 }
 
 std::optional<ClaimName> parse_name(std::string_view name) {
   if (name.substr(0, k_prefix.size()) != k_prefix) return std::nullopt;
   name.remove_prefix(k_prefix.size());
-  const size_t second = name.rfind('.');
-  if (second == std::string_view::npos || second == 0) return std::nullopt;
-  const size_t first = name.rfind('.', second - 1);
-  if (first == std::string_view::npos) return std::nullopt;
-  auto gpu = decode(name.substr(0, first));
-  auto uid = parse_int(name.substr(first + 1, second - first - 1));
-  auto pid = parse_int(name.substr(second + 1));
-  if (!gpu || !uid || !pid || *uid < 0 || *pid <= 0) return std::nullopt;
-  return ClaimName{*gpu, static_cast<uid_t>(*uid), static_cast<pid_t>(*pid)};
+  std::vector<std::string_view> parts;
+  for (size_t start = 0;;) {
+    const size_t dot = name.find('.', start);
+    parts.push_back(name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  if (parts.size() != 4 || parts[3].empty()) return std::nullopt;
+  auto gpu = decode(parts[0]);
+  auto uid = whole_number<uid_t>(parts[1]);
+  auto pid = whole_number<pid_t>(parts[2]);
+  if (!gpu || !uid || !pid || *pid <= 0) return std::nullopt;
+  return ClaimName{*gpu, *uid, *pid};
+}
+
+// Two homes alike, without touching the file system (another's text may name anything; a
+// relative path is compared as written).
+bool same_home(const std::string& a, const std::string& b) {
+  auto plain = [](const std::string& path) {
+    std::string text = std::filesystem::path(path).lexically_normal().string();
+    while (text.size() > 1 && text.back() == '/') text.pop_back();
+    return text;
+  };
+  return plain(a) == plain(b);
 }
 
 struct flock whole_file(short type) {
@@ -104,11 +137,24 @@ std::string ensure_dir(const std::string& dir) {
   return {};
 }
 
-// Another's text shown on this terminal: no control characters, a bounded length.
+// What makes claims in `dir` unsafe though they can be made, or empty.
+std::string weakness_of(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return {};
+  if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+    return fmt::format("{} is writable by every user but not sticky (chmod +t): other users can remove claims from it",
+                       dir);
+  }
+  return {};
+}
+
+// Another's text shown on this terminal: printable ASCII (no C0 or C1 controls, which a byte
+// beyond ASCII may be part of), a bounded length.
 std::string printable(std::string text) {
   if (text.size() > k_max_field) text.resize(k_max_field);
   for (char& c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte > 0x7e) c = '?';
   }
   return text;
 }
@@ -125,17 +171,15 @@ void read_fields(int fd, GpuClaimHolder& holder) {
     start = end + 1;
     const size_t eq = line.find('=');
     if (eq == std::string::npos) continue;
-    const std::string key = line.substr(0, eq), value = printable(line.substr(eq + 1));
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1, k_max_field);
     if (key == "job") holder.job = value;
     if (key == "home") holder.home = value;
   }
 }
 
-bool pid_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
-
-// Every claim held now in `dir` (an unlocked file is no claim), but this process's own. A
-// file whose owner is not the uid its name gives is no claim either: only its owner can write
-// one in a user's name. This user's files whose process is gone are removed on the way.
+// Every claim held now in `dir`. A file whose owner is not the uid its name gives is no claim:
+// only its owner can write one in a user's name. A claim file is in place only once locked, so
+// one of this user's that is unlocked is a claim let go (its process ended): it is removed.
 std::vector<GpuClaimHolder> held_claims(const std::string& dir) {
   std::vector<GpuClaimHolder> claims;
   DIR* listing = ::opendir(dir.c_str());
@@ -143,7 +187,7 @@ std::vector<GpuClaimHolder> held_claims(const std::string& dir) {
   const uid_t me = ::geteuid();
   while (const dirent* entry = ::readdir(listing)) {
     auto name = parse_name(entry->d_name);
-    if (!name || (name->uid == me && name->pid == ::getpid())) continue;
+    if (!name) continue;
     const std::string path = dir + "/" + entry->d_name;
     const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
@@ -154,7 +198,7 @@ std::vector<GpuClaimHolder> held_claims(const std::string& dir) {
         GpuClaimHolder holder{name->gpu, name->pid, name->uid, {}, {}};
         read_fields(fd, holder);
         claims.push_back(std::move(holder));
-      } else if (name->uid == me && pid_gone(name->pid)) {
+      } else if (name->uid == me) {
         ::unlink(path.c_str());  // left by a dlrun killed with SIGKILL
       }
     }
@@ -162,6 +206,11 @@ std::vector<GpuClaimHolder> held_claims(const std::string& dir) {
   }
   ::closedir(listing);
   return claims;
+}
+
+// A claim of this store: this user's, with this home.
+bool of_store(const GpuClaimHolder& holder, const std::string& home) {
+  return holder.uid == ::geteuid() && same_home(holder.home, home);
 }
 
 std::string user_name(uid_t uid) {
@@ -175,10 +224,10 @@ std::string user_name(uid_t uid) {
 }  // namespace
 
 std::string describe(const GpuClaimHolder& holder) {
-  const std::string job = holder.job.empty() ? "" : " " + holder.job;
+  const std::string job = holder.job.empty() ? "" : " " + printable(holder.job);
   if (holder.uid == ::geteuid()) {
-    return fmt::format("your dlrun job{} of DLRUN_HOME={} (pid {})", job, holder.home.empty() ? "?" : holder.home,
-                       holder.pid);
+    return fmt::format("your dlrun job{} of DLRUN_HOME={} (pid {})", job,
+                       holder.home.empty() ? "?" : printable(holder.home), holder.pid);
   }
   return fmt::format("user {}'s dlrun job{} (pid {})", user_name(holder.uid), job, holder.pid);
 }
@@ -194,10 +243,8 @@ std::optional<std::string> gpu_claims_dir(const Environment& env) {
 
 std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const std::string& dir, const std::string& home) {
   std::map<std::string, GpuClaimHolder> claims;
-  const std::string mine = plain_path(home);
   for (auto& holder : held_claims(dir)) {
-    // Its home as its file says (written before the lock was taken).
-    if (!holder.home.empty() && plain_path(holder.home) == mine) continue;
+    if (of_store(holder, home)) continue;
     claims.emplace(holder.gpu, std::move(holder));
   }
   return claims;
@@ -209,17 +256,20 @@ std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const Environment& en
   return gpu_claims_elsewhere(*dir, dlrun_home(env));
 }
 
-GpuClaims::GpuClaims(std::string dir, std::string home, std::string job)
-    : m_dir(std::move(dir)), m_home(plain_path(home)), m_job(std::move(job)) {}
+GpuClaims::GpuClaims(std::string dir, std::string home, std::string job, std::string inside_job)
+    : m_dir(std::move(dir)), m_home(std::move(home)), m_job(std::move(job)), m_inside_job(std::move(inside_job)) {}
 
 GpuClaims GpuClaims::for_job(const Environment& env, const std::string& job) {
-  return GpuClaims(gpu_claims_dir(env).value_or(""), dlrun_home(env), job);
+  auto inside = env.find(env::k_job_id);
+  return GpuClaims(gpu_claims_dir(env).value_or(""), dlrun_home(env), job,
+                   inside == env.end() ? std::string() : inside->second);
 }
 
 GpuClaims::GpuClaims(GpuClaims&& other) noexcept
     : m_dir(std::move(other.m_dir)),
       m_home(std::move(other.m_home)),
       m_job(std::move(other.m_job)),
+      m_inside_job(std::move(other.m_inside_job)),
       m_claims(std::move(other.m_claims)),
       m_warned(other.m_warned) {
   other.m_claims.clear();
@@ -227,7 +277,7 @@ GpuClaims::GpuClaims(GpuClaims&& other) noexcept
 
 GpuClaims::~GpuClaims() {
   for (const auto& [gpu, claim] : m_claims) {
-    ::unlink(claim.path.c_str());
+    ::unlink(claim.path.c_str());  // before the lock goes: no one sees it in place unlocked
     ::close(claim.fd);
   }
 }
@@ -253,40 +303,42 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
     warn(problem);
     return conflicts;
   }
+  if (auto weakness = weakness_of(m_dir); !weakness.empty() && !m_warned) {
+    log::warn("GPU claims: {}", weakness);
+    m_warned = true;
+  }
   const auto others = held_claims(m_dir);
   for (const auto& gpu : gpus) {
-    if (m_claims.count(gpu)) continue;
-    bool this_store = false;
+    if (m_claims.count(gpu) || gpu.empty()) continue;
+    bool inside = false;
     std::optional<GpuClaimHolder> elsewhere;
     for (const auto& holder : others) {
       if (holder.gpu != gpu) continue;
-      if (!holder.home.empty() && plain_path(holder.home) == m_home) this_store = true;
-      else if (!elsewhere) elsewhere = holder;
+      if (!of_store(holder, m_home)) {
+        if (!elsewhere) elsewhere = holder;
+      } else if (!m_inside_job.empty() && holder.job == m_inside_job) {
+        inside = true;
+      }
     }
-    if (this_store) continue;  // a job of this store holds it: this run is inside that job
+    if (inside) continue;  // this run is inside the job that holds it, on that job's GPU
     if (elsewhere) conflicts.push_back(*elsewhere);
-    const std::string path = m_dir + "/" + name_of(gpu, ::geteuid(), ::getpid());
-    int fd = -1;
-    for (int attempt = 0; attempt < 2 && fd < 0; ++attempt) {
-      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (fd >= 0 || errno != EEXIST || attempt > 0) break;
-      // This pid's name taken: a file an earlier process with this pid left. Its own, it goes.
-      struct stat st {};
-      if (::lstat(path.c_str(), &st) != 0 || st.st_uid != ::geteuid()) break;
-      ::unlink(path.c_str());
-    }
+    // Made under a hidden name, written, locked, then put in place: a claim file in place is
+    // locked until its holder lets go, and no one reads half of one.
+    const std::string path = m_dir + "/" + name_of(gpu);
+    const std::string hidden = fmt::format("{}/.dlrun-claim-{}", m_dir, random_hex());
+    const int fd = ::open(hidden.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
-      warn(fmt::format("{}: {}", path, std::strerror(errno)));
+      warn(fmt::format("{}: {}", hidden, std::strerror(errno)));
       continue;
     }
     ::fchmod(fd, 0644);  // readable by every user whatever the umask: that is what it is for
-    // Written before it is locked: an unlocked file is no claim, so no one reads half of it.
     struct flock lock = whole_file(F_WRLCK);
     const std::string text = fmt::format("job={}\nhome={}\n", m_job, m_home);
     if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
-        ::fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+        ::fcntl(fd, F_OFD_SETLK, &lock) != 0 ||
+        ::renameat2(AT_FDCWD, hidden.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
       warn(fmt::format("{}: {}", path, std::strerror(errno)));
-      ::unlink(path.c_str());
+      ::unlink(hidden.c_str());
       ::close(fd);
       continue;
     }

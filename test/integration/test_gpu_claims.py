@@ -128,6 +128,17 @@ class OtherStores(DlrunTestCase):
         self.assertIn("GPU 1 is in use by your dlrun job 1 of DLRUN_HOME=" + self.other_home, r.stderr)
         self.assertEqual(self.dlrun("cancel", job, env=self.other).returncode, 0)
 
+    def test_a_run_inside_a_job_uses_that_jobs_gpu_without_a_word(self):
+        job_file = os.path.join(self.tmp, "job.toml")
+        inner = [DLRUN, "local", "--gpus", "1", "sh", "-c", "echo inner $CUDA_VISIBLE_DEVICES"]
+        with open(job_file, "w") as f:
+            f.write(f"command = {json.dumps(inner)}\n[resources]\ngpus = 1\n")
+        r = self.dlrun("submit", "--wait", "--parsable", job_file)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        logs = self.dlrun("logs", "1").stdout
+        self.assertIn("[0] [0] inner 0", logs)
+        self.assertNotIn("in use", logs)
+
     def test_a_submitted_jobs_supervisor_claims_its_gpus(self):
         job_file = os.path.join(self.tmp, "job.toml")
         release = os.path.join(self.tmp, "release")

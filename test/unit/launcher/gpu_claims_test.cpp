@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,14 @@ struct ClaimsDir {
     dir = (root / "claims").string();  // made by the first claim
   }
   ~ClaimsDir() { fs::remove_all(root); }
+  // The claim files in place (hidden names aside), by name.
+  std::vector<std::string> files() const {
+    std::vector<std::string> names;
+    if (!fs::exists(dir)) return names;
+    for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
 };
 
 std::vector<std::string> gpus_of(const std::map<std::string, GpuClaimHolder>& claims) {
@@ -36,11 +45,9 @@ std::vector<std::string> gpus_of(const std::map<std::string, GpuClaimHolder>& cl
   return gpus;
 }
 
-}  // namespace
+std::string me() { return std::to_string(::geteuid()); }
 
-std::string own_file(const std::string& dir, const std::string& gpu) {
-  return dir + "/dlrun-gpu-" + gpu + "." + std::to_string(::geteuid()) + "." + std::to_string(::getpid());
-}
+}  // namespace
 
 TEST_SUITE("launcher::GpuClaims") {
   TEST_CASE("a store sees the GPUs another store's job holds, with who holds them, until it lets go") {
@@ -53,21 +60,49 @@ TEST_SUITE("launcher::GpuClaims") {
       struct stat st {};
       REQUIRE(::stat(claims_dir.dir.c_str(), &st) == 0);
       CHECK((st.st_mode & 07777) == 01777);  // every user's claims live there, as in /tmp
-      REQUIRE(::stat(own_file(claims_dir.dir, "0").c_str(), &st) == 0);
+      const auto files = claims_dir.files();
+      REQUIRE(files.size() == 2);  // dlrun-gpu-ID.UID.PID.RANDOM, nothing hidden left behind
+      CHECK(files[0].rfind("dlrun-gpu-0." + me() + "." + std::to_string(::getpid()) + ".", 0) == 0);
+      REQUIRE(::stat((claims_dir.dir + "/" + files[0]).c_str(), &st) == 0);
       CHECK((st.st_mode & 07777) == 0644);  // its owner's alone to write, anyone's to read
       CHECK(st.st_uid == ::geteuid());
 
-      // Seen from this process, a's claims are another process's: what a store elsewhere sees.
       auto seen = gpu_claims_elsewhere(claims_dir.dir, "/homes/b");
-      CHECK(gpus_of(seen) == std::vector<std::string>{});  // this process's own files are skipped
+      CHECK(gpus_of(seen) == std::vector<std::string>{"0", "1"});
+      CHECK(seen["1"].job == "4");
+      CHECK(seen["1"].home == "/homes/a");
+      CHECK(seen["1"].pid == ::getpid());
+      CHECK(describe(seen["1"]) == "your dlrun job 4 of DLRUN_HOME=/homes/a (pid " + std::to_string(::getpid()) + ")");
+      CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/a/").empty());  // its own store knows its jobs
+
+      // Another store's job given GPU 1 anyway shares it, is told with whom, and claims it too.
       GpuClaims b(claims_dir.dir, "/homes/b", "9");
-      CHECK(b.hold({"2"}).empty());
+      auto shared = b.hold({"1", "2"});
+      REQUIRE(shared.size() == 1);
+      CHECK(shared[0].gpu == "1");
+      CHECK(sharing_warning(shared) == "GPU 1 is in use by your dlrun job 4 of DLRUN_HOME=/homes/a (pid " +
+                                           std::to_string(::getpid()) + "): the two jobs share it");
+      CHECK(b.held() == std::vector<std::string>{"1", "2"});
+      CHECK(gpus_of(gpu_claims_elsewhere(claims_dir.dir, "/homes/a")) == std::vector<std::string>{"1", "2"});
+
+      // A run inside job 4 on job 4's GPU neither claims it again nor is warned; any other job
+      // of the same store claims it as well (job 4 may be ending: its claim goes a moment later).
+      GpuClaims inner(claims_dir.dir, "/homes/a", "5", "4");
+      CHECK(inner.hold({"0"}).empty());
+      CHECK(inner.held().empty());
+      GpuClaims next(claims_dir.dir, "/homes/a", "6");
+      CHECK(next.hold({"0"}).empty());
+      CHECK(next.held() == std::vector<std::string>{"0"});
+
+      // Holding fewer releases the rest at once.
+      b.hold({"2"});
+      CHECK(gpus_of(gpu_claims_elsewhere(claims_dir.dir, "/homes/a")) == std::vector<std::string>{"2"});
     }
     CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/b").empty());
-    CHECK(fs::is_empty(claims_dir.dir));  // released: the files go with the claims
+    CHECK(claims_dir.files().empty());  // released: the files go with the claims
   }
 
-  TEST_CASE("claims of another process: seen, shared with a warning, gone with it however it ends") {
+  TEST_CASE("the claims of a process killed without cleanup go with it, and its files with its owner's next look") {
     ClaimsDir claims_dir;
     int ready[2], release[2];
     REQUIRE(::pipe(ready) == 0);
@@ -84,74 +119,65 @@ TEST_SUITE("launcher::GpuClaims") {
     }
     char c = 0;
     REQUIRE(::read(ready[0], &c, 1) == 1);
-
     auto seen = gpu_claims_elsewhere(claims_dir.dir, "/homes/b");
     CHECK(gpus_of(seen) == std::vector<std::string>{"0", "1"});
-    CHECK(seen["1"].job == "4");
-    CHECK(seen["1"].home == "/homes/a");
-    CHECK(seen["1"].pid == child);
-    CHECK(describe(seen["1"]) == "your dlrun job 4 of DLRUN_HOME=/homes/a (pid " + std::to_string(child) + ")");
-    CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/a/").empty());  // its own store knows its jobs
-
-    // Another store's job given GPU 1 anyway shares it, is told with whom, and claims it too.
-    GpuClaims b(claims_dir.dir, "/homes/b", "9");
-    auto shared = b.hold({"1", "2"});
-    REQUIRE(shared.size() == 1);
-    CHECK(shared[0].gpu == "1");
-    CHECK(shared[0].job == "4");
-    CHECK(sharing_warning(shared) == "GPU 1 is in use by your dlrun job 4 of DLRUN_HOME=/homes/a (pid " +
-                                         std::to_string(child) + "): the two jobs share it");
-    CHECK(b.held() == std::vector<std::string>{"1", "2"});
-
-    // A run inside job 4 (the same store) on job 4's GPU: neither a conflict nor a claim.
-    GpuClaims inner(claims_dir.dir, "/homes/a", "5");
-    CHECK(inner.hold({"0"}).empty());
-    CHECK(inner.held().empty());
-
+    CHECK(seen["0"].pid == child);
     c = 'x';
     REQUIRE(::write(release[1], &c, 1) == 1);
     int status = 0;
     REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(claims_dir.files().size() == 2);
     CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/b").empty());
-    // Its files stay until their owner's next look (this user's, here) removes them.
-    CHECK(!fs::exists(claims_dir.dir + "/dlrun-gpu-0." + std::to_string(::geteuid()) + "." + std::to_string(child)));
+    CHECK(claims_dir.files().empty());  // unlocked files of this user's: removed on the way
     for (int fd : {ready[0], ready[1], release[0], release[1]}) ::close(fd);
   }
 
-  TEST_CASE("a GPU id becomes a file name both ways, and a link or a file not its name's user's is no claim") {
+  TEST_CASE("a GPU id becomes a file name both ways, and only a regular file in its owner's name is a claim") {
     ClaimsDir claims_dir;
     GpuClaims a(claims_dir.dir, "/homes/a", "4");
-    CHECK(a.hold({"MIG-GPU-8a1b/2/0", "a_b"}).empty());
-    CHECK(fs::exists(own_file(claims_dir.dir, "MIG-GPU-8a1b_2f2_2f0")));
-    CHECK(fs::exists(own_file(claims_dir.dir, "a_5fb")));
-    CHECK(a.held() == std::vector<std::string>{"MIG-GPU-8a1b/2/0", "a_b"});
-    // A name already taken by a link is never followed: this user's own (left by an earlier
-    // process with this pid) is replaced, another user's stays, and that GPU goes unclaimed.
-    const auto passwd = fs::file_size("/etc/passwd");
-    fs::create_symlink("/etc/passwd", own_file(claims_dir.dir, "5"));
-    CHECK(a.hold({"5"}).empty());
-    CHECK(a.held() == std::vector<std::string>{"5"});
-    CHECK(!fs::is_symlink(own_file(claims_dir.dir, "5")));
-    CHECK(fs::file_size("/etc/passwd") == passwd);
-    if (::geteuid() == 0) {  // root can plant what another user would
-      fs::create_symlink("/etc/passwd", own_file(claims_dir.dir, "6"));
-      REQUIRE(::lchown(own_file(claims_dir.dir, "6").c_str(), 65534, 65534) == 0);
-      CHECK(a.hold({"5", "6"}).empty());
-      CHECK(a.held() == std::vector<std::string>{"5"});
-      CHECK(fs::is_symlink(own_file(claims_dir.dir, "6")));
-      CHECK(fs::file_size("/etc/passwd") == passwd);
-      // A locked file in another user's name but not owned by them is no claim: nobody can
-      // claim a GPU in another's name.
-      const std::string forged = claims_dir.dir + "/dlrun-gpu-7.65534.1";
+    CHECK(a.hold({"MIG-GPU-8a1b/2/0", "a_b.c"}).empty());
+    const auto files = claims_dir.files();
+    REQUIRE(files.size() == 2);
+    CHECK(files[0].rfind("dlrun-gpu-MIG-GPU-8a1b_2f2_2f0." + me() + ".", 0) == 0);
+    CHECK(files[1].rfind("dlrun-gpu-a_5fb_2ec." + me() + ".", 0) == 0);
+    CHECK(gpus_of(gpu_claims_elsewhere(claims_dir.dir, "/homes/b")) ==
+          std::vector<std::string>{"MIG-GPU-8a1b/2/0", "a_b.c"});
+    a.hold({});
+
+    // Names that decode to a control character (for a terminal to obey), malformed names, a link.
+    const std::string pid = std::to_string(::getpid());
+    for (const std::string& name : {"dlrun-gpu-_1b_5b2J." + me() + "." + pid + ".x", "dlrun-gpu-1." + me() + "." + pid,
+                                   "dlrun-gpu-1.-1." + pid + ".x", "dlrun-gpu-." + me() + "." + pid + ".x"}) {
+      std::ofstream(claims_dir.dir + "/" + name) << "job=1\nhome=/homes/x\n";
+      const int fd = ::open((claims_dir.dir + "/" + name).c_str(), O_RDWR);
+      struct flock lock {};
+      lock.l_type = F_WRLCK;
+      lock.l_whence = SEEK_SET;
+      REQUIRE(::fcntl(fd, F_OFD_SETLK, &lock) == 0);
+      CHECK_MESSAGE(gpu_claims_elsewhere(claims_dir.dir, "/homes/b").empty(), name);
+      ::close(fd);
+      fs::remove(claims_dir.dir + "/" + name);
+    }
+    fs::create_symlink("/etc/passwd", claims_dir.dir + "/dlrun-gpu-5." + me() + "." + pid + ".x");
+    CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/b").empty());
+    CHECK(fs::is_symlink(claims_dir.dir + "/dlrun-gpu-5." + me() + "." + pid + ".x"));
+
+    if (::geteuid() == 0) {  // root can make what another user could
+      // A locked file in user 65534's name that is not theirs: nobody claims in another's name.
+      const std::string forged = claims_dir.dir + "/dlrun-gpu-7.65534.1.x";
       std::ofstream(forged) << "job=1\nhome=/homes/x\n";
       const int fd = ::open(forged.c_str(), O_RDWR);
       struct flock lock {};
       lock.l_type = F_WRLCK;
       lock.l_whence = SEEK_SET;
       REQUIRE(::fcntl(fd, F_OFD_SETLK, &lock) == 0);
-      GpuClaims b(claims_dir.dir, "/homes/b", "1");
-      CHECK(b.hold({"7"}).empty());
-      CHECK(gpus_of(gpu_claims_elsewhere(claims_dir.dir, "/homes/c")) == std::vector<std::string>{});
+      CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/b").empty());
+      // Theirs, it is a claim, and what it says is shown printable.
+      REQUIRE(::fchown(fd, 65534, 65534) == 0);
+      std::ofstream(forged) << "job=1\x1b[2J\nhome=/h\xc2\x9b\n";
+      auto seen = gpu_claims_elsewhere(claims_dir.dir, "/homes/b");
+      REQUIRE(gpus_of(seen) == std::vector<std::string>{"7"});
+      CHECK(describe(seen["7"]).find("dlrun job 1?[2J (pid 1)") != std::string::npos);
       ::close(fd);
     }
   }

@@ -3,18 +3,18 @@
 // user's, or another DLRUN_HOME of the same user). A store knows its own jobs' GPUs; two
 // people with private stores on one machine would otherwise both hand out GPU 0.
 //
-// A job's supervisor (dlrun local, a submitted job's supervisor, a dlrun run agent) creates,
-// for each GPU its ranks run on, its own file CLAIMS_DIR/dlrun-gpu-ID.UID.PID (mode 0644,
-// O_EXCL: never a file someone else made) and holds an open-file-description write lock on
-// it (fcntl F_OFD_SETLK) for as long as it lives. The kernel drops the lock when the process
-// ends, however it ends, so a claim never outlives its job; the file itself is removed on
-// release, or later by its owner's next dlrun once its pid is gone. Others probe the lock
-// (F_OFD_GETLK) of every file owned by the uid its name gives, and read the rest (the job,
-// the store) from it. Only a file's owner can write or remove it (/dev/shm is sticky), so no
-// user can make another's claim look free or forge one in another's name. Claims are advisory,
-// as GPUs themselves are: a rank given a GPU another store's job holds (a list named with
-// --gpus, or two stores choosing in the same instant) still runs, with a warning.
-// docs/local.md, "GPUs shared with other users".
+// A job's supervisor (dlrun local, a submitted job's supervisor, a dlrun run agent) makes, for
+// each GPU its ranks run on, a file of its own, CLAIMS_DIR/dlrun-gpu-ID.UID.PID.RANDOM: created
+// new under a hidden name (O_EXCL, mode 0644), written (its job and store), locked with an
+// open-file-description write lock (fcntl F_OFD_SETLK), then renamed into place, so that every
+// claim file in place is locked until its holder lets go. The kernel drops the lock when the
+// process ends, however it ends, so a claim never outlives its job; the file is removed on
+// release, or by its owner's next look once it is unlocked. Others probe each file's lock
+// (F_OFD_GETLK); a file whose owner is not the uid its name gives counts for nothing, so only a
+// user can claim in their own name, and only its owner (or root) can remove a claim from the
+// sticky directory. Claims are advisory, as GPUs themselves are: a rank given a GPU another
+// store's job holds (a list named with --gpus, or two stores choosing in the same instant)
+// still runs, with a warning. docs/local.md, "GPUs shared with other users".
 //
 // CLAIMS_DIR: DLRUN_GPU_CLAIMS_DIR, else /dev/shm; with DLRUN_FAKE_GPUS (the tests' pretend
 // GPUs) claims are off unless DLRUN_GPU_CLAIMS_DIR names a directory (made sticky and
@@ -36,21 +36,23 @@ inline constexpr const char* k_default_gpu_claims_dir = "/dev/shm";
 
 // Who holds a GPU, as its claim file says.
 struct GpuClaimHolder {
-  std::string gpu;
+  std::string gpu;   // printable ASCII (a name that decodes to anything else is no claim)
   pid_t pid = 0;
   uid_t uid = 0;
-  std::string home;  // the holder's DLRUN_HOME (as its file says; control characters shown as '?')
+  std::string home;  // the holder's DLRUN_HOME, as its file says (describe() shows it printable)
   std::string job;   // its job number or id there
 };
 
-// "user bob's dlrun job 4 (pid 1234)"; "your dlrun job 4 in /other/home (pid 1234)" for this user.
+// "user bob's dlrun job 4 (pid 1234)"; "your dlrun job 4 of DLRUN_HOME=/other/home (pid 1234)"
+// for this user; another's text without control characters or bytes beyond ASCII.
 std::string describe(const GpuClaimHolder& holder);
 
 // The claims directory for `env`; empty when claims are off (pretend GPUs without a directory).
 std::optional<std::string> gpu_claims_dir(const Environment& env);
 
-// The GPUs that dlrun jobs of stores other than `home` hold now, by GPU id. Never throws: a
-// directory that cannot be read has no claims in it.
+// The GPUs that dlrun jobs of stores other than `home` hold now, by GPU id (a claim of this
+// user's with this home is this store's: it knows its jobs). Never throws: a directory that
+// cannot be read has no claims in it.
 std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const std::string& dir, const std::string& home);
 // The same for `env` (its claims directory and DLRUN_HOME); empty when claims are off.
 std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const Environment& env);
@@ -58,8 +60,11 @@ std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const Environment& en
 // The claims one job's supervisor holds. Not copyable; released when destroyed (or at exit).
 class GpuClaims {
  public:
-  GpuClaims(std::string dir, std::string home, std::string job);
-  // Claims for `env` (gpu_claims_dir); one that holds nothing when claims are off.
+  // `inside_job`: the job of this store this process runs inside (a rank's DLRUN_JOB_ID), whose
+  // GPUs it uses without claiming them again.
+  GpuClaims(std::string dir, std::string home, std::string job, std::string inside_job = {});
+  // Claims for `env` (gpu_claims_dir, DLRUN_HOME, DLRUN_JOB_ID); one that holds nothing when
+  // claims are off.
   static GpuClaims for_job(const Environment& env, const std::string& job);
   ~GpuClaims();
   GpuClaims(const GpuClaims&) = delete;
@@ -68,15 +73,15 @@ class GpuClaims {
 
   // Holds exactly `gpus` from now on (claims the new ones, releases the rest). Returns, for the
   // GPUs of `gpus` a job of another store holds too, one such holder each (the ranks share
-  // them; both claims stand). A GPU a job of this store holds (a run inside a job, on that
-  // job's GPUs) is neither claimed nor returned. Problems with the directory are warned about
-  // once, never thrown: claims are advisory.
+  // them; both claims stand). A GPU the job this process runs inside holds is neither claimed
+  // nor returned. Problems with the directory are warned about once, never thrown: claims are
+  // advisory.
   std::vector<GpuClaimHolder> hold(const std::vector<std::string>& gpus);
   // The GPUs this process holds a claim on now.
   std::vector<std::string> held() const;
 
  private:
-  std::string m_dir, m_home, m_job;
+  std::string m_dir, m_home, m_job, m_inside_job;
   struct Claim {
     int fd = -1;       // locked
     std::string path;  // removed on release
