@@ -20,6 +20,7 @@
 #include "dlrun/launcher/rendezvous_admission.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/supervisor.hpp"
+#include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace fs = std::filesystem;
@@ -61,6 +62,7 @@ std::string host_plan(const ClusterOptions& o, const Host& host, const std::stri
     p.gpus_label = fmt::format("--gpu-ids {}", fmt::join(o.gpu_ids, ","));
   } else if (o.gpu_slots) {
     p.gpus = GpuRequest{host.slots, {}};
+    p.gpus_label = fmt::format("--gpu ({} on {})", counted(host.slots, "slot"), host.name);
   } else {
     p.nproc = host.slots;
   }

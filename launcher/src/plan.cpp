@@ -54,11 +54,14 @@ std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env,
       for (const auto& id : available) {
         if (std::find(free.begin(), free.end(), id) == free.end()) held.push_back(id);
       }
+      // dlrun run's agents name GPUs with --gpu-ids; dlrun local with --gpus.
+      const bool run_slots = label.rfind("--gpu ", 0) == 0;
+      const std::string named = run_slots ? fmt::format("--gpu-ids {}", fmt::join(held, ","))
+                                          : "--gpus " + format_gpu_request(GpuRequest{std::nullopt, held});
       throw ConfigError(fmt::format("{}: only {} of the {} GPUs here {} free: {} {} held by other jobs (dlrun "
-                                    "status lists them); wait, or name GPUs to share them (--gpus {})",
+                                    "status lists them); wait, or name GPUs to share them ({})",
                                     spec, free.size(), available.size(), free.size() == 1 ? "is" : "are",
-                                    fmt::join(held, ","), held.size() == 1 ? "is" : "are",
-                                    format_gpu_request(GpuRequest{std::nullopt, held})));
+                                    fmt::join(held, ","), held.size() == 1 ? "is" : "are", named));
     }
     available = free;
   }

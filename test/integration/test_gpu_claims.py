@@ -70,6 +70,10 @@ class OtherStores(DlrunTestCase):
         self.assertEqual((r.returncode, r.stdout), (0, "[localhost:0] gpu 1\n"), r.stderr)
         self.assertIn(f"GPU 0 is in use by your dlrun job 1 of DLRUN_HOME={self.home} (pid {p.pid}): not chosen",
                       r.stderr)
+        r = self.dlrun("run", "--hosts", "localhost:2", "--gpu", "true", env=self.other)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--gpu (2 slots on localhost): only 1 of the 2 GPUs here is free: 0 is held by other jobs (dlrun "
+                      "status lists them); wait, or name GPUs to share them (--gpu-ids 0)", r.stderr)
         # Named, it is shared, with a warning; while an agent's ranks run, its GPU is claimed.
         up = os.path.join(self.tmp, "agent-up")
         q = self.start("run", "--hosts", "localhost:1", "--gpu-ids", "1", "sh", "-c",
@@ -77,7 +81,7 @@ class OtherStores(DlrunTestCase):
         self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
         r = self.dlrun("local", "--gpus", "1", "true")
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn(f"GPU 1 is in use by your dlrun job 2 of DLRUN_HOME={self.other_home}", r.stderr)
+        self.assertIn(f"GPU 1 is in use by your dlrun job 3 of DLRUN_HOME={self.other_home}", r.stderr)
         os.killpg(q.pid, signal.SIGTERM)
         q.communicate(timeout=30)
 
