@@ -12,7 +12,15 @@ namespace {
 
 std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
   if (!queue.scheduler_running) return "waiting for the scheduler (none runs yet; its supervisor starts one)";
-  if (!policy) return "waiting for the scheduler";
+  // What other users' jobs hold is not the policy's to share: say whose it is.
+  std::string elsewhere;
+  for (const auto& text : gpus_held_elsewhere_text(queue.capacity.gpus_elsewhere)) elsewhere += "; " + text;
+  if (!policy) {
+    if (queue.capacity.gpus > 0 && queue.capacity.gpus_free_of_others() == 0) {
+      return "waiting for the scheduler (no GPU is free of other users' jobs" + elsewhere + ")";
+    }
+    return "waiting for the scheduler";
+  }
   if (policy->gpus == 0) {
     // A pin holds GPUs the policy may not move: say which, and how to release it.
     std::string pins;
@@ -23,7 +31,7 @@ std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
       pins += fmt::format("; job {} is pinned at {} by dlrun resize (dlrun resize {} auto releases it)", other.id,
                           counted(other.pinned, "GPU"), other.id);
     }
-    return "waiting for the scheduler (the policy gives it no GPU now" + pins + ")";
+    return "waiting for the scheduler (the policy gives it no GPU now" + pins + elsewhere + ")";
   }
   return fmt::format("waiting for the scheduler (the policy gives it {})", counted(policy->gpus, "GPU"));
 }

@@ -51,6 +51,14 @@ std::string queue_signature(const std::vector<JobRecord>& jobs) {
   return signature;
 }
 
+// The GPUs other stores' jobs hold (gpu_claims.hpp): one they let go, or take, is a change of
+// what this queue may use, weighed at once as a change of the queue is.
+std::string elsewhere_signature(const JobQueue& queue) {
+  std::string signature = "elsewhere:";
+  for (const auto& [gpu, who] : queue.gpus_elsewhere()) signature += gpu + ",";
+  return signature;
+}
+
 bool any_goodput_job(const std::vector<JobRecord>& jobs) {
   for (const auto& job : jobs) {
     if (job.submitted.request.goodput && !is_terminal(job.state) && !job.submitted.slurm) return true;
@@ -237,7 +245,7 @@ int run_scheduler(const Environment& env) {
       if (std::chrono::duration<double>(Clock::now() - *idle_since).count() >= k_idle_exit_seconds) break;
     } else {
       idle_since.reset();
-      const std::string signature = queue_signature(jobs);
+      const std::string signature = queue_signature(jobs) + elsewhere_signature(scheduler.queue());
       const double since = std::chrono::duration<double>(Clock::now() - last_round).count();
       // After a failed round (config.toml being edited), or one the queue changed under, the
       // next comes soon, not an interval later.
@@ -252,7 +260,7 @@ int run_scheduler(const Environment& env) {
           last_error = e.what();
         }
         last_round = Clock::now();
-        last_signature = queue_signature(store.list(false, 0));
+        last_signature = queue_signature(store.list(false, 0)) + elsewhere_signature(scheduler.queue());
         // What changed while the round ran, its own moves or a job that ended meanwhile (which no
         // later change would announce: a job growing into the GPUs of one that ended waited an
         // interval), is weighed by a round soon.

@@ -143,6 +143,27 @@ class OtherStores(DlrunTestCase):
         self.assertIn("[0] [0] inner 0", logs)
         self.assertNotIn("in use", logs)
 
+    def test_the_goodput_scheduler_starts_a_job_as_soon_as_another_store_lets_go(self):
+        up = os.path.join(self.tmp, "other-up")
+        p = self.start("local", "--gpus", "2", "sh", "-c", f"touch {up}; exec sleep 60")
+        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write('command = ["sh", "-c", "echo ran on $CUDA_VISIBLE_DEVICES"]\n[resources]\ngpus = "1:2"\n')
+        r = self.dlrun("submit", "--parsable", job_file, env=self.other)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = r.stdout.split()[0]
+        reason = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)["reason"]  # noqa: E731
+        whose = f"GPUs 0,1 are in use by your dlrun job 1 of DLRUN_HOME={self.home} (pid {p.pid})"
+        self.assertTrue(wait_for(lambda: whose in reason(), 30), reason())
+        self.assertIn("waiting for the scheduler (no GPU is free of other users' jobs", reason())
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate(timeout=30)
+        # At once, not at the scheduler's next interval (60 s): a claim let go changes what the
+        # queue may use, as a job's end does.
+        state = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)["state"]  # noqa: E731
+        self.assertTrue(wait_for(lambda: state() == "SUCCEEDED", 30), state())
+
     def test_a_submitted_jobs_supervisor_claims_its_gpus(self):
         job_file = os.path.join(self.tmp, "job.toml")
         release = os.path.join(self.tmp, "release")

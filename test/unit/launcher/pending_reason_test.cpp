@@ -65,6 +65,20 @@ TEST_SUITE("launcher::PendingReason") {
     queue.capacity.gpus_elsewhere.clear();
     CHECK(pending_reason(jobs[1], queue, nullptr) == "starting (its resources are free)");
   }
+  TEST_CASE("a goodput job that waits because other users' jobs hold GPUs says whose they are") {
+    std::vector<JobRecord> jobs = {record(1, JobState::pending, true, 2)};
+    jobs[0].submitted.request.goodput = true;
+    Capacity capacity{2, 2};
+    capacity.gpus_elsewhere = {{"0", "user ann's dlrun job 1 (pid 5)"}, {"1", "user ann's dlrun job 1 (pid 5)"}};
+    QueueState queue{&jobs, capacity, true};
+    CHECK(pending_reason(jobs[0], queue, nullptr) == "waiting for the scheduler (no GPU is free of other users' jobs; "
+                                                     "GPUs 0,1 are in use by user ann's dlrun job 1 (pid 5))");
+    queue.capacity.gpus_elsewhere.erase("1");
+    PolicyView none{0, 0, false};
+    CHECK(pending_reason(jobs[0], queue, &none) == "waiting for the scheduler (the policy gives it no GPU now; GPU 0 "
+                                                   "is in use by user ann's dlrun job 1 (pid 5))");
+    CHECK(pending_reason(jobs[0], queue, nullptr) == "waiting for the scheduler");
+  }
   TEST_CASE("a goodput job waits for the scheduler, and says what the policy gives it") {
     std::vector<JobRecord> jobs = {record(1, JobState::pending, true, 2)};
     jobs[0].submitted.request.goodput = true;
