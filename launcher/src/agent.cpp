@@ -98,8 +98,8 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   local.shown_ranks.reset();
   // GPUs by count leave out those other stores' jobs hold on this host (gpu_claims.hpp).
   if (local.gpus && local.gpus->count) {
-    for (const auto& [gpu, holder] : gpu_claims_elsewhere(base)) {
-      log::info("GPU {} is in use by {}: not chosen", gpu, describe(holder));
+    for (const auto& [gpu, holders] : gpu_claims_elsewhere(base)) {
+      log::info("GPU {} is in use by {}: not chosen", gpu, describe(holders));
       local.gpus_in_use.push_back(gpu);
     }
   }
@@ -116,7 +116,11 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   stop_when_stdin_closes();
   client.watch([](int signal) { ::kill(::getpid(), signal); });
   // This host's GPUs are claimed while its ranks run, so that other users' dlrun leaves them be.
-  GpuClaims claims = GpuClaims::for_job(base, plan.job_id);
+  // The store that started the run (on another host, maybe) does not know them: its claims
+  // are no store's (an empty home), so that every store leaves them be, this user's too.
+  auto inside = base.find(env::k_job_id);
+  GpuClaims claims(gpu_claims_dir(base).value_or(""), "", plan.job_id,
+                   inside == base.end() ? std::string() : inside->second);
   if (auto shared = claims.hold(job.gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
   Supervisor supervisor(job);
   int code = supervisor.run();

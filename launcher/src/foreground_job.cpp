@@ -250,9 +250,9 @@ std::vector<std::string> ForegroundJob::gpus_held_elsewhere(const Environment& e
     }
   }
   // And those the jobs of other stores hold: another user's, or another DLRUN_HOME's.
-  for (const auto& [gpu, holder] : gpu_claims_elsewhere(env)) {
+  for (const auto& [gpu, holders] : gpu_claims_elsewhere(env)) {
     if (std::find(held.begin(), held.end(), gpu) != held.end()) continue;
-    log::info("GPU {} is in use by {}: not chosen", gpu, describe(holder));
+    log::info("GPU {} is in use by {}: not chosen", gpu, describe(holders));
     held.push_back(gpu);
   }
   return held;

@@ -210,7 +210,7 @@ std::vector<GpuClaimHolder> held_claims(const std::string& dir) {
 
 // A claim of this store: this user's, with this home.
 bool of_store(const GpuClaimHolder& holder, const std::string& home) {
-  return holder.uid == ::geteuid() && same_home(holder.home, home);
+  return holder.uid == ::geteuid() && !holder.home.empty() && same_home(holder.home, home);
 }
 
 std::string user_name(uid_t uid) {
@@ -225,11 +225,18 @@ std::string user_name(uid_t uid) {
 
 std::string describe(const GpuClaimHolder& holder) {
   const std::string job = holder.job.empty() ? "" : " " + printable(holder.job);
+  const bool run = holder.home.empty();  // a dlrun run agent's: no store's
   if (holder.uid == ::geteuid()) {
-    return fmt::format("your dlrun job{} of DLRUN_HOME={} (pid {})", job,
-                       holder.home.empty() ? "?" : printable(holder.home), holder.pid);
+    if (run) return fmt::format("your dlrun run job{} (pid {})", job, holder.pid);
+    return fmt::format("your dlrun job{} of DLRUN_HOME={} (pid {})", job, printable(holder.home), holder.pid);
   }
-  return fmt::format("user {}'s dlrun job{} (pid {})", user_name(holder.uid), job, holder.pid);
+  return fmt::format("user {}'s dlrun{} job{} (pid {})", user_name(holder.uid), run ? " run" : "", job, holder.pid);
+}
+
+std::string describe(const std::vector<GpuClaimHolder>& holders) {
+  std::vector<std::string> parts;
+  for (const auto& holder : holders) parts.push_back(describe(holder));
+  return fmt::format("{}", fmt::join(parts, " and "));
 }
 
 std::optional<std::string> gpu_claims_dir(const Environment& env) {
@@ -241,19 +248,20 @@ std::optional<std::string> gpu_claims_dir(const Environment& env) {
   return std::string(k_default_gpu_claims_dir);
 }
 
-std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const std::string& dir, const std::string& home) {
-  std::map<std::string, GpuClaimHolder> claims;
+GpuClaimsByGpu gpu_claims_elsewhere(const std::string& dir, const std::string& home, const std::string& inside_job) {
+  GpuClaimsByGpu claims;
   for (auto& holder : held_claims(dir)) {
-    if (of_store(holder, home)) continue;
-    claims.emplace(holder.gpu, std::move(holder));
+    if (of_store(holder, home) || (!inside_job.empty() && holder.uid == ::geteuid() && holder.job == inside_job)) continue;
+    claims[holder.gpu].push_back(std::move(holder));
   }
   return claims;
 }
 
-std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const Environment& env) {
+GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env) {
   auto dir = gpu_claims_dir(env);
   if (!dir) return {};
-  return gpu_claims_elsewhere(*dir, dlrun_home(env));
+  auto inside = env.find(env::k_job_id);
+  return gpu_claims_elsewhere(*dir, dlrun_home(env), inside == env.end() ? std::string() : inside->second);
 }
 
 GpuClaims::GpuClaims(std::string dir, std::string home, std::string job, std::string inside_job)
@@ -314,10 +322,10 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
     std::optional<GpuClaimHolder> elsewhere;
     for (const auto& holder : others) {
       if (holder.gpu != gpu) continue;
-      if (!of_store(holder, m_home)) {
-        if (!elsewhere) elsewhere = holder;
-      } else if (!m_inside_job.empty() && holder.job == m_inside_job) {
+      if (!m_inside_job.empty() && holder.uid == ::geteuid() && holder.job == m_inside_job) {
         inside = true;
+      } else if (!of_store(holder, m_home) && !elsewhere) {
+        elsewhere = holder;
       }
     }
     if (inside) continue;  // this run is inside the job that holds it, on that job's GPU

@@ -159,7 +159,7 @@ Capacity JobQueue::capacity() const {
 
 std::map<std::string, std::string> JobQueue::gpus_elsewhere() const {
   std::map<std::string, std::string> held;
-  for (const auto& [id, holder] : gpu_claims_elsewhere(m_env)) held[id] = describe(holder);
+  for (const auto& [id, holders] : gpu_claims_elsewhere(m_env)) held[id] = describe(holders);
   return held;
 }
 

@@ -81,7 +81,13 @@ class OtherStores(DlrunTestCase):
         self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
         r = self.dlrun("local", "--gpus", "1", "true")
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn(f"GPU 1 is in use by your dlrun job 3 of DLRUN_HOME={self.other_home}", r.stderr)
+        self.assertRegex(r.stderr, r"GPU 1 is in use by your dlrun run job 3 \(pid \d+\): not chosen")
+        # Its own store does not record a dlrun run's GPUs: it counts the agents' claims too.
+        p.kill()
+        p.communicate(timeout=30)
+        r = self.dlrun("local", "--gpus", "1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=self.other)
+        self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 0\n"), r.stderr)
+        self.assertRegex(r.stderr, r"GPU 1 is in use by your dlrun run job 3 \(pid \d+\): not chosen")
         os.killpg(q.pid, signal.SIGTERM)
         q.communicate(timeout=30)
 

@@ -39,7 +39,7 @@ struct ClaimsDir {
   }
 };
 
-std::vector<std::string> gpus_of(const std::map<std::string, GpuClaimHolder>& claims) {
+std::vector<std::string> gpus_of(const GpuClaimsByGpu& claims) {
   std::vector<std::string> gpus;
   for (const auto& [gpu, holder] : claims) gpus.push_back(gpu);
   return gpus;
@@ -69,10 +69,10 @@ TEST_SUITE("launcher::GpuClaims") {
 
       auto seen = gpu_claims_elsewhere(claims_dir.dir, "/homes/b");
       CHECK(gpus_of(seen) == std::vector<std::string>{"0", "1"});
-      CHECK(seen["1"].job == "4");
-      CHECK(seen["1"].home == "/homes/a");
-      CHECK(seen["1"].pid == ::getpid());
-      CHECK(describe(seen["1"]) == "your dlrun job 4 of DLRUN_HOME=/homes/a (pid " + std::to_string(::getpid()) + ")");
+      CHECK(seen["1"][0].job == "4");
+      CHECK(seen["1"][0].home == "/homes/a");
+      CHECK(seen["1"][0].pid == ::getpid());
+      CHECK(describe(seen["1"][0]) == "your dlrun job 4 of DLRUN_HOME=/homes/a (pid " + std::to_string(::getpid()) + ")");
       CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/a/").empty());  // its own store knows its jobs
 
       // Another store's job given GPU 1 anyway shares it, is told with whom, and claims it too.
@@ -84,6 +84,24 @@ TEST_SUITE("launcher::GpuClaims") {
                                            std::to_string(::getpid()) + "): the two jobs share it");
       CHECK(b.held() == std::vector<std::string>{"1", "2"});
       CHECK(gpus_of(gpu_claims_elsewhere(claims_dir.dir, "/homes/a")) == std::vector<std::string>{"1", "2"});
+      // Every holder of a shared GPU is named.
+      auto both = gpu_claims_elsewhere(claims_dir.dir, "/homes/c");
+      REQUIRE(both["1"].size() == 2);
+      const std::string pid = std::to_string(::getpid());
+      CHECK(describe(both["1"]) == "your dlrun job 4 of DLRUN_HOME=/homes/a (pid " + pid +
+                                       ") and your dlrun job 9 of DLRUN_HOME=/homes/b (pid " + pid + ")");
+      // A dlrun run agent's claim is no store's: every store counts it, its own user's too; a run
+      // inside that job (DLRUN_JOB_ID) does not.
+      GpuClaims agent(claims_dir.dir, "", "12");
+      CHECK(agent.hold({"3"}).empty());
+      auto run = gpu_claims_elsewhere(claims_dir.dir, "/homes/a");
+      REQUIRE(run.count("3"));
+      CHECK(describe(run["3"]) == "your dlrun run job 12 (pid " + pid + ")");
+      CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/a", "12").count("3") == 0);
+      GpuClaims inside_run(claims_dir.dir, "/homes/a", "13", "12");
+      CHECK(inside_run.hold({"3"}).empty());
+      CHECK(inside_run.held().empty());
+      agent.hold({});
 
       // A run inside job 4 on job 4's GPU neither claims it again nor is warned; any other job
       // of the same store claims it as well (job 4 may be ending: its claim goes a moment later).
@@ -121,7 +139,7 @@ TEST_SUITE("launcher::GpuClaims") {
     REQUIRE(::read(ready[0], &c, 1) == 1);
     auto seen = gpu_claims_elsewhere(claims_dir.dir, "/homes/b");
     CHECK(gpus_of(seen) == std::vector<std::string>{"0", "1"});
-    CHECK(seen["0"].pid == child);
+    CHECK(seen["0"][0].pid == child);
     c = 'x';
     REQUIRE(::write(release[1], &c, 1) == 1);
     int status = 0;
@@ -177,7 +195,7 @@ TEST_SUITE("launcher::GpuClaims") {
       std::ofstream(forged) << "job=1\x1b[2J\nhome=/h\xc2\x9b\n";
       auto seen = gpu_claims_elsewhere(claims_dir.dir, "/homes/b");
       REQUIRE(gpus_of(seen) == std::vector<std::string>{"7"});
-      CHECK(describe(seen["7"]).find("dlrun job 1?[2J (pid 1)") != std::string::npos);
+      CHECK(describe(seen["7"][0]).find("dlrun job 1?[2J (pid 1)") != std::string::npos);
       ::close(fd);
     }
   }

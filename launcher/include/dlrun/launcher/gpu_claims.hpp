@@ -44,18 +44,25 @@ struct GpuClaimHolder {
 };
 
 // "user bob's dlrun job 4 (pid 1234)"; "your dlrun job 4 of DLRUN_HOME=/other/home (pid 1234)"
-// for this user; another's text without control characters or bytes beyond ASCII.
+// for this user; "… dlrun run job 4 …" for a dlrun run agent's; another's text without control
+// characters or bytes beyond ASCII.
 std::string describe(const GpuClaimHolder& holder);
 
 // The claims directory for `env`; empty when claims are off (pretend GPUs without a directory).
 std::optional<std::string> gpu_claims_dir(const Environment& env);
 
-// The GPUs that dlrun jobs of stores other than `home` hold now, by GPU id (a claim of this
-// user's with this home is this store's: it knows its jobs). Never throws: a directory that
-// cannot be read has no claims in it.
-std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const std::string& dir, const std::string& home);
-// The same for `env` (its claims directory and DLRUN_HOME); empty when claims are off.
-std::map<std::string, GpuClaimHolder> gpu_claims_elsewhere(const Environment& env);
+// The GPUs that dlrun jobs of stores other than `home` hold now, by GPU id, each with every
+// job that holds it. Not counted: a claim of this user's with this home (this store's: it
+// knows its jobs), and one of the job `inside_job` names (a run inside that job uses its GPUs).
+// A dlrun run agent's claims belong to no store (home empty): they count for every store.
+// Never throws: a directory that cannot be read has no claims in it.
+using GpuClaimsByGpu = std::map<std::string, std::vector<GpuClaimHolder>>;
+GpuClaimsByGpu gpu_claims_elsewhere(const std::string& dir, const std::string& home,
+                                    const std::string& inside_job = {});
+// The same for `env` (its claims directory, DLRUN_HOME and DLRUN_JOB_ID); empty when claims are off.
+GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env);
+// "user bob's dlrun job 4 (pid 9) and your dlrun job 2 of DLRUN_HOME=/x (pid 7)"
+std::string describe(const std::vector<GpuClaimHolder>& holders);
 
 // The claims one job's supervisor holds. Not copyable; released when destroyed (or at exit).
 class GpuClaims {
