@@ -42,22 +42,31 @@ std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env,
     throw ConfigError(fmt::format("{}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; "
                                   "unset it or use {} to run CPU ranks", spec, cpu_ranks));
   }
-  // A count takes only GPUs no other job holds (a list names them: the user's choice).
-  if (request.count && !busy.empty()) {
+  // A count takes only GPUs no other job holds (a list names them: the user's choice). A count
+  // beyond the machine's is select_gpus's to refuse, saying how many there are.
+  const int wanted = min ? *min : request.count.value_or(0);
+  if (request.count && !busy.empty() && wanted <= static_cast<int>(available.size())) {
     std::vector<std::string> free;
     for (const auto& id : available) {
       if (std::find(busy.begin(), busy.end(), id) == busy.end()) free.push_back(id);
     }
-    const int wanted = min ? *min : *request.count;
     if (static_cast<int>(free.size()) < wanted) {
       std::vector<std::string> held;
       for (const auto& id : available) {
         if (std::find(free.begin(), free.end(), id) == free.end()) held.push_back(id);
       }
-      // dlrun run's agents name GPUs with --gpu-ids; dlrun local with --gpus.
+      // The list that would run the count asked for, sharing as few GPUs as it can: the free
+      // ones, then held ones, in the machine's order. dlrun run's agents name GPUs with
+      // --gpu-ids, dlrun local with --gpus.
+      std::vector<std::string> share;
+      int held_to_add = *request.count - static_cast<int>(free.size());  // free.size() < wanted <= count
+      for (const auto& id : available) {
+        const bool is_free = std::find(free.begin(), free.end(), id) != free.end();
+        if (is_free || held_to_add-- > 0) share.push_back(id);
+      }
       const bool run_slots = label.rfind("--gpu ", 0) == 0;
-      const std::string named = run_slots ? fmt::format("--gpu-ids {}", fmt::join(held, ","))
-                                          : "--gpus " + format_gpu_request(GpuRequest{std::nullopt, held});
+      const std::string named = run_slots ? fmt::format("--gpu-ids {}", fmt::join(share, ","))
+                                          : "--gpus " + format_gpu_request(GpuRequest{std::nullopt, share});
       throw ConfigError(fmt::format("{}: only {} of the {} GPUs here {} free: {} {} held by other jobs (dlrun "
                                     "status lists them); wait, or name GPUs to share them ({})",
                                     spec, free.size(), available.size(), free.size() == 1 ? "is" : "are",

@@ -50,7 +50,11 @@ class OtherStores(DlrunTestCase):
         self.assertIn(whose + ": not chosen", r.stderr)
         r = self.dlrun("local", "--gpus", "2", "true", env=self.other)
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("--gpus 2: only 1 of the 2 GPUs here is free: 0 is held by other jobs", r.stderr)
+        self.assertIn("--gpus 2: only 1 of the 2 GPUs here is free: 0 is held by other jobs (dlrun status lists "
+                      "them); wait, or name GPUs to share them (--gpus 0,1)", r.stderr)
+        r = self.dlrun("local", "--gpus", "3", "true", env=self.other)  # more than the machine has: that first
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--gpus 3: only 2 GPUs available (0,1)", r.stderr)
         # Named: the user's choice, as within one store; the warning says with whom it is shared.
         r = self.dlrun("local", "--gpus", "device=0", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=self.other)
         self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 0\n"), r.stderr)
@@ -73,7 +77,7 @@ class OtherStores(DlrunTestCase):
         r = self.dlrun("run", "--hosts", "localhost:2", "--gpu", "true", env=self.other)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--gpu (2 slots on localhost): only 1 of the 2 GPUs here is free: 0 is held by other jobs (dlrun "
-                      "status lists them); wait, or name GPUs to share them (--gpu-ids 0)", r.stderr)
+                      "status lists them); wait, or name GPUs to share them (--gpu-ids 0,1)", r.stderr)
         # Named, it is shared, with a warning; while an agent's ranks run, its GPU is claimed.
         up = os.path.join(self.tmp, "agent-up")
         q = self.start("run", "--hosts", "localhost:1", "--gpu-ids", "1", "sh", "-c",

@@ -182,7 +182,7 @@ while :; do sleep 0.05; done
         r = self.dlrun("local", "--gpus", "2", "true", env=env)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--gpus 2: only 1 of the 4 GPUs here is free: 0,1,2 are held by other jobs (dlrun status lists "
-                      "them); wait, or name GPUs to share them (--gpus 0,1,2)", r.stderr)
+                      "them); wait, or name GPUs to share them (--gpus 0,3)", r.stderr)
         r = self.dlrun("local", "--gpus", "1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=env)
         self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 3\n"), r.stderr)
         r = self.dlrun("local", "--gpus", "0,1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=env)
