@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -253,6 +254,12 @@ GpuClaimsByGpu gpu_claims_elsewhere(const std::string& dir, const std::string& h
   for (auto& holder : held_claims(dir)) {
     if (of_store(holder, home) || (!inside_job.empty() && holder.uid == ::geteuid() && holder.job == inside_job)) continue;
     claims[holder.gpu].push_back(std::move(holder));
+  }
+  // In an order that does not depend on the directory's (each name has a random part).
+  for (auto& [gpu, holders] : claims) {
+    std::sort(holders.begin(), holders.end(), [](const GpuClaimHolder& a, const GpuClaimHolder& b) {
+      return std::tie(a.uid, a.home, a.job, a.pid) < std::tie(b.uid, b.home, b.job, b.pid);
+    });
   }
   return claims;
 }
