@@ -130,6 +130,14 @@ std::string ensure_dir(const std::string& dir) {
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT) return fmt::format("{}: {}", dir, std::strerror(errno));
+    // Missing parents are made too, open to every user (0755), as the directory must be.
+    const std::filesystem::path leaf(dir);
+    std::filesystem::path partial;
+    for (auto it = leaf.begin(); it != leaf.end(); ++it) {
+      partial /= *it;
+      if (partial == leaf || partial == partial.root_path()) continue;
+      if (::mkdir(partial.c_str(), 0755) == 0) ::chmod(partial.c_str(), 0755);
+    }
     if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) return fmt::format("{}: {}", dir, std::strerror(errno));
     ::chmod(dir.c_str(), 01777);  // past the umask; fails harmlessly if another user made it meanwhile
     if (::lstat(dir.c_str(), &st) != 0) return fmt::format("{}: {}", dir, std::strerror(errno));
@@ -243,6 +251,16 @@ std::string describe(const std::vector<GpuClaimHolder>& holders) {
 std::optional<std::string> gpu_claims_dir(const Environment& env) {
   if (auto it = env.find(k_gpu_claims_dir_env); it != env.end()) {
     if (it->second.empty()) return std::nullopt;  // set empty: claims off
+    if (it->second.front() != '/') {
+      // Relative, each user's dlrun would look in another place, depending on where it runs.
+      static bool warned = false;
+      if (!warned) {
+        log::warn("{}={} is not an absolute path: GPUs are not claimed machine-wide", k_gpu_claims_dir_env,
+                  printable(it->second));
+      }
+      warned = true;
+      return std::nullopt;
+    }
     return it->second;
   }
   if (env.count(env::k_fake_gpus)) return std::nullopt;

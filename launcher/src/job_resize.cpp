@@ -4,6 +4,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/pending_reason.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -90,11 +91,17 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
     ResizeRequest direct{*ranks, {}, unannounced};
     return outcome_of(request_resize(job->run_dir, job->supervisor.pid, direct, timeout), std::to_string(id), *ranks);
   }
-  auto step = begin_resize(queue, *job, *ranks, queue.capacity(), "resize");
+  const Capacity capacity = queue.capacity();
+  auto step = begin_resize(queue, *job, *ranks, capacity, "resize");
   if (!step) {
     unpin();
-    throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now", id,
-                                  request.uses_gpus ? "GPUs" : "CPU slots", *ranks));
+    // Other users' jobs are not in dlrun status's table: say whose GPUs they are.
+    std::string elsewhere;
+    if (request.uses_gpus) {
+      for (const auto& text : gpus_held_elsewhere_text(capacity.gpus_elsewhere)) elsewhere += "; " + text;
+    }
+    throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now{}", id,
+                                  request.uses_gpus ? "GPUs" : "CPU slots", *ranks, elsewhere));
   }
   ResizeRequest resize_request = step->request();
   resize_request.unannounced = unannounced;

@@ -130,7 +130,8 @@ class OtherStores(DlrunTestCase):
         self.assertEqual(status()["gpus"], [0])  # GPU 1 is the other store's
         r = self.dlrun("resize", "--force", job, "2", env=self.other)
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("not enough free GPUs for 2 ranks now", r.stderr)
+        self.assertIn(f"not enough free GPUs for 2 ranks now; GPU 1 is in use by your dlrun job 1 of "
+                      f"DLRUN_HOME={self.home}", r.stderr)
         os.killpg(p.pid, signal.SIGTERM)
         p.communicate(timeout=30)
         r = self.dlrun("resize", "--force", job, "2", env=self.other)

@@ -54,6 +54,16 @@ TEST_SUITE("launcher::GpuClaims") {
     ClaimsDir claims_dir;
     CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/b").empty());  // no directory yet: no claims
     {
+      // Made with its missing parents, which every user can cross.
+      GpuClaims deep(claims_dir.dir + "/x/y", "/homes/d", "1");
+      CHECK(deep.hold({"0"}).empty());
+      CHECK(deep.held() == std::vector<std::string>{"0"});
+      struct stat parent {};
+      REQUIRE(::stat((claims_dir.dir + "/x").c_str(), &parent) == 0);
+      CHECK((parent.st_mode & 07777) == 0755);
+    }
+    fs::remove_all(claims_dir.dir);
+    {
       GpuClaims a(claims_dir.dir, "/homes/a", "4");
       CHECK(a.hold({"0", "1"}).empty());
       CHECK(a.held() == std::vector<std::string>{"0", "1"});
@@ -206,6 +216,7 @@ TEST_SUITE("launcher::GpuClaims") {
     CHECK_FALSE(gpu_claims_dir({{"DLRUN_GPU_CLAIMS_DIR", ""}}));  // set empty: off
     CHECK_FALSE(gpu_claims_dir({{"DLRUN_FAKE_GPUS", "4"}}));
     CHECK(gpu_claims_dir({{"DLRUN_FAKE_GPUS", "4"}, {"DLRUN_GPU_CLAIMS_DIR", "/x"}}) == std::string("/x"));
+    CHECK_FALSE(gpu_claims_dir({{"DLRUN_GPU_CLAIMS_DIR", "claims"}}));  // relative: off, with a warning
     GpuClaims off = GpuClaims::for_job({{"DLRUN_FAKE_GPUS", "4"}}, "1");
     CHECK(off.hold({"0"}).empty());
     CHECK(off.held().empty());
