@@ -144,6 +144,16 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
   const std::string log_dir = queue.log_dir(*job);
   if (!job->run_dir.empty()) require_logs(*job, log_dir);
   const std::string path = rank >= 0 ? rank_log_path(log_dir, rank) : log_dir + "/output.log";
+  std::error_code ec;
+  // Ranks on other hosts (dlrun run, kinds ssh and slurm) keep their logs there.
+  const bool here = job->submitted.origin != JobOrigin::run && !job->submitted.request.remote;
+  if (rank >= 0 && here && is_terminal(job->state) && !job->run_dir.empty() && !fs::exists(path, ec)) {
+    // An elastic job that started, or stayed, below its MAX never ran its higher ranks.
+    int ran = 0;
+    while (fs::exists(rank_log_path(log_dir, ran), ec)) ++ran;
+    throw ConfigError(ran == 0 ? fmt::format("--rank {}: job {} has no rank logs", rank, id)
+                               : fmt::format("--rank {}: job {} ran ranks 0 to {} only", rank, id, ran - 1));
+  }
   std::streamoff offset = copy_new(path, 0, out);
   if (follow == Follow::no) {
     // Nothing printed and nothing to wait for would read as an empty log.

@@ -343,6 +343,25 @@ nproc = 1
         open(gate, "w").close()
         self.wait_state(first, ("SUCCEEDED",))
         self.wait_state(pending, ("SUCCEEDED",))
+        # An elastic job that ran below its MAX, once ended: its higher ranks never ran.
+        env = dict(self.env, DLRUN_FAKE_GPUS="3")
+        up = os.path.join(self.tmp, "up")
+        holder = subprocess.Popen([DLRUN, "local", "--gpus", "1", "sh", "-c", f"touch {up}; exec sleep 60"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        try:
+            self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
+            r = self.dlrun("local", "--gpus", "1:3", "true", env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            elastic = int(re.search(r"^dlrun: job (\d+):", r.stderr, re.M).group(1))
+            self.assertEqual(json.loads(self.dlrun("status", str(elastic), "--json").stdout)["ranks"], 2)
+            r = self.dlrun("logs", str(elastic), "--rank", "2")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"--rank 2: job {elastic} ran ranks 0 to 1 only", r.stderr)
+            self.assertEqual(self.dlrun("logs", str(elastic), "--rank", "1").returncode, 0)
+        finally:
+            os.killpg(holder.pid, signal.SIGTERM)
+            holder.wait(timeout=30)
 
     def test_status_lists_the_jobs_that_ended_last(self):
         # A long job ends after shorter ones submitted after it: it is among the last to end.
