@@ -181,8 +181,12 @@ class Checker {
                                         key, text, k_max_rank_count));
       return std::nullopt;
     }
-    error(node->source(), fmt::format("'{}' must be a count (2) or an elastic range (\"2:4\"), not {}", key,
-                                      type_name(*node)));
+    // A number that is not a whole count (1.5) is named as what it is: a fraction.
+    const std::string what = node->is_floating_point() ? fmt::format("{} (a count is a whole number)",
+                                                                     *node->value<double>())
+                                                       : std::string(type_name(*node));
+    error(node->source(), fmt::format("'{}' must be a count (2) or an elastic range (\"2:4\"){}, not {}", key,
+                                      key == "gpus" ? " or a list of GPUs ([0, 2])" : "", what));
     return std::nullopt;
   }
 
@@ -303,9 +307,14 @@ void add_gpu_id(Checker& check, const toml::node& where, const std::string& id, 
 // gpus = "0,2": these GPUs, as `dlrun local --gpus 0,2` (the same as gpus = [0, 2]).
 void parse_gpu_list(Checker& check, const toml::node& node, const std::string& text, JobSpec& spec) {
   if (text.find(',') == std::string::npos) {
+    // The examples show the value itself where it is a number ("3": gpus = 3 or gpus = [3]),
+    // placeholders where it is not ("device=1" is dlrun local's spelling, not the job file's).
+    const auto n = parse_int(trim(text.rfind("device=", 0) == 0 ? text.substr(7) : text));
+    const std::string count = n && *n >= 1 ? std::to_string(*n) : "N";
+    const std::string one = n && *n >= 0 ? std::to_string(*n) : "K";
     check.error(node.source(), fmt::format("'gpus' = \"{}\": a count is a number (gpus = {}), one GPU by its number "
                                            "is a list (gpus = [{}]), an elastic range is \"MIN:MAX\"",
-                                           text, text, text));
+                                           text, count, one));
     return;
   }
   for (const auto& word : split(text, ',')) {

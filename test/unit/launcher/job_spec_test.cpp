@@ -86,6 +86,16 @@ kind = "local"
     CHECK(error_of(head + "gpus = \"3\"\n") ==
           "job.toml:3:8: 'gpus' = \"3\": a count is a number (gpus = 3), one GPU by its number is a list (gpus = [3]), "
           "an elastic range is \"MIN:MAX\"");
+    // dlrun local's spelling, or no number at all: the examples do not paste the value back.
+    CHECK(error_of(head + "gpus = \"device=1\"\n") ==
+          "job.toml:3:8: 'gpus' = \"device=1\": a count is a number (gpus = 1), one GPU by its number is a list "
+          "(gpus = [1]), an elastic range is \"MIN:MAX\"");
+    CHECK(error_of(head + "gpus = \"all\"\n") ==
+          "job.toml:3:8: 'gpus' = \"all\": a count is a number (gpus = N), one GPU by its number is a list "
+          "(gpus = [K]), an elastic range is \"MIN:MAX\"");
+    CHECK(error_of(head + "gpus = 1.5\n") ==
+          "job.toml:3:8: 'gpus' must be a count (2) or an elastic range (\"2:4\") or a list of GPUs ([0, 2]), not 1.5 "
+          "(a count is a whole number)");
     CHECK(error_of(head + "gpus = \"0,x\"\n") == "job.toml:3:8: 'gpus' = \"0,x\": 'x' is not a GPU number (0, 1, …)");
     CHECK(error_of(head + "gpus = \"1,1\"\n") == "job.toml:3:8: GPU 1 is listed twice in 'gpus'");
   }
