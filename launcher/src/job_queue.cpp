@@ -496,7 +496,7 @@ void check_owner(const JobRecord& job, std::string_view what) {
 
 void JobQueue::send_signal(int64_t id, int signal) {
   auto job = m_store.get(id);
-  if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));
+  if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", id));
   check_owner(*job, "signal");
   if (job->submitted.slurm && !is_terminal(job->state)) {  // its state here may be behind Slurm's
     refresh_slurm_job(*job);
@@ -522,7 +522,7 @@ void JobQueue::send_signal(int64_t id, int signal) {
 
 JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
   auto job = m_store.get(id);
-  if (!job) throw ConfigError(fmt::format("no job {} (see dlrun status --all)", id));
+  if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", id));
   if (is_terminal(job->state)) return job->state;
   check_owner(*job, "cancel");
   if (job->submitted.slurm) return cancel_slurm(*job, force);
