@@ -97,8 +97,12 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   auto shown = local.shown_ranks;
   local.shown_ranks.reset();
   // GPUs by count leave out those other stores' jobs hold on this host (gpu_claims.hpp).
-  if (local.gpus && local.gpus->count) {
-    for (const auto& [gpu, holders] : gpu_claims_elsewhere(base)) {
+  // An agent asks no store, so its own user's jobs' claims count too (an empty home).
+  auto inside = base.find(env::k_job_id);
+  const std::string inside_job = inside == base.end() ? std::string() : inside->second;
+  const auto claims_dir = gpu_claims_dir(base);
+  if (local.gpus && local.gpus->count && claims_dir) {
+    for (const auto& [gpu, holders] : gpu_claims_elsewhere(*claims_dir, "", inside_job)) {
       log::info("GPU {} is in use by {}: not chosen", gpu, describe(holders));
       local.gpus_in_use.push_back(gpu);
     }
@@ -118,9 +122,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   // This host's GPUs are claimed while its ranks run, so that other users' dlrun leaves them be.
   // The store that started the run (on another host, maybe) does not know them: its claims
   // are no store's (an empty home), so that every store leaves them be, this user's too.
-  auto inside = base.find(env::k_job_id);
-  GpuClaims claims(gpu_claims_dir(base).value_or(""), "", plan.job_id,
-                   inside == base.end() ? std::string() : inside->second);
+  GpuClaims claims(claims_dir.value_or(""), "", plan.job_id, inside_job);
   if (auto shared = claims.hold(job.gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
   Supervisor supervisor(job);
   int code = supervisor.run();

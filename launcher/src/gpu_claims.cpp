@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -77,8 +78,14 @@ std::optional<T> whole_number(std::string_view text) {
 }
 
 std::string random_hex() {
-  std::random_device device;
-  return fmt::format("{:08x}{:08x}", device(), device());
+  try {
+    std::random_device device;
+    return fmt::format("{:08x}{:08x}", device(), device());
+  } catch (const std::exception&) {  // no entropy source: the pid and the clock differ enough
+    static unsigned counter = 0;
+    return fmt::format("{:08x}{:08x}", static_cast<unsigned>(::getpid()) ^ ++counter,
+                       static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  }
 }
 
 std::string name_of(const std::string& gpu) {
@@ -222,6 +229,13 @@ bool of_store(const GpuClaimHolder& holder, const std::string& home) {
   return holder.uid == ::geteuid() && !holder.home.empty() && same_home(holder.home, home);
 }
 
+// A claim of the job this process runs inside (`inside_job`, a rank's DLRUN_JOB_ID): this
+// user's, that job number, of this store or of a dlrun run (no store's).
+bool of_job(const GpuClaimHolder& holder, const std::string& home, const std::string& inside_job) {
+  return !inside_job.empty() && holder.uid == ::geteuid() && holder.job == inside_job &&
+         (holder.home.empty() || same_home(holder.home, home));
+}
+
 std::string user_name(uid_t uid) {
   struct passwd pw {};
   struct passwd* found = nullptr;
@@ -270,7 +284,7 @@ std::optional<std::string> gpu_claims_dir(const Environment& env) {
 GpuClaimsByGpu gpu_claims_elsewhere(const std::string& dir, const std::string& home, const std::string& inside_job) {
   GpuClaimsByGpu claims;
   for (auto& holder : held_claims(dir)) {
-    if (of_store(holder, home) || (!inside_job.empty() && holder.uid == ::geteuid() && holder.job == inside_job)) continue;
+    if ((!home.empty() && of_store(holder, home)) || of_job(holder, home, inside_job)) continue;
     claims[holder.gpu].push_back(std::move(holder));
   }
   // In an order that does not depend on the directory's (each name has a random part).
@@ -347,7 +361,7 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
     std::optional<GpuClaimHolder> elsewhere;
     for (const auto& holder : others) {
       if (holder.gpu != gpu) continue;
-      if (!m_inside_job.empty() && holder.uid == ::geteuid() && holder.job == m_inside_job) {
+      if (of_job(holder, m_home, m_inside_job)) {
         inside = true;
       } else if (!of_store(holder, m_home) && !elsewhere) {
         elsewhere = holder;

@@ -146,7 +146,7 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
   const std::string path = rank >= 0 ? rank_log_path(log_dir, rank) : log_dir + "/output.log";
   std::error_code ec;
   // Ranks on other hosts (dlrun run, kinds ssh and slurm) keep their logs there.
-  const bool here = job->submitted.origin != JobOrigin::run && !job->submitted.request.remote;
+  const bool here = job->submitted.origin != JobOrigin::run && !job->submitted.request.remote && !job->submitted.slurm;
   if (rank >= 0 && here && is_terminal(job->state) && !job->run_dir.empty() && !fs::exists(path, ec)) {
     // An elastic job that started, or stayed, below its MAX never ran its higher ranks.
     int ran = 0;

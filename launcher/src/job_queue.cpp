@@ -163,6 +163,12 @@ std::map<std::string, std::string> JobQueue::gpus_elsewhere() const {
   return held;
 }
 
+std::vector<std::string> JobQueue::gpu_ids_elsewhere() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, holders] : gpu_claims_elsewhere(m_env)) ids.push_back(id);
+  return ids;
+}
+
 JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& kind, std::string& text) {
   std::error_code probe;
   if (std::filesystem::is_directory(job_file, probe)) {

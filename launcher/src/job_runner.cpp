@@ -43,9 +43,12 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity) {
   const sigset_t stop = stop_signal_set();
   for (int poll = 0;; ++poll) {
     // Other stores' jobs take and release GPUs meanwhile (gpu_claims.hpp): look again each second.
-    if (poll > 0 && poll % k_sweep_every == 0 && capacity.gpus > 0) capacity.gpus_elsewhere = queue.gpus_elsewhere();
     auto job = queue.store().get(id);
     if (!job || is_terminal(job->state)) return false;
+    // (A goodput job is started by the scheduler, which looks at them itself.)
+    if (poll > 0 && poll % k_sweep_every == 0 && capacity.gpus > 0 && !job->submitted.request.goodput) {
+      capacity.gpus_elsewhere = queue.gpus_elsewhere();
+    }
     if (job->submitted.request.goodput) {
       if (job->state != JobState::pending) return true;
       if (poll % k_sweep_every == 0) queue.ensure_scheduler();
@@ -178,7 +181,9 @@ int run_submitted_job(int64_t id, const Environment& env) {
     // `dlrun resize` or the scheduler, which may be gone by then (Ctrl-C on a slow resize).
     // Its GPUs are claimed machine-wide while its ranks use them, so that other users' dlrun
     // leaves them be (gpu_claims.hpp).
-    GpuClaims claims = GpuClaims::for_job(env, std::to_string(id));
+    // Its GPUs come from the store: it runs inside no other job's, whatever DLRUN_JOB_ID the
+    // submitter's environment (a rank of another job) carried.
+    GpuClaims claims(gpu_claims_dir(env).value_or(""), dlrun_home(env), std::to_string(id));
     auto claim = [&claims](const std::vector<std::string>& gpu_ids) {
       if (auto shared = claims.hold(gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
     };

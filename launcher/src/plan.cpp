@@ -59,7 +59,7 @@ std::vector<std::string> choose_gpus(GpuRequest request, const Environment& env,
       // ones, then held ones, in the machine's order. dlrun run's agents name GPUs with
       // --gpu-ids, dlrun local with --gpus.
       std::vector<std::string> share;
-      int held_to_add = *request.count - static_cast<int>(free.size());  // free.size() < wanted <= count
+      int held_to_add = wanted - static_cast<int>(free.size());  // free.size() < wanted
       for (const auto& id : available) {
         const bool is_free = std::find(free.begin(), free.end(), id) != free.end();
         if (is_free || held_to_add-- > 0) share.push_back(id);

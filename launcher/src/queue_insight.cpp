@@ -13,7 +13,8 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   state.capacity = queue.capacity();
   insight.gpus_elsewhere = state.capacity.gpus_elsewhere;
   insight.policy =
-      policy_view(jobs, state.capacity.gpus_free_of_others(), now, read_scheduler_settings(queue.home()).policy);
+      policy_view(jobs, state.capacity.gpus_free_of_others(usage_of(jobs).gpus_in_use), now,
+                  read_scheduler_settings(queue.home()).policy);
   bool any_pending = false;
   for (const auto& job : jobs) any_pending = any_pending || job.state == JobState::pending;
   if (!any_pending) return insight;

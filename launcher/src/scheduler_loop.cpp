@@ -18,6 +18,7 @@
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_resize.hpp"
+#include "dlrun/launcher/pending_reason.hpp"
 #include "dlrun/launcher/policy_view.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/process_identity.hpp"
@@ -55,7 +56,7 @@ std::string queue_signature(const std::vector<JobRecord>& jobs) {
 // what this queue may use, weighed at once as a change of the queue is.
 std::string elsewhere_signature(const JobQueue& queue) {
   std::string signature = "elsewhere:";
-  for (const auto& [gpu, who] : queue.gpus_elsewhere()) signature += gpu + ",";
+  for (const auto& gpu : queue.gpu_ids_elsewhere()) signature += gpu + ",";
   return signature;
 }
 
@@ -96,7 +97,7 @@ class Scheduler {
     m_interval = settings.interval_seconds;
     Round r{policy_input(jobs, now_seconds()), {}, m_queue.capacity()};
     PolicySettings policy = settings.policy;
-    policy.capacity = r.capacity.gpus_free_of_others();  // less those other stores' jobs hold
+    policy.capacity = r.capacity.gpus_free_of_others(usage_of(jobs).gpus_in_use);  // less other stores' jobs
     if (r.input.jobs.empty() || policy.capacity <= 0) return;
     try {
       r.decision = decide_allocation(r.input.jobs, policy);

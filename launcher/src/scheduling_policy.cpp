@@ -6,9 +6,12 @@
 
 namespace dlrun::launcher {
 
-int Capacity::gpus_free_of_others() const {
+int Capacity::gpus_free_of_others(const std::set<std::string>& used_here) const {
   int free = gpus;
-  for (int i = 0; i < gpus; ++i) free -= gpus_elsewhere.count(std::to_string(i)) ? 1 : 0;
+  for (int i = 0; i < gpus; ++i) {
+    const std::string id = std::to_string(i);
+    free -= gpus_elsewhere.count(id) && !used_here.count(id) ? 1 : 0;
+  }
   return free;
 }
 

@@ -25,6 +25,7 @@ class DlrunTestCase(unittest.TestCase):
         self.env["DLRUN_HOME"] = self.home
         self.env.pop("CUDA_VISIBLE_DEVICES", None)
         self.env.pop("DLRUN_FAKE_GPUS", None)
+        self.env.pop("DLRUN_GPU_CLAIMS_DIR", None)  # each test that claims GPUs says where
         self.env.pop("OMP_NUM_THREADS", None)
         self.env["NO_COLOR"] = "1"
 

@@ -85,13 +85,13 @@ class OtherStores(DlrunTestCase):
         self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
         r = self.dlrun("local", "--gpus", "1", "true")
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertRegex(r.stderr, r"GPU 1 is in use by your dlrun run job 3 \(pid \d+\): not chosen")
+        self.assertRegex(r.stderr, r"GPU 1 is in use by your dlrun run job \d+ \(pid \d+\): not chosen")
         # Its own store does not record a dlrun run's GPUs: it counts the agents' claims too.
         p.kill()
         p.communicate(timeout=30)
         r = self.dlrun("local", "--gpus", "1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=self.other)
         self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 0\n"), r.stderr)
-        self.assertRegex(r.stderr, r"GPU 1 is in use by your dlrun run job 3 \(pid \d+\): not chosen")
+        self.assertRegex(r.stderr, r"GPU 1 is in use by your dlrun run job \d+ \(pid \d+\): not chosen")
         os.killpg(q.pid, signal.SIGTERM)
         q.communicate(timeout=30)
 
@@ -103,7 +103,7 @@ class OtherStores(DlrunTestCase):
         r = self.dlrun("submit", "--parsable", job_file, env=self.other)
         self.assertEqual(r.returncode, 0, r.stderr)
         job = r.stdout.split()[0]
-        time.sleep(1.5)  # its supervisor looks at the claims each second: still waiting after that
+        time.sleep(1.5)  # its supervisor looks at the claims each second: still waiting after it has looked
         status = self.dlrun("status", job, env=self.other)
         self.assertIn("PENDING", status.stdout)
         self.assertIn(f"waiting for 2 GPUs (1 free; GPU 0 is in use by your dlrun job 1 of DLRUN_HOME={self.home}",

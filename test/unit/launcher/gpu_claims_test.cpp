@@ -112,6 +112,17 @@ TEST_SUITE("launcher::GpuClaims") {
       CHECK(inside_run.hold({"3"}).empty());
       CHECK(inside_run.held().empty());
       agent.hold({});
+      // Job 12 of another store is not the job 12 a run of this store is inside.
+      GpuClaims other_twelve(claims_dir.dir, "/homes/z", "12");
+      CHECK(other_twelve.hold({"5"}).empty());
+      CHECK(gpu_claims_elsewhere(claims_dir.dir, "/homes/a", "12").count("5") == 1);
+      GpuClaims inside_a_twelve(claims_dir.dir, "/homes/a", "14", "12");
+      CHECK(inside_a_twelve.hold({"5"}).size() == 1);
+      CHECK(inside_a_twelve.held() == std::vector<std::string>{"5"});
+      // An agent asks no store: with no home, every claim counts, its own user's store's too.
+      CHECK(gpu_claims_elsewhere(claims_dir.dir, "").count("0") == 1);
+      other_twelve.hold({});
+      inside_a_twelve.hold({});
 
       // A run inside job 4 on job 4's GPU neither claims it again nor is warned; any other job
       // of the same store claims it as well (job 4 may be ending: its claim goes a moment later).

@@ -31,6 +31,7 @@ TEST_SUITE("launcher::SchedulingPolicy") {
     Capacity shared = machine;
     shared.gpus_elsewhere = {{"1", "user bob's dlrun job 7 (pid 99)"}, {"GPU-abc", "someone"}};
     CHECK(shared.gpus_free_of_others() == 3);  // a UUID is not one of 0 … 3
+    CHECK(shared.gpus_free_of_others({"1"}) == 4);  // shared with a job of this store: counted once, as its
     CHECK(fit(gpus(1, 4), shared, Usage{{"0"}, 0})->gpu_ids == std::vector<std::string>{"2", "3"});
     CHECK_FALSE(fit(gpus(4, 4), shared, Usage{}));
     ResourceRequest named{true, 1, 1, {"1"}};

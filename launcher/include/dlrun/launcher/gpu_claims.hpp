@@ -53,8 +53,10 @@ std::optional<std::string> gpu_claims_dir(const Environment& env);
 
 // The GPUs that dlrun jobs of stores other than `home` hold now, by GPU id, each with every
 // job that holds it. Not counted: a claim of this user's with this home (this store's: it
-// knows its jobs), and one of the job `inside_job` names (a run inside that job uses its GPUs).
-// A dlrun run agent's claims belong to no store (home empty): they count for every store.
+// knows its jobs; `home` empty: every claim counts, for a dlrun run agent, which asks no
+// store), and one of the job `inside_job` names, of this store or a dlrun run (a run inside
+// that job uses its GPUs). A dlrun run agent's claims belong to no store (home empty): they
+// count for every store.
 // Never throws: a directory that cannot be read has no claims in it.
 using GpuClaimsByGpu = std::map<std::string, std::vector<GpuClaimHolder>>;
 GpuClaimsByGpu gpu_claims_elsewhere(const std::string& dir, const std::string& home,

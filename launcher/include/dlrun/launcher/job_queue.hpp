@@ -96,6 +96,8 @@ class JobQueue {
   // The GPUs other stores' jobs hold now, each with who holds it (Capacity::gpus_elsewhere;
   // gpu_claims.hpp), without counting the GPUs again.
   std::map<std::string, std::string> gpus_elsewhere() const;
+  // Only their ids: what changes as they are taken and let go, without looking up who.
+  std::vector<std::string> gpu_ids_elsewhere() const;
 
  private:
   void start_supervisor(int64_t id, const std::string& environment_blob);

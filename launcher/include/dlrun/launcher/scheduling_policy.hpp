@@ -18,7 +18,9 @@ struct Capacity {
   // GPUs that jobs of other dlrun stores hold now (gpu_claims.hpp), each with who holds it:
   // not free for this store's jobs, though they count in `gpus`.
   std::map<std::string, std::string> gpus_elsewhere{};
-  int gpus_free_of_others() const;  // `gpus` less those of 0 … gpus-1 held elsewhere
+  // `gpus` less those of 0 … gpus-1 held elsewhere and not by this store's jobs too (`used_here`:
+  // a GPU shared by naming it counts once, as this store's).
+  int gpus_free_of_others(const std::set<std::string>& used_here = {}) const;
 };
 
 struct Usage {
