@@ -101,8 +101,9 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   auto inside = base.find(env::k_job_id);
   const std::string inside_job = inside == base.end() ? std::string() : inside->second;
   const auto claims_dir = gpu_claims_dir(base);
+  const GpuKeys keys = claims_dir ? GpuKeys::here() : GpuKeys{};
   if (local.gpus && local.gpus->count && claims_dir) {
-    for (const auto& [gpu, holders] : gpu_claims_elsewhere(*claims_dir, "", inside_job)) {
+    for (const auto& [gpu, holders] : by_id(gpu_claims_elsewhere(*claims_dir, "", inside_job), keys)) {
       log::info("GPU {} is in use by {}: not chosen", gpu, describe(holders));
       local.gpus_in_use.push_back(gpu);
     }
@@ -122,7 +123,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   // This host's GPUs are claimed while its ranks run, so that other users' dlrun leaves them be.
   // The store that started the run (on another host, maybe) does not know them: its claims
   // are no store's (an empty home), so that every store leaves them be, this user's too.
-  GpuClaims claims(claims_dir.value_or(""), "", plan.job_id, inside_job);
+  GpuClaims claims(claims_dir.value_or(""), "", plan.job_id, inside_job, keys);
   if (auto shared = claims.hold(job.gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
   Supervisor supervisor(job);
   int code = supervisor.run();

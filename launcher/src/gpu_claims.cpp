@@ -246,6 +246,36 @@ std::string user_name(uid_t uid) {
 
 }  // namespace
 
+std::string GpuKeys::key(const std::string& id) const {
+  auto index = whole_number<size_t>(id);
+  if (index && *index < uuids.size() && !uuids[*index].empty()) return uuids[*index];
+  return id;
+}
+
+std::string GpuKeys::id(const std::string& key) const {
+  for (size_t i = 0; i < uuids.size(); ++i) {
+    if (!uuids[i].empty() && uuids[i] == key) return std::to_string(i);
+  }
+  return key;
+}
+
+GpuKeys GpuKeys::here() { return GpuKeys{gpu_uuids()}; }
+
+GpuClaimsByGpu by_id(GpuClaimsByGpu claims, const GpuKeys& keys) {
+  if (keys.uuids.empty()) return claims;
+  GpuClaimsByGpu ids;
+  for (auto& [key, holders] : claims) {
+    const std::string id = keys.id(key);
+    // A UUID that is none of this process's GPUs names one it cannot see: none of its business.
+    if (id == key && (key.rfind("GPU-", 0) == 0 || key.rfind("MIG-", 0) == 0)) continue;
+    for (auto& holder : holders) {
+      holder.gpu = id;
+      ids[id].push_back(std::move(holder));
+    }
+  }
+  return ids;
+}
+
 std::string describe(const GpuClaimHolder& holder) {
   const std::string job = holder.job.empty() ? "" : " " + printable(holder.job);
   const bool run = holder.home.empty();  // a dlrun run agent's: no store's
@@ -277,7 +307,8 @@ std::optional<std::string> gpu_claims_dir(const Environment& env) {
     }
     return it->second;
   }
-  if (env.count(env::k_fake_gpus)) return std::nullopt;
+  // Pretend GPUs are no one's; under Slurm each job's GPUs are its own already.
+  if (env.count(env::k_fake_gpus) || env.count("SLURM_JOB_ID")) return std::nullopt;
   return std::string(k_default_gpu_claims_dir);
 }
 
@@ -296,20 +327,31 @@ GpuClaimsByGpu gpu_claims_elsewhere(const std::string& dir, const std::string& h
   return claims;
 }
 
-GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env) {
+GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env, const GpuKeys& keys) {
   auto dir = gpu_claims_dir(env);
   if (!dir) return {};
   auto inside = env.find(env::k_job_id);
-  return gpu_claims_elsewhere(*dir, dlrun_home(env), inside == env.end() ? std::string() : inside->second);
+  return by_id(gpu_claims_elsewhere(*dir, dlrun_home(env), inside == env.end() ? std::string() : inside->second),
+               keys);
 }
 
-GpuClaims::GpuClaims(std::string dir, std::string home, std::string job, std::string inside_job)
-    : m_dir(std::move(dir)), m_home(std::move(home)), m_job(std::move(job)), m_inside_job(std::move(inside_job)) {}
+GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env) {
+  if (!gpu_claims_dir(env)) return {};
+  return gpu_claims_elsewhere(env, GpuKeys::here());
+}
+
+GpuClaims::GpuClaims(std::string dir, std::string home, std::string job, std::string inside_job, GpuKeys keys)
+    : m_dir(std::move(dir)),
+      m_home(std::move(home)),
+      m_job(std::move(job)),
+      m_inside_job(std::move(inside_job)),
+      m_keys(std::move(keys)) {}
 
 GpuClaims GpuClaims::for_job(const Environment& env, const std::string& job) {
   auto inside = env.find(env::k_job_id);
-  return GpuClaims(gpu_claims_dir(env).value_or(""), dlrun_home(env), job,
-                   inside == env.end() ? std::string() : inside->second);
+  auto dir = gpu_claims_dir(env);
+  return GpuClaims(dir.value_or(""), dlrun_home(env), job, inside == env.end() ? std::string() : inside->second,
+                   dir ? GpuKeys::here() : GpuKeys{});
 }
 
 GpuClaims::GpuClaims(GpuClaims&& other) noexcept
@@ -317,6 +359,7 @@ GpuClaims::GpuClaims(GpuClaims&& other) noexcept
       m_home(std::move(other.m_home)),
       m_job(std::move(other.m_job)),
       m_inside_job(std::move(other.m_inside_job)),
+      m_keys(std::move(other.m_keys)),
       m_claims(std::move(other.m_claims)),
       m_warned(other.m_warned) {
   other.m_claims.clear();
@@ -359,8 +402,9 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
     if (m_claims.count(gpu) || gpu.empty()) continue;
     bool inside = false;
     std::optional<GpuClaimHolder> elsewhere;
+    const std::string key = m_keys.key(gpu);
     for (const auto& holder : others) {
-      if (holder.gpu != gpu) continue;
+      if (holder.gpu != key) continue;
       if (of_job(holder, m_home, m_inside_job)) {
         inside = true;
       } else if (!of_store(holder, m_home) && !elsewhere) {
@@ -368,10 +412,13 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
       }
     }
     if (inside) continue;  // this run is inside the job that holds it, on that job's GPU
-    if (elsewhere) conflicts.push_back(*elsewhere);
+    if (elsewhere) {
+      conflicts.push_back(*elsewhere);
+      conflicts.back().gpu = gpu;  // as this process numbers it
+    }
     // Made under a hidden name, written, locked, then put in place: a claim file in place is
     // locked until its holder lets go, and no one reads half of one.
-    const std::string path = m_dir + "/" + name_of(gpu);
+    const std::string path = m_dir + "/" + name_of(key);
     const std::string hidden = fmt::format("{}/.dlrun-claim-{}", m_dir, random_hex());
     const int fd = ::open(hidden.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {

@@ -44,7 +44,53 @@ GpuInventory discover_with_nvml() {
   return inventory;
 }
 
+std::vector<std::string> uuids_with_nvml() {
+  std::vector<std::string> uuids;
+  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return uuids;
+  using InitFn = int (*)();
+  using CountFn = int (*)(unsigned int*);
+  using HandleFn = int (*)(unsigned int, void**);
+  using UuidFn = int (*)(void*, char*, unsigned int);
+  auto init = reinterpret_cast<InitFn>(::dlsym(lib, "nvmlInit_v2"));
+  auto count = reinterpret_cast<CountFn>(::dlsym(lib, "nvmlDeviceGetCount_v2"));
+  auto handle_of = reinterpret_cast<HandleFn>(::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  auto uuid_of = reinterpret_cast<UuidFn>(::dlsym(lib, "nvmlDeviceGetUUID"));
+  auto shutdown = reinterpret_cast<InitFn>(::dlsym(lib, "nvmlShutdown"));
+  if (init && count && handle_of && uuid_of && shutdown && init() == 0) {
+    unsigned int n = 0;
+    if (count(&n) == 0) {
+      for (unsigned int i = 0; i < n; ++i) {
+        void* device = nullptr;
+        char text[96] = {};  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+        const bool known = handle_of(i, &device) == 0 && uuid_of(device, text, sizeof text - 1) == 0;
+        uuids.push_back(known ? std::string(text) : std::string());
+      }
+    }
+    shutdown();
+  }
+  ::dlclose(lib);
+  return uuids;
+}
+
 }  // namespace
+
+std::vector<std::string> gpu_uuids() {
+  if (std::getenv(env::k_fake_gpus)) {
+    const char* fake = std::getenv("DLRUN_FAKE_GPU_UUIDS");
+    std::vector<std::string> uuids;
+    if (fake == nullptr) return uuids;
+    std::string text = fake;
+    for (size_t start = 0;;) {
+      const size_t comma = text.find(',', start);
+      uuids.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return uuids;
+  }
+  return uuids_with_nvml();
+}
 
 GpuInventory discover_gpus() {
   if (const char* fake = std::getenv(env::k_fake_gpus)) {

@@ -157,15 +157,21 @@ Capacity JobQueue::capacity() const {
   return capacity;
 }
 
+GpuClaimsByGpu JobQueue::claims_elsewhere() const {
+  if (!gpu_claims_dir(m_env)) return {};
+  if (!m_gpu_keys) m_gpu_keys = GpuKeys::here();
+  return gpu_claims_elsewhere(m_env, *m_gpu_keys);
+}
+
 std::map<std::string, std::string> JobQueue::gpus_elsewhere() const {
   std::map<std::string, std::string> held;
-  for (const auto& [id, holders] : gpu_claims_elsewhere(m_env)) held[id] = describe(holders);
+  for (const auto& [id, holders] : claims_elsewhere()) held[id] = describe(holders);
   return held;
 }
 
 std::vector<std::string> JobQueue::gpu_ids_elsewhere() const {
   std::vector<std::string> ids;
-  for (const auto& [id, holders] : gpu_claims_elsewhere(m_env)) ids.push_back(id);
+  for (const auto& [id, holders] : claims_elsewhere()) ids.push_back(id);
   return ids;
 }
 

@@ -183,7 +183,9 @@ int run_submitted_job(int64_t id, const Environment& env) {
     // leaves them be (gpu_claims.hpp).
     // Its GPUs come from the store: it runs inside no other job's, whatever DLRUN_JOB_ID the
     // submitter's environment (a rank of another job) carried.
-    GpuClaims claims(gpu_claims_dir(env).value_or(""), dlrun_home(env), std::to_string(id));
+    const auto claims_dir = gpu_claims_dir(env);
+    GpuClaims claims(claims_dir.value_or(""), dlrun_home(env), std::to_string(id), "",
+                     claims_dir ? GpuKeys::here() : GpuKeys{});
     auto claim = [&claims](const std::vector<std::string>& gpu_ids) {
       if (auto shared = claims.hold(gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
     };

@@ -95,6 +95,24 @@ class OtherStores(DlrunTestCase):
         os.killpg(q.pid, signal.SIGTERM)
         q.communicate(timeout=30)
 
+    def test_gpus_are_known_by_uuid_where_another_view_numbers_them_otherwise(self):
+        # This store sees both GPUs; the other (a container showing it one GPU) sees the second as 0.
+        self.env["DLRUN_FAKE_GPU_UUIDS"] = "GPU-aa,GPU-bb"
+        other = dict(self.other, DLRUN_FAKE_GPUS="1", DLRUN_FAKE_GPU_UUIDS="GPU-bb")
+        p = self.hold_gpu_0()  # GPU-aa
+        r = self.dlrun("local", "--gpus", "1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=other)
+        self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 0\n"), r.stderr)  # its 0 is GPU-bb: free
+        self.assertNotIn("in use", r.stderr)
+        up = os.path.join(self.tmp, "bb-up")
+        q = self.start("local", "--gpus", "1", "sh", "-c", f"touch {up}; exec sleep 60", env=other)
+        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
+        r = self.dlrun("local", "--gpus", "1", "true")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"GPU 1 is in use by your dlrun job 2 of DLRUN_HOME={self.other_home}", r.stderr)
+        for proc in (p, q):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.communicate(timeout=30)
+
     def test_a_queued_job_waits_for_gpus_another_store_holds_and_says_whose(self):
         p = self.hold_gpu_0()
         job_file = os.path.join(self.tmp, "job.toml")

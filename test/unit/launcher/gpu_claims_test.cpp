@@ -221,11 +221,37 @@ TEST_SUITE("launcher::GpuClaims") {
     }
   }
 
+  TEST_CASE("two processes that number GPUs differently agree by their UUIDs") {
+    ClaimsDir claims_dir;
+    // One sees both GPUs; the other (a container, a Slurm cgroup) sees only the second, as its 0.
+    const GpuKeys both{{"GPU-aa", "GPU-bb"}}, second{{"GPU-bb"}};
+    CHECK(both.key("1") == "GPU-bb");
+    CHECK(second.key("0") == "GPU-bb");
+    CHECK(second.id("GPU-bb") == "0");
+    CHECK(second.key("7") == "7");  // not one it knows: as it is
+    CHECK(GpuKeys{}.key("0") == "0");
+    GpuClaims a(claims_dir.dir, "/homes/a", "1", "", both);
+    CHECK(a.hold({"0"}).empty());  // GPU-aa
+    GpuClaims b(claims_dir.dir, "/homes/b", "2", "", second);
+    CHECK(b.hold({"0"}).empty());  // GPU-bb: no conflict, though both say 0
+    auto seen_by_a = by_id(gpu_claims_elsewhere(claims_dir.dir, "/homes/a"), both);
+    CHECK(gpus_of(seen_by_a) == std::vector<std::string>{"1"});  // b's 0 is a's 1
+    auto seen_by_b = by_id(gpu_claims_elsewhere(claims_dir.dir, "/homes/b"), second);
+    CHECK(seen_by_b.empty());  // a's GPU-aa is not one b can see
+    GpuClaims c(claims_dir.dir, "/homes/c", "3", "", both);
+    auto shared = c.hold({"1"});
+    REQUIRE(shared.size() == 1);
+    CHECK(shared[0].gpu == "1");  // named as c numbers it
+    CHECK(shared[0].job == "2");
+  }
+
   TEST_CASE("where the claims live: DLRUN_GPU_CLAIMS_DIR, /dev/shm, or nowhere for pretend GPUs") {
     CHECK(gpu_claims_dir({}) == std::string("/dev/shm"));
     CHECK(gpu_claims_dir({{"DLRUN_GPU_CLAIMS_DIR", "/x"}}) == std::string("/x"));
     CHECK_FALSE(gpu_claims_dir({{"DLRUN_GPU_CLAIMS_DIR", ""}}));  // set empty: off
     CHECK_FALSE(gpu_claims_dir({{"DLRUN_FAKE_GPUS", "4"}}));
+    CHECK_FALSE(gpu_claims_dir({{"SLURM_JOB_ID", "77"}}));  // Slurm gives each job its GPUs
+    CHECK(gpu_claims_dir({{"SLURM_JOB_ID", "77"}, {"DLRUN_GPU_CLAIMS_DIR", "/x"}}) == std::string("/x"));
     CHECK(gpu_claims_dir({{"DLRUN_FAKE_GPUS", "4"}, {"DLRUN_GPU_CLAIMS_DIR", "/x"}}) == std::string("/x"));
     CHECK_FALSE(gpu_claims_dir({{"DLRUN_GPU_CLAIMS_DIR", "claims"}}));  // relative: off, with a warning
     GpuClaims off = GpuClaims::for_job({{"DLRUN_FAKE_GPUS", "4"}}, "1");

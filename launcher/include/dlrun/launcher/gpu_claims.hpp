@@ -17,8 +17,9 @@
 // still runs, with a warning. docs/local.md, "GPUs shared with other users".
 //
 // CLAIMS_DIR: DLRUN_GPU_CLAIMS_DIR, else /dev/shm; with DLRUN_FAKE_GPUS (the tests' pretend
-// GPUs) claims are off unless DLRUN_GPU_CLAIMS_DIR names a directory (made sticky and
-// world-writable, as /tmp, when it does not exist).
+// GPUs) or inside a Slurm job (SLURM_JOB_ID: Slurm gives each job its GPUs) claims are off
+// unless DLRUN_GPU_CLAIMS_DIR names a directory (made sticky and world-writable, as /tmp, when
+// it does not exist).
 
 #include <sys/types.h>
 
@@ -27,12 +28,24 @@
 #include <string>
 #include <vector>
 
+#include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 
 namespace dlrun::launcher {
 
 inline constexpr const char* k_gpu_claims_dir_env = "DLRUN_GPU_CLAIMS_DIR";
 inline constexpr const char* k_default_gpu_claims_dir = "/dev/shm";
+
+// How a GPU id of this process (an nvidia-smi number, as this process's view numbers its GPUs)
+// names the GPU in a claim: by its UUID where NVML gives one, so that processes that number
+// GPUs differently (a container that sees some of them, Slurm's device cgroup) agree; by the
+// id itself otherwise.
+struct GpuKeys {
+  std::vector<std::string> uuids;  // by index: gpu_uuids()
+  std::string key(const std::string& id) const;  // "1" -> "GPU-…"; anything else as it is
+  std::string id(const std::string& key) const;  // back: "GPU-…" -> "1" if it is one of ours
+  static GpuKeys here();                          // from gpu_uuids(): call once, NVML is slow
+};
 
 // Who holds a GPU, as its claim file says.
 struct GpuClaimHolder {
@@ -61,8 +74,13 @@ std::optional<std::string> gpu_claims_dir(const Environment& env);
 using GpuClaimsByGpu = std::map<std::string, std::vector<GpuClaimHolder>>;
 GpuClaimsByGpu gpu_claims_elsewhere(const std::string& dir, const std::string& home,
                                     const std::string& inside_job = {});
-// The same for `env` (its claims directory, DLRUN_HOME and DLRUN_JOB_ID); empty when claims are off.
+// The same for `env` (its claims directory, DLRUN_HOME and DLRUN_JOB_ID), by this process's GPU
+// ids (`keys`: GpuKeys::here() when not given); empty when claims are off.
 GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env);
+GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env, const GpuKeys& keys);
+// Claims by key (a file's name) as this process's GPU ids; those of GPUs it cannot see (a UUID
+// that is none of its own) left out.
+GpuClaimsByGpu by_id(GpuClaimsByGpu claims, const GpuKeys& keys);
 // "user bob's dlrun job 4 (pid 9) and your dlrun job 2 of DLRUN_HOME=/x (pid 7)"
 std::string describe(const std::vector<GpuClaimHolder>& holders);
 
@@ -71,7 +89,7 @@ class GpuClaims {
  public:
   // `inside_job`: the job of this store this process runs inside (a rank's DLRUN_JOB_ID), whose
   // GPUs it uses without claiming them again.
-  GpuClaims(std::string dir, std::string home, std::string job, std::string inside_job = {});
+  GpuClaims(std::string dir, std::string home, std::string job, std::string inside_job = {}, GpuKeys keys = {});
   // Claims for `env` (gpu_claims_dir, DLRUN_HOME, DLRUN_JOB_ID); one that holds nothing when
   // claims are off.
   static GpuClaims for_job(const Environment& env, const std::string& job);
@@ -91,6 +109,7 @@ class GpuClaims {
 
  private:
   std::string m_dir, m_home, m_job, m_inside_job;
+  GpuKeys m_keys;
   struct Claim {
     int fd = -1;       // locked
     std::string path;  // removed on release

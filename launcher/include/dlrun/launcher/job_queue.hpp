@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/job_store.hpp"
@@ -100,6 +101,10 @@ class JobQueue {
   std::vector<std::string> gpu_ids_elsewhere() const;
 
  private:
+  // The GPUs other stores' jobs hold, by this machine's GPU ids (their UUIDs looked up once).
+  GpuClaimsByGpu claims_elsewhere() const;
+  mutable std::optional<GpuKeys> m_gpu_keys;
+
   void start_supervisor(int64_t id, const std::string& environment_blob);
   // Starts a supervisor that records `job` in the store and runs it; returns its id.
   int64_t start_supervised(const NewJob& job);
