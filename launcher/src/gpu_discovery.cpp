@@ -76,20 +76,22 @@ std::vector<std::string> uuids_with_nvml() {
 }  // namespace
 
 std::vector<std::string> gpu_uuids() {
-  if (std::getenv(env::k_fake_gpus)) {
-    const char* fake = std::getenv("DLRUN_FAKE_GPU_UUIDS");
-    std::vector<std::string> uuids;
-    if (fake == nullptr) return uuids;
-    std::string text = fake;
+  // Looked up once per process (NVML's start is slow; the GPUs do not change meanwhile).
+  static const std::vector<std::string> uuids = [] {
+    if (!std::getenv(env::k_fake_gpus)) return uuids_with_nvml();
+    std::vector<std::string> fake;
+    const char* text = std::getenv("DLRUN_FAKE_GPU_UUIDS");
+    if (text == nullptr) return fake;
+    const std::string list = text;
     for (size_t start = 0;;) {
-      const size_t comma = text.find(',', start);
-      uuids.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      const size_t comma = list.find(',', start);
+      fake.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
-    return uuids;
-  }
-  return uuids_with_nvml();
+    return fake;
+  }();
+  return uuids;
 }
 
 GpuInventory discover_gpus() {
