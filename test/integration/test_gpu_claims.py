@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import unittest
 
 from harness import DLRUN, DlrunTestCase, wait_for
@@ -34,6 +33,26 @@ class OtherStores(DlrunTestCase):
         self.env.update(DLRUN_FAKE_GPUS="2", DLRUN_GPU_CLAIMS_DIR=self.claims)
         self.other_home = os.path.join(self.tmp, "other-home")
         self.other = dict(self.env, DLRUN_HOME=self.other_home)
+
+    def holding(self, *gpus_then_env, name="held", env=None):
+        """Starts a dlrun local (of this test's store unless `env`) that holds `--gpus ...` until
+        the test ends it; returns once its rank runs."""
+        up = os.path.join(self.tmp, f"{name}-up")
+        p = self.start("local", "--gpus", *gpus_then_env, "sh", "-c", f"touch {up}; exec sleep 60", env=env)
+        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
+        return p
+
+    def submit_other(self, text, *options):
+        """Submits job file `text` to the other store; returns its number."""
+        job_file = os.path.join(self.tmp, "job.toml")
+        with open(job_file, "w") as f:
+            f.write(text)
+        r = self.dlrun("submit", "--parsable", *options, job_file, env=self.other)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout.split()[0]
+
+    def other_status(self, job):
+        return json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)
 
     def hold_gpu_0(self):
         """A dlrun local of this test's store on GPU 0, until the test ends it."""
@@ -103,9 +122,7 @@ class OtherStores(DlrunTestCase):
         r = self.dlrun("local", "--gpus", "1", "sh", "-c", "echo gpu $CUDA_VISIBLE_DEVICES", env=other)
         self.assertEqual((r.returncode, r.stdout), (0, "[0] gpu 0\n"), r.stderr)  # its 0 is GPU-bb: free
         self.assertNotIn("in use", r.stderr)
-        up = os.path.join(self.tmp, "bb-up")
-        q = self.start("local", "--gpus", "1", "sh", "-c", f"touch {up}; exec sleep 60", env=other)
-        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
+        q = self.holding("1", name="bb", env=other)
         r = self.dlrun("local", "--gpus", "1", "true")
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn(f"GPU 1 is in use by your dlrun job 2 of DLRUN_HOME={self.other_home}", r.stderr)
@@ -115,35 +132,23 @@ class OtherStores(DlrunTestCase):
 
     def test_a_queued_job_waits_for_gpus_another_store_holds_and_says_whose(self):
         p = self.hold_gpu_0()
-        job_file = os.path.join(self.tmp, "job.toml")
-        with open(job_file, "w") as f:
-            f.write(GPU_JOB)
-        r = self.dlrun("submit", "--parsable", job_file, env=self.other)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        job = r.stdout.split()[0]
-        time.sleep(1.5)  # its supervisor looks at the claims each second: still waiting after it has looked
+        job = self.submit_other(GPU_JOB)
+        whose = f"waiting for 2 GPUs (1 free; GPU 0 is in use by your dlrun job 1 of DLRUN_HOME={self.home}"
+        self.assertTrue(wait_for(lambda: whose in self.dlrun("status", job, env=self.other).stdout, 30))
         status = self.dlrun("status", job, env=self.other)
         self.assertIn("PENDING", status.stdout)
         self.assertIn(f"waiting for 2 GPUs (1 free; GPU 0 is in use by your dlrun job 1 of DLRUN_HOME={self.home}",
                       status.stdout)
         os.killpg(p.pid, signal.SIGTERM)
         p.communicate(timeout=30)
-        state = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)["state"]  # noqa: E731
-        self.assertTrue(wait_for(lambda: state() == "SUCCEEDED", 60), state())
+        self.assertTrue(wait_for(lambda: self.other_status(job)["state"] == "SUCCEEDED", 60), self.other_status(job))
         self.assertEqual(self.dlrun("logs", job, env=self.other).stdout.count("gpus"), 2)
 
     def test_a_resize_grows_only_onto_gpus_no_other_store_holds_and_claims_them(self):
-        up = os.path.join(self.tmp, "other-up")
-        p = self.start("local", "--gpus", "device=1", "sh", "-c", f"touch {up}; exec sleep 60")
-        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
-        job_file = os.path.join(self.tmp, "job.toml")
-        with open(job_file, "w") as f:
-            f.write('command = ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES >> $DLRUN_RUN_DIR/gpus-$RANK; '
-                    'exec sleep 60"]\n[scheduler]\npolicy = "fifo"\n[resources]\ngpus = "1:2"\n')
-        r = self.dlrun("submit", "--parsable", job_file, env=self.other)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        job = r.stdout.split()[0]
-        status = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)  # noqa: E731
+        p = self.holding("device=1")
+        job = self.submit_other('command = ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES >> $DLRUN_RUN_DIR/gpus-$RANK; '
+                                'exec sleep 60"]\n[scheduler]\npolicy = "fifo"\n[resources]\ngpus = "1:2"\n')
+        status = lambda: self.other_status(job)  # noqa: E731
         self.assertTrue(wait_for(lambda: status()["state"] == "RUNNING", 30), status())
         self.assertEqual(status()["gpus"], [0])  # GPU 1 is the other store's
         r = self.dlrun("resize", "--force", job, "2", env=self.other)
@@ -173,16 +178,9 @@ class OtherStores(DlrunTestCase):
         self.assertNotIn("in use", logs)
 
     def test_the_goodput_scheduler_starts_a_job_as_soon_as_another_store_lets_go(self):
-        up = os.path.join(self.tmp, "other-up")
-        p = self.start("local", "--gpus", "2", "sh", "-c", f"touch {up}; exec sleep 60")
-        self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
-        job_file = os.path.join(self.tmp, "job.toml")
-        with open(job_file, "w") as f:
-            f.write('command = ["sh", "-c", "echo ran on $CUDA_VISIBLE_DEVICES"]\n[resources]\ngpus = "1:2"\n')
-        r = self.dlrun("submit", "--parsable", job_file, env=self.other)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        job = r.stdout.split()[0]
-        reason = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)["reason"]  # noqa: E731
+        p = self.holding("2")
+        job = self.submit_other('command = ["sh", "-c", "echo ran on $CUDA_VISIBLE_DEVICES"]\n[resources]\ngpus = "1:2"\n')
+        reason = lambda: self.other_status(job)["reason"]  # noqa: E731
         whose = f"GPUs 0,1 are in use by your dlrun job 1 of DLRUN_HOME={self.home} (pid {p.pid})"
         self.assertTrue(wait_for(lambda: whose in reason(), 30), reason())
         self.assertIn("waiting for the scheduler (no GPU is free of other users' jobs", reason())
@@ -190,17 +188,12 @@ class OtherStores(DlrunTestCase):
         p.communicate(timeout=30)
         # At once, not at the scheduler's next interval (60 s): a claim let go changes what the
         # queue may use, as a job's end does.
-        state = lambda: json.loads(self.dlrun("status", job, "--json", env=self.other).stdout)["state"]  # noqa: E731
-        self.assertTrue(wait_for(lambda: state() == "SUCCEEDED", 30), state())
+        self.assertTrue(wait_for(lambda: self.other_status(job)["state"] == "SUCCEEDED", 30), self.other_status(job))
 
     def test_a_submitted_jobs_supervisor_claims_its_gpus(self):
-        job_file = os.path.join(self.tmp, "job.toml")
         release = os.path.join(self.tmp, "release")
-        with open(job_file, "w") as f:
-            f.write(GPU_JOB.replace('"echo gpus $CUDA_VISIBLE_DEVICES"',
-                                    f'"touch {self.tmp}/up-$RANK; while [ ! -e {release} ]; do sleep 0.1; done"'))
-        r = self.dlrun("submit", "--parsable", job_file, env=self.other)
-        self.assertEqual(r.returncode, 0, r.stderr)
+        job = self.submit_other(GPU_JOB.replace('"echo gpus $CUDA_VISIBLE_DEVICES"',
+                                                f'"touch {self.tmp}/up-$RANK; while [ ! -e {release} ]; do sleep 0.1; done"'))
         self.assertTrue(wait_for(lambda: all(os.path.exists(os.path.join(self.tmp, f"up-{i}")) for i in (0, 1)), 30))
         r = self.dlrun("local", "--gpus", "1", "true")
         self.assertEqual(r.returncode, 2, r.stderr)
@@ -210,8 +203,7 @@ class OtherStores(DlrunTestCase):
         self.assertIn(f"Outside this queue: GPUs 0,1 are in use by your dlrun job 1 of DLRUN_HOME={self.other_home}",
                       status.stdout)
         open(release, "w").close()
-        state = lambda: json.loads(self.dlrun("status", "1", "--json", env=self.other).stdout)["state"]  # noqa: E731
-        self.assertTrue(wait_for(lambda: state() == "SUCCEEDED", 60), state())
+        self.assertTrue(wait_for(lambda: self.other_status(job)["state"] == "SUCCEEDED", 60), self.other_status(job))
         self.assertTrue(wait_for(lambda: self.dlrun("local", "--gpus", "2", "true").returncode == 0, 30))
 
 
