@@ -98,8 +98,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   local.shown_ranks.reset();
   // GPUs by count leave out those other stores' jobs hold on this host (gpu_claims.hpp).
   // An agent asks no store, so its own user's jobs' claims count too (an empty home).
-  auto inside = base.find(env::k_job_id);
-  const std::string inside_job = inside == base.end() ? std::string() : inside->second;
+  const std::string inside_job = inside_job_of(base);
   const auto claims_dir = gpu_claims_dir(base);
   const GpuKeys keys = claims_dir ? GpuKeys::here() : GpuKeys{};
   if (local.gpus && local.gpus->count && claims_dir) {

@@ -292,6 +292,11 @@ std::string describe(const std::vector<GpuClaimHolder>& holders) {
   return fmt::format("{}", fmt::join(parts, " and "));
 }
 
+std::string inside_job_of(const Environment& env) {
+  auto it = env.find(env::k_job_id);
+  return it == env.end() ? std::string() : it->second;
+}
+
 std::optional<std::string> gpu_claims_dir(const Environment& env) {
   if (auto it = env.find(k_gpu_claims_dir_env); it != env.end()) {
     if (it->second.empty()) return std::nullopt;  // set empty: claims off
@@ -330,9 +335,7 @@ GpuClaimsByGpu gpu_claims_elsewhere(const std::string& dir, const std::string& h
 GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env, const GpuKeys& keys) {
   auto dir = gpu_claims_dir(env);
   if (!dir) return {};
-  auto inside = env.find(env::k_job_id);
-  return by_id(gpu_claims_elsewhere(*dir, dlrun_home(env), inside == env.end() ? std::string() : inside->second),
-               keys);
+  return by_id(gpu_claims_elsewhere(*dir, dlrun_home(env), inside_job_of(env)), keys);
 }
 
 GpuClaimsByGpu gpu_claims_elsewhere(const Environment& env) {
@@ -348,10 +351,8 @@ GpuClaims::GpuClaims(std::string dir, std::string home, std::string job, std::st
       m_keys(std::move(keys)) {}
 
 GpuClaims GpuClaims::for_job(const Environment& env, const std::string& job) {
-  auto inside = env.find(env::k_job_id);
   auto dir = gpu_claims_dir(env);
-  return GpuClaims(dir.value_or(""), dlrun_home(env), job, inside == env.end() ? std::string() : inside->second,
-                   dir ? GpuKeys::here() : GpuKeys{});
+  return GpuClaims(dir.value_or(""), dlrun_home(env), job, inside_job_of(env), dir ? GpuKeys::here() : GpuKeys{});
 }
 
 GpuClaims::GpuClaims(GpuClaims&& other) noexcept

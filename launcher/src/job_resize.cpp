@@ -96,10 +96,7 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   if (!step) {
     unpin();
     // Other users' jobs are not in dlrun status's table: say whose GPUs they are.
-    std::string elsewhere;
-    if (request.uses_gpus) {
-      for (const auto& text : gpus_held_elsewhere_text(capacity.gpus_elsewhere)) elsewhere += "; " + text;
-    }
+    const std::string elsewhere = request.uses_gpus ? gpus_held_elsewhere_suffix(capacity.gpus_elsewhere) : "";
     throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now{}", id,
                                   request.uses_gpus ? "GPUs" : "CPU slots", *ranks, elsewhere));
   }

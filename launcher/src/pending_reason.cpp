@@ -13,8 +13,7 @@ namespace {
 std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
   if (!queue.scheduler_running) return "waiting for the scheduler (none runs yet; its supervisor starts one)";
   // What other users' jobs hold is not the policy's to share: say whose it is.
-  std::string elsewhere;
-  for (const auto& text : gpus_held_elsewhere_text(queue.capacity.gpus_elsewhere)) elsewhere += "; " + text;
+  const std::string elsewhere = gpus_held_elsewhere_suffix(queue.capacity.gpus_elsewhere);
   if (!policy) {
     if (queue.capacity.gpus > 0 && queue.capacity.gpus_free_of_others() == 0) {
       return "waiting for the scheduler (no GPU is free of other users' jobs" + elsewhere + ")";
@@ -51,11 +50,7 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
     noted.push_back(id);
     return true;
   };
-  auto elsewhere = [&] {
-    std::string text;
-    for (const auto& part : gpus_held_elsewhere_text(queue.capacity.gpus_elsewhere, noted)) text += "; " + part;
-    return text;
-  };
+  auto elsewhere = [&] { return gpus_held_elsewhere_suffix(queue.capacity.gpus_elsewhere, noted); };
   if (!request.gpu_ids.empty()) {
     std::string busy;
     int count = 0;
@@ -99,6 +94,13 @@ std::vector<std::string> gpus_held_elsewhere_text(const std::map<std::string, st
                                 gpus.size() == 1 ? "is" : "are", who));
   }
   return texts;
+}
+
+std::string gpus_held_elsewhere_suffix(const std::map<std::string, std::string>& held,
+                                       const std::vector<std::string>& ids) {
+  std::string suffix;
+  for (const auto& text : gpus_held_elsewhere_text(held, ids)) suffix += "; " + text;
+  return suffix;
 }
 
 Usage usage_of(const std::vector<JobRecord>& jobs) {

@@ -61,6 +61,9 @@ struct GpuClaimHolder {
 // characters or bytes beyond ASCII.
 std::string describe(const GpuClaimHolder& holder);
 
+// The job this process runs inside, as a rank does: `env`'s DLRUN_JOB_ID, or "".
+std::string inside_job_of(const Environment& env);
+
 // The claims directory for `env`; empty when claims are off (pretend GPUs without a directory).
 std::optional<std::string> gpu_claims_dir(const Environment& env);
 

@@ -28,6 +28,9 @@ struct QueueState {
 // them when empty), one text per holder: "GPUs 0,1 are in use by user bob's dlrun job 4 (pid 9)".
 std::vector<std::string> gpus_held_elsewhere_text(const std::map<std::string, std::string>& held,
                                                   const std::vector<std::string>& ids = {});
+// The same as a suffix for a message: "; GPUs 0,1 are in use by …; GPU 3 is in use by …", or "".
+std::string gpus_held_elsewhere_suffix(const std::map<std::string, std::string>& held,
+                                       const std::vector<std::string>& ids = {});
 
 // Why `job` (PENDING) waits. `policy`: what the goodput policy would give it, if known.
 std::string pending_reason(const JobRecord& job, const QueueState& queue, const PolicyView* policy);
