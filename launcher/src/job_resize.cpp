@@ -69,6 +69,14 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
     queue.ensure_scheduler();
     return ResizeOutcome::unpinned;
   }
+  // One resize of a submitted job at a time, from before its store records a grow's GPUs until
+  // the outcome is recorded (resize.hpp, ResizeLock): the job is read again once it is this one's
+  // turn.
+  std::shared_ptr<ResizeLock> lock;
+  if (job->submitted.origin == JobOrigin::submit) {
+    lock = ResizeLock::wait(job->run_dir);
+    job = queue.store().get(id);
+  }
   if (job->state == JobState::rescaling) {
     throw Error(fmt::format("job {} is RESCALING (another resize): try again once it runs", id),
                 exit_code::k_temp_failure);
@@ -92,7 +100,7 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
     return outcome_of(request_resize(job->run_dir, job->supervisor.pid, direct, timeout), std::to_string(id), *ranks);
   }
   const Capacity capacity = queue.capacity();
-  auto step = begin_resize(queue, *job, *ranks, capacity, "resize");
+  auto step = begin_resize(queue, *job, *ranks, capacity, "resize", lock);
   if (!step) {
     unpin();
     // Other users' jobs are not in dlrun status's table: say whose GPUs they are.
@@ -104,7 +112,7 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   resize_request.unannounced = unannounced;
   std::string answer;
   try {
-    answer = request_resize(step->run_dir, step->supervisor_pid, resize_request, timeout);
+    answer = request_resize(*step->lock, step->supervisor_pid, resize_request, timeout);
   } catch (...) {
     end_resize(queue, *step, "", "resize");
     unpin();
@@ -118,8 +126,9 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
 }  // namespace
 
 std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, int ranks, const Capacity& capacity,
-                                       const std::string& cause) {
+                                       const std::string& cause, std::shared_ptr<ResizeLock> lock) {
   ResizeStep step;
+  step.lock = std::move(lock);
   step.id = job.id;
   step.run_dir = job.run_dir;
   step.supervisor_pid = job.supervisor.pid;
@@ -143,6 +152,16 @@ void end_resize(JobQueue& queue, const ResizeStep& step, const std::string& answ
   const bool ok = answer.rfind("ok", 0) == 0;
   if (step.grow && !ok) queue.store().set_allocation(step.id, step.before, "undo");
   if (!step.grow && ok && step.after.ranks != step.before.ranks) queue.store().set_allocation(step.id, step.after, cause);
+}
+
+bool undo_abandoned_resize(JobQueue& queue, int64_t id, const std::string& run_dir, const Allocation& running) {
+  auto lock = ResizeLock::try_take(run_dir);
+  if (!lock || resize_requested(run_dir)) return false;
+  auto job = queue.store().get(id);
+  if (!job || job->state != JobState::running) return false;
+  if (job->allocation.ranks == running.ranks && job->allocation.gpu_ids == running.gpu_ids) return false;
+  queue.store().set_allocation(id, running, "undo");
+  return true;
 }
 
 ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounced unannounced, const Environment& env,

@@ -21,6 +21,7 @@
 #include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_resize.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -34,7 +35,9 @@ namespace dlrun::launcher {
 namespace {
 
 constexpr int k_sweep_every = 10;  // polls between sweeps of the queue
-constexpr auto k_scheduler_check = std::chrono::seconds(5);  // a running goodput job: is a scheduler alive?
+// A running job looks every so often: is a scheduler alive (a goodput job's)? Was a resize left
+// unfinished?
+constexpr auto k_running_check = std::chrono::seconds(5);
 
 // Waits for the job's turn. False when it was cancelled (or ended) meanwhile. A goodput job
 // is started by the scheduler (its state turns RUNNING, with the GPUs it chose); any other
@@ -190,8 +193,14 @@ int run_submitted_job(int64_t id, const Environment& env) {
       if (auto shared = claims.hold(gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
     };
     claim(job.gpu_ids);
-    job.on_rescale = [&store, id, &claims, claim](bool rescaling, int world_size,
-                                                  const std::vector<std::string>& gpu_ids) {
+    // What its ranks run at, and whether they are changing size: the store's record of a
+    // resize whose requester died before recording its outcome is put right from these.
+    Allocation running = record->allocation;
+    bool changing_size = false;
+    job.on_rescale = [&store, id, &claims, claim, &running, &changing_size](bool rescaling, int world_size,
+                                                                            const std::vector<std::string>& gpu_ids) {
+      changing_size = rescaling;
+      if (!rescaling) running = {world_size, gpu_ids};
       // While the ranks change size the old ones may still run, and a grow's new GPUs are the
       // store's already (begin_resize took them before asking): the GPUs of both sizes are
       // claimed until the ranks run at the new one.
@@ -210,12 +219,18 @@ int run_submitted_job(int64_t id, const Environment& env) {
     Supervisor supervisor(job);
     const bool goodput = record->submitted.request.goodput;
     supervisor.begin();
-    // A goodput job keeps a scheduler alive while it runs (one killed is replaced).
-    auto next_check = std::chrono::steady_clock::now() + k_scheduler_check;
+    // A goodput job keeps a scheduler alive while it runs (one killed is replaced); the store's
+    // record of a resize whose requester died midway is put right.
+    auto next_check = std::chrono::steady_clock::now() + k_running_check;
     while (supervisor.poll_once(std::chrono::milliseconds(500))) {
-      if (!goodput || std::chrono::steady_clock::now() < next_check) continue;
-      next_check = std::chrono::steady_clock::now() + k_scheduler_check;
-      queue.ensure_scheduler();
+      if (std::chrono::steady_clock::now() < next_check) continue;
+      next_check = std::chrono::steady_clock::now() + k_running_check;
+      if (!changing_size && undo_abandoned_resize(queue, id, run_dir, running)) {
+        log::warn("job {}: a resize was left unfinished (its requester ended before recording it): the job's "
+                  "allocation is {} rank{} again",
+                  id, running.ranks, running.ranks == 1 ? "" : "s");
+      }
+      if (goodput) queue.ensure_scheduler();
     }
     supervisor.end();
     claims.hold({});  // its ranks have ended: their GPUs are free before the store says so

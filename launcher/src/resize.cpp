@@ -85,21 +85,41 @@ std::optional<std::string> take_resize_result(const std::string& run_dir) {
   return std::string(trim(*text));
 }
 
-std::string request_resize(const std::string& run_dir, int pid, const ResizeRequest& request, double timeout_seconds) {
-  // One request and one answer at a time: the files are the job's, and two clients at once took
-  // each other's answer or overwrote each other's request (one waited out its timeout). The
-  // lock goes with this process (a client killed meanwhile lets the next one in).
-  const int lock = ::open((run_dir + "/resize.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock >= 0) {
-    while (::flock(lock, LOCK_EX) != 0 && errno == EINTR) {
+std::unique_ptr<ResizeLock> ResizeLock::wait(const std::string& run_dir) {
+  // A lock that cannot be made (a run directory not ours to write) leaves the requests
+  // untaken turns, as before there was one: the store's owner writes it.
+  if (run_dir.empty()) return std::unique_ptr<ResizeLock>(new ResizeLock(run_dir, -1));
+  const int fd = ::open((run_dir + "/resize.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
     }
   }
-  struct Unlock {
-    int fd;
-    ~Unlock() {
-      if (fd >= 0) ::close(fd);
-    }
-  } unlock{lock};
+  return std::unique_ptr<ResizeLock>(new ResizeLock(run_dir, fd));
+}
+
+std::unique_ptr<ResizeLock> ResizeLock::try_take(const std::string& run_dir) {
+  if (run_dir.empty()) return std::unique_ptr<ResizeLock>(new ResizeLock(run_dir, -1));
+  const int fd = ::open((run_dir + "/resize.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return nullptr;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<ResizeLock>(new ResizeLock(run_dir, fd));
+}
+
+ResizeLock::~ResizeLock() {
+  if (m_fd >= 0) ::close(m_fd);
+}
+
+std::string request_resize(const std::string& run_dir, int pid, const ResizeRequest& request, double timeout_seconds) {
+  // One request and one answer at a time: the files are the job's, and two clients at once took
+  // each other's answer or overwrote each other's request (one waited out its timeout).
+  return request_resize(*ResizeLock::wait(run_dir), pid, request, timeout_seconds);
+}
+
+std::string request_resize(const ResizeLock& held, int pid, const ResizeRequest& request, double timeout_seconds) {
+  const std::string& run_dir = held.run_dir();
   take_resize_result(run_dir);  // an old answer is not this one's
   write_resize_request(run_dir, request);
   if (::kill(pid, signals::k_resize_request) != 0) {

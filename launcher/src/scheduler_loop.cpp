@@ -74,7 +74,7 @@ std::vector<std::string> resize_all(const std::vector<ResizeStep>& steps) {
   for (size_t i = 0; i < steps.size(); ++i) {
     threads.emplace_back([&, i] {
       try {
-        answers[i] = request_resize(steps[i].run_dir, steps[i].supervisor_pid, steps[i].request(), k_answer_timeout);
+        answers[i] = request_resize(*steps[i].lock, steps[i].supervisor_pid, steps[i].request(), k_answer_timeout);
       } catch (const Error& e) {
         answers[i] = std::string("error: ") + e.what();
       }
@@ -165,8 +165,10 @@ class Scheduler {
   void resize(const Round& r, const std::vector<SchedulerMove>& moves, const char* what) {
     std::vector<ResizeStep> steps;
     for (const auto& move : moves) {
-      // The job as it is now: it may have changed since the listing.
-      auto job = m_queue.store().get(r.input.records[move.job]->id);
+      // Not while a `dlrun resize` of it waits for its answer (resize.hpp, ResizeLock); then the
+      // job as it is now: it may have changed since the listing.
+      std::shared_ptr<ResizeLock> lock = ResizeLock::try_take(r.input.records[move.job]->run_dir);
+      auto job = lock ? m_queue.store().get(r.input.records[move.job]->id) : std::nullopt;
       if (!job || job->state != JobState::running || job->allocation.ranks != move.from) {
         // Changed since the listing (its ranks restarting, a resize ending): the next round comes
         // soon, not an interval later, as nothing else may change the queue meanwhile.
@@ -174,7 +176,7 @@ class Scheduler {
         continue;
       }
       say(r, move, what);
-      auto step = begin_resize(m_queue, *job, move.to, r.capacity, "scheduler");
+      auto step = begin_resize(m_queue, *job, move.to, r.capacity, "scheduler", lock);
       if (!step) {
         log::warn("{} job {}: {} GPUs are not free; next round", timestamp(), job->id, move.to);
         m_interval = std::min(m_interval, k_retry_seconds);

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import time
 import unittest
 
@@ -184,6 +185,46 @@ while true; do sleep 0.05; done
             open(gate, "w").close()
             self.assertTrue(wait_for(lambda: len(read_words(starts)) == 4, 30))
             self.assertTrue(wait_for(lambda: (status()["state"], status()["ranks"]) == ("RUNNING", 1), 30), status())
+        finally:
+            self.dlrun("cancel", job)
+
+    def test_a_grow_whose_requester_died_before_asking_gives_its_slots_back(self):
+        # `dlrun resize` (or the scheduler) takes a grow's slots in the store, then asks the
+        # supervisor. Killed between the two, it left the slots recorded as the job's until its
+        # next resize or its end: other jobs queued behind slots nobody used. The supervisor puts
+        # its own allocation back once no requester holds the job's resize lock.
+        import fcntl
+        job = submit_elastic(self, self.elastic_rank())
+        status = lambda: json.loads(self.dlrun("status", "--json", job).stdout)
+        try:
+            self.assertTrue(wait_for(lambda: len(read_words(self.starts)) == 3, 30))
+            r = self.dlrun("resize", job, "1")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            run_dir = status()["run_dir"]
+            # Hold the lock as a requester would, and record a grow to 3 as begin_resize does.
+            lock = open(os.path.join(run_dir, "resize.lock"), "a")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            db = sqlite3.connect(os.path.join(self.home, "jobs.db"), timeout=10)
+            with db:
+                db.execute("UPDATE jobs SET ranks = 3 WHERE id = ?", (int(job),))
+                db.execute("INSERT INTO allocations (job, at, ranks, gpu_ids, cause) VALUES (?, ?, 3, '', 'resize')",
+                           (int(job), time.time()))
+            db.close()
+            # While the requester lives, its grow stands (the supervisor looks every 5 s).
+            time.sleep(11)
+            self.assertEqual(status()["ranks"], 3)
+            lock.close()  # the requester dies
+            self.assertTrue(wait_for(lambda: status()["ranks"] == 1, 30), status())
+            self.assertEqual(status()["state"], "RUNNING")
+            self.assertEqual(len(read_words(self.starts)), 4, read_words(self.starts))  # no restart since the resize
+            with open(os.path.join(run_dir, "output.log")) as f:
+                self.assertIn(f"job {job}: a resize was left unfinished (its requester ended before recording "
+                              "it): the job's allocation is 1 rank again", f.read())
+            db = sqlite3.connect(os.path.join(self.home, "jobs.db"), timeout=10)
+            last = db.execute("SELECT ranks, cause FROM allocations WHERE job = ? ORDER BY seq DESC LIMIT 1",
+                              (int(job),)).fetchone()
+            db.close()
+            self.assertEqual(last, (1, "undo"))
         finally:
             self.dlrun("cancel", job)
 

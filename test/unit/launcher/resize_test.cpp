@@ -1,8 +1,12 @@
 #include "dlrun/launcher/resize.hpp"
 
 #include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <filesystem>
 
 using namespace dlrun::launcher;
+namespace fs = std::filesystem;
 
 TEST_SUITE("launcher::Resize") {
   TEST_CASE("a request goes through its file and back") {
@@ -37,5 +41,24 @@ TEST_SUITE("launcher::Resize") {
     CHECK(why.find("gpus = \"1:4\"") != std::string::npos);  // a submitted job's job.toml
     CHECK(check_resize(5, 1, 4) == "5 ranks is outside the job's range 1:4");
     CHECK(check_resize(3, 1, 4).empty());
+  }
+
+  TEST_CASE("one requester at a time holds a job's resize lock, and it goes with its holder") {
+    std::string pattern = (fs::temp_directory_path() / "dlrun-resize-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    const std::string dir = pattern;
+    {
+      auto first = ResizeLock::try_take(dir);
+      REQUIRE(first);
+      CHECK(first->run_dir() == dir);
+      CHECK_FALSE(ResizeLock::try_take(dir));  // held: refused at once, not waited for
+      first.reset();
+      CHECK(ResizeLock::try_take(dir));
+      auto waited = ResizeLock::wait(dir);
+      CHECK_FALSE(ResizeLock::try_take(dir));
+    }
+    CHECK(ResizeLock::try_take(dir));
+    CHECK(ResizeLock::try_take(""));  // no run directory: a lock that holds nothing
+    fs::remove_all(dir);
   }
 }

@@ -14,6 +14,7 @@
 // resizes through the same steps (begin_resize, request_resize, end_resize) for many jobs
 // at once.
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -52,14 +53,22 @@ struct ResizeStep {
   int supervisor_pid = 0;
   Allocation before, after;
   bool grow = false;
+  std::shared_ptr<ResizeLock> lock;  // held from the store's change until its outcome is recorded
   ResizeRequest request() const { return {after.ranks, after.gpu_ids}; }
 };
 // Takes the GPUs a grow needs in the store (nullopt: they are not free), or works out which
-// a shrink keeps (its first ones). `cause` is recorded with the change.
+// a shrink keeps (its first ones). `cause` is recorded with the change. `job` is as the store
+// had it once `lock` (the job's ResizeLock) was taken; the step holds the lock.
 std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, int ranks, const Capacity& capacity,
-                                       const std::string& cause);
+                                       const std::string& cause, std::shared_ptr<ResizeLock> lock);
 // After the supervisor's answer (resize.hpp; empty: none came): a shrink's GPUs
 // are given back on "ok", a grow's on anything else.
 void end_resize(JobQueue& queue, const ResizeStep& step, const std::string& answer, const std::string& cause);
+
+// A submitted job's supervisor, from time to time: where the store records an allocation other
+// than `running` (the one its ranks run at) for the RUNNING job `id` while no requester holds
+// its ResizeLock and no request waits in `run_dir`, the requester died between taking a grow's
+// GPUs and recording the outcome; `running` is recorded again ("undo"). True when it was.
+bool undo_abandoned_resize(JobQueue& queue, int64_t id, const std::string& run_dir, const Allocation& running);
 
 }  // namespace dlrun::launcher

@@ -5,6 +5,7 @@
 // file. Written up in docs/elastic.md. The format functions are pure; the file functions
 // write atomically (temporary file, rename). Thread-safe.
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,9 +48,32 @@ bool resize_requested(const std::string& run_dir);
 void write_resize_result(const std::string& run_dir, const std::string& result);
 std::optional<std::string> take_resize_result(const std::string& run_dir);
 
+// One requester at a time per job: RUN_DIR/resize.lock, held (flock) from before a submitted
+// job's store records a grow's GPUs until the outcome is recorded. So a store whose allocation
+// differs from the one its ranks run at, while nobody holds the lock and the supervisor has no
+// request, records a resize whose requester died between the two (killed scheduler, Ctrl-C):
+// the supervisor puts its own allocation back (job_runner.cpp). The lock goes with the process.
+class ResizeLock {
+ public:
+  // Waits for another requester's turn to end.
+  static std::unique_ptr<ResizeLock> wait(const std::string& run_dir);
+  // nullptr when another process holds it. (An empty RUN_DIR: a lock that holds nothing.)
+  static std::unique_ptr<ResizeLock> try_take(const std::string& run_dir);
+  ~ResizeLock();
+  ResizeLock(const ResizeLock&) = delete;
+  ResizeLock& operator=(const ResizeLock&) = delete;
+  const std::string& run_dir() const { return m_run_dir; }
+
+ private:
+  ResizeLock(std::string run_dir, int fd) : m_run_dir(std::move(run_dir)), m_fd(fd) {}
+  std::string m_run_dir;
+  int m_fd;
+};
+
 // Sends the request to the supervisor `pid` and waits up to `timeout_seconds` for its
 // answer (above). Throws Error when it does not answer. Requests to one job take turns
-// (RUN_DIR/resize.lock, flock): each gets its own answer.
+// (ResizeLock): each gets its own answer. The first form takes the lock for the request.
 std::string request_resize(const std::string& run_dir, int pid, const ResizeRequest& request, double timeout_seconds);
+std::string request_resize(const ResizeLock& held, int pid, const ResizeRequest& request, double timeout_seconds);
 
 }  // namespace dlrun::launcher
