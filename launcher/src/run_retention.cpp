@@ -144,6 +144,11 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
       remove_path(link, dry_run, report);
       removed = true;
     }
+    // A job cancelled before it started has no run directory.
+    if (job.run_dir.empty()) {
+      if (removed) report.jobs.push_back(job.id);
+      continue;
+    }
     // Only a run directory dlrun made ($DLRUN_HOME/runs/NAME for dlrun local and run,
     // $DLRUN_HOME/jobs/ID for a submitted job), and none that holds another job's (a --run-dir
     // of $DLRUN_HOME/runs itself took every job's with it).
@@ -154,7 +159,7 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
     const fs::path parent = dir.parent_path();
     const bool dlrun_made = parent == fs::path(plain_path((home / "runs").string())) ||
                             parent == fs::path(plain_path((home / "jobs").string()));
-    if (!job.run_dir.empty() && dlrun_made && !holds_another && fs::is_directory(dir, ec) &&
+    if (dlrun_made && !holds_another && fs::is_directory(dir, ec) &&
         !fs::is_symlink(dir, ec)) {
       remove_path(dir, dry_run, report);
       removed = true;

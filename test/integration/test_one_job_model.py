@@ -412,6 +412,22 @@ class Retention(DlrunTestCase):
         self.assertIn("Removed 1 run directory", r.stdout)
         self.assertFalse(os.path.exists(os.path.join(jobs, "2")))
 
+    def test_a_job_cancelled_before_it_started_is_passed_over(self):
+        # It has no run directory: clean failed on it ("internal: … cannot make absolute path"),
+        # named or by age, and so did every later automatic clean.
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write('command = ["sleep", "60"]\n[resources]\nnproc = 1\n')
+        first = self.dlrun("submit", "--parsable", job).stdout.strip()
+        second = self.dlrun("submit", "--parsable", job).stdout.strip()
+        self.assertEqual(self.dlrun("cancel", second).returncode, 0)
+        self.assertEqual(self.dlrun("cancel", first).returncode, 0)
+        for args in ((second,), ("--dry-run", "--older-than", "0", "--keep", "0"), ("--older-than", "0", "--keep", "0")):
+            r = self.dlrun("clean", *args)
+            self.assertEqual(r.returncode, 0, (args, r.stderr))
+        self.assertFalse(os.path.exists(os.path.join(self.home, "jobs", first)))
+
     def test_bad_settings_are_named_with_their_line(self):
         os.makedirs(self.home, exist_ok=True)
         with open(os.path.join(self.home, "config.toml"), "w") as f:
