@@ -187,6 +187,7 @@ void Supervisor::start_attempt() {
   // start (a stop request before their handler exists would end them): until then the
   // scheduler does not resize the job (docs/scheduling.md).
   std::error_code ignored;
+  m_program_handles_stop = m_program_handles_stop || handles_stop(m_job.run_dir);
   std::filesystem::remove(m_job.run_dir + "/" + run_files::k_handles_stop, ignored);
   // An error file left by an earlier attempt (or run, in a run directory given again) would
   // be taken for this one's. A new run directory holds none: nothing to do at a job's start.

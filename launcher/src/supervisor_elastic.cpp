@@ -60,6 +60,11 @@ std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
     return fmt::format("ok {}", m_job.world_size);
   }
   const bool announced = handles_stop(m_job.run_dir);
+  if (!announced && request.unannounced == Unannounced::refuse && m_program_handles_stop) {
+    // Restarted ranks say so again at their first step: a moment after a resize or a restart.
+    return "error: the job's ranks are starting (they say that they handle the stop request at their first "
+           "step, as its earlier ranks did); try again in a moment";
+  }
   if (!announced && request.unannounced == Unannounced::refuse) {
     return std::string(k_resize_refused) +
            "its ranks have not said that they handle the stop request (no " + run_files::k_handles_stop +

@@ -188,6 +188,32 @@ while true; do sleep 0.05; done
         finally:
             self.dlrun("cancel", job)
 
+    def test_a_resize_while_the_restarted_ranks_start_is_to_be_tried_again(self):
+        # The ranks say that they handle the stop request at their first step. A resize right
+        # after another was refused (exit 3) with a hint to --force, which kills a program that
+        # does handle it: its earlier ranks had said so.
+        starts = os.path.join(self.tmp, "starts")
+        rank = self.script("late.sh", f"""trap 'exit 75' USR1
+echo "$RANK:$WORLD_SIZE" >> {starts}
+[ "$DLRUN_RESTART_COUNT" = 0 ] || sleep 3
+[ "$RANK" = 0 ] && : > "$DLRUN_RUN_DIR/handles-stop"
+while true; do sleep 0.05; done
+""")
+        job = submit_elastic(self, rank)
+        try:
+            self.assertTrue(wait_for(lambda: len(read_words(starts)) == 3, 30))
+            self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.home, "jobs", job, "handles-stop")), 30))
+            r = self.dlrun("resize", job, "1")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = self.dlrun("resize", job, "2")
+            self.assertEqual((r.returncode, r.stdout), (75, ""), r.stderr)
+            self.assertIn("the job's ranks are starting", r.stderr)
+            self.assertIn("try again in a moment", r.stderr)
+            self.assertNotIn("--force", r.stderr)
+            self.assertTrue(wait_for(lambda: self.dlrun("resize", job, "2").returncode == 0, 30))
+        finally:
+            self.dlrun("cancel", job)
+
     def test_a_grow_whose_requester_died_before_asking_gives_its_slots_back(self):
         # `dlrun resize` (or the scheduler) takes a grow's slots in the store, then asks the
         # supervisor. Killed between the two, it left the slots recorded as the job's until its

@@ -140,6 +140,9 @@ class Supervisor {
   boost::asio::steady_timer m_watchdog_timer;
   std::optional<ResizeRequest> m_pending_resize;
   bool m_resize_restarts = false;  // the pending resize stops ranks that do not handle the stop request
+  // Ranks of an earlier attempt said that they handle the stop request: the program does, and
+  // ranks that have not said so yet are still starting (a resize then: try again, not refused).
+  bool m_program_handles_stop = false;
   GpuFailures m_gpu_failures;
   // The GPUs this job holds: a `dlrun local` job keeps the ones it started with while it runs
   // on fewer, so it can grow back onto them; a submitted job's are what the queue handed it.
