@@ -40,39 +40,38 @@ int parse_passed_signal(const std::string& given) {
                     "dlrun cancel JOB without --signal");
 }
 
-// Every job named is tried; the worst outcome is the exit code (each failure said as it comes).
-int signal_jobs(launcher::JobQueue& queue, const std::vector<int64_t>& ids, int signal) {
+int run_cancel(const CancelArgs& args) {
+  const int signal = args.signal.empty() ? 0 : parse_passed_signal(args.signal);
+  launcher::JobQueue queue(launcher::current_environment());
+  const char* verb = signal ? "signal" : "cancel";
+  // Every job named is tried, in order, whatever became of the ones before (an unknown one
+  // first left the rest running); the worst outcome is the exit code, each failure said as it
+  // comes. A name means the newest of its jobs that has not ended, if one has not.
   int code = 0;
-  for (int64_t id : ids) {
+  for (const auto& job : args.jobs) {
     try {
-      queue.send_signal(id, signal);
-      std::cout << "Job " << id << ": " << launcher::signal_name(signal) << " passed on to its ranks\n";
+      const int64_t id =
+          launcher::job_number(queue.store(), launcher::parse_job_ref(job), verb, launcher::NamedJob::active_first);
+      if (signal) {
+        queue.send_signal(id, signal);
+        std::cout << "Job " << id << ": " << launcher::signal_name(signal) << " passed on to its ranks\n";
+        continue;
+      }
+      auto before = queue.store().get(id);
+      auto state = queue.cancel(id, args.force);
+      if (before && launcher::is_terminal(before->state)) {
+        std::cout << "Job " << id << " had already ended (" << launcher::to_string(state) << ")\n";
+      } else {
+        std::cout << "Job " << id << " " << launcher::to_string(state) << "\n";
+      }
     } catch (const Error& e) {
-      if (ids.size() == 1) throw;
+      if (args.jobs.size() == 1) throw;
+      std::cout.flush();
       log::error("{}", e.what());
       code = std::max(code, e.exit_code());
     }
   }
   return code;
-}
-
-int run_cancel(const CancelArgs& args) {
-  const int signal = args.signal.empty() ? 0 : parse_passed_signal(args.signal);
-  launcher::JobQueue queue(launcher::current_environment());
-  std::vector<int64_t> ids;
-  const char* verb = signal ? "signal" : "cancel";
-  for (const auto& job : args.jobs) ids.push_back(launcher::job_number(queue.store(), launcher::parse_job_ref(job), verb));
-  if (signal) return signal_jobs(queue, ids, signal);
-  for (int64_t id : ids) {
-    auto before = queue.store().get(id);
-    auto state = queue.cancel(id, args.force);
-    if (before && launcher::is_terminal(before->state)) {
-      std::cout << "Job " << id << " had already ended (" << launcher::to_string(state) << ")\n";
-    } else {
-      std::cout << "Job " << id << " " << launcher::to_string(state) << "\n";
-    }
-  }
-  return 0;
 }
 
 }  // namespace
@@ -93,9 +92,11 @@ Command add_cancel_command(CLI::App& dlrun) {
                   "runtime checkpoints and starts again from it at USR1; docs/local.md#signals)")
       ->type_name("SIG")
       ->excludes(force);
-  app->footer("Exit codes: 0 every job named is cancelled (or had already ended), or was signalled; 1 a job could "
-              "not be stopped, or signalled (it is not running); 2 no such job, or another user's; 75 a job was "
-              "changing its size, try again (docs/exit-codes.md).");
+  app->footer("A name means the newest job of that name that has not ended, if any has not. Every job named is "
+              "tried, in order; the exit code is the worst outcome. Exit codes: 0 every job named is cancelled (or "
+              "had already ended), or was signalled; 1 a job could not be stopped, or signalled (it is not "
+              "running); 2 no such job, or another user's; 75 a job was changing its size, try again "
+              "(docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_cancel(*args); }};
 }
 

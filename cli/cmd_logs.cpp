@@ -25,7 +25,7 @@ int run_logs(const LogsArgs& args) {
   // As cat or tail: once the reader is gone (logs -f | grep -m1 …), go too, as SIGPIPE ends them.
   ::signal(SIGPIPE, SIG_DFL);
   launcher::JobQueue queue(launcher::current_environment());
-  launcher::copy_job_log(queue, launcher::job_number(queue.store(), launcher::parse_job_ref(args.job), "logs"), args.rank,
+  launcher::copy_job_log(queue, launcher::job_number(queue.store(), launcher::parse_job_ref(args.job), "logs", launcher::NamedJob::active_first), args.rank,
                          args.follow ? launcher::Follow::until_the_job_ends : launcher::Follow::no, std::cout,
                          [] { return launcher::reader_gone(STDOUT_FILENO); });
   if (args.follow && launcher::reader_gone(STDOUT_FILENO)) ::raise(SIGPIPE);

@@ -63,7 +63,8 @@ int print_trace(launcher::JobQueue& queue, const StatusArgs& args) {
 std::pair<std::string, int> render_status(launcher::JobQueue& queue, const StatusArgs& args, bool one_job) {
   const double now = launcher::now_seconds();
   if (one_job) {
-    auto job = queue.store().get(launcher::job_number(queue.store(), launcher::parse_job_ref(args.job), "status"));
+    auto job = queue.store().get(launcher::job_number(queue.store(), launcher::parse_job_ref(args.job), "status",
+                                                                launcher::NamedJob::active_first));
     if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", args.job));
     launcher::QueueInsight insight;
     if (!launcher::is_terminal(job->state)) insight = launcher::queue_insight(queue, now, queue.store().list(false, 0));

@@ -141,6 +141,11 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
   }
   const bool foreground = job->submitted.origin != JobOrigin::submit;
   if (foreground && rank < 0) return follow_foreground(queue, *job, follow, out, reader_gone);
+  if (job->run_dir.empty() && is_terminal(job->state)) {
+    // Nothing printed would read as an empty log.
+    log::info("job {} is {} and never started: it has no output", id, to_string(job->state));
+    return;
+  }
   const std::string log_dir = queue.log_dir(*job);
   if (!job->run_dir.empty()) require_logs(*job, log_dir);
   const std::string path = rank >= 0 ? rank_log_path(log_dir, rank) : log_dir + "/output.log";

@@ -71,9 +71,9 @@ void check_job_name(std::string_view name) {
   if (auto problem = job_name_problem(name)) throw ConfigError("--name " + *problem);
 }
 
-int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb) {
+int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb, NamedJob which) {
   if (job.number) return *job.number;
-  if (auto named = store.find_by_name(job.text)) return named->id;
+  if (auto named = store.find_by_name(job.text, which)) return named->id;
   if (job.text.size() == 20 && job.text[8] == '-' && job.text[15] == '-') {
     throw ConfigError(fmt::format(
         "job {}: a run without a job number (from an older dlrun, or one whose job store "

@@ -174,7 +174,7 @@ ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounce
   JobQueue queue(env);
   std::optional<int64_t> number = job.number;
   if (!number) {
-    if (auto named = queue.store().find_by_name(job.text)) number = named->id;
+    if (auto named = queue.store().find_by_name(job.text, NamedJob::active_first)) number = named->id;
   }
   if (number) {
     if (!queue.store().get(*number)) {

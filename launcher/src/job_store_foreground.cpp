@@ -102,9 +102,11 @@ void JobStore::forget(int64_t id) {
   }
 }
 
-std::optional<JobRecord> JobStore::find_by_name(const std::string& name) {
-  Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE name = ? ORDER BY id DESC LIMIT 1",
-                                k_job_columns));
+std::optional<JobRecord> JobStore::find_by_name(const std::string& name, NamedJob which) {
+  Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE name = ? ORDER BY {}id DESC LIMIT 1", k_job_columns,
+                                which == NamedJob::active_first
+                                    ? "state IN ('SUCCEEDED','FAILED','CANCELLED'), "
+                                    : ""));
   s.bind(1, name);
   if (!s.step()) return std::nullopt;
   return read_row(s);

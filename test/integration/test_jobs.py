@@ -1002,6 +1002,37 @@ class Cancel(JobsTestCase):
         job_id = self.submit(MINIMAL, "--wait")
         self.assertEqual(self.dlrun("cancel", str(job_id)).stdout, f"Job {job_id} had already ended (SUCCEEDED)\n")
 
+    def test_every_job_named_is_tried_whatever_came_before(self):
+        # An unknown job first left the others running (exit 2, nothing said of them).
+        self.env["DLRUN_CPU_SLOTS"] = "2"
+        one = self.submit('name = "long"\ncommand = ["sleep", "60"]\n[resources]\nnproc = 1\n')
+        two = self.submit('name = "other"\ncommand = ["sleep", "60"]\n[resources]\nnproc = 1\n')
+        self.wait_state(one, ("RUNNING",))
+        self.wait_state(two, ("RUNNING",))
+        r = self.dlrun("cancel", "999", str(one), "nosuchname", "other")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stdout, f"Job {one} CANCELLED\nJob {two} CANCELLED\n")
+        self.assertIn("no job 999", r.stderr)
+        self.assertIn("no job numbered or named 'nosuchname'", r.stderr)
+        self.assertEqual([self.status(j)["state"] for j in (one, two)], ["CANCELLED", "CANCELLED"])
+
+    def test_a_name_means_its_newest_job_that_has_not_ended(self):
+        # A newer job of the name, cancelled while it waited, hid the older one that runs:
+        # "Job 2 had already ended", and the running one went on.
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        text = 'name = "long"\ncommand = ["sleep", "60"]\n[resources]\nnproc = 1\n'
+        running = self.submit(text)
+        waiting = self.submit(text)
+        self.wait_state(running, ("RUNNING",))
+        self.assertEqual(self.dlrun("cancel", str(waiting)).returncode, 0)
+        self.assertEqual(self.status("long")["id"], running)
+        logs = self.dlrun("logs", str(waiting))
+        self.assertEqual((logs.returncode, logs.stdout), (0, ""))
+        self.assertIn(f"job {waiting} is CANCELLED and never started: it has no output", logs.stderr)
+        self.assertEqual(self.dlrun("cancel", "long").stdout, f"Job {running} CANCELLED\n")
+        # Once every one has ended, the newest.
+        self.assertEqual(self.status("long")["id"], waiting)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,7 +1,8 @@
 #pragma once
 // How a user names a job on the command line, one value for every verb (status, logs,
 // cancel, resize, clean, --resume): its number, given by the job store to every job, submitted
-// or run in the foreground (`17`), or its name (the newest job of that name). A time-stamped id
+// or run in the foreground (`17`), or its name (the newest job of that name; for the verbs that
+// act on a job that runs, the newest that has not ended, if one has not). A time-stamped id
 // (`20261123-120000-ab12`) is a run of a dlrun from before every run had a number, or one
 // whose store could not be opened: its files are in $DLRUN_HOME/runs/ID. Parsed once, here.
 
@@ -18,6 +19,9 @@ struct JobRef {
 };
 
 class JobStore;
+
+// Which of several jobs of one name a name means (JobStore::find_by_name).
+enum class NamedJob { newest, active_first };
 
 // Throws ConfigError for text that names no job: empty, longer than 128 bytes, or with a
 // character no id has (ids are letters, digits, '-', '_' and '.', never a path: "..", "/").
@@ -36,8 +40,8 @@ std::string job_name_from(std::string_view program_name);
 // Throws ConfigError for a `--name` job_name_problem finds fault with.
 void check_job_name(std::string_view name);
 
-// The job's number: its own, or the newest job's of that name. ConfigError when no job has
-// that name, saying where an unnumbered run's files are when `job` is a time-stamped id.
-int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb);
+// The job's number: its own, or that of the job of that name `which` picks. ConfigError when no
+// job has that name, saying where an unnumbered run's files are when `job` is a time-stamped id.
+int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb, NamedJob which = NamedJob::newest);
 
 }  // namespace dlrun::launcher

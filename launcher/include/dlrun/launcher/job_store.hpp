@@ -15,6 +15,7 @@
 
 #include "dlrun/launcher/allocation_event.hpp"
 #include "dlrun/launcher/job_metrics.hpp"
+#include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/process_identity.hpp"
 #include "dlrun/launcher/scheduling_policy.hpp"
 
@@ -155,8 +156,10 @@ class JobStore {
   std::vector<std::string> gpus_held(const std::vector<int64_t>& except);
   // Removes a job that never ran (its plan was refused) and its allocation events.
   void forget(int64_t id);
-  // The newest job called `name`, if any.
-  std::optional<JobRecord> find_by_name(const std::string& name);
+  // The newest job called `name`, if any; with NamedJob::active_first, the newest of those that
+  // have not ended, if any has not (`dlrun cancel train` while an older "train" runs and a newer
+  // one was cancelled).
+  std::optional<JobRecord> find_by_name(const std::string& name, NamedJob which = NamedJob::newest);
   // Jobs that ended before `before` (Unix seconds), newest first, except the `keep` newest
   // ended jobs: what retention may clean (run_retention.hpp).
   std::vector<JobRecord> ended_before(double before, int keep);
