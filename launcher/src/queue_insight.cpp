@@ -2,7 +2,9 @@
 
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/pending_reason.hpp"
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/scheduler_settings.hpp"
+#include "dlrun/log.hpp"
 
 namespace dlrun::launcher {
 
@@ -12,9 +14,18 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   state.active = &jobs;
   state.capacity = queue.capacity();
   insight.gpus_elsewhere = state.capacity.gpus_elsewhere;
+  // A mistake in config.toml does not hide the user's jobs: it is said, and the policy's view
+  // is the default settings' (the scheduler itself waits for the file to be fixed).
+  PolicySettings settings;
+  try {
+    settings = read_scheduler_settings(queue.home()).policy;
+  } catch (const ConfigError& e) {
+    static std::string said;  // once per process (dlrun status --watch redraws)
+    if (said != e.what()) log::warn("{} (what the goodput policy would give is shown under the default settings)", e.what());
+    said = e.what();
+  }
   insight.policy =
-      policy_view(jobs, state.capacity.gpus_free_of_others(usage_of(jobs).gpus_in_use), now,
-                  read_scheduler_settings(queue.home()).policy);
+      policy_view(jobs, state.capacity.gpus_free_of_others(usage_of(jobs).gpus_in_use), now, settings);
   bool any_pending = false;
   for (const auto& job : jobs) any_pending = any_pending || job.state == JobState::pending;
   if (!any_pending) return insight;

@@ -578,6 +578,19 @@ class StatusColumns(JobsTestCase):
         row = self.table_row(job_id)
         self.assertEqual((row["BATCH"], row["SAMPLES/S"]), ("256", "2000"))
 
+    def test_a_mistake_in_config_toml_does_not_hide_the_jobs(self):
+        # dlrun status exited 2 with only the mistake, while dlrun status JOB and logs worked.
+        job_id = self.submit(MINIMAL, "--wait")
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[retension]\ndays = 3\n")
+        for args in (("status",), ("status", "--json")):
+            r = self.dlrun(*args)
+            self.assertEqual(r.returncode, 0, (args, r.stderr))
+            self.assertIn("hello", r.stdout)
+            self.assertIn("unknown table 'retension' (did you mean [retention]?)", r.stderr)
+            self.assertEqual(r.stderr.count("warning"), 1, r.stderr)
+        self.assertEqual(self.dlrun("status", str(job_id)).returncode, 0)
+
     def test_pending_jobs_say_why_they_wait(self):
         # Job a holds 2 of the 4 GPUs until the test opens its gate: b (4 GPUs) waits for
         # them, c (CPU) waits behind b (FIFO).
