@@ -98,6 +98,15 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
       options.gpus = launcher::parse_gpu_request(args.gpus);
     }
   }
+  if (!options.nproc && !options.gpus && !app.count("--resume")) {
+    // `dlrun local ./train --nproc 2`: the count went to the program.
+    const std::vector<std::string> counts{"--nproc", "--nproc-per-node", "--nproc_per_node", "--gpus"};
+    if (auto fixed = misplaced_option(options.command, app, counts)) {
+      throw ConfigError(fmt::format("say how many ranks to start: dlrun's options go before the program's name, "
+                                    "and those after it are the program's: {}",
+                                    *fixed));
+    }
+  }
   if (app.count("--master-port")) options.master_port = args.master_port;
   if (!torchrun_count || app.count("--gpu-binding")) {
     options.gpu_binding =

@@ -2,6 +2,7 @@
 // line that says so in --help, and the wording of every usage error, the same for each verb.
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <regex>
 
@@ -10,6 +11,7 @@
 #include "commands.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/fd_io.hpp"
+#include "dlrun/launcher/ssh.hpp"
 #include "dlrun/launcher/text.hpp"
 
 namespace dlrun::cli {
@@ -57,6 +59,18 @@ std::string help_hint(const CLI::App& app) {
   return fmt::format("; see '{} --help'", app.get_parent() ? "dlrun " + app.get_name() : "dlrun");
 }
 
+// What other launchers (mpirun, horovodrun, DeepSpeed's) call an option dlrun spells otherwise.
+std::optional<std::string> other_launchers_spelling(const std::string& bare) {
+  static const std::map<std::string, std::string> spellings = {
+      {"-n", "--nproc"},         {"-np", "--nproc"},         {"--np", "--nproc"}, {"-N", "--nproc"},
+      {"--num_gpus", "--gpus"},  {"--num-gpus", "--gpus"},   {"-H", "--hosts"},   {"--host", "--hosts"},
+      {"--num_nodes", "--hosts"}, {"--num-nodes", "--hosts"}, {"-f", "--hostfile"},
+  };
+  auto it = spellings.find(bare);
+  if (it == spellings.end()) return std::nullopt;
+  return it->second;
+}
+
 std::string unknown_option_message(const std::string& word, const CLI::App& app) {
   std::vector<std::string> names;
   for (const CLI::Option* option : app.get_options()) {
@@ -64,7 +78,22 @@ std::string unknown_option_message(const std::string& word, const CLI::App& app)
     for (const auto& name : option->get_snames()) names.push_back("-" + name);
   }
   std::string bare = word.substr(0, word.find('='));
-  auto hint = launcher::closest_match(bare, names);
+  std::optional<std::string> hint;
+  if (auto habit = other_launchers_spelling(bare)) {
+    // Another launcher's option this verb has no counterpart of (-H for dlrun local): no hint.
+    if (std::count(names.begin(), names.end(), *habit)) hint = habit;
+  } else if (bare.size() == 2) {
+    // One letter from another is no likeness ('-n' is not '-h'): only the same letter in the
+    // other case ('-F' for '-f'), never help's.
+    for (const auto& name : names) {
+      if (name.size() == 2 && name != "-h" &&
+          std::tolower(static_cast<unsigned char>(name[1])) == std::tolower(static_cast<unsigned char>(bare[1]))) {
+        hint = name;
+      }
+    }
+  } else {
+    hint = launcher::closest_match(bare, names);
+  }
   return fmt::format("unknown option '{}'{}{}", bare, hint ? fmt::format(" (did you mean '{}'?)", *hint) : "",
                      app.get_prefix_command() ? "; put '--' before a program whose name starts with '-'" : "");
 }
@@ -113,6 +142,25 @@ std::vector<std::string> program_words(const CLI::App& app, const Trailing& trai
   if (!words.empty() && trailing.present) words.push_back("--");
   words.insert(words.end(), trailing.words.begin(), trailing.words.end());
   return words;
+}
+
+std::optional<std::string> misplaced_option(const std::vector<std::string>& program, const CLI::App& app,
+                                            const std::vector<std::string>& options) {
+  for (size_t i = 1; i < program.size(); ++i) {
+    const std::string name = program[i].substr(0, program[i].find('='));
+    if (std::find(options.begin(), options.end(), name) == options.end()) continue;
+    const size_t taken = program[i].find('=') == std::string::npos && i + 1 < program.size() ? 2 : 1;
+    std::vector<std::string> line{"dlrun", app.get_name()};
+    line.insert(line.end(), program.begin() + static_cast<std::ptrdiff_t>(i),
+                program.begin() + static_cast<std::ptrdiff_t>(i + taken));
+    for (size_t j = 0; j < program.size(); ++j) {
+      if (j < i || j >= i + taken) line.push_back(program[j]);
+    }
+    std::string text;
+    for (const auto& word : line) text += (text.empty() ? "" : " ") + launcher::shell_quote(word);
+    return text;
+  }
+  return std::nullopt;
 }
 
 namespace {

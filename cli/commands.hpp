@@ -27,6 +27,11 @@ struct Command {
 // The program and its arguments: the words CLI11 left over, then the trailing ones. A
 // leftover word that looks like an option is a typo of ours, reported with a suggestion.
 std::vector<std::string> program_words(const CLI::App& app, const Trailing& trailing);
+// When one of `options` (long names of `app`'s, "--nproc") follows the program's name in
+// `program`, and so went to the program: the command line with it (and its value) moved in
+// front of the program ("dlrun local --nproc 2 true"). For the error that what it set is missing.
+std::optional<std::string> misplaced_option(const std::vector<std::string>& program, const CLI::App& app,
+                                            const std::vector<std::string>& options);
 
 // Usage errors read the same for every verb: "unknown option '--jsn' (did you mean
 // '--json'?)", "unknown command 'lcoal' (did you mean 'local'?)", then help_hint().

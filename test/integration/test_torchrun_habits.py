@@ -294,6 +294,15 @@ class UsageErrors(TorchrunTestCase):
             (["cancel", "--forec"], "unknown option '--forec' (did you mean '--force'?)", "cancel"),
             (["init", "--froce", "dir"], "unknown option '--froce' (did you mean '--force'?)", "init"),
             (["resize", "--bogus", "1", "2"], "unknown option '--bogus'", "resize"),
+            # Other launchers' spellings name dlrun's; one letter is like another only in the
+            # other case ('-n' was "did you mean '-h'?").
+            (["local", "-np", "2", "true"], "unknown option '-np' (did you mean '--nproc'?)", "local"),
+            (["local", "-n", "2", "true"], "unknown option '-n' (did you mean '--nproc'?)", "local"),
+            (["local", "--num_gpus", "2", "true"], "unknown option '--num_gpus' (did you mean '--gpus'?)", "local"),
+            (["run", "-H", "a:2", "true"], "unknown option '-H' (did you mean '--hosts'?)", "run"),
+            (["logs", "-F", "1"], "unknown option '-F' (did you mean '-f'?)", "logs"),
+            (["local", "-v", "true"], "unknown option '-v';", "local"),
+            (["local", "-H", "a:2", "true"], "unknown option '-H';", "local"),
         ]
         for args, message, verb in cases:
             r = self.dlrun(*args)
@@ -302,6 +311,14 @@ class UsageErrors(TorchrunTestCase):
 
     def test_unexpected_argument(self):
         self.assert_usage_error(self.dlrun("status", "1", "2"), "unexpected argument '2'; see 'dlrun status --help'")
+
+    def test_a_count_after_the_program_is_shown_where_it_goes(self):
+        # It went to the program, and dlrun said only that no count was given.
+        self.assert_usage_error(self.dlrun("local", "true", "--nproc", "2"),
+                                "say how many ranks to start: dlrun's options go before the program's name, and "
+                                "those after it are the program's: dlrun local --nproc 2 true")
+        self.assert_usage_error(self.dlrun("local", "./train", "--lr", "1", "--gpus=2", "x y"),
+                                ": dlrun local --gpus=2 ./train --lr 1 'x y'")
 
 
 if __name__ == "__main__":
