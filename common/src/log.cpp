@@ -49,6 +49,8 @@ void init_from_env() {
   else if (v == "warn" || v == "warning") set_level(Level::warn);
   else if (v == "error") set_level(Level::error);
   else if (v == "off" || v == "quiet") set_level(Level::off);
+  else if (!v.empty()) write(Level::warn, fmt::format("{}={}: not a level (debug, info, warn, error or off); the "
+                                                      "level stays as it was", env::k_log_level, v));
 }
 
 void set_sink(std::function<void(std::string_view line)> sink) {

@@ -232,8 +232,11 @@ void Supervisor::on_children_ended() {
       // Said now only while others are stopped (which may take the grace period); the report
       // at the end says it in full.
       if (size_t others = m_group->running()) {
-        log::error("{} {}; stopping the other {} {}{}", member.name, status.describe(), others, m_job.member_noun,
-                   others == 1 ? "" : "s");
+        if (others == 1) {
+          log::error("{} {}; stopping the other {}", member.name, status.describe(), m_job.member_noun);
+        } else {
+          log::error("{} {}; stopping the other {} {}s", member.name, status.describe(), others, m_job.member_noun);
+        }
         m_failure->said = true;
       }
       stop_group(SIGTERM);

@@ -194,6 +194,15 @@ class BadInput(DlrunTestCase):
         self.assertIn(message, lines[0])
         self.assertFalse(os.path.exists(os.path.join(self.home, "runs")), "a run was started")
 
+    def test_an_unknown_log_level_is_said_and_changes_nothing(self):
+        # It was ignored without a word.
+        self.env["DLRUN_LOG_LEVEL"] = "verbose"
+        r = self.dlrun("local", "--nproc", "1", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("dlrun: warning: DLRUN_LOG_LEVEL=verbose: not a level (debug, info, warn, error or off); the "
+                      "level stays as it was\n", r.stderr)
+        self.assertIn("dlrun: job 1: 1 rank of true", r.stderr)  # info, as without it
+
     def test_missing_program(self):
         self.assert_usage_error(["local", "--nproc", "2", "no-such-program-xyz"],
                                 "program 'no-such-program-xyz' not found in PATH")

@@ -17,7 +17,7 @@ enum class Level { debug = 0, info = 1, warn = 2, error = 3, off = 4 };
 
 Level level();
 void set_level(Level level);
-// Reads DLRUN_LOG_LEVEL; unknown values leave the level unchanged.
+// Reads DLRUN_LOG_LEVEL; an unknown value leaves the level unchanged, with a warning.
 void init_from_env();
 // What starts each line, "dlrun" by default; agents use "dlrun[host]".
 void set_prefix(const std::string& prefix);
