@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -34,6 +35,13 @@ const std::vector<std::string> k_policies = {"goodput", "fifo"};
 
 bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
 
+// A TOML float as it reads in a file: 2.0, not 2 (which would be an integer).
+std::string format_toml_float(const toml::node& node) {
+  std::string text = fmt::format("{}", node.value<double>().value_or(0));
+  if (text.find_first_of(".ein") == std::string::npos) text += ".0";
+  return text;
+}
+
 std::string describe_control(char c) {
   switch (c) {
     case '\n': return "a newline";
@@ -62,9 +70,13 @@ class Checker {
 
   void error(const toml::source_region& where, const std::string& message) {
     if (where.begin.line == 0) return error_at_file(message);  // a table the file does not have
-    m_errors.push_back(fmt::format("{}:{}:{}: {}", m_path, where.begin.line, where.begin.column, message));
+    m_errors.push_back({{where.begin.line, where.begin.column},
+                        fmt::format("{}:{}:{}: {}", m_path, where.begin.line, where.begin.column, message)});
   }
-  void error_at_file(const std::string& message) { m_errors.push_back(fmt::format("{}: {}", m_path, message)); }
+  // After the errors with a place in the file.
+  void error_at_file(const std::string& message) {
+    m_errors.push_back({{k_no_line, 0}, fmt::format("{}: {}", m_path, message)});
+  }
 
   void unknown_keys(const toml::table& table, const std::vector<std::string>& known,
                     const std::string& where) {
@@ -151,7 +163,15 @@ class Checker {
   std::optional<int> integer(const toml::node* node, const std::string& key, int lo, int hi) {
     if (!node) return std::nullopt;
     if (!node->is_integer()) {
-      error(node->source(), fmt::format("'{}' must be an integer, not {}", key, type_name(*node)));
+      // 1.0 is a TOML float: the whole number it means is written without the point.
+      const auto whole = node->is_floating_point() ? node->value<double>() : std::nullopt;
+      if (whole && std::isfinite(*whole) && *whole == std::floor(*whole) && std::abs(*whole) < 1e15) {
+        error(node->source(), fmt::format("'{}' must be a whole number, written without a point ({} = {:.0f})", key,
+                                          key, *whole));
+      } else {
+        error(node->source(), fmt::format("'{}' must be a whole number, not {}", key,
+                                          node->is_floating_point() ? format_toml_float(*node) : type_name(*node)));
+      }
       return std::nullopt;
     }
     int64_t v = *node->value<int64_t>();
@@ -176,15 +196,27 @@ class Checker {
       auto lo = colon == std::string::npos ? std::nullopt : parse_int(text.substr(0, colon));
       auto hi = colon == std::string::npos ? std::nullopt : parse_int(text.substr(colon + 1));
       if (lo && hi && *lo >= 1 && *hi >= *lo && *hi <= k_max_rank_count) return RankRange{*lo, *hi};
+      if (colon == std::string::npos && parse_int(text)) {
+        // "2": a count in quotes.
+        error(node->source(), fmt::format("'{}' = \"{}\": a count is a number ({} = {}), an elastic range is "
+                                          "\"MIN:MAX\" (\"2:4\")",
+                                          key, text, key, text));
+        return std::nullopt;
+      }
       error(node->source(), fmt::format("'{}' = \"{}\": expected \"MIN:MAX\" with 1 <= MIN <= MAX <= {}, e.g. "
                                         "\"2:4\"",
                                         key, text, k_max_rank_count));
       return std::nullopt;
     }
     // A number that is not a whole count (1.5) is named as what it is: a fraction.
-    const std::string what = node->is_floating_point() ? fmt::format("{} (a count is a whole number)",
-                                                                     *node->value<double>())
-                                                       : std::string(type_name(*node));
+    std::string what = type_name(*node);
+    if (node->is_floating_point()) {
+      const double v = node->value<double>().value_or(0);
+      what = fmt::format("{} (a count is {})", format_toml_float(*node),
+                         std::isfinite(v) && v == std::floor(v) && std::abs(v) < 1e15
+                             ? fmt::format("written without a point: {:.0f}", v)
+                             : "a whole number");
+    }
     error(node->source(), fmt::format("'{}' must be a count (2) or an elastic range (\"2:4\"){}, not {}", key,
                                       key == "gpus" ? " or a list of GPUs ([0, 2])" : "", what));
     return std::nullopt;
@@ -227,8 +259,11 @@ class Checker {
 
   void finish() const {
     if (m_errors.empty()) return;
+    // In the file's order, whatever order the keys were checked in.
+    auto errors = m_errors;
+    std::stable_sort(errors.begin(), errors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     std::string all;
-    for (const auto& e : m_errors) all += (all.empty() ? "" : "\n") + e;
+    for (const auto& [where, e] : errors) all += (all.empty() ? "" : "\n") + e;
     throw ConfigError(all);
   }
 
@@ -254,7 +289,8 @@ class Checker {
   std::string m_path;
   std::string m_base;
   std::optional<std::string> m_home;
-  std::vector<std::string> m_errors;
+  static constexpr uint32_t k_no_line = std::numeric_limits<uint32_t>::max();
+  std::vector<std::pair<std::pair<uint32_t, uint32_t>, std::string>> m_errors;  // (line, column), message
   size_t m_exec_bytes = 0;
 };
 
@@ -437,7 +473,10 @@ void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
     if (gpu->is_boolean()) spec.gpu_slots = *gpu->value<bool>();
     else check.error(gpu->source(), fmt::format("'gpu' must be true or false, not {}", Checker::type_name(*gpu)));
   }
-  if (spec.scheduler == "ssh" && spec.hosts.empty() == spec.hostfile.empty()) {
+  // (hosts given but wrong is said where it is written, not again as missing)
+  const bool hosts_given = table.get("hosts") != nullptr || table.get("hostfile") != nullptr;
+  if (spec.scheduler == "ssh" && spec.hosts.empty() == spec.hostfile.empty() &&
+      !(spec.hosts.empty() && spec.hostfile.empty() && hosts_given)) {
     check.error(table.source(), "kind = \"ssh\" needs hosts = \"a:4,b:4\" or hostfile = \"FILE\" (one of them)");
   }
 }

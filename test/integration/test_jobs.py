@@ -281,12 +281,14 @@ nproc = 1
         self.assertRegex(self.table_row(a, env=env)["POLICY"], r"^3 \(\d+\.\dx\)$")
         details = self.dlrun("status", str(a), env=env).stdout
         self.assertIn("3 GPUs, predicted speedup", details)
-        # The settings are read from $DLRUN_HOME/config.toml: a bad one is said, with its line.
+        # The settings are read from $DLRUN_HOME/config.toml: a bad one is said, with its line
+        # (and the jobs are still listed).
         with open(os.path.join(self.home, "config.toml"), "w") as f:
             f.write("[scheduler]\nfairness = 5\n")
         r = self.dlrun("status", env=env)
-        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("config.toml:2:12: 'fairness' = 5: must be from -10 to 1", r.stderr)
+        self.assertIn(str(a), r.stdout)
         # A submit then is refused with it (the scheduler, which reads it in the background, would
         # hold the job without a word): nothing is queued.
         r = self.dlrun("submit", "--parsable", first, env=env)

@@ -93,6 +93,14 @@ kind = "local"
     CHECK(error_of(head + "gpus = \"all\"\n") ==
           "job.toml:3:8: 'gpus' = \"all\": a count is a number (gpus = N), one GPU by its number is a list "
           "(gpus = [K]), an elastic range is \"MIN:MAX\"");
+    CHECK(error_of(head + "gpus = 2.0\n") ==
+          "job.toml:3:8: 'gpus' must be a count (2) or an elastic range (\"2:4\") or a list of GPUs ([0, 2]), not 2.0 "
+          "(a count is written without a point: 2)");
+    CHECK(error_of(head + "nproc = \"2\"\n") ==
+          "job.toml:3:9: 'nproc' = \"2\": a count is a number (nproc = 2), an elastic range is \"MIN:MAX\" (\"2:4\")");
+    CHECK(error_of("command = [\"t\"]\nmax_restarts = 1.0\n[resources]\nnproc = 1\n") ==
+          "job.toml:2:16: 'max_restarts' must be a whole number, written without a point (max_restarts = 1)");
+    CHECK(error_of("command = [\"t\"]\nmax_restarts = 1.5\n[resources]\nnproc = 1\n") == "job.toml:2:16: 'max_restarts' must be a whole number, not 1.5");
     CHECK(error_of(head + "gpus = 1.5\n") ==
           "job.toml:3:8: 'gpus' must be a count (2) or an elastic range (\"2:4\") or a list of GPUs ([0, 2]), not 1.5 "
           "(a count is a whole number)");
