@@ -564,6 +564,7 @@ JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
       throw not_stopped(fmt::format("cannot signal its supervisor (pid {}): {}", supervisor.pid, std::strerror(errno)));
     }
   };
+  write_cancel_note(job->run_dir, why.rfind("by ", 0) == 0 ? why.substr(3) : why);
   signal_supervisor(force ? SIGKILL : SIGTERM);
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -597,7 +598,8 @@ JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
   if (!left.empty()) {
     throw not_stopped(fmt::format("{} of its processes (pid {}) could not be stopped", left.size(), left.front()));
   }
-  m_store.finish(id, JobState::cancelled, exit_code::k_signal_base + SIGKILL, "cancelled (killed)");
+  m_store.finish(id, JobState::cancelled, exit_code::k_signal_base + SIGKILL,
+                 force ? why + " --force (killed)" : why + " (killed: it did not stop in time)");
   return m_store.get(id)->state;
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -13,7 +14,9 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/private_files.hpp"
+#include "dlrun/launcher/text.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -89,6 +92,36 @@ std::string rank_log_path(const std::string& log_dir, int rank) {
 
 bool handles_stop(const std::string& run_dir) {
   return !run_dir.empty() && ::access((run_dir + "/" + run_files::k_handles_stop).c_str(), F_OK) == 0;
+}
+
+namespace {
+constexpr const char* k_cancel_note = "cancelled-by";
+}
+
+void write_cancel_note(const std::string& run_dir, const std::string& what) {
+  if (run_dir.empty()) return;
+  try {
+    write_file_atomically(run_dir + "/" + k_cancel_note, what + "\n");
+  } catch (const Error&) {
+    // Not ours to write (root cancelling a user's job may be refused by its permissions): the job
+    // is stopped all the same, and says only which signal stopped it.
+  }
+}
+
+std::optional<std::string> cancel_note(const std::string& run_dir) {
+  if (run_dir.empty()) return std::nullopt;
+  auto text = read_file(run_dir + "/" + k_cancel_note);
+  if (!text) return std::nullopt;
+  std::string note(trim(*text));
+  if (note.empty() || note.size() > 200 ||
+      std::any_of(note.begin(), note.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+    return std::nullopt;
+  }
+  return note;
+}
+
+void remove_cancel_note(const std::string& run_dir) {
+  if (!run_dir.empty()) ::unlink((run_dir + "/" + k_cancel_note).c_str());
 }
 
 }  // namespace dlrun::launcher

@@ -109,6 +109,7 @@ int Supervisor::run() {
 }
 
 void Supervisor::begin() {
+  remove_cancel_note(m_job.run_dir);  // an earlier run's, in a run directory taken up again
   m_runner->begin([this] { on_children_ended(); });
   // After the runner's begin: its orphan guard is a fork, which a second thread must not precede.
   m_terminal.write_in_background();
@@ -284,10 +285,16 @@ void Supervisor::handle_stop_signal(int signal) {
   }
   m_stop_signal = signal;
   m_stop_signal_at = std::chrono::steady_clock::now();
+  if (signal == SIGTERM) m_cancelled_by = cancel_note(m_job.run_dir).value_or("");
   if (!m_job.options.quiet && m_group) {
-    log::info("got {}: passing it on to {} {}{}{}", signal_name(signal), m_group->running(), m_job.member_noun,
-              m_group->running() == 1 ? "" : "s",
-              signal == SIGINT ? " (Ctrl-C again to kill them at once)" : "");
+    const int running = m_group->running();
+    const std::string members = fmt::format("{} {}{}", running, m_job.member_noun, running == 1 ? "" : "s");
+    if (!m_cancelled_by.empty()) {
+      log::info("cancelled by {}: passing SIGTERM on to {}", m_cancelled_by, members);
+    } else {
+      log::info("got {}: passing it on to {}{}", signal_name(signal), members,
+                signal == SIGINT ? " (Ctrl-C again to kill them at once)" : "");
+    }
   }
   stop_group(signal);
 }
@@ -513,7 +520,8 @@ void Supervisor::finish(int code) {
   m_exit_code = code;
   say_failure_once();
   if (m_stop_signal) {
-    m_summary = fmt::format("stopped by {}", signal_name(m_stop_signal));
+    m_summary = m_cancelled_by.empty() ? fmt::format("stopped by {}", signal_name(m_stop_signal))
+                                       : "by " + m_cancelled_by;
   } else if (m_failure && !m_failure->reason.empty()) {
     m_summary = m_failure->reason;
   } else if (m_failure) {

@@ -476,7 +476,7 @@ class WaitReport(JobsTestCase):
         out, err = p.communicate(timeout=120)
         self.assertEqual(p.returncode, 143, err)
         self.assertIn(f"Got SIGTERM: cancelling job {job_id} (--detach-on-interrupt would leave it running)\n", out)
-        self.assertRegex(out, rf"\nJob {job_id} \(sh\) CANCELLED after \d+:\d\d with exit code 143: stopped by SIGTERM\n$")
+        self.assertRegex(out, rf"\nJob {job_id} \(sh\) CANCELLED after \d+:\d\d with exit code 143: by SIGTERM to dlrun submit --wait\n$")
         self.assertEqual(self.status(job_id)["state"], "CANCELLED")
 
     def test_sigint_with_detach_on_interrupt_leaves_the_job_running(self):
@@ -913,10 +913,31 @@ class Cancel(JobsTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, f"Job {job_id} CANCELLED\n")
         job = self.status(job_id)
-        self.assertEqual((job["state"], job["exit_code"]), ("CANCELLED", 143))
+        # Said as a pending job's cancel is (it read "stopped by SIGTERM").
+        self.assertEqual((job["state"], job["exit_code"], job["reason"]), ("CANCELLED", 143, "by dlrun cancel"))
         with open(marks) as f:
             self.assertEqual(sorted(f.read().split()), ["0", "1"])
         self.assertEqual(self.dlrun("status", str(job_id)).returncode, 3)
+
+    def test_a_local_run_says_that_it_was_cancelled_and_a_resumed_one_forgets_it(self):
+        up = [os.path.join(self.home, "runs", "1", f"up-{rank}") for rank in (0, 1)]
+        ranks_up = lambda: wait_for(lambda: all(os.path.exists(f) for f in up), 30)
+        p = self.start("local", "--nproc", "2", "--name", "cx", "sh", "-c", "touch $DLRUN_RUN_DIR/up-$RANK; sleep 30")
+        self.assertTrue(ranks_up())
+        self.assertEqual(self.dlrun("cancel", "cx").returncode, 0)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 143, err)
+        self.assertIn("dlrun: cancelled by dlrun cancel: passing SIGTERM on to 2 ranks\n", err)
+        self.assertEqual(self.status("cx")["reason"], "by dlrun cancel")
+        # Taken up again and stopped by a plain SIGTERM: the old note is not this one's.
+        for f in up:
+            os.remove(f)
+        p = self.start("local", "--resume", "cx")
+        self.assertTrue(ranks_up())
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        self.assertIn("got SIGTERM: passing it on to 2 ranks", err)
+        self.assertEqual(self.status("cx")["reason"], "stopped by SIGTERM")
 
     def test_a_job_run_here_from_a_slurm_job_file_can_be_cancelled(self):
         # `dlrun submit --scheduler local` over a file that says kind = "slurm": cancel read

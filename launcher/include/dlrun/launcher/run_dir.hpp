@@ -5,6 +5,7 @@
 // ${XDG_STATE_HOME:-~/.local/state}/dlrun. Functions are thread-safe.
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "dlrun/launcher/rank_env.hpp"
@@ -39,5 +40,12 @@ std::string rank_log_path(const std::string& log_dir, int rank);
 // the supervisor removes it at each attempt's start): only then may the job be resized
 // without losing its progress (docs/elastic.md).
 bool handles_stop(const std::string& run_dir);
+
+// `dlrun cancel` writes what stops the job (RUN_DIR/cancelled-by: "dlrun cancel") before it
+// signals the job's supervisor, which then says that the job was cancelled, not that it got
+// SIGTERM. The supervisor removes an old one when it starts (a run directory taken up again).
+void write_cancel_note(const std::string& run_dir, const std::string& what);
+std::optional<std::string> cancel_note(const std::string& run_dir);
+void remove_cancel_note(const std::string& run_dir);
 
 }  // namespace dlrun::launcher
