@@ -90,9 +90,10 @@ class Scheduler {
 
   JobQueue& queue() { return m_queue; }
 
-  // One round: the policy over the queue as it is now, carried out. A round the queue's
-  // change started says so when it changes nothing (people and tests see it was weighed).
-  void round(const std::vector<JobRecord>& jobs, bool queue_changed) {
+  // One round: the policy over the queue as it is now, carried out. A round that a `change`
+  // started ("the queue changed") says so when it changes nothing (people and tests see it was
+  // weighed).
+  void round(const std::vector<JobRecord>& jobs, const std::string& change) {
     const SchedulerSettings settings = read_scheduler_settings(m_queue.home());
     m_interval = settings.interval_seconds;
     Round r{policy_input(jobs, now_seconds()), {}, m_queue.capacity()};
@@ -115,14 +116,14 @@ class Scheduler {
     std::vector<bool> goodput;
     for (const auto* record : r.input.records) goodput.push_back(record->submitted.request.goodput);
     const SchedulerPlan plan = plan_moves(r.input.jobs, r.decision, goodput);
-    if (plan.empty() && queue_changed) {
+    if (plan.empty() && !change.empty()) {
       // A job between two sizes (a resize that another scheduler or dlrun resize began) is held
       // at its size until it runs again: say so, rather than that nothing moves.
       std::vector<std::string> resizing;
       for (const auto* record : r.input.records) {
         if (record->state == JobState::rescaling) resizing.push_back(std::to_string(record->id));
       }
-      log::info("{} the queue changed ({}): every allocation stays{}", timestamp(),
+      log::info("{} {} ({}): every allocation stays{}", timestamp(), change,
                 counted(static_cast<long long>(r.input.jobs.size()), "GPU job"),
                 resizing.empty() ? ""
                                  : fmt::format(" until job{} {} {} resized (the round after weighs {} again)",
@@ -237,6 +238,7 @@ int run_scheduler(const Environment& env) {
   if (!store.take_scheduler_lease(me)) return 0;
   log::info("{} scheduler {} started", timestamp(), me.pid);
   std::string last_signature = "-";
+  std::string last_queue = "-";  // its part that is this queue's jobs (the rest: other stores' GPUs)
   std::string last_error;  // said once, until it changes or a round succeeds
   bool look_again = false;  // the queue changed while the last round ran
   auto last_round = Clock::now() - std::chrono::hours(1);
@@ -248,14 +250,20 @@ int run_scheduler(const Environment& env) {
       if (std::chrono::duration<double>(Clock::now() - *idle_since).count() >= k_idle_exit_seconds) break;
     } else {
       idle_since.reset();
-      const std::string signature = queue_signature(jobs) + elsewhere_signature(scheduler.queue());
+      const std::string queue_part = queue_signature(jobs);
+      const std::string signature = queue_part + elsewhere_signature(scheduler.queue());
       const double since = std::chrono::duration<double>(Clock::now() - last_round).count();
       // After a failed round (config.toml being edited), or one the queue changed under, the
       // next comes soon, not an interval later.
       const double wait = last_error.empty() && !look_again ? scheduler.interval() : k_retry_seconds;
       if (signature != last_signature || since >= wait) {
         try {
-          scheduler.round(jobs, signature != last_signature);
+          // What started the round, as scheduler.log says it when nothing moves.
+          std::string change;
+          if (signature != last_signature) {
+            change = queue_part == last_queue ? "other users' jobs took or let go of GPUs" : "the queue changed";
+          }
+          scheduler.round(jobs, change);
           if (!last_error.empty()) log::info("{} the scheduler decides again", timestamp());
           last_error.clear();
         } catch (const Error& e) {
@@ -263,7 +271,8 @@ int run_scheduler(const Environment& env) {
           last_error = e.what();
         }
         last_round = Clock::now();
-        last_signature = queue_signature(store.list(false, 0)) + elsewhere_signature(scheduler.queue());
+        last_queue = queue_signature(store.list(false, 0));
+        last_signature = last_queue + elsewhere_signature(scheduler.queue());
         // What changed while the round ran, its own moves or a job that ended meanwhile (which no
         // later change would announce: a job growing into the GPUs of one that ended waited an
         // interval), is weighed by a round soon.

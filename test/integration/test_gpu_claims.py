@@ -190,6 +190,23 @@ class OtherStores(DlrunTestCase):
         # queue may use, as a job's end does.
         self.assertTrue(wait_for(lambda: self.other_status(job)["state"] == "SUCCEEDED", 30), self.other_status(job))
 
+    def test_scheduler_log_says_what_started_a_round_that_moved_nothing(self):
+        # A round that another store's claims started said "the queue changed".
+        first = self.holding("1", name="first")
+        second = self.holding("1", name="second")
+        job = self.submit_other('command = ["true"]\n[resources]\ngpus = "2:2"\n[scheduler]\npolicy = "goodput"\n')
+        log = os.path.join(self.other_home, "scheduler.log")
+        self.assertTrue(wait_for(lambda: "started" in (read(log) or ""), 30), read(log))
+        os.killpg(first.pid, signal.SIGTERM)
+        first.communicate(timeout=30)
+        line = "other users' jobs took or let go of GPUs (1 GPU job): every allocation stays"
+        self.assertTrue(wait_for(lambda: line in (read(log) or ""), 30), read(log))
+        self.assertNotIn("the queue changed", read(log))
+        self.assertEqual(self.other_status(job)["state"], "PENDING")
+        os.killpg(second.pid, signal.SIGTERM)
+        second.communicate(timeout=30)
+        self.assertTrue(wait_for(lambda: self.other_status(job)["state"] == "SUCCEEDED", 30), self.other_status(job))
+
     def test_a_submitted_jobs_supervisor_claims_its_gpus(self):
         release = os.path.join(self.tmp, "release")
         job = self.submit_other(GPU_JOB.replace('"echo gpus $CUDA_VISIBLE_DEVICES"',
