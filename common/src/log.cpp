@@ -16,6 +16,20 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(Level::info)};
 std::mutex g_sink_mutex;
 std::function<void(std::string_view)> g_sink;
+std::atomic<int> g_copy_fd{-1};
+
+// One write per line keeps concurrent lines whole; a short write to a closed or full file is
+// not worth failing the launcher for.
+void write_line(int fd, std::string_view line) {
+  const char* data = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, data, left);
+    if (n <= 0) break;
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+}
 std::string& line_prefix() {
   static std::string prefix = "dlrun: ";
   return prefix;
@@ -72,16 +86,10 @@ void write(Level level, std::string_view message) {
       return;
     }
   }
-  // One write per message keeps concurrent messages whole; a short write to a
-  // closed or full stderr is not worth failing the launcher for.
-  const char* data = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    ssize_t n = ::write(STDERR_FILENO, data, left);
-    if (n <= 0) break;
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
+  if (const int copy = g_copy_fd.load(std::memory_order_relaxed); copy >= 0) write_line(copy, line);
+  write_line(STDERR_FILENO, line);
 }
+
+void set_copy(int fd) { g_copy_fd.store(fd, std::memory_order_relaxed); }
 
 }  // namespace dlrun::log

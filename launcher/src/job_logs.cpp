@@ -140,7 +140,12 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
     throw ConfigError(fmt::format("--rank {}: job {} has ranks 0 to {}", rank, id, ranks - 1));
   }
   const bool foreground = job->submitted.origin != JobOrigin::submit;
-  if (foreground && rank < 0) return follow_foreground(queue, *job, follow, out, reader_gone);
+  // A dlrun local run keeps its terminal's lines in order in its output.log (runs of dlrun
+  // before it, and dlrun run's, only their ranks' or hosts' logs).
+  std::error_code exists_ec;
+  if (foreground && rank < 0 && !fs::exists(job->run_dir + "/" + k_output_log, exists_ec)) {
+    return follow_foreground(queue, *job, follow, out, reader_gone);
+  }
   if (job->run_dir.empty() && is_terminal(job->state)) {
     // Nothing printed would read as an empty log.
     log::info("job {} is {} and never started: it has no output", id, to_string(job->state));

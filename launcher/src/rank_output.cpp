@@ -39,6 +39,7 @@ void Terminal::write_in_background() {
     if (lift) m_writer->write(m_fds[m_progress.stream], k_clear_line);
     m_writer->write(m_fds[1], line);
     if (lift) m_writer->write(m_fds[m_progress.stream], m_progress.line);
+    if (m_copy_fd >= 0) m_writer->write(m_copy_fd, line);
   });
 }
 
@@ -74,6 +75,18 @@ void Terminal::raw_write(int i, std::string_view text) {
   if (m_closed[i] || text.empty()) return;
   const bool written = m_writer ? m_writer->write(m_fds[i], text) : write_all(m_fds[i], text);
   if (!written) m_closed[i] = true;
+}
+
+void Terminal::copy(std::string_view text) {
+  if (m_copy_fd < 0 || text.empty()) return;
+  // Behind what is queued for the terminal, by the same thread: the supervisor does not wait
+  // on the disk, and the copy keeps the order of dlrun's own lines (the sink below).
+  std::lock_guard lock(m_mutex);
+  if (m_writer) {
+    m_writer->write(m_copy_fd, text);
+  } else {
+    write_all(m_copy_fd, text);
+  }
 }
 
 void Terminal::write(Stream stream, std::string_view text) {
@@ -218,6 +231,11 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
     m_batch.append(line.data(), line.size());
     m_batch += '\n';
   }
+  if (m_terminal.copying()) {
+    m_copy_batch += m_options.copy_prefix;
+    m_copy_batch.append(line.data(), line.size());
+    m_copy_batch += '\n';
+  }
   if (stream == Stream::err && m_options.tail_lines > 0) {
     if (m_tail.size() == m_options.tail_lines) m_tail.pop_front();
     m_tail.emplace_back(line);
@@ -245,19 +263,23 @@ void RankOutput::show_pending(Stream stream) {
 void RankOutput::on_data(Stream stream, std::string_view chunk) {
   log_stream(stream, chunk);
   m_batch.clear();
+  m_copy_batch.clear();
   splitter(stream).feed(chunk, [&](std::string_view line) { take_line(stream, line); });
   // This rank's finished line takes the place of its progress line.
   if (!m_batch.empty()) m_terminal.end_progress(this, stream);
   m_terminal.write(stream, m_batch);
+  m_terminal.copy(m_copy_batch);
   show_pending(stream);
 }
 
 void RankOutput::on_eof(Stream stream) {
   flush_log(stream);
   m_batch.clear();
+  m_copy_batch.clear();
   splitter(stream).finish([&](std::string_view line) { take_line(stream, line); });
   m_terminal.end_progress(this, stream);
   m_terminal.write(stream, m_batch);
+  m_terminal.copy(m_copy_batch);
 }
 
 void RankOutput::note_in_log(std::string_view line) {

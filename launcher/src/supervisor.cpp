@@ -98,7 +98,11 @@ void Supervisor::flush_terminal() {
   m_terminal.stop_background();
 }
 
-Supervisor::~Supervisor() = default;
+Supervisor::~Supervisor() {
+  if (m_output_log < 0) return;
+  log::set_copy(-1);
+  ::close(m_output_log);
+}
 
 int Supervisor::run() {
   begin();
@@ -110,6 +114,15 @@ int Supervisor::run() {
 
 void Supervisor::begin() {
   remove_cancel_note(m_job.run_dir);  // an earlier run's, in a run directory taken up again
+  if (m_job.options.output_log && !m_job.run_dir.empty()) {
+    // Opened before the runner's begin, whose orphan guard is a fork: close-on-exec keeps it
+    // from the ranks.
+    m_output_log = ::open((m_job.run_dir + "/" + k_output_log).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (m_output_log >= 0) {
+      m_terminal.set_copy(m_output_log);
+      log::set_copy(m_output_log);
+    }
+  }
   m_runner->begin([this] { on_children_ended(); });
   // After the runner's begin: its orphan guard is a fork, which a second thread must not precede.
   m_terminal.write_in_background();
@@ -158,6 +171,7 @@ void Supervisor::start_attempt() {
   const bool color_err = use_color(options.color, STDERR_FILENO, m_job.base_env);
   auto make_output = [&](const Member& member) {
     RankOutput::Options out;
+    out.copy_prefix = prefix.render(member.label);  // output.log's lines say their rank, --no-prefix or not
     if (options.prefix_enabled) {
       std::string text = prefix.render(member.label);
       out.out_prefix = color_out ? colorize_prefix(text, member.spec.rank) : text;

@@ -61,12 +61,30 @@ class Listed(DlrunTestCase):
         # The same id in the ranks' environment, and the logs by it.
         logs = self.dlrun("logs", str(job))
         self.assertEqual(logs.returncode, 0, logs.stderr)
-        self.assertEqual(sorted(logs.stdout.splitlines()), ["[0] err 0", "[0] out 0", "[1] err 1", "[1] out 1"])
+        # What the terminal showed, dlrun's own lines with it.
+        lines = logs.stdout.splitlines()
+        self.assertEqual(lines[0], f"dlrun: job {job}: 2 ranks of sh, logs in {self.home}/runs/{job}")
+        self.assertEqual(sorted(lines[1:]), ["[0] err 0", "[0] out 0", "[1] err 1", "[1] out 1"])
         one = self.dlrun("logs", str(job), "--rank", "1")
         self.assertEqual(sorted(one.stdout.splitlines()), ["err 1", "out 1"])
         details = self.dlrun("status", str(job))
         self.assertEqual(details.returncode, 0)
         self.assertIn("started by:   dlrun local --nproc 2 sh -c", details.stdout)
+
+    def test_logs_of_a_local_run_are_in_the_order_the_terminal_showed_them(self):
+        # They were each rank's log in turn, without dlrun's own lines (why it restarted).
+        gate = os.path.join(self.tmp, "gate")
+        r = self.dlrun("local", "--nproc", "2", "--max-restarts", "1", "--ranks", "0", "sh", "-c",
+                       f"if [ $RANK = 1 ]; then while [ ! -e {gate}$DLRUN_RESTART_COUNT ]; do sleep 0.02; done; "
+                       f"echo second; exit 5; fi; echo first; touch {gate}$DLRUN_RESTART_COUNT; sleep 30")
+        self.assertEqual(r.returncode, 5, r.stderr)
+        logs = self.dlrun("logs", "1").stdout.splitlines()
+        # Every rank's lines (the terminal showed rank 0's only), in their order, each attempt's.
+        self.assertEqual([line for line in logs if line.startswith("[")],
+                         ["[0] first", "[1] second", "[0] first", "[1] second"])
+        self.assertIn("dlrun: warning: restarting all 2 ranks (restart 1 of 1)", logs)
+        self.assertLess(logs.index("[1] second"), logs.index("dlrun: warning: restarting all 2 ranks (restart 1 of 1)"))
+        self.assertTrue(logs[-1].startswith("dlrun: job 1 failed; 'dlrun local --resume 1' runs it again"), logs)
 
     def test_one_numbering_for_local_and_submitted_jobs(self):
         first = job_number(self.dlrun("local", "--nproc", "1", "true").stderr)

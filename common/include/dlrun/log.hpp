@@ -27,6 +27,9 @@ void write(Level level, std::string_view message);
 // supervisor has queued for stderr, so that the order holds); an empty function: stderr again.
 // The sink is called under a lock: it must not log.
 void set_sink(std::function<void(std::string_view line)> sink);
+// Every line written (at its level or above) while no sink is set is also appended to `fd`
+// (a sink copies what it takes itself); -1: no copy. The fd stays the caller's.
+void set_copy(int fd);
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> format, Args&&... args) {

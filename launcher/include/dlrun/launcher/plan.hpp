@@ -43,6 +43,9 @@ struct PlanOptions {
   std::optional<int> master_port;   // default: a free port, new for each restart
   std::string run_dir;              // default: $DLRUN_HOME/runs/<job id>
   std::string log_dir;              // rank-N.log here; default: the run directory
+  // Also RUN_DIR/output.log: every rank's lines with their prefix, in the order they came, and
+  // dlrun's own (dlrun local: what `dlrun logs JOB` shows; a submitted job's output is its file).
+  bool output_log = false;
   std::string prefix = PrefixTemplate::k_default;
   bool prefix_enabled = true;
   std::optional<std::vector<int>> shown_ranks;  // --ranks: on the terminal; all are logged

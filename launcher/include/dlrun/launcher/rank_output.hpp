@@ -65,12 +65,19 @@ class Terminal {
   void show_progress(Stream stream, const void* owner, std::string_view line);
   // Clears the progress line if `owner` shows it (on `stream`, if given).
   void end_progress(const void* owner, std::optional<Stream> stream = std::nullopt);
+  // Every rank's whole lines, shown or not, are also appended to `fd` (the job's output.log)
+  // with their plain prefix, and so are dlrun's own log lines while they come through here;
+  // queued behind the terminal's output in background mode; -1: none. The fd stays the caller's.
+  void set_copy(int fd) { m_copy_fd = fd; }
+  bool copying() const { return m_copy_fd >= 0; }
+  void copy(std::string_view text);
 
  private:
   static int index(Stream stream) { return stream == Stream::out ? 0 : 1; }
   void raw_write(int i, std::string_view text);
 
   int m_fds[2];
+  int m_copy_fd = -1;
   std::unique_ptr<OutputWriter> m_writer;
   // Held around the progress line and the writes that lift it: dlrun's log lines (the sink set
   // by write_in_background) come from other threads too. Nothing logs while holding it.
@@ -96,6 +103,7 @@ class RankOutput {
   struct Options {
     std::string out_prefix;  // rendered, coloured if that stream is a terminal
     std::string err_prefix;
+    std::string copy_prefix;  // uncoloured, for the Terminal's copy (output.log)
     bool shown = true;       // false: log file only (see --ranks)
     size_t tail_lines = 20;
   };
@@ -136,6 +144,7 @@ class RankOutput {
   std::deque<std::string> m_tail;
   std::string m_first_dlrun_error;
   std::string m_batch;
+  std::string m_copy_batch;
   std::string m_log_pending[2];  // per stream: bytes of an unfinished segment, not yet logged
   char m_log_last = '\n';          // the log's last byte ('\n' for an empty log)
   int m_log_partial_stream = -1;   // whose bytes end the log mid-line: 0 out, 1 err, 2 an earlier run

@@ -41,6 +41,11 @@ std::string rank_log_path(const std::string& log_dir, int rank);
 // without losing its progress (docs/elastic.md).
 bool handles_stop(const std::string& run_dir);
 
+// A job's whole output, its ranks' lines with their prefix and dlrun's own, in the order they
+// came: RUN_DIR/output.log (a submitted job's supervisor writes its output there; dlrun local
+// copies its terminal's there, PlanOptions::output_log).
+inline constexpr const char* k_output_log = "output.log";
+
 // `dlrun cancel` writes what stops the job (RUN_DIR/cancelled-by: "dlrun cancel") before it
 // signals the job's supervisor, which then says that the job was cancelled, not that it got
 // SIGTERM. The supervisor removes an old one when it starts (a run directory taken up again).

@@ -143,6 +143,7 @@ class Supervisor {
   // Ranks of an earlier attempt said that they handle the stop request: the program does, and
   // ranks that have not said so yet are still starting (a resize then: try again, not refused).
   bool m_program_handles_stop = false;
+  int m_output_log = -1;       // RUN_DIR/output.log (PlanOptions::output_log), or -1
   std::string m_cancelled_by;  // what cancelled the job ("dlrun cancel", run_dir.hpp), if its SIGTERM said so
   GpuFailures m_gpu_failures;
   // The GPUs this job holds: a `dlrun local` job keeps the ones it started with while it runs
