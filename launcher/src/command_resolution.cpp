@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
 
@@ -14,7 +16,8 @@ namespace {
 // `name` as the process in `working_dir` will see it.
 std::string in_dir(const std::string& name, const std::string& working_dir) {
   if (working_dir.empty() || name.front() == '/') return name;
-  return working_dir + "/" + name;
+  // workdir/./train reads workdir/train in messages
+  return (std::filesystem::path(working_dir) / name).lexically_normal().string();
 }
 
 // An executable regular file that starts with "#!" names its own interpreter.
@@ -28,6 +31,25 @@ bool names_its_interpreter(const std::string& path) {
   ssize_t n = ::read(fd, start, sizeof start);
   ::close(fd);
   return n == 2 && start[0] == '#' && start[1] == '!';
+}
+
+// A file that reads as text and has no #! line: exec refuses it (ENOEXEC; a shell would have
+// guessed /bin/sh). Said before anything starts, as bad input. A binary, or a file another
+// binfmt handler may take, is left to exec.
+void check_not_a_bare_script(const std::string& path, const std::string& name) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  char head[64];
+  const ssize_t n = ::read(fd, head, sizeof head);
+  ::close(fd);
+  if (n < 1 || (n >= 2 && head[0] == '#' && head[1] == '!')) return;
+  for (ssize_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(head[i]);
+    if (!(c >= 0x20 && c < 0x7f) && c != '\n' && c != '\t' && c != '\r') return;  // not plain text
+  }
+  throw ConfigError(fmt::format("program '{}' is a script without a #! line, which exec cannot start: begin it "
+                                "with one such as #!/bin/sh, or put the interpreter before it (sh {})",
+                                name, name));
 }
 
 // Where the script is, as the rank names it: as written if it exists (relative to the
@@ -122,9 +144,13 @@ ProgramSpec resolve_command(const std::vector<std::string>& command, const std::
   }
   const std::string& name = command.front();
   if (!is_python_script(name)) {
-    if (name.find('/') == std::string::npos)
-      return {find_in_path(name, path_env, working_dir), command, {}};
-    resolve_program(in_dir(name, working_dir), path_env);  // throws when it cannot run there
+    if (name.find('/') == std::string::npos) {
+      std::string found = find_in_path(name, path_env, working_dir);
+      check_not_a_bare_script(found, name);
+      return {found, command, {}};
+    }
+    // throws when it cannot run there
+    check_not_a_bare_script(resolve_program(in_dir(name, working_dir), path_env), in_dir(name, working_dir));
     return {name, command, {}};
   }
   std::string script = locate_script(name, path_env, working_dir);

@@ -129,9 +129,9 @@ exec sleep 300
         self.assertRegex(r.stderr, r"dlrun: error: rank 0 exited with code 3 \(its output: \S+rank-0.log\)\n")
 
     def test_a_rank_that_cannot_start_is_recorded_with_dlruns_error(self):
-        path = os.path.join(self.tmp, "no-interpreter.sh")
-        with open(path, "w") as f:
-            f.write("echo hi\n")  # no #! line: exec fails with ENOEXEC
+        path = os.path.join(self.tmp, "not-a-binary")
+        with open(path, "wb") as f:
+            f.write(b"\x00\x01\x02 not a format exec knows\n")  # exec fails with ENOEXEC
         os.chmod(path, 0o755)
         r = self.dlrun("local", "--nproc", "1", path)
         self.assertEqual(r.returncode, 70, r.stderr)

@@ -86,12 +86,19 @@ class PythonPrograms(TorchrunTestCase):
         self.assertEqual(r.stdout, "[0] shell 0\n")
 
     def test_script_without_interpreter_says_how_to_name_one(self):
+        # Before anything starts, as bad input (it was exit 70, a job recorded FAILED, and a
+        # submitted one queued to fail when it started).
         self.write("train", "echo hi\n", mode=0o755)
         r = self.run_here("local", "--nproc", "1", "./train")
-        self.assertEqual(r.returncode, 70, r.stderr)
-        self.assertIn("dlrun: error: cannot start ./train: Exec format error (neither a binary nor a script whose "
-                      "first line names its interpreter: start it with a #! line such as #!/bin/sh, or put the "
-                      "interpreter before it)", r.stderr)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("dlrun: error: program './train' is a script without a #! line, which exec cannot start: begin "
+                      "it with one such as #!/bin/sh, or put the interpreter before it (sh ./train)", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.home, "runs", "1")))
+        job = self.write("job.toml", 'command = ["./train"]\n[resources]\nnproc = 1\n')
+        r = self.dlrun("submit", job)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"program '{self.tmp}/train' is a script without a #! line", r.stderr)
+        self.assertEqual(self.dlrun("status", "--all").stdout.count("\n"), 1)  # the header alone
 
     def test_torchruns_one_machine_options_are_taken(self):
         # torchrun --standalone --nnodes=1 --nproc_per_node=2 …, PyTorch's own example (it was

@@ -95,6 +95,24 @@ TEST_SUITE("launcher::CommandResolution") {
     auto program = resolve_command({"tool.py"}, s.path(), s.work());
     CHECK(program.argv == std::vector<std::string>{"python3", s.path() + "/tool.py"});
   }
+  TEST_CASE("a text file without a #! line is refused before it starts; a binary is left to exec") {
+    Scratch s;
+    s.write("run.sh", "echo hi\n", 0755);
+    CHECK_THROWS_WITH_AS(resolve_command({"./run.sh"}, s.path(), s.work()),
+                         ("program '" + s.work() + "/run.sh' is a script without a #! line, which exec cannot start: "
+                          "begin it with one such as #!/bin/sh, or put the interpreter before it (sh " + s.work() +
+                          "/run.sh)").c_str(),
+                         dlrun::ConfigError);
+    s.write("bin/tool", "echo hi\n", 0755);  // found in PATH
+    CHECK_THROWS_WITH_AS(resolve_command({"tool"}, s.path(), s.work()),
+                         doctest::Contains("program 'tool' is a script without a #! line"), dlrun::ConfigError);
+    s.write("ok.sh", "#!/bin/sh\necho hi\n", 0755);
+    CHECK(resolve_command({"./ok.sh"}, s.path(), s.work()).path == "./ok.sh");
+    s.write("blob", std::string("\x7f" "ELF\x02\x01", 6), 0755);  // exec decides
+    CHECK(resolve_command({"./blob"}, s.path(), s.work()).path == "./blob");
+    s.write("bin/tool.py", "print(1)\n", 0755);  // a Python script needs no #! line: python3 runs it
+    CHECK(resolve_command({"tool.py"}, s.path(), s.work()).argv.front() == "python3");
+  }
   TEST_CASE("missing scripts and interpreters are named") {
     Scratch s;
     CHECK_THROWS_WITH_AS(
@@ -102,7 +120,7 @@ TEST_SUITE("launcher::CommandResolution") {
         ("Python script 'nope.py' not found in " + s.work() + " nor in PATH").c_str(),
         dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(resolve_command({"./sub/nope.py"}, s.path(), s.work()),
-                         ("program '" + s.work() + "/./sub/nope.py' does not exist").c_str(),
+                         ("program '" + s.work() + "/sub/nope.py' does not exist").c_str(),
                          dlrun::ConfigError);
     s.write("train.py", "print(1)\n");
     CHECK_THROWS_WITH_AS(
