@@ -95,8 +95,8 @@ Command add_cancel_command(CLI::App& dlrun) {
   app->footer("A name means the newest job of that name that has not ended, if any has not. Every job named is "
               "tried, in order; the exit code is the worst outcome. Exit codes: 0 every job named is cancelled (or "
               "had already ended), or was signalled; 1 a job could not be stopped, or signalled (it is not "
-              "running); 2 no such job, or another user's; 75 a job was changing its size, try again "
-              "(docs/exit-codes.md).");
+              "running); 2 no such job, or another user's; with --signal, 75 a job was changing its size, try "
+              "again (docs/exit-codes.md).");
   return {app, [args](const Trailing&) { return run_cancel(*args); }};
 }
 

@@ -35,6 +35,11 @@ int run_resize(const ResizeArgs& args) {
     std::cout << "Job " << args.job << " is sized by the goodput scheduler again\n";
     return 0;
   }
+  if (outcome == launcher::ResizeOutcome::unchanged) {
+    std::cout << "Job " << args.job << " already runs " << *ranks << (*ranks == 1 ? " rank" : " ranks")
+              << " (nothing was stopped)\n";
+    return 0;
+  }
   std::cout << "Job " << args.job << " now runs " << *ranks << (*ranks == 1 ? " rank" : " ranks");
   if (outcome == launcher::ResizeOutcome::restarted) {
     std::cout << " (restarted: its program does not handle the stop request, so it starts again from its "

@@ -84,8 +84,19 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   if (job->state != JobState::running) {
     throw ConfigError(fmt::format("job {} is {}, not RUNNING", id, to_string(job->state)));
   }
+  if (job->submitted.origin == JobOrigin::run || request.remote) {
+    throw ConfigError(fmt::format("job {} runs on several hosts (dlrun run, kind = \"ssh\"): such a job is not "
+                                  "resized; it restarts whole on failure (docs/elastic.md)",
+                                  id));
+  }
   if (auto why = check_resize(*ranks, request.min_ranks, request.max_ranks); !why.empty()) {
     throw ConfigError(fmt::format("job {}: {}", id, why));
+  }
+  if (job->allocation.ranks == *ranks) {
+    // Its size already: nothing stops (a restart for nothing, counted as a resize, it was);
+    // a goodput job is pinned there, as the user asked.
+    if (request.goodput) queue.store().set_pinned(id, *ranks);
+    return ResizeOutcome::unchanged;
   }
   // The user's size holds until `dlrun resize JOB auto`: the scheduler does not undo it. The
   // pin comes first, so no round of the scheduler sees the new size unpinned; a resize that
@@ -113,6 +124,14 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   std::string answer;
   try {
     answer = request_resize(*step->lock, step->supervisor_pid, resize_request, timeout);
+  } catch (const Error& e) {
+    end_resize(queue, *step, "", "resize");
+    unpin();
+    // Cancelled (or ended) meanwhile: said as what it is, not as dlrun's own failure (70).
+    if (auto now = queue.store().get(id); now && is_terminal(now->state)) {
+      throw ConfigError(fmt::format("job {} ended ({}) before it was resized", id, to_string(now->state)));
+    }
+    throw;
   } catch (...) {
     end_resize(queue, *step, "", "resize");
     unpin();

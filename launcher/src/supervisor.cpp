@@ -262,6 +262,10 @@ void Supervisor::on_children_ended() {
 
 void Supervisor::handle_stop_signal(int signal) {
   if (m_phase == Phase::done) return;
+  // What sent it, if dlrun cancel said (run_dir.hpp): the first stop signal's.
+  if (signal == SIGTERM && !m_stop_signal && m_cancelled_by.empty()) {
+    m_cancelled_by = cancel_note(m_job.run_dir).value_or("");
+  }
   if (m_phase == Phase::waiting) {  // for a restart the ranks asked for: none comes now
     m_restart_timer.cancel();
     m_stop_signal = signal;
@@ -299,7 +303,6 @@ void Supervisor::handle_stop_signal(int signal) {
   }
   m_stop_signal = signal;
   m_stop_signal_at = std::chrono::steady_clock::now();
-  if (signal == SIGTERM) m_cancelled_by = cancel_note(m_job.run_dir).value_or("");
   if (!m_job.options.quiet && m_group) {
     const int running = m_group->running();
     const std::string members = fmt::format("{} {}{}", running, m_job.member_noun, running == 1 ? "" : "s");

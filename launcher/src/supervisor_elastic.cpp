@@ -56,8 +56,8 @@ std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
   if (m_phase != Phase::running || m_pending_resize) {
     return "error: the job is stopping or restarting; try again in a moment";
   }
-  if (request.world_size == m_job.world_size && request.gpu_ids.empty()) {
-    return fmt::format("ok {}", m_job.world_size);
+  if (request.world_size == m_job.world_size && (request.gpu_ids.empty() || request.gpu_ids == m_job.gpu_ids)) {
+    return fmt::format("ok {}", m_job.world_size);  // nothing to change: the ranks go on
   }
   const bool announced = handles_stop(m_job.run_dir);
   if (!announced && request.unannounced == Unannounced::refuse && m_program_handles_stop) {

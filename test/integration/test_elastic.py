@@ -157,12 +157,48 @@ class Resize(DlrunTestCase):
             # A resize spends no restart (docs/elastic.md): it is counted apart.
             self.assertEqual((status["state"], status["ranks"], status["restarts"], status["resizes"]),
                              ("RUNNING", 1, 0, 1))
+            # To the size it has: nothing stops (it restarted the ranks and counted a resize).
+            starts = len(read_words(self.starts))
+            r = self.dlrun("resize", job, "1")
+            self.assertEqual((r.returncode, r.stdout), (0, f"Job {job} already runs 1 rank (nothing was stopped)\n"),
+                             r.stderr)
+            time.sleep(1)
+            self.assertEqual(len(read_words(self.starts)), starts)
+            self.assertEqual(json.loads(self.dlrun("status", "--json", job).stdout)["resizes"], 1)
             r = self.dlrun("resize", job, "4")
             self.assertEqual(r.returncode, 2)
             self.assertIn("4 ranks is outside the job's range 1:3", r.stderr)
         finally:
             self.dlrun("cancel", job)
 
+
+    def test_a_job_cancelled_during_its_resize_says_so(self):
+        # dlrun resize exited 70 (dlrun's own failure): "the job's supervisor ended without answering".
+        rank = self.script("slow.sh", f"""trap 'sleep 30; exit 75' USR1
+[ "$RANK" = 0 ] && : > "$DLRUN_RUN_DIR/handles-stop"
+echo "$RANK:$WORLD_SIZE" >> {self.tmp}/starts
+while true; do sleep 0.05; done
+""")
+        job = submit_elastic(self, rank)
+        status = lambda: json.loads(self.dlrun("status", "--json", job).stdout)
+        self.assertTrue(wait_for(lambda: len(read_words(os.path.join(self.tmp, "starts"))) == 3, 30))
+        client = self.start("resize", job, "1")
+        self.assertTrue(wait_for(lambda: status()["state"] == "RESCALING", 30))
+        self.assertEqual(self.dlrun("cancel", "--force", job).returncode, 0)
+        _, err = client.communicate(timeout=60)
+        self.assertEqual(client.returncode, 2, err)
+        self.assertIn(f"job {job} ended (CANCELLED) before it was resized", err)
+
+    def test_a_job_of_several_hosts_is_not_resized(self):
+        p = self.start("run", "--hosts", "localhost:2", "sh", "-c", f"touch {self.tmp}/up-$RANK; sleep 30")
+        try:
+            self.assertTrue(wait_for(lambda: all(os.path.exists(f"{self.tmp}/up-{r}") for r in (0, 1)), 30))
+            r = self.dlrun("resize", "1", "1")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("job 1 runs on several hosts (dlrun run, kind = \"ssh\"): such a job is not resized", r.stderr)
+        finally:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.communicate(timeout=60)
 
     def test_a_shrink_whose_client_is_gone_still_frees_the_slots(self):
         # Ctrl-C on `dlrun resize` while the ranks checkpoint: the job shrank, and the store said

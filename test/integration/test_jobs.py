@@ -919,6 +919,14 @@ class Cancel(JobsTestCase):
             self.assertEqual(sorted(f.read().split()), ["0", "1"])
         self.assertEqual(self.dlrun("status", str(job_id)).returncode, 3)
 
+    def test_a_job_cancelled_between_restarts_says_so(self):
+        # While it waited to restart (its ranks asked for one, exit 75) it read "stopped by SIGTERM".
+        job_id = self.submit('command = ["sh", "-c", "exit 75"]\n[resources]\nnproc = 1\n')
+        self.assertTrue(wait_for(lambda: self.status(job_id)["requested_restarts"] >= 1, 60), self.status(job_id))
+        self.assertEqual(self.dlrun("cancel", str(job_id)).returncode, 0)
+        job = self.wait_state(job_id, ("CANCELLED",))
+        self.assertTrue(job["reason"].startswith("by dlrun cancel"), job)
+
     def test_a_local_run_says_that_it_was_cancelled_and_a_resumed_one_forgets_it(self):
         up = [os.path.join(self.home, "runs", "1", f"up-{rank}") for rank in (0, 1)]
         ranks_up = lambda: wait_for(lambda: all(os.path.exists(f) for f in up), 30)

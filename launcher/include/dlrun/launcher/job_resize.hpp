@@ -39,6 +39,7 @@ enum class ResizeOutcome {
   stopped_at_a_step,  // the ranks stopped at a step they agreed on and run at the new size
   restarted,          // they were stopped (Unannounced::restart) and started again at the new size
   unpinned,           // "auto": the goodput scheduler sizes the job again
+  unchanged,          // it runs that many ranks already: nothing was stopped (a goodput job is pinned there)
 };
 
 // `ranks` empty: "auto", the goodput scheduler may size the job again (its pin is removed).
