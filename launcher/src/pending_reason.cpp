@@ -21,16 +21,28 @@ std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
     return "waiting for the scheduler";
   }
   if (policy->gpus == 0) {
-    // A pin holds GPUs the policy may not move: say which, and how to release it.
-    std::string pins;
+    // GPUs the policy may not move: a pin, where releasing the pins would give this job GPUs
+    // (say which, and how to release it); a job whose ranks have not said that they handle the
+    // stop request (the policy cannot shrink it).
+    std::string held;
     for (const auto& other : *queue.active) {
-      if (other.pinned <= 0 || !other.submitted.request.goodput ||
-          (other.state != JobState::running && other.state != JobState::rescaling))
+      if (!other.submitted.request.goodput || (other.state != JobState::running && other.state != JobState::rescaling))
         continue;
-      pins += fmt::format("; job {} is pinned at {} by dlrun resize (dlrun resize {} auto releases it)", other.id,
-                          counted(other.pinned, "GPU"), other.id);
+      if (other.pinned > 0 && policy->gpus_without_pins > 0) {
+        held += fmt::format("; job {} is pinned at {} by dlrun resize (dlrun resize {} auto releases it)", other.id,
+                            counted(other.pinned, "GPU"), other.id);
+      }
+      const PolicyView* view = nullptr;
+      if (queue.policy) {
+        if (auto it = queue.policy->find(other.id); it != queue.policy->end()) view = &it->second;
+      }
+      if (view && view->cannot_be_resized) {
+        held += fmt::format("; job {} holds {} and cannot be resized: its ranks have not said that they handle the "
+                            "stop request (docs/elastic.md)",
+                            other.id, counted(other.allocation.ranks, "GPU"));
+      }
     }
-    return "waiting for the scheduler (the policy gives it no GPU now" + pins + elsewhere + ")";
+    return "waiting for the scheduler (the policy gives it no GPU now" + held + elsewhere + ")";
   }
   return fmt::format("waiting for the scheduler (the policy gives it {})", counted(policy->gpus, "GPU"));
 }

@@ -57,8 +57,23 @@ std::map<int64_t, PolicyView> policy_view(const std::vector<JobRecord>& jobs, in
   settings.capacity = gpu_capacity;
   try {
     auto decision = decide_allocation(input.jobs, settings);
+    // What the pins hold back: the same decision with them released (a waiting job's reason
+    // names a pin only where that would give it GPUs).
+    std::vector<int> without_pins = decision.gpus;
+    auto unpinned = input.jobs;
+    bool any_pin = false;
+    for (auto& job : unpinned) {
+      any_pin = any_pin || job.pinned.has_value();
+      job.pinned.reset();
+    }
+    if (any_pin) without_pins = decide_allocation(unpinned, settings).gpus;
     for (size_t i = 0; i < input.jobs.size(); ++i) {
-      view[input.jobs[i].id] = {decision.gpus[i], decision.speedup[i], !input.jobs[i].goodput.empty()};
+      const auto& job = input.jobs[i];
+      const JobRecord& record = *input.records[i];
+      PolicyView v{decision.gpus[i], decision.speedup[i], !job.goodput.empty(), without_pins[i], false};
+      v.cannot_be_resized = record.state == JobState::running && record.submitted.request.goodput &&
+                            job.min_gpus < job.max_gpus && !job.pinned && !job.elastic;
+      view[job.id] = v;
     }
   } catch (const std::invalid_argument&) {
     // A queue the policy cannot describe (e.g. more GPUs held than the machine has now):

@@ -30,6 +30,7 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   for (const auto& job : jobs) any_pending = any_pending || job.state == JobState::pending;
   if (!any_pending) return insight;
   state.scheduler_running = queue.store().scheduler_lease_holder().has_value();
+  state.policy = &insight.policy;
   for (const auto& job : jobs) {
     if (job.state != JobState::pending) continue;
     auto view = insight.policy.find(job.id);

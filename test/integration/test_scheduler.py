@@ -134,6 +134,9 @@ class Sharing(SchedulerTestCase):
         self.wait_weighed(2)  # the scheduler saw b, and left it waiting
         self.assertEqual(self.status(b)["state"], "PENDING")  # a keeps its GPUs: it would lose its work
         self.assertEqual(self.ranks(a), 4)
+        # b says why (it said only that the policy gave it nothing).
+        self.assertIn(f"job {a} holds 4 GPUs and cannot be resized: its ranks have not said that they handle the "
+                      "stop request", self.status(b)["reason"])
         open(done_a, "w").close()
         self.wait_ranks(b, 4)
         open(done_b, "w").close()

@@ -93,9 +93,20 @@ TEST_SUITE("launcher::PendingReason") {
     jobs.push_back(record(2, JobState::running, true, 4, {"0", "1", "2", "3"}));
     jobs[1].submitted.request.goodput = true;
     jobs[1].pinned = 4;
-    CHECK(pending_reason(jobs[0], queue, &none) ==
+    // Named only where releasing the pins would give the waiting job GPUs (it was named whenever
+    // there was a pin, also where a job of fixed size held what the waiting one needed).
+    CHECK(pending_reason(jobs[0], queue, &none) == "waiting for the scheduler (the policy gives it no GPU now)");
+    PolicyView pinned_out{0, 0, false, 2};
+    CHECK(pending_reason(jobs[0], queue, &pinned_out) ==
           "waiting for the scheduler (the policy gives it no GPU now; job 2 is pinned at 4 GPUs by dlrun resize "
           "(dlrun resize 2 auto releases it))");
+    // A job the policy cannot shrink, as its ranks have not said that they handle the stop request.
+    jobs[1].pinned = 0;
+    std::map<int64_t, PolicyView> views{{1, none}, {2, PolicyView{4, 1, false, 4, true}}};
+    queue.policy = &views;
+    CHECK(pending_reason(jobs[0], queue, &none) ==
+          "waiting for the scheduler (the policy gives it no GPU now; job 2 holds 4 GPUs and cannot be resized: its "
+          "ranks have not said that they handle the stop request (docs/elastic.md))");
   }
   TEST_CASE("a Slurm job waits in Slurm's queue") {
     std::vector<JobRecord> jobs = {record(1, JobState::pending, false, 1)};

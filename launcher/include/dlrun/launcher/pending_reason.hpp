@@ -22,6 +22,7 @@ struct QueueState {
   const std::vector<JobRecord>* active = nullptr;  // every pending and running job (any listing has them)
   Capacity capacity;
   bool scheduler_running = false;  // a live goodput scheduler holds the lease
+  const std::map<int64_t, PolicyView>* policy = nullptr;  // the goodput policy's view of each job, if known
 };
 
 // The GPUs of `held` (GPU id -> who holds it: Capacity::gpus_elsewhere) among `ids` (all of

@@ -20,6 +20,10 @@ struct PolicyView {
   int gpus = 0;          // what the policy would give
   double speedup = 0;    // predicted speedup at that, over the fair share
   bool modelled = false; // from a published model (else the neutral prediction)
+  int gpus_without_pins = 0;  // what it would give were every `dlrun resize` pin released
+  // A running goodput job of MIN < MAX, not pinned, that the policy may not resize: its ranks
+  // have not said that they handle the stop request (docs/elastic.md).
+  bool cannot_be_resized = false;
 };
 
 // The predicted goodput at 0 … max_gpus GPUs from RUN_DIR/goodput-model.json; empty when
