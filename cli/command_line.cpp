@@ -1,6 +1,8 @@
 // The program a subcommand runs (what CLI11 left over plus what followed "--"), the usage
 // line that says so in --help, and the wording of every usage error, the same for each verb.
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -11,6 +13,7 @@
 #include "commands.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/fd_io.hpp"
+#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/ssh.hpp"
 #include "dlrun/launcher/text.hpp"
 
@@ -199,6 +202,9 @@ void write_svg(const std::string& path, const std::string& svg) {
   } catch (const SystemError& e) {
     throw ConfigError(fmt::format("--svg {}: {}", path, e.what()));
   }
+  // A picture the user asked for is theirs, made as their umask says (dlrun's own files are
+  // private: its umask is 077 meanwhile).
+  ::chmod(path.c_str(), 0666 & ~launcher::started_umask());
 }
 
 }  // namespace dlrun::cli

@@ -121,9 +121,11 @@ class Sharing(SchedulerTestCase):
         self.assertTrue(all("A" in row for row in rows), trace.stdout)
         self.assertTrue(any("B" in row for row in rows), trace.stdout)
         svg = os.path.join(self.tmp, "trace.svg")
-        r = self.dlrun("status", "--svg", svg)
+        r = self.dlrun("status", "--svg", svg, umask=0o022)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("2 jobs on 4 GPUs", r.stdout)
+        # The user's file, made as their umask says (it was 0600: dlrun's own umask).
+        self.assertEqual(os.stat(svg).st_mode & 0o777, 0o644)
         rects = xml.dom.minidom.parse(svg).getElementsByTagName("rect")
         self.assertGreater(len(rects), 4)
 
