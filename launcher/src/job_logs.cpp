@@ -175,6 +175,10 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
     job = queue.store().get(id);
     const bool ended = is_terminal(job->state);
     offset = copy_new(path, offset, out);
+    if (ended && job->run_dir.empty()) {
+      // Cancelled while it waited: nothing printed would read as an empty log.
+      log::info("job {} is {} and never started: it has no output", id, to_string(job->state));
+    }
     if (ended || gone(out, reader_gone)) return;
     std::this_thread::sleep_for(k_poll);
     if (polls % k_polls_per_sweep == 0) queue.sweep();

@@ -249,9 +249,9 @@ std::string history_summary(const std::vector<MetricsSnapshot>& points,
   }
   if (const auto r = restarts(points, x_values(points)); !r.empty()) {
     out += fmt::format(
-        "restarts: {} (from a checkpoint: a resume, resize or requeue; the time between two runs "
-        "is not counted)\n",
-        r.size());
+        "resumed from a checkpoint: {} (after a restart, a resize, a resume or a requeue; the time "
+        "between two runs is not counted)\n",
+        r.size() == 1 ? std::string("once") : fmt::format("{} times", r.size()));
   }
   if (predicted) {
     out += fmt::format(
@@ -305,7 +305,7 @@ std::string render_history_svg(const std::vector<MetricsSnapshot>& points,
     out += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1:.0f}\" x2=\"{0:.1f}\" y2=\"{2:.0f}\" stroke=\"#d62728\" "
         "stroke-dasharray=\"4 3\"/>\n"
-        "<text x=\"{0:.1f}\" y=\"{3:.0f}\" fill=\"#d62728\" text-anchor=\"middle\">restart</text>\n",
+        "<text x=\"{0:.1f}\" y=\"{3:.0f}\" fill=\"#d62728\" text-anchor=\"middle\">resumed</text>\n",
         px, k_top, top - k_gap, k_top + 12);
   }
   for (double f : x_max > 0 ? std::vector<double>{0.0, 0.5, 1.0} : std::vector<double>{0.0}) {

@@ -963,8 +963,13 @@ class Cancel(JobsTestCase):
         gate = os.path.join(self.tmp, "gate")
         first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')
         second = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
+        follower = self.start("logs", "-f", str(second))
         r = self.dlrun("cancel", str(second))
         self.assertEqual(r.stdout, f"Job {second} CANCELLED\n")
+        # Following it ends with why nothing came (it printed nothing).
+        out, err = follower.communicate(timeout=60)
+        self.assertEqual((follower.returncode, out), (0, ""), err)
+        self.assertIn(f"job {second} is CANCELLED and never started: it has no output", err)
         # A third job queued behind it: once the third has run, the queue has passed the
         # second by.
         third = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')

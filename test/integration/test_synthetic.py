@@ -311,13 +311,13 @@ class History(SyntheticCase):
         svg = os.path.join(self.tmp, "resumed.svg")
         code, out, err = self.run_dlrun("history", run_dir, "--svg", svg)
         self.assertEqual(code, 0, out + err)
-        self.assertIn("restarts: 1 (", out)
+        self.assertIn("resumed from a checkpoint: once (", out)
         seconds = [float(v) for v in re.findall(r"^\s+\d+\s+2\s+\d+-\d+\s+([\d.]+)\s", out, re.M)]
         # The rows count the run's own seconds, both runs'.
         self.assertLess(sum(seconds), own + 0.5, out)
         self.assertGreater(sum(seconds), own - 0.5, out)
         with open(svg) as f:
-            self.assertEqual(f.read().count(">restart</text>"), 1)
+            self.assertEqual(f.read().count(">resumed</text>"), 1)
 
     def test_what_has_no_history_is_refused_with_the_reason(self):
         empty = os.path.join(self.tmp, "empty-run")

@@ -100,14 +100,14 @@ TEST_SUITE("launcher::run_history") {
     CHECK(phases[0].seconds == doctest::Approx(3));
     CHECK(phases[1].seconds == doctest::Approx(3));  // not the 100 s between the runs
     const std::string text = history_summary(points, std::nullopt);
-    CHECK(text.find("restarts: 1 (") != std::string::npos);
+    CHECK(text.find("resumed from a checkpoint: once (") != std::string::npos);
     const std::string svg = render_history_svg(points, "t");
-    CHECK(count(svg, ">restart</text>") == 1);
+    CHECK(count(svg, ">resumed</text>") == 1);
     CHECK(svg.find(">6 s</text>") != std::string::npos);  // the axis ends at the run's own 6 s
     // Without a gap: no restart said or drawn.
     points[2].time = 103, points[3].time = 105;
     CHECK(history_summary(points, std::nullopt).find("restart") == std::string::npos);
-    CHECK(count(render_history_svg(points, "t"), ">restart</text>") == 0);
+    CHECK(count(render_history_svg(points, "t"), ">resumed</text>") == 0);
   }
 
   TEST_CASE("a value a line does not have is left out of a phase's means, not counted as 0") {
