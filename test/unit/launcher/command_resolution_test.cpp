@@ -95,7 +95,7 @@ TEST_SUITE("launcher::CommandResolution") {
     auto program = resolve_command({"tool.py"}, s.path(), s.work());
     CHECK(program.argv == std::vector<std::string>{"python3", s.path() + "/tool.py"});
   }
-  TEST_CASE("a text file without a #! line is refused before it starts; a binary is left to exec") {
+  TEST_CASE("a text file without a #! line is refused before it starts, a binary is left to exec") {
     Scratch s;
     s.write("run.sh", "echo hi\n", 0755);
     CHECK_THROWS_WITH_AS(resolve_command({"./run.sh"}, s.path(), s.work()),
