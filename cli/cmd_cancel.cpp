@@ -40,6 +40,13 @@ int parse_passed_signal(const std::string& given) {
                     "dlrun cancel JOB without --signal");
 }
 
+// Which of two outcomes the exit code says: a job that may still run (1, or dlrun's own
+// failure) before a name that is no job (2), before "try again" (75), which a script may retry.
+int worse(int a, int b) {
+  auto rank = [](int code) { return code == 0 ? 0 : code == exit_code::k_temp_failure ? 1 : code == exit_code::k_usage ? 2 : 3; };
+  return rank(b) > rank(a) ? b : a;
+}
+
 int run_cancel(const CancelArgs& args) {
   const int signal = args.signal.empty() ? 0 : parse_passed_signal(args.signal);
   launcher::JobQueue queue(launcher::current_environment());
@@ -68,7 +75,7 @@ int run_cancel(const CancelArgs& args) {
       if (args.jobs.size() == 1) throw;
       std::cout.flush();
       log::error("{}", e.what());
-      code = std::max(code, e.exit_code());
+      code = worse(code, e.exit_code());
     }
   }
   return code;

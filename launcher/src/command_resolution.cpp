@@ -5,8 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
 
@@ -16,8 +14,8 @@ namespace {
 // `name` as the process in `working_dir` will see it.
 std::string in_dir(const std::string& name, const std::string& working_dir) {
   if (working_dir.empty() || name.front() == '/') return name;
-  // workdir/./train reads workdir/train in messages
-  return (std::filesystem::path(working_dir) / name).lexically_normal().string();
+  // (Not lexically normalised: '..' after a symbolic link is the link target's parent.)
+  return working_dir + "/" + name;
 }
 
 // An executable regular file that starts with "#!" names its own interpreter.

@@ -554,6 +554,7 @@ JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
     log::warn("job {}: its grace period cannot be read ({}): cancelling it with {} s", id, e.what(), grace);
   }
   const ProcessIdentity supervisor = job->supervisor;
+  write_cancel_note(job->run_dir, why.rfind("by ", 0) == 0 ? why.substr(3) : why, supervisor.pid);
   // What could not be done is said (exit 1), and the job's state is left as it is: its ranks
   // may run, so its slots are not handed on.
   auto not_stopped = [&](const std::string& why) {
@@ -564,7 +565,6 @@ JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
       throw not_stopped(fmt::format("cannot signal its supervisor (pid {}): {}", supervisor.pid, std::strerror(errno)));
     }
   };
-  write_cancel_note(job->run_dir, why.rfind("by ", 0) == 0 ? why.substr(3) : why);
   signal_supervisor(force ? SIGKILL : SIGTERM);
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(

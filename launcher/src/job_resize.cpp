@@ -1,5 +1,11 @@
 #include "dlrun/launcher/job_resize.hpp"
 
+#include <signal.h>
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
@@ -11,6 +17,8 @@
 
 namespace dlrun::launcher {
 namespace {
+
+bool process_alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH); }
 
 // What the supervisor answered, as resize_job's result or its exception.
 ResizeOutcome outcome_of(const std::string& answer, const std::string& job, int ranks) {
@@ -73,8 +81,16 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   // the outcome is recorded (resize.hpp, ResizeLock): the job is read again once it is this one's
   // turn.
   std::shared_ptr<ResizeLock> lock;
-  if (job->submitted.origin == JobOrigin::submit) {
-    lock = ResizeLock::wait(job->run_dir);
+  if (job->submitted.origin == JobOrigin::submit && job->state == JobState::running) {
+    // Another resize under way (the scheduler's, another dlrun resize) answers within seconds or
+    // minutes: try again then, rather than wait here without a word.
+    lock = ResizeLock::wait_for(job->run_dir, 2.0);
+    if (!lock) {
+      throw Error(fmt::format("job {} is being resized by another request (dlrun resize, or the goodput "
+                              "scheduler): try again once it runs at its new size",
+                              id),
+                  exit_code::k_temp_failure);
+    }
     job = queue.store().get(id);
   }
   if (job->state == JobState::rescaling) {
@@ -127,9 +143,16 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   } catch (const Error& e) {
     end_resize(queue, *step, "", "resize");
     unpin();
-    // Cancelled (or ended) meanwhile: said as what it is, not as dlrun's own failure (70).
-    if (auto now = queue.store().get(id); now && is_terminal(now->state)) {
-      throw ConfigError(fmt::format("job {} ended ({}) before it was resized", id, to_string(now->state)));
+    // Cancelled (or ended) meanwhile: said as what it is, not as dlrun's own failure (70). Its
+    // end may be recorded a moment after its supervisor is gone (dlrun cancel --force records
+    // it once nothing of the job runs): look for a few seconds.
+    if (!process_alive(step->supervisor_pid)) {
+      for (int i = 0; i < 100; ++i) {
+        if (auto now = queue.store().get(id); now && is_terminal(now->state)) {
+          throw ConfigError(fmt::format("job {} ended ({}) before it was resized", id, to_string(now->state)));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     }
     throw;
   } catch (...) {
@@ -175,7 +198,7 @@ void end_resize(JobQueue& queue, const ResizeStep& step, const std::string& answ
 
 bool undo_abandoned_resize(JobQueue& queue, int64_t id, const std::string& run_dir, const Allocation& running) {
   auto lock = ResizeLock::try_take(run_dir);
-  if (!lock || resize_requested(run_dir)) return false;
+  if (!lock || !lock->held() || resize_requested(run_dir)) return false;
   auto job = queue.store().get(id);
   if (!job || job->state != JobState::running) return false;
   if (job->allocation.ranks == running.ranks && job->allocation.gpu_ids == running.gpu_ids) return false;

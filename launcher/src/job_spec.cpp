@@ -474,7 +474,7 @@ void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
     else check.error(gpu->source(), fmt::format("'gpu' must be true or false, not {}", Checker::type_name(*gpu)));
   }
   // (hosts given but wrong is said where it is written, not again as missing)
-  const bool hosts_given = table.get("hosts") != nullptr || table.get("hostfile") != nullptr;
+  const bool hosts_given = table.get("hosts") != nullptr || !spec.hostfile.empty();
   if (spec.scheduler == "ssh" && spec.hosts.empty() == spec.hostfile.empty() &&
       !(spec.hosts.empty() && spec.hostfile.empty() && hosts_given)) {
     check.error(table.source(), "kind = \"ssh\" needs hosts = \"a:4,b:4\" or hostfile = \"FILE\" (one of them)");

@@ -2,6 +2,8 @@
 // like submitted ones, recorded from their start (job_store.hpp, foreground_job.hpp), and the
 // look-ups that `--resume` and retention need.
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "dlrun/launcher/job_store.hpp"
@@ -103,10 +105,14 @@ void JobStore::forget(int64_t id) {
 }
 
 std::optional<JobRecord> JobStore::find_by_name(const std::string& name, NamedJob which) {
+  // active_first: this user's jobs before others' (in a shared store another user's job of
+  // the name, perhaps one whose end nobody recorded, is not the one meant), then those that
+  // have not ended.
   Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE name = ? ORDER BY {}id DESC LIMIT 1", k_job_columns,
                                 which == NamedJob::active_first
-                                    ? "state IN ('SUCCEEDED','FAILED','CANCELLED'), "
-                                    : ""));
+                                    ? fmt::format("owner_uid NOT IN ({}, -1), state IN ('SUCCEEDED','FAILED','CANCELLED'), ",
+                                                  static_cast<long long>(::geteuid()))
+                                    : std::string()));
   s.bind(1, name);
   if (!s.step()) return std::nullopt;
   return read_row(s);

@@ -71,8 +71,9 @@ std::map<int64_t, PolicyView> policy_view(const std::vector<JobRecord>& jobs, in
       const auto& job = input.jobs[i];
       const JobRecord& record = *input.records[i];
       PolicyView v{decision.gpus[i], decision.speedup[i], !job.goodput.empty(), without_pins[i], false};
+      // (one at its MIN has nothing the policy could take back)
       v.cannot_be_resized = record.state == JobState::running && record.submitted.request.goodput &&
-                            job.min_gpus < job.max_gpus && !job.pinned && !job.elastic;
+                            job.current > job.min_gpus && !job.pinned && !job.elastic;
       view[job.id] = v;
     }
   } catch (const std::invalid_argument&) {

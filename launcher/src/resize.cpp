@@ -100,7 +100,8 @@ std::unique_ptr<ResizeLock> ResizeLock::wait(const std::string& run_dir) {
 std::unique_ptr<ResizeLock> ResizeLock::try_take(const std::string& run_dir) {
   if (run_dir.empty()) return std::unique_ptr<ResizeLock>(new ResizeLock(run_dir, -1));
   const int fd = ::open((run_dir + "/resize.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return nullptr;
+  // Not ours to open (another user's store): nobody can hold it for us either.
+  if (fd < 0) return std::unique_ptr<ResizeLock>(new ResizeLock(run_dir, -1));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd);
     return nullptr;
@@ -110,6 +111,15 @@ std::unique_ptr<ResizeLock> ResizeLock::try_take(const std::string& run_dir) {
 
 ResizeLock::~ResizeLock() {
   if (m_fd >= 0) ::close(m_fd);
+}
+
+std::unique_ptr<ResizeLock> ResizeLock::wait_for(const std::string& run_dir, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (true) {
+    if (auto lock = try_take(run_dir)) return lock;
+    if (std::chrono::steady_clock::now() >= deadline) return nullptr;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 std::string request_resize(const std::string& run_dir, int pid, const ResizeRequest& request, double timeout_seconds) {

@@ -98,21 +98,25 @@ namespace {
 constexpr const char* k_cancel_note = "cancelled-by";
 }
 
-void write_cancel_note(const std::string& run_dir, const std::string& what) {
+void write_cancel_note(const std::string& run_dir, const std::string& what, int supervisor_pid) {
   if (run_dir.empty()) return;
   try {
-    write_file_atomically(run_dir + "/" + k_cancel_note, what + "\n");
+    write_file_atomically(run_dir + "/" + k_cancel_note, fmt::format("{}\n{}\n", supervisor_pid, what));
   } catch (const Error&) {
     // Not ours to write (root cancelling a user's job may be refused by its permissions): the job
     // is stopped all the same, and says only which signal stopped it.
   }
 }
 
-std::optional<std::string> cancel_note(const std::string& run_dir) {
+std::optional<std::string> cancel_note(const std::string& run_dir, int supervisor_pid) {
   if (run_dir.empty()) return std::nullopt;
   auto text = read_file(run_dir + "/" + k_cancel_note);
   if (!text) return std::nullopt;
-  std::string note(trim(*text));
+  const size_t newline = text->find('\n');
+  if (newline == std::string::npos || parse_int(trim(text->substr(0, newline))) != supervisor_pid) {
+    return std::nullopt;
+  }
+  std::string note(trim(text->substr(newline + 1)));
   if (note.empty() || note.size() > 200 ||
       std::any_of(note.begin(), note.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
     return std::nullopt;
@@ -120,8 +124,5 @@ std::optional<std::string> cancel_note(const std::string& run_dir) {
   return note;
 }
 
-void remove_cancel_note(const std::string& run_dir) {
-  if (!run_dir.empty()) ::unlink((run_dir + "/" + k_cancel_note).c_str());
-}
 
 }  // namespace dlrun::launcher

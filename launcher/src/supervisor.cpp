@@ -100,6 +100,10 @@ void Supervisor::flush_terminal() {
 
 Supervisor::~Supervisor() {
   if (m_output_log < 0) return;
+  // What is queued for it goes out first (the terminal's thread writes it): after an exception
+  // end() did not wait for it.
+  m_terminal.flush(std::chrono::seconds(2));
+  m_terminal.set_copy(-1);
   log::set_copy(-1);
   ::close(m_output_log);
 }
@@ -113,7 +117,6 @@ int Supervisor::run() {
 }
 
 void Supervisor::begin() {
-  remove_cancel_note(m_job.run_dir);  // an earlier run's, in a run directory taken up again
   if (m_job.options.output_log && !m_job.run_dir.empty()) {
     // Opened before the runner's begin, whose orphan guard is a fork: close-on-exec keeps it
     // from the ranks.
@@ -264,7 +267,7 @@ void Supervisor::handle_stop_signal(int signal) {
   if (m_phase == Phase::done) return;
   // What sent it, if dlrun cancel said (run_dir.hpp): the first stop signal's.
   if (signal == SIGTERM && !m_stop_signal && m_cancelled_by.empty()) {
-    m_cancelled_by = cancel_note(m_job.run_dir).value_or("");
+    m_cancelled_by = cancel_note(m_job.run_dir, static_cast<int>(::getpid())).value_or("");
   }
   if (m_phase == Phase::waiting) {  // for a restart the ranks asked for: none comes now
     m_restart_timer.cancel();

@@ -229,9 +229,10 @@ while true; do sleep 0.05; done
         # after another was refused (exit 3) with a hint to --force, which kills a program that
         # does handle it: its earlier ranks had said so.
         starts = os.path.join(self.tmp, "starts")
+        gate = os.path.join(self.tmp, "gate")
         rank = self.script("late.sh", f"""trap 'exit 75' USR1
 echo "$RANK:$WORLD_SIZE" >> {starts}
-[ "$DLRUN_RESTART_COUNT" = 0 ] || sleep 3
+[ "$DLRUN_RESTART_COUNT" = 0 ] || while [ ! -e {gate} ]; do sleep 0.05; done
 [ "$RANK" = 0 ] && : > "$DLRUN_RUN_DIR/handles-stop"
 while true; do sleep 0.05; done
 """)
@@ -246,6 +247,7 @@ while true; do sleep 0.05; done
             self.assertIn("the job's ranks are starting", r.stderr)
             self.assertIn("try again in a moment", r.stderr)
             self.assertNotIn("--force", r.stderr)
+            open(gate, "w").close()  # the restarted ranks reach their first step
             self.assertTrue(wait_for(lambda: self.dlrun("resize", job, "2").returncode == 0, 30))
         finally:
             self.dlrun("cancel", job)
@@ -272,8 +274,12 @@ while true; do sleep 0.05; done
                 db.execute("INSERT INTO allocations (job, at, ranks, gpu_ids, cause) VALUES (?, ?, 3, '', 'resize')",
                            (int(job), time.time()))
             db.close()
-            # While the requester lives, its grow stands (the supervisor looks every 5 s).
-            time.sleep(11)
+            # While the requester lives, its grow stands (the supervisor looks every 5 s), and
+            # another resize is told to try again (it waited without a word).
+            r = self.dlrun("resize", job, "2")
+            self.assertEqual(r.returncode, 75, r.stderr)
+            self.assertIn(f"job {job} is being resized by another request", r.stderr)
+            time.sleep(9)
             self.assertEqual(status()["ranks"], 3)
             lock.close()  # the requester dies
             self.assertTrue(wait_for(lambda: status()["ranks"] == 1, 30), status())

@@ -21,7 +21,7 @@ struct PolicyView {
   double speedup = 0;    // predicted speedup at that, over the fair share
   bool modelled = false; // from a published model (else the neutral prediction)
   int gpus_without_pins = 0;  // what it would give were every `dlrun resize` pin released
-  // A running goodput job of MIN < MAX, not pinned, that the policy may not resize: its ranks
+  // A running goodput job above its MIN, not pinned, that the policy may not shrink: its ranks
   // have not said that they handle the stop request (docs/elastic.md).
   bool cannot_be_resized = false;
 };

@@ -57,8 +57,12 @@ class ResizeLock {
  public:
   // Waits for another requester's turn to end.
   static std::unique_ptr<ResizeLock> wait(const std::string& run_dir);
-  // nullptr when another process holds it. (An empty RUN_DIR: a lock that holds nothing.)
+  // nullptr when another process holds it. (An empty RUN_DIR, or a lock file this process
+  // cannot open: a lock that holds nothing, held() false.)
   static std::unique_ptr<ResizeLock> try_take(const std::string& run_dir);
+  // try_take for up to `seconds`; nullptr when another process held it all that time.
+  static std::unique_ptr<ResizeLock> wait_for(const std::string& run_dir, double seconds);
+  bool held() const { return m_fd >= 0; }
   ~ResizeLock();
   ResizeLock(const ResizeLock&) = delete;
   ResizeLock& operator=(const ResizeLock&) = delete;

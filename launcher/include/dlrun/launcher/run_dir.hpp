@@ -46,11 +46,11 @@ bool handles_stop(const std::string& run_dir);
 // copies its terminal's there, PlanOptions::output_log).
 inline constexpr const char* k_output_log = "output.log";
 
-// `dlrun cancel` writes what stops the job (RUN_DIR/cancelled-by: "dlrun cancel") before it
-// signals the job's supervisor, which then says that the job was cancelled, not that it got
-// SIGTERM. The supervisor removes an old one when it starts (a run directory taken up again).
-void write_cancel_note(const std::string& run_dir, const std::string& what);
-std::optional<std::string> cancel_note(const std::string& run_dir);
-void remove_cancel_note(const std::string& run_dir);
+// `dlrun cancel` writes what stops the job (RUN_DIR/cancelled-by: "dlrun cancel") and to
+// which supervisor (its pid) before it signals it; that supervisor then says that the job was
+// cancelled, not that it got SIGTERM. A note for another pid is an earlier run's (a run
+// directory taken up again) and is not read.
+void write_cancel_note(const std::string& run_dir, const std::string& what, int supervisor_pid);
+std::optional<std::string> cancel_note(const std::string& run_dir, int supervisor_pid);
 
 }  // namespace dlrun::launcher
