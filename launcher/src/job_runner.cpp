@@ -124,8 +124,12 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   int code = run_cluster_job(cluster, env);
   bool stopped = code == exit_code::k_signal_base + SIGTERM || code == exit_code::k_signal_base + SIGINT ||
                  code == exit_code::k_signal_base + SIGHUP || code == exit_code::k_signal_base + SIGQUIT;
-  queue.store().finish(id, state_after(code, stopped), code, code == 0 ? "" : fmt::format("dlrun run exited with code {}", code),
-                       {std::nullopt, read_job_metrics(run_dir)});
+  // Stopped by dlrun cancel: said as for any job (the note is for this process, run_dir.hpp).
+  const auto cancelled_by = stopped ? cancel_note(run_dir, static_cast<int>(::getpid())) : std::nullopt;
+  const std::string reason = code == 0         ? ""
+                             : cancelled_by ? "by " + *cancelled_by
+                                            : fmt::format("dlrun run exited with code {}", code);
+  queue.store().finish(id, state_after(code, stopped), code, reason, {std::nullopt, read_job_metrics(run_dir)});
   return code;
 }
 

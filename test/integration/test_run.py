@@ -338,6 +338,20 @@ class LocalHosts(DlrunTestCase):
     """`dlrun run` options with this machine as the hosts (no ssh, no namespaces): each does
     what it says (issue 18: --color auto never coloured, -q let informational lines through)."""
 
+    def test_a_cancelled_job_of_kind_ssh_says_who_cancelled_it(self):
+        # Its reason read "dlrun run exited with code 143".
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(f'command = ["sh", "-c", "touch {self.tmp}/up; sleep 60"]\n'
+                    '[scheduler]\nkind = "ssh"\nhosts = "localhost:1"\n')
+        r = self.dlrun("submit", "--parsable", job)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.tmp, "up")), 60))
+        self.assertEqual(self.dlrun("cancel", job_id).returncode, 0)
+        status = json.loads(self.dlrun("status", "--json", job_id).stdout)
+        self.assertEqual((status["state"], status["reason"]), ("CANCELLED", "by dlrun cancel"))
+
     def test_color_auto_colours_on_the_launchers_terminal(self):
         import pty
         env = dict(self.env, TERM="xterm")
