@@ -17,6 +17,7 @@ std::atomic<int> g_level{static_cast<int>(Level::info)};
 std::mutex g_sink_mutex;
 std::function<void(std::string_view)> g_sink;
 std::atomic<int> g_copy_fd{-1};
+std::atomic<bool> g_stderr{true};
 
 // One write per line keeps concurrent lines whole; a short write to a closed or full file is
 // not worth failing the launcher for.
@@ -87,9 +88,11 @@ void write(Level level, std::string_view message) {
     }
   }
   if (const int copy = g_copy_fd.load(std::memory_order_relaxed); copy >= 0) write_line(copy, line);
-  write_line(STDERR_FILENO, line);
+  if (g_stderr.load(std::memory_order_relaxed)) write_line(STDERR_FILENO, line);
 }
 
 void set_copy(int fd) { g_copy_fd.store(fd, std::memory_order_relaxed); }
+
+void set_stderr(bool on) { g_stderr.store(on, std::memory_order_relaxed); }
 
 }  // namespace dlrun::log

@@ -1,8 +1,5 @@
 #include "dlrun/launcher/job_resize.hpp"
 
-#include <signal.h>
-
-#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -17,8 +14,6 @@
 
 namespace dlrun::launcher {
 namespace {
-
-bool process_alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH); }
 
 // What the supervisor answered, as resize_job's result or its exception.
 ResizeOutcome outcome_of(const std::string& answer, const std::string& job, int ranks) {
@@ -139,14 +134,14 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   resize_request.unannounced = unannounced;
   std::string answer;
   try {
-    answer = request_resize(*step->lock, step->supervisor_pid, resize_request, timeout);
+    answer = request_resize(*step->lock, step->supervisor.pid, resize_request, timeout);
   } catch (const Error& e) {
     end_resize(queue, *step, "", "resize");
     unpin();
     // Cancelled (or ended) meanwhile: said as what it is, not as dlrun's own failure (70). Its
     // end may be recorded a moment after its supervisor is gone (dlrun cancel --force records
     // it once nothing of the job runs): look for a few seconds.
-    if (!process_alive(step->supervisor_pid)) {
+    if (!step->supervisor.alive()) {
       for (int i = 0; i < 100; ++i) {
         if (auto now = queue.store().get(id); now && is_terminal(now->state)) {
           throw ConfigError(fmt::format("job {} ended ({}) before it was resized", id, to_string(now->state)));
@@ -173,7 +168,7 @@ std::optional<ResizeStep> begin_resize(JobQueue& queue, const JobRecord& job, in
   step.lock = std::move(lock);
   step.id = job.id;
   step.run_dir = job.run_dir;
-  step.supervisor_pid = job.supervisor.pid;
+  step.supervisor = job.supervisor;
   step.before = job.allocation;
   step.grow = ranks > job.allocation.ranks;
   if (step.grow) {

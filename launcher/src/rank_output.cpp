@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "dlrun/launcher/carriage_return.hpp"
@@ -21,8 +22,8 @@ Terminal::~Terminal() {
   if (!m_writer) return;
   // Only when the supervisor could not end its job in order (an exception): the reader gets a
   // while, as after a stop signal, not forever (a stop signal could not end that wait).
-  if (m_writer->flush(std::chrono::seconds(2))) {
-    log::set_sink({});
+  if (flush(std::chrono::seconds(2))) {
+    stop_background();
   } else {
     abandon();
   }
@@ -31,6 +32,9 @@ Terminal::~Terminal() {
 void Terminal::write_in_background() {
   if (m_writer) return;
   m_writer = std::make_unique<OutputWriter>();
+  // The copy (output.log) has a thread of its own: a terminal that does not read (Ctrl-S, a
+  // pipe into a pager) does not hold up `dlrun logs` of this run.
+  if (m_copy_fd >= 0) m_copy_writer = std::make_unique<OutputWriter>();
   // dlrun's own lines come from any thread (the log's lock held): on a live stderr they lift a
   // rank's progress line as the ranks' lines do, instead of being glued to its end.
   log::set_sink([this](std::string_view line) {
@@ -39,28 +43,35 @@ void Terminal::write_in_background() {
     if (lift) m_writer->write(m_fds[m_progress.stream], k_clear_line);
     m_writer->write(m_fds[1], line);
     if (lift) m_writer->write(m_fds[m_progress.stream], m_progress.line);
-    if (m_copy_fd >= 0) m_writer->write(m_copy_fd, line);
+    copy_locked(line);
   });
 }
 
 bool Terminal::held_back() const {
-  return m_hold_back && m_writer && m_writer->pending_bytes() > k_most_queued;
+  if (!m_hold_back || !m_writer) return false;
+  return m_writer->pending_bytes() + (m_copy_writer ? m_copy_writer->pending_bytes() : 0) > k_most_queued;
 }
 
-bool Terminal::flush(std::chrono::milliseconds timeout) { return !m_writer || m_writer->flush(timeout); }
+bool Terminal::flush(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const bool copied = !m_copy_writer || m_copy_writer->flush(timeout);
+  const auto left = std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                               deadline - std::chrono::steady_clock::now()));
+  return (!m_writer || m_writer->flush(left)) && copied;
+}
 
 void Terminal::abandon() {
   if (!m_writer) return;
+  log::set_sink({});
   const OutputWriter::Abandoned abandoned = m_writer->abandon();
   for (int i = 0; i < 2; ++i) m_closed[i] = m_closed[i] || abandoned.stuck.count(m_fds[i]) > 0;
-  // dlrun's own lines: straight to stderr again, unless stderr is the reader that does not
-  // read; then nowhere (a write would wait for it), for the rest of the process.
-  if (abandoned.stuck.count(STDERR_FILENO)) {
-    log::set_sink([](std::string_view) {});
-  } else {
-    log::set_sink({});
-  }
+  // dlrun's own lines: straight to stderr again (and to the copy, log.hpp), unless stderr is
+  // the reader that does not read; then to the copy only (a write would wait for it), for the
+  // rest of the process.
+  if (abandoned.stuck.count(STDERR_FILENO)) log::set_stderr(false);
   m_writer.reset();
+  // The copy is a file: what is queued for it goes out, then it is written directly.
+  m_copy_writer.reset();
   // What waited behind the stuck reader for a reader that reads (dlrun's messages on stderr).
   for (const auto& [fd, text] : abandoned.rest) write_all(fd, text);
 }
@@ -69,6 +80,7 @@ void Terminal::stop_background() {
   if (!m_writer) return;  // also after abandon(), which decided where log lines go
   log::set_sink({});
   m_writer.reset();
+  m_copy_writer.reset();
 }
 
 void Terminal::raw_write(int i, std::string_view text) {
@@ -77,13 +89,27 @@ void Terminal::raw_write(int i, std::string_view text) {
   if (!written) m_closed[i] = true;
 }
 
+void Terminal::set_copy(int fd) {
+  std::lock_guard lock(m_mutex);
+  if (fd == m_copy_fd) return;
+  // What is queued for the old copy is written before the caller may close it.
+  m_copy_writer.reset();
+  m_copy_fd = fd;
+  if (m_writer && fd >= 0) m_copy_writer = std::make_unique<OutputWriter>();
+}
+
 void Terminal::copy(std::string_view text) {
   if (m_copy_fd < 0 || text.empty()) return;
-  // Behind what is queued for the terminal, by the same thread: the supervisor does not wait
-  // on the disk, and the copy keeps the order of dlrun's own lines (the sink below).
+  // Under the lock that dlrun's own lines take: the copy keeps their order among the ranks'.
   std::lock_guard lock(m_mutex);
-  if (m_writer) {
-    m_writer->write(m_copy_fd, text);
+  copy_locked(text);
+}
+
+void Terminal::copy_locked(std::string_view text) {
+  if (m_copy_fd < 0) return;
+  // The supervisor does not wait on the disk: queued for the copy's thread, if there is one.
+  if (m_copy_writer) {
+    m_copy_writer->write(m_copy_fd, text);
   } else {
     write_all(m_copy_fd, text);
   }

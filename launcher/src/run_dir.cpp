@@ -124,5 +124,4 @@ std::optional<std::string> cancel_note(const std::string& run_dir, int superviso
   return note;
 }
 
-
 }  // namespace dlrun::launcher

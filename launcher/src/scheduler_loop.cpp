@@ -74,7 +74,7 @@ std::vector<std::string> resize_all(const std::vector<ResizeStep>& steps) {
   for (size_t i = 0; i < steps.size(); ++i) {
     threads.emplace_back([&, i] {
       try {
-        answers[i] = request_resize(*steps[i].lock, steps[i].supervisor_pid, steps[i].request(), k_answer_timeout);
+        answers[i] = request_resize(*steps[i].lock, steps[i].supervisor.pid, steps[i].request(), k_answer_timeout);
       } catch (const Error& e) {
         answers[i] = std::string("error: ") + e.what();
       }

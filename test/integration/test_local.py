@@ -710,6 +710,38 @@ while true; do sleep 0.05; done
         finally:
             os.close(reader)
 
+    def test_output_log_does_not_wait_for_a_terminal_that_does_not_read(self):
+        # Both of dlrun's streams go to one pipe nobody reads: `dlrun logs` (output.log) still
+        # shows what the rank printed after the pipe filled, and dlrun's own lines to the end.
+        reader, writer = os.pipe()
+        try:
+            p = subprocess.Popen([DLRUN, "local", "--nproc", "1", "--run-dir", self.run_dir(), "sh", "-c",
+                                  "i=0; while [ $i -lt 3000 ]; do echo filler-line-$i-of-the-flood; i=$((i+1)); done; "
+                                  "echo after-the-flood; exec sleep 1000"],
+                                 stdout=writer, stderr=writer, env=self.env, start_new_session=True)
+            self._started = getattr(self, "_started", []) + [p]
+            os.close(writer)
+            log = os.path.join(self.run_dir(), "output.log")
+            def copied():
+                if not os.path.exists(log):
+                    return False
+                with open(log, "rb") as f:
+                    return b"after-the-flood" in f.read()
+
+            self.assertTrue(wait_for(copied, 60), "output.log waited for the terminal")
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=60)
+            self.assertEqual(p.returncode, 143)
+            with open(log, "rb") as f:
+                text = f.read().decode()
+            self.assertTrue("[0] filler-line-2999-of-the-flood\n" in text, text[-2000:])
+            # dlrun's own lines, although its stderr was the stuck pipe: in order, to the last.
+            self.assertTrue("got SIGTERM: passing it on to 1 rank" in text, text[-2000:])
+            self.assertLess(text.index("after-the-flood"), text.index("got SIGTERM"))
+            self.assertIn("job", text.splitlines()[-1])
+        finally:
+            os.close(reader)
+
     def test_second_ctrl_c_kills_at_once(self):
         marks, ready, script = self.rank_script("trap '' INT")
         p = self.start("local", "--nproc", "2", "--grace", "120", script)

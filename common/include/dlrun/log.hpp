@@ -30,6 +30,9 @@ void set_sink(std::function<void(std::string_view line)> sink);
 // Every line written (at its level or above) while no sink is set is also appended to `fd`
 // (a sink copies what it takes itself); -1: no copy. The fd stays the caller's.
 void set_copy(int fd);
+// Off: lines written while no sink is set go to the copy only (stderr is a reader that does
+// not read, and the process must not wait on it). On by default.
+void set_stderr(bool on);
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> format, Args&&... args) {

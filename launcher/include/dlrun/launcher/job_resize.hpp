@@ -51,7 +51,7 @@ ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounce
 struct ResizeStep {
   int64_t id = 0;
   std::string run_dir;
-  int supervisor_pid = 0;
+  ProcessIdentity supervisor;
   Allocation before, after;
   bool grow = false;
   std::shared_ptr<ResizeLock> lock;  // held from the store's change until its outcome is recorded

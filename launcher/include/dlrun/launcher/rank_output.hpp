@@ -67,18 +67,22 @@ class Terminal {
   void end_progress(const void* owner, std::optional<Stream> stream = std::nullopt);
   // Every rank's whole lines, shown or not, are also appended to `fd` (the job's output.log)
   // with their plain prefix, and so are dlrun's own log lines while they come through here;
-  // queued behind the terminal's output in background mode; -1: none. The fd stays the caller's.
-  void set_copy(int fd) { m_copy_fd = fd; }
+  // queued for a thread of its own in background mode (set it before write_in_background), so
+  // that a terminal that does not read holds it up no more than the ranks are held back; -1:
+  // none. The fd stays the caller's.
+  void set_copy(int fd);
   bool copying() const { return m_copy_fd >= 0; }
   void copy(std::string_view text);
 
  private:
   static int index(Stream stream) { return stream == Stream::out ? 0 : 1; }
   void raw_write(int i, std::string_view text);
+  void copy_locked(std::string_view text);  // m_mutex held
 
   int m_fds[2];
   int m_copy_fd = -1;
   std::unique_ptr<OutputWriter> m_writer;
+  std::unique_ptr<OutputWriter> m_copy_writer;  // output.log's, in background mode
   // Held around the progress line and the writes that lift it: dlrun's log lines (the sink set
   // by write_in_background) come from other threads too. Nothing logs while holding it.
   std::mutex m_mutex;
