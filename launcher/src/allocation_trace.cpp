@@ -464,7 +464,13 @@ TraceSummary summarise_trace(const std::vector<AllocationEvent>& events,
     if (w.active_since) w.active.emplace_back(*w.active_since, window.close);
     bool in_window = w.first_in_window.has_value();
     for (auto [from, to] : w.active) in_window = in_window || clip(from, to, s);
-    if (in_window) shown.emplace_back(id, &w);
+    if (!in_window) continue;
+    // A picture of GPUs: a job on CPU slots only is counted, not drawn.
+    if (w.peak == 0) {
+      ++s.cpu_only_jobs;
+      continue;
+    }
+    shown.emplace_back(id, &w);
   }
   std::sort(shown.begin(), shown.end(), [](const auto& a, const auto& b) {
     return a.second->appearance < b.second->appearance;
@@ -494,7 +500,7 @@ TraceSummary summarise_trace(const std::vector<AllocationEvent>& events,
   std::vector<std::vector<std::pair<double, double>>> busy(s.rows.size());
   for (auto& [id, span] : raw) {
     auto c = clip(span.from, span.to, s);
-    if (!c) continue;
+    if (!c || !index.count(id)) continue;
     span.job = index.at(id);
     std::tie(span.from, span.to) = *c;
     s.jobs[span.job].gpu_seconds += span.to - span.from;
@@ -536,6 +542,10 @@ std::string render_trace_text(const std::vector<AllocationEvent>& events,
                        row_cells(s, r, width));
   }
   if (s.rows.empty()) out += "(no GPU held in the window)\n";
+  if (s.cpu_only_jobs > 0) {
+    out += fmt::format("({} on CPU slots only in the window, not drawn: dlrun status --all lists {})\n",
+                       counted(s.cpu_only_jobs, "job"), s.cpu_only_jobs == 1 ? "it" : "them");
+  }
   out += axis_line(label_width + 2, width, s.end - s.begin);
   if (!s.jobs.empty()) out += jobs_table(s);
   return out;

@@ -302,15 +302,15 @@ TEST_SUITE("launcher::AllocationTrace") {
     events.push_back(cpu);
     const TraceSummary s = summarise_trace(events, window(t0 + 100, 4));
     CHECK(s.rows == std::vector<std::string>{"0", "1", "GPU-abc"});
-    REQUIRE(s.jobs.size() == 3);
+    // The CPU-only job is counted, not drawn: the picture is of GPUs.
+    REQUIRE(s.jobs.size() == 2);
+    CHECK(s.cpu_only_jobs == 1);
     CHECK(s.jobs[0].job == 1);  // first in time, though second in the list
-    CHECK(s.jobs[1].job == 3);
-    CHECK(s.jobs[1].gpu_seconds == 0);
-    CHECK(s.jobs[1].running);
-    CHECK(s.jobs[2].job == 2);
-    CHECK(
-        gpu_rows(render_trace_text(events, window(t0 + 100, 4))) ==
-        std::vector<std::string>{"GPU 0       |....|", "GPU 1       |AAAA|", "GPU GPU-abc |..CC|"});
+    CHECK(s.jobs[1].job == 2);
+    const std::string text = render_trace_text(events, window(t0 + 100, 4));
+    CHECK(gpu_rows(text) == std::vector<std::string>{"GPU 0       |....|", "GPU 1       |AAAA|", "GPU GPU-abc |..BB|"});
+    CHECK(text.find("3 GPUs, 2 jobs") == 0);
+    CHECK(text.find("(1 job on CPU slots only in the window, not drawn") != std::string::npos);
   }
 
   TEST_CASE("a column shows who held the GPU longest in it") {

@@ -55,7 +55,8 @@ struct TraceSpan {
 struct TraceSummary {
   double begin = 0, end = 0;      // the window
   std::vector<std::string> rows;  // GPU ids: "0" … gpus−1, then any other id the events name
-  std::vector<TraceJob> jobs;     // the jobs the window shows, in order of first appearance
+  std::vector<TraceJob> jobs;     // the jobs that held GPUs in the window, by first appearance
+  size_t cpu_only_jobs = 0;       // jobs that ran in the window on CPU slots only (not in jobs)
   std::vector<TraceSpan> spans;   // by row, then time
   double busy_gpu_seconds = 0;    // time a GPU was held by some job, summed over the rows
   double utilisation = 0;         // busy / (rows × window); 0 for an empty window or no rows
