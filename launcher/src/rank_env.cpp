@@ -48,6 +48,9 @@ std::vector<RankSpec> plan_node_ranks(const NodePlanInput& in) {
     if (in.base.count(env::k_omp_num_threads) == 0) {
       env[env::k_omp_num_threads] = std::to_string(threads_per_rank(in.cores, in.local_world_size));
     }
+    // Python's print() otherwise waits in a buffer until the rank exits (a pipe is not a
+    // terminal), and is lost when the rank is killed: unbuffered, as torchrun's `python -u`.
+    if (in.base.count(env::k_python_unbuffered) == 0) env[env::k_python_unbuffered] = "1";
     env[env::k_device] = in.gpu_ids.empty() ? "cpu" : "cuda";
     if (!in.gpu_ids.empty()) {
       env[env::k_cuda_visible_devices] =
@@ -59,8 +62,9 @@ std::vector<RankSpec> plan_node_ranks(const NodePlanInput& in) {
 }
 
 std::vector<std::string> per_rank_variables() {
-  NodePlanInput in;  // CPU ranks, with OMP_NUM_THREADS given: only what is always set is new
+  NodePlanInput in;  // CPU ranks, with OMP_NUM_THREADS and PYTHONUNBUFFERED given: only what is always set is new
   in.base[env::k_omp_num_threads] = "1";
+  in.base[env::k_python_unbuffered] = "1";
   const std::vector<RankSpec> ranks = plan_node_ranks(in);
   std::vector<std::string> names;
   for (const auto& [name, value] : ranks.front().env) {

@@ -7,7 +7,7 @@ import re
 import subprocess
 import unittest
 
-from harness import PYTHON, DlrunTestCase
+from harness import PYTHON, DlrunTestCase, wait_for
 
 TORCHELASTIC_KEYS = ["RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
                      "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
@@ -71,6 +71,32 @@ class PythonPrograms(TorchrunTestCase):
         python = os.path.join(self.bin, "python3")
         self.assertEqual(sorted(r.stdout.splitlines()), [f"[0] {python} 0 --lr 0.1", f"[1] {python} 1 --lr 0.1"])
         self.assertIn("2 ranks of train.py,", r.stderr)
+
+    def test_print_reaches_the_log_as_it_happens(self):
+        # As under torchrun (python -u): a rank's print() is in its log before the rank ends
+        # (it waited in Python's buffer until exit, and was lost when the rank was killed).
+        go = os.path.join(self.tmp, "go")
+        self.write("train.py", "import os, time\nprint('loaded data')\n"
+                               f"while not os.path.exists({go!r}): time.sleep(0.05)\n")
+        env = dict(self.env)
+        env.pop("PYTHONUNBUFFERED", None)
+        p = self.start("local", "--nproc", "1", "--run-dir", self.run_dir(), "train.py", cwd=self.tmp, env=env)
+        log = os.path.join(self.run_dir(), "rank-0.log")
+        try:
+            def printed():
+                if not os.path.exists(log):
+                    return False
+                with open(log) as f:
+                    return "loaded data" in f.read()
+            self.assertTrue(wait_for(printed, 60), "the rank's print() waited in its buffer")
+        finally:
+            open(go, "w").close()
+        self.assertEqual(p.wait(timeout=60), 0)
+        # Python's buffering, where the user asks for it.
+        env["PYTHONUNBUFFERED"] = ""
+        self.write("show.py", "import os\nprint(repr(os.environ['PYTHONUNBUFFERED']))\n")
+        r = self.dlrun("local", "--nproc", "1", "show.py", cwd=self.tmp, env=env)
+        self.assertEqual(r.stdout, "[0] ''\n", r.stderr)
 
     def test_dot_slash_script_without_shebang(self):
         self.write("train.py", SHOW, mode=0o755)  # executable, but no #! line

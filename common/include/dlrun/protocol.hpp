@@ -64,6 +64,7 @@ inline constexpr const char* k_tty = "DLRUN_TTY";
 
 // Set by dlrun unless the user already set them.
 inline constexpr const char* k_omp_num_threads = "OMP_NUM_THREADS";
+inline constexpr const char* k_python_unbuffered = "PYTHONUNBUFFERED";
 inline constexpr const char* k_cuda_visible_devices = "CUDA_VISIBLE_DEVICES";
 
 // Read by dlrun.

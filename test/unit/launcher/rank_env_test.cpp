@@ -69,6 +69,15 @@ TEST_SUITE("launcher::RankEnv") {
     CHECK(plan_node_ranks(in)[0].env.at("OMP_NUM_THREADS") == "7");
     CHECK(threads_per_rank(2, 8) == 1);
   }
+  TEST_CASE("Python's output is unbuffered unless the user said otherwise") {
+    CHECK(plan_node_ranks(two_ranks())[1].env.at("PYTHONUNBUFFERED") == "1");
+    auto in = two_ranks();
+    in.base["PYTHONUNBUFFERED"] = "";  // buffered, as the user asked
+    CHECK(plan_node_ranks(in)[0].env.at("PYTHONUNBUFFERED").empty());
+    // Not reserved: job.toml's [env] may set it.
+    const auto reserved = per_rank_variables();
+    CHECK(std::find(reserved.begin(), reserved.end(), "PYTHONUNBUFFERED") == reserved.end());
+  }
   TEST_CASE("ranks on a later node are numbered after the earlier nodes") {
     auto in = two_ranks();
     in.node_rank = 1;
