@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +16,7 @@
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/job_ref.hpp"
+#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 
@@ -47,7 +51,43 @@ std::string default_name(const std::vector<std::string>& command) {
   return launcher::job_name_from(program.module ? program.word : fs::path(program.word).filename().string());
 }
 
-[[noreturn]] void run_again(const std::string& verb, const launcher::ResumeTarget& target) {
+// An option of dlrun's at the front of a command line, with its value if it takes one.
+struct LeadingOption {
+  const CLI::Option* option = nullptr;
+  std::vector<std::string> words;
+};
+
+// dlrun's own options at the front of `words`, up to the program (the first word that is not
+// one of `app`'s options or their values) or "--".
+std::vector<LeadingOption> leading_options(const CLI::App& app, const std::vector<std::string>& words) {
+  std::vector<LeadingOption> found;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (word == "--" || word.size() < 2 || word[0] != '-') break;
+    const size_t equals = word.find('=');
+    const CLI::Option* option = app.get_option_no_throw(word.substr(0, equals));
+    if (!option) break;
+    LeadingOption given{option, {word}};
+    if (equals == std::string::npos && option->get_items_expected_max() > 0 && i + 1 < words.size()) {
+      given.words.push_back(words[++i]);
+    }
+    found.push_back(std::move(given));
+  }
+  return found;
+}
+
+// How a run is shown, not what it runs: these may come with a bare --resume.
+bool shows_only(const CLI::Option* option) {
+  for (const char* name : {"--quiet", "--no-prefix", "--prefix", "--ranks", "--color", "--tail"}) {
+    if (option->check_name(name)) return true;
+  }
+  return false;
+}
+
+// Runs dlrun again as `dlrun VERB --resume ID SHOWN WORDS`: the job's own words, from its
+// working directory, with the display options given now in place of those it had.
+[[noreturn]] void run_again(const std::string& verb, const launcher::ResumeTarget& target, const CLI::App& app,
+                            const std::vector<LeadingOption>& shown) {
   if (!target.workdir.empty() && ::chdir(target.workdir.c_str()) != 0) {
     throw ConfigError(fmt::format("--resume {}: cannot enter its working directory {}: {}",
                                   target.id, target.workdir, std::strerror(errno)));
@@ -55,10 +95,21 @@ std::string default_name(const std::vector<std::string>& command) {
   if (target.words.empty())
     throw ConfigError(fmt::format("--resume {}: the job keeps no command line", target.id));
   std::vector<std::string> words = {"dlrun", verb, "--resume", std::to_string(target.id)};
-  words.insert(words.end(), target.words.begin(), target.words.end());
+  for (const auto& given : shown) words.insert(words.end(), given.words.begin(), given.words.end());
+  size_t skip = 0;
+  for (const auto& kept : leading_options(app, target.words)) {
+    const bool replaced = std::any_of(shown.begin(), shown.end(),
+                                      [&](const LeadingOption& given) { return given.option == kept.option; });
+    if (!replaced) words.insert(words.end(), kept.words.begin(), kept.words.end());
+    skip += kept.words.size();
+  }
+  words.insert(words.end(), target.words.begin() + static_cast<long>(skip), target.words.end());
   std::vector<char*> argv;
   for (auto& word : words) argv.push_back(word.data());
   argv.push_back(nullptr);
+  // The ranks get the umask this dlrun was started with (this process keeps its own files
+  // private meanwhile, and the dlrun started here would take that one for the user's).
+  ::umask(launcher::started_umask());
   ::execv("/proc/self/exe", argv.data());
   throw SpawnError(
       fmt::format("--resume {}: cannot run dlrun again: {}", target.id, std::strerror(errno)));
@@ -83,13 +134,20 @@ void run_again_if_resume_alone(const ForegroundArgs& args, const CLI::App& app,
                                launcher::JobOrigin origin, const launcher::PlanOptions& options) {
   if (args.resume.empty() || !options.command.empty()) return;
   auto target = launcher::find_resume_target(launcher::current_environment(), args.resume, origin);
-  if (!kept_words().empty()) {
+  const std::vector<std::string> given = kept_words();
+  const auto shown = leading_options(app, given);
+  size_t covered = 0;
+  for (const auto& option : shown) covered += option.words.size();
+  if (covered != given.size() || !std::all_of(shown.begin(), shown.end(), [](const LeadingOption& option) {
+        return shows_only(option.option);
+      })) {
     throw ConfigError(
         fmt::format("--resume {} with options but no program: give the whole command line after "
-                    "--resume {}, or nothing else to run the job's own again",
+                    "--resume {}, or nothing else to run the job's own again (alone, --resume takes only "
+                    "options of how it is shown: -q, --ranks, --color, --prefix, --no-prefix, --tail)",
                     args.resume, args.resume));
   }
-  run_again(app.get_name(), target);
+  run_again(app.get_name(), target, app, shown);
 }
 
 std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& args,

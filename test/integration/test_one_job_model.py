@@ -260,6 +260,24 @@ class Resume(DlrunTestCase):
         jobs = json.loads(self.dlrun("status", "--all", "--json").stdout)
         self.assertEqual([(j["id"], j["state"], j["run_dir"]) for j in jobs], [(job, "SUCCEEDED", run_dir)])
 
+    def test_a_bare_resume_keeps_the_users_umask_and_takes_how_it_is_shown(self):
+        program = self.script("um.sh", 'echo "umask $(umask) rank $RANK"\n')
+        old = os.umask(0o002)
+        try:
+            r = self.dlrun("local", "--nproc", "2", "--ranks", "0", "--color", "never", "--name", "um", program)
+            self.assertEqual(r.stdout, "[0] umask 0002 rank 0\n", r.stderr)
+            # The ranks of a bare resume got dlrun's private 077 (it runs dlrun again).
+            r = self.dlrun("local", "--resume", "um")
+            self.assertEqual(r.stdout, "[0] umask 0002 rank 0\n", r.stderr)
+            # How it is shown may change; the job's own --ranks 0 gives way to --ranks 1.
+            r = self.dlrun("local", "--resume", "um", "-q", "--ranks", "1")
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "[1] umask 0002 rank 1\n", ""))
+            r = self.dlrun("local", "--resume", "um", "--max-restarts", "2")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("alone, --resume takes only options of how it is shown", r.stderr)
+        finally:
+            os.umask(old)
+
     def test_resume_by_name_with_a_command_line(self):
         job, _, run_dir = self.stop_counter("--name", "count")
         program = os.path.join(self.tmp, "counter.sh")
