@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -145,22 +147,54 @@ void Supervisor::check_watchdog() {
   const auto now_steady = std::chrono::steady_clock::now();
   const double since_start = std::chrono::duration<double>(now_steady - m_attempt_started).count();
   const auto now_wall = std::filesystem::file_time_type::clock::now();
+  std::vector<size_t> idle_members;
+  size_t running = 0;
+  bool any_reported = false;  // some rank of this attempt touched its progress file
   for (size_t i = 0; i < m_group->size(); ++i) {
     if (m_group->exit_status(i)) continue;
+    ++running;
     const Member& member = m_group->member(i);
     double idle = since_start;
     std::error_code ec;
     auto mtime = std::filesystem::last_write_time(progress_file(m_job.run_dir, member.spec.rank), ec);
-    if (!ec) idle = std::min(idle, std::chrono::duration<double>(now_wall - mtime).count());
-    if (idle < m_job.options.watchdog_seconds) continue;
-    std::string reason = fmt::format("{} made no progress for {:g} s ({}): treating it as failed", member.name,
-                                     m_job.options.watchdog_seconds,
-                                     m_job.options.source == SettingsSource::job_file ? "the job's watchdog" : "--watchdog");
-    log::error("{}", reason);
-    m_failure = Failure{i, ExitStatus::killed(SIGKILL), reason, {}, {}};
-    stop_group(SIGTERM);
-    return;
+    if (!ec) {
+      const double age = std::chrono::duration<double>(now_wall - mtime).count();
+      // (A file's time is the kernel's coarse clock, a few ms behind: a touch at the start
+      // may look older than the start. An earlier attempt's last touch came well before.)
+      any_reported = any_reported || age < since_start + 0.1;
+      idle = std::min(idle, age);
+    }
+    if (idle >= m_job.options.watchdog_seconds) idle_members.push_back(i);
   }
+  if (idle_members.empty()) return;
+  const std::string source =
+      m_job.options.source == SettingsSource::job_file ? "the job's watchdog" : "--watchdog";
+  std::string who;
+  if (idle_members.size() == running && running > 1) {
+    // Ranks that wait for one another in a collective look alike: none is singled out.
+    who = "no rank";
+  } else {
+    for (size_t k = 0; k < idle_members.size(); ++k) {
+      who += (k == 0 ? "" : k + 1 == idle_members.size() ? " and " : ", ") + m_group->member(idle_members[k]).name;
+    }
+  }
+  std::string reason =
+      who == "no rank"
+          ? fmt::format("no rank made progress for {:g} s ({}): treating the job as failed",
+                        m_job.options.watchdog_seconds, source)
+          : fmt::format("{} made no progress for {:g} s ({}): treating {} as failed", who,
+                        m_job.options.watchdog_seconds, source, idle_members.size() == 1 ? "it" : "them");
+  if (!any_reported) {
+    reason += fmt::format(
+        ". No rank has touched its progress file ({}) since it started: a program on the dlrun runtime does at "
+        "every step; any other program must, or the watchdog stops it (docs/elastic.md)",
+        env::k_progress_file);
+  } else if (who == "no rank") {
+    reason += " (each rank's log says where it stopped)";
+  }
+  log::error("{}", reason);
+  m_failure = Failure{idle_members.front(), ExitStatus::killed(SIGKILL), reason, {}, {}};
+  stop_group(SIGTERM);
 }
 
 }  // namespace dlrun::launcher

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -198,10 +199,13 @@ Context init(const InitOptions& options) {
                                                         : std::string();
   state->progress_file = world.progress_file;
   state->uses_signals = options.handle_signals;
-  if (options.handle_signals) runtime::stop_signal::install();
   state->cuda_index = runtime::select_rank_device(
       runtime::requested_device(options.device, world.device), world.local_rank);
   if (world.distributed() && world.world_size > 1) {
+    // Until the ranks have met, a stop (dlrun stopping the group because another rank failed,
+    // Ctrl-C) ends this rank at once: it has nothing to save, and no step would see the request.
+    std::optional<runtime::stop_signal::DefaultActionScope> rendezvous;
+    if (options.handle_signals) rendezvous.emplace();
     state->store = runtime::connect_store(world, options);
     auto group = runtime::create_process_group(state->store, world.rank, world.world_size,
                                                world.master_addr, state->cuda_index, options);
@@ -211,6 +215,7 @@ Context init(const InitOptions& options) {
       runtime::use_shared_memory_if_wanted(*state, options);
     }
   }
+  if (options.handle_signals) runtime::stop_signal::install();
   log::debug("rank {} of {} ready (backend {}{}, device {}, restart {})", state->rank,
              state->world_size, state->backend,
              state->shm ? ", gradients through shared memory" : "",

@@ -183,6 +183,14 @@ void DataParallel::step(const std::function<void()>& optimizer_step) {
         "averaged over the ranks and the replicas would drift apart: run the step's last backward() outside "
         "no_sync() (it reduces everything accumulated before it)");
   }
+  if (m_impl->reducer && !m_impl->vote->pending) {
+    // loss.backward() alone: the Reducer was not told, and nothing was averaged (nor voted on:
+    // a stop request would never be seen).
+    throw ConfigError(
+        "DataParallel::step: no backward() went through this DataParallel since the last step, so the gradients "
+        "were never averaged over the ranks and the replicas would drift apart: call dp.backward(loss), not "
+        "loss.backward()");
+  }
   synchronize();
   optimizer_step();
   finish_step();

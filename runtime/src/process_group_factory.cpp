@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -118,14 +120,24 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitO
   store_options.waitWorkers = false;  // we wait ourselves, to name the missing ranks
   store_options.timeout = options.rendezvous_timeout;
   c10::intrusive_ptr<c10d::Store> store;
-  // Not a check: TCPStore reports what is wrong if the store is still not there.
+  const auto seconds = std::chrono::duration<double>(options.rendezvous_timeout).count();
   if (world.rank != 0) {
-    wait_until_listening(world.master_addr, world.master_port, options.rendezvous_timeout);
+    // One timeout in all: the store gets what is left of it (it waited a whole second one).
+    const auto deadline = std::chrono::steady_clock::now() + options.rendezvous_timeout;
+    if (!wait_until_listening(world.master_addr, world.master_port, options.rendezvous_timeout)) {
+      throw RendezvousTimeout(fmt::format(
+          "rank {} could not reach the store at {}:{} within {:g} s: check that rank 0 is running "
+          "and MASTER_ADDR/MASTER_PORT are right (nothing listens there)",
+          world.rank, world.master_addr, world.master_port, seconds));
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    store_options.timeout = std::max(left, std::chrono::milliseconds(1000));
   }
   try {
     store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, store_options);
+    // The store's own waits (Gloo's rendezvous through it) get the whole timeout again.
+    store->setTimeout(options.rendezvous_timeout);
   } catch (const std::exception& e) {
-    const auto seconds = std::chrono::duration<double>(options.rendezvous_timeout).count();
     if (world.rank == 0) {
       throw RendezvousTimeout(fmt::format(
           "rank 0 could not host the store at {}:{} ({}): is the port in use? By this program itself "

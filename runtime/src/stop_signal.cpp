@@ -50,4 +50,19 @@ void clear() {
   g_count = 0;
 }
 
+namespace {
+constexpr int k_default_during[2] = {SIGTERM, SIGINT};
+}
+
+DefaultActionScope::DefaultActionScope() {
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  for (int i = 0; i < 2; ++i) sigaction(k_default_during[i], &action, &m_old[i]);
+}
+
+DefaultActionScope::~DefaultActionScope() {
+  for (int i = 0; i < 2; ++i) sigaction(k_default_during[i], &m_old[i], nullptr);
+}
+
 }  // namespace dlrun::runtime::stop_signal

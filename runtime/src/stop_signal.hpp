@@ -5,6 +5,8 @@
 // The flag is process-wide; install() is idempotent. Ranks agree on it through
 // StopVote (data_parallel.cpp / context.cpp), never by reading each other's flags.
 
+#include <signal.h>
+
 namespace dlrun::runtime::stop_signal {
 
 // Installs the handlers (once per process).
@@ -15,5 +17,20 @@ bool pending();
 void request();
 // Clears the flag (tests; a program that handled a stop and goes on).
 void clear();
+
+// While it lives, SIGTERM and SIGINT take their default action (the process ends at once),
+// whatever handler was set (the stop handlers above, Python's KeyboardInterrupt): for the
+// rendezvous, where a rank has nothing to save and may wait long for a peer that will not
+// come, which a stop request would not interrupt. The earlier handlers come back after it.
+class DefaultActionScope {
+ public:
+  DefaultActionScope();
+  ~DefaultActionScope();
+  DefaultActionScope(const DefaultActionScope&) = delete;
+  DefaultActionScope& operator=(const DefaultActionScope&) = delete;
+
+ private:
+  struct sigaction m_old[2];
+};
 
 }  // namespace dlrun::runtime::stop_signal

@@ -428,6 +428,20 @@ class Watchdog(DlrunTestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("dlrun: error: rank 1 made no progress for 4 s (--watchdog): treating it as failed", r.stderr)
 
+    def test_ranks_that_never_reported_or_all_stopped_are_said_so(self):
+        # A program that never touches the file (not on the runtime): the watchdog says what it
+        # counts. Ranks that all stopped (waiting for one another): no rank is singled out.
+        r = self.dlrun("local", "--nproc", "2", "--watchdog", "2", "--grace", "1", "sleep", "300")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("dlrun: error: no rank made progress for 2 s (--watchdog): treating the job as failed. No rank "
+                      "has touched its progress file (DLRUN_PROGRESS_FILE) since it started: a program on the dlrun "
+                      "runtime does at every step", r.stderr)
+        r = self.dlrun("local", "--nproc", "2", "--watchdog", "2", "--grace", "1", "sh", "-c",
+                       'touch "$DLRUN_PROGRESS_FILE"; exec sleep 300')
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("dlrun: error: no rank made progress for 2 s (--watchdog): treating the job as failed (each "
+                      "rank's log says where it stopped)", r.stderr)
+
     def test_ranks_that_report_progress_run_on(self):
         # Runs for three watchdog periods, by the clock (a count of touches would end sooner
         # on a slower machine), touching ten times a period.

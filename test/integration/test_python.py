@@ -816,7 +816,33 @@ class Errors(DlrunTestCase):
             print("the interpreter lives on")
             """, env)
         self.assertRegex(out, r"RendezvousTimeout \| .*127\.0\.0\.1:\d+")
+        # Said once nothing listened for the whole timeout (the store then waited a second one).
+        self.assertIn("within 2 s: check that rank 0 is running and MASTER_ADDR/MASTER_PORT are right (nothing "
+                      "listens there)", out)
         self.assertIn("the interpreter lives on", out)
+
+    def test_a_stop_during_the_rendezvous_ends_the_rank_at_once(self):
+        # Rank 1 fails before it joins; rank 0 waits in dlrun.init() for it. dlrun stops rank 0,
+        # which ended only at the end of --grace (its stop request waited for a step).
+        waiting = os.path.join(self.tmp, "waiting")
+        script = os.path.join(self.tmp, "early.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(f"""
+                import os, sys, time
+                if os.environ["RANK"] == "1":
+                    while not os.path.exists({waiting!r}):
+                        time.sleep(0.05)
+                    time.sleep(0.5)
+                    sys.exit("bad config")
+                import dlrun
+                open({waiting!r}, "w").close()
+                dlrun.init(rendezvous_timeout=600)
+                """))
+        p = self.start("local", "--nproc", "2", "--grace", "300", PYTHON, script, cwd=self.tmp)
+        _, err = p.communicate(timeout=120)  # not the 300 s of --grace
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("rank 1 exited with code 1", err)
+        self.assertNotIn("still running", err)
 
     def test_a_damaged_checkpoint_falls_back_and_none_left_is_a_checkpoint_error(self):
         out = self.python("""

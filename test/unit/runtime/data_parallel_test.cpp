@@ -250,6 +250,30 @@ TEST_SUITE("runtime::DataParallel") {
     check_close(got[0], got[1]);
   }
 
+  TEST_CASE("a step after loss.backward() alone is refused: nothing was averaged") {
+    std::atomic<int> refused{0};
+    std::vector<std::vector<torch::Tensor>> got(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      auto net = make_net(1);
+      dlrun::DataParallel dp(net, ctx);
+      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+      auto [x, y] = global_batch(0, 8);
+      const int64_t b = ctx.rank() * 4;
+      summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)).backward();
+      try {
+        dp.step(sgd);
+      } catch (const dlrun::ConfigError& e) {
+        if (std::string(e.what()).find("call dp.backward(loss), not loss.backward()") != std::string::npos) ++refused;
+      }
+      sgd.zero_grad();
+      dp.backward(summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
+      dp.step(sgd);
+      got[ctx.rank()] = flat_params(*net);
+    });
+    CHECK(refused == 2);
+    check_close(got[0], got[1]);
+  }
+
   TEST_CASE("a stop asked on one rank is seen by all ranks after the same step") {
     at::set_num_threads(1);
     std::vector<int> stopped_at(3, -1);
