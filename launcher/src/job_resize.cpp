@@ -127,8 +127,8 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
     unpin();
     // Other users' jobs are not in dlrun status's table: say whose GPUs they are.
     const std::string elsewhere = request.uses_gpus ? gpus_held_elsewhere_suffix(capacity.gpus_elsewhere) : "";
-    throw ConfigError(fmt::format("job {}: not enough free {} for {} ranks now{}", id,
-                                  request.uses_gpus ? "GPUs" : "CPU slots", *ranks, elsewhere));
+    throw ConfigError(fmt::format("job {}: not enough free {} for {} now{}", id,
+                                  request.uses_gpus ? "GPUs" : "CPU slots", counted(*ranks, "rank"), elsewhere));
   }
   ResizeRequest resize_request = step->request();
   resize_request.unannounced = unannounced;

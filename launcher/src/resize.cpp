@@ -51,12 +51,12 @@ std::optional<ResizeRequest> parse_resize_request(std::string_view text) {
 
 std::string check_resize(int requested, int min_ranks, int max_ranks) {
   if (min_ranks == max_ranks) {
-    return fmt::format("the job is not elastic: it was started with {} ranks (start it with MIN:MAX to resize "
+    return fmt::format("the job is not elastic: it was started with {} (start it with MIN:MAX to resize "
                        "it: dlrun local --nproc 1:4 or --gpus 1:4, or in job.toml's [resources] "
-                       "nproc = \"1:4\" or gpus = \"1:4\")", max_ranks);
+                       "nproc = \"1:4\" or gpus = \"1:4\")", counted(max_ranks, "rank"));
   }
   if (requested < min_ranks || requested > max_ranks) {
-    return fmt::format("{} ranks is outside the job's range {}:{}", requested, min_ranks, max_ranks);
+    return fmt::format("{} is outside the job's range {}:{}", counted(requested, "rank"), min_ranks, max_ranks);
   }
   return {};
 }

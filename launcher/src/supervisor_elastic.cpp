@@ -14,6 +14,7 @@
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/supervisor.hpp"
+#include "dlrun/launcher/text.hpp"
 #include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
@@ -77,16 +78,16 @@ std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
   m_pending_resize = request;
   m_resize_restarts = !announced;
   if (announced) {
-    log::info("resizing from {} to {} ranks: asking the ranks to checkpoint and stop", m_job.world_size,
-              request.world_size);
+    log::info("resizing from {} to {}: asking the ranks to checkpoint and stop", m_job.world_size,
+              counted(request.world_size, "rank"));
     // The runtime stops every rank at the same step, checkpoints and exits with
     // exit_code::k_restart_me; whatever does not stop in the grace period is killed.
     m_group->signal_leaders(signals::k_stop_request);
   } else {
-    log::warn("resizing from {} to {} ranks by restarting the ranks: they have not said that they handle the "
+    log::warn("resizing from {} to {} by restarting the ranks: they have not said that they handle the "
               "stop request, so they get SIGTERM (SIGKILL after {:g} s) and start again from their last "
               "checkpoint, if they save one",
-              m_job.world_size, request.world_size, m_job.options.grace_seconds);
+              m_job.world_size, counted(request.world_size, "rank"), m_job.options.grace_seconds);
     signal_members(SIGTERM);
   }
   m_phase = Phase::stopping;
@@ -126,8 +127,8 @@ bool Supervisor::leave_out_failing_gpu(const Failure& failure) {
   m_held_gpu_ids.erase(std::remove(m_held_gpu_ids.begin(), m_held_gpu_ids.end(), gpu), m_held_gpu_ids.end());
   m_job.world_size = static_cast<int>(m_job.gpu_ids.size());
   m_job.max_world_size = std::min(m_job.max_world_size, m_job.world_size);
-  log::warn("leaving GPU {} out: its rank failed {} times in a row; continuing with {} ranks", gpu,
-            GpuFailures::k_failures_to_leave_out, m_job.world_size);
+  log::warn("leaving GPU {} out: its rank failed {} times in a row; continuing with {}", gpu,
+            GpuFailures::k_failures_to_leave_out, counted(m_job.world_size, "rank"));
   return true;
 }
 

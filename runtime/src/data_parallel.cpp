@@ -209,7 +209,11 @@ void DataParallel::finish_step() {
   if (stop && !state.agreed_stop) {
     state.agreed_stop = true;
     if (state.rank == 0) {
-      log::info("all {} ranks agreed to stop after this step", state.world_size);
+      if (state.world_size == 1) {
+        log::info("stopping after this step");
+      } else {
+        log::info("all {} ranks agreed to stop after this step", state.world_size);
+      }
     } else {
       log::debug("rank {}: all ranks agreed to stop after this step", state.rank);
     }

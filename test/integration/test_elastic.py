@@ -343,7 +343,7 @@ class Unannounced(DlrunTestCase):
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 130)
-        self.assertIn("resizing from 2 to 1 ranks by restarting the ranks: they have not said that they handle "
+        self.assertIn("resizing from 2 to 1 rank by restarting the ranks: they have not said that they handle "
                       "the stop request", err)
 
     def test_a_program_that_writes_handles_stop_is_resized_at_a_step(self):
@@ -373,7 +373,7 @@ while True:
         self.assertEqual(read_words(starts)[2], "0:1")
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
-        self.assertIn("resizing from 2 to 1 ranks: asking the ranks to checkpoint and stop", err)
+        self.assertIn("resizing from 2 to 1 rank: asking the ranks to checkpoint and stop", err)
 
     def test_a_submitted_job_is_refused_and_keeps_its_slots(self):
         job = submit_elastic(self, self.plain_rank())
