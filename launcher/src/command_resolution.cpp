@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <optional>
+#include <string>
+
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
 
@@ -68,6 +71,47 @@ std::string locate_script(const std::string& name, const std::string& path_env,
   }
 }
 
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_source_file(const std::string& name) {
+  const auto dot = name.rfind('.');
+  if (dot == std::string::npos || name.find('/', dot) != std::string::npos) return false;
+  const std::string ext = name.substr(dot + 1);
+  for (const char* source : {"c", "cc", "cpp", "cxx", "h", "hpp", "cu", "rs", "go", "java"}) {
+    if (ext == source) return true;
+  }
+  return false;
+}
+
+// Why `path` (`shown` as the user wrote it) is no program to start, for a directory or a file
+// that is not executable; nothing when it may be one.
+std::optional<std::string> not_a_program(const std::string& path, const std::string& shown) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  if (S_ISDIR(st.st_mode)) {
+    std::string base = shown;
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    if (base.rfind("./", 0) == 0) base = base.substr(2);
+    if (exists(path + "/__init__.py") || exists(path + "/__main__.py")) {
+      return fmt::format("'{}' is a directory, a Python package: run it as a module, -m {} (or -m {}.train for "
+                         "a module in it)",
+                         shown, base, base);
+    }
+    return fmt::format("'{}' is a directory, not a program: name the program in it ({}/PROGRAM)", shown, base);
+  }
+  if (::access(path.c_str(), X_OK) == 0) return std::nullopt;
+  if (is_source_file(shown)) {
+    return fmt::format("'{}' is source code, not a program: build it, and run the program the build makes", shown);
+  }
+  if (shown.size() > 5 && shown.compare(shown.size() - 5, 5, ".toml") == 0) {
+    return fmt::format("'{}' is not a program; a job file runs with dlrun submit {}", shown, shown);
+  }
+  return std::nullopt;
+}
+
 // A program named without a '/' is looked for in PATH only, as execvp does; the hint says
 // so when it is in the working directory.
 std::string find_in_path(const std::string& name, const std::string& path_env,
@@ -75,13 +119,23 @@ std::string find_in_path(const std::string& name, const std::string& path_env,
   try {
     return resolve_program(name, path_env);
   } catch (const ConfigError&) {
-    struct stat st;
-    if (::stat(in_dir(name, working_dir).c_str(), &st) != 0) {
+    const std::string here = in_dir(name, working_dir);
+    const std::string where = working_dir.empty() ? std::string("this directory") : working_dir;
+    if (!exists(here)) {
+      if (exists(here + ".py")) {
+        throw ConfigError(fmt::format("program '{}' not found in PATH; the Python script in {} is {}.py", name,
+                                      where, name));
+      }
       throw ConfigError(fmt::format("program '{}' not found in PATH", name));
     }
+    if (auto why = not_a_program(here, name)) throw ConfigError(*why);
+    if (::access(here.c_str(), X_OK) != 0) {
+      throw ConfigError(fmt::format("program '{}' not found in PATH; the one in {} is not executable: chmod +x {}, "
+                                    "then write ./{}",
+                                    name, where, name, name));
+    }
     throw ConfigError(
-        fmt::format("program '{}' not found in PATH; to run the one in {}, write ./{}", name,
-                    working_dir.empty() ? std::string("this directory") : working_dir, name));
+        fmt::format("program '{}' not found in PATH; to run the one in {}, write ./{}", name, where, name));
   }
 }
 
@@ -141,12 +195,18 @@ ProgramSpec resolve_command(const std::vector<std::string>& command, const std::
     throw ConfigError("no program given: put the program to run after the options");
   }
   const std::string& name = command.front();
+  if (name == "-m") {
+    throw ConfigError(fmt::format("program '-m': a module runs through its interpreter: put python3 before it "
+                                  "(python3 -m {})",
+                                  command.size() > 1 ? command[1] : std::string("MODULE")));
+  }
   if (!is_python_script(name)) {
     if (name.find('/') == std::string::npos) {
       std::string found = find_in_path(name, path_env, working_dir);
       check_not_a_bare_script(found, name);
       return {found, command, {}};
     }
+    if (auto why = not_a_program(in_dir(name, working_dir), name)) throw ConfigError(*why);
     // throws when it cannot run there
     check_not_a_bare_script(resolve_program(in_dir(name, working_dir), path_env), in_dir(name, working_dir));
     return {name, command, {}};

@@ -144,4 +144,37 @@ TEST_SUITE("launcher::CommandResolution") {
         dlrun::ConfigError);
     CHECK(resolve_command({"./train"}, s.path(), s.work()).path == "./train");
   }
+  TEST_CASE("what is there but is no program says what it is and what runs") {
+    Scratch s;
+    const auto refused = [&](const std::string& name) {
+      try {
+        resolve_command({name}, s.path(), s.work());
+      } catch (const dlrun::ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string("(ran)");
+    };
+    s.write("ddp.py", "print(1)\n");
+    CHECK(refused("ddp") == "program 'ddp' not found in PATH; the Python script in " + s.work() + " is ddp.py");
+    fs::create_directories(s.dir / "build");
+    CHECK(refused("build") == "'build' is a directory, not a program: name the program in it (build/PROGRAM)");
+    CHECK(refused("./build/") == "'./build/' is a directory, not a program: name the program in it (build/PROGRAM)");
+    fs::create_directories(s.dir / "pkg");
+    s.write("pkg/__init__.py", "");
+    CHECK(refused("pkg") ==
+          "'pkg' is a directory, a Python package: run it as a module, -m pkg (or -m pkg.train for a module in it)");
+    s.write("train.cpp", "int main() {}\n");
+    CHECK(refused("./train.cpp") == "'./train.cpp' is source code, not a program: build it, and run the program "
+                                    "the build makes");
+    s.write("job.toml", "");
+    CHECK(refused("job.toml") == "'job.toml' is not a program; a job file runs with dlrun submit job.toml");
+    s.write("tool", "#!/bin/sh\n");  // not executable
+    CHECK(refused("tool") == "program 'tool' not found in PATH; the one in " + s.work() +
+                                 " is not executable: chmod +x tool, then write ./tool");
+    // job.toml's command = ["-m", "pkg.train"]: the interpreter is missing.
+    CHECK_THROWS_WITH_AS(resolve_command({"-m", "pkg.train"}, s.path(), s.work()),
+                         "program '-m': a module runs through its interpreter: put python3 before it (python3 -m "
+                         "pkg.train)",
+                         dlrun::ConfigError);
+  }
 }
