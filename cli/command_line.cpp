@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <map>
 #include <regex>
 
@@ -12,8 +13,10 @@
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/private_files.hpp"
+#include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/ssh.hpp"
 #include "dlrun/launcher/text.hpp"
 
@@ -74,6 +77,27 @@ std::optional<std::string> other_launchers_spelling(const std::string& bare) {
   return it->second;
 }
 
+// torchrun's options dlrun has no counterpart of, and what dlrun does instead.
+std::optional<std::string> torchrun_only(const std::string& bare) {
+  static const std::map<std::string, std::string> options = {
+      {"--no-python", "a program that is not a .py file runs as it is: drop it"},
+      {"--run-path", "a .py script runs as python3 SCRIPT: drop it"},
+      {"--tee", "every rank's output is on the terminal (--ranks chooses which) and in RUN_DIR/rank-N.log: drop it"},
+      {"--redirects", "every rank's output is on the terminal (--ranks chooses which) and in RUN_DIR/rank-N.log: "
+                      "drop it"},
+      {"--log-dir", "the logs go to the run directory: --run-dir DIR"},
+      {"--logs-specs", "the logs go to the run directory: --run-dir DIR"},
+      {"--role", "a job has one role: drop it"},
+      {"--start-method", "each rank is a process of its own, started with exec: drop it"},
+      {"--local-addr", "the rendezvous address is --master-addr"},
+  };
+  std::string dashed = bare;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  auto it = options.find(dashed);
+  if (it == options.end()) return std::nullopt;
+  return "torchrun's; in dlrun " + it->second;
+}
+
 std::string unknown_option_message(const std::string& word, const CLI::App& app) {
   std::vector<std::string> names;
   for (const CLI::Option* option : app.get_options()) {
@@ -82,6 +106,10 @@ std::string unknown_option_message(const std::string& word, const CLI::App& app)
   }
   std::string bare = word.substr(0, word.find('='));
   std::optional<std::string> hint;
+  if (auto torchrun = torchrun_only(bare); torchrun && app.get_prefix_command() &&
+                                            !std::count(names.begin(), names.end(), bare)) {
+    return fmt::format("unknown option '{}': {}", bare, *torchrun);
+  }
   if (auto habit = other_launchers_spelling(bare)) {
     // Another launcher's option this verb has no counterpart of (-H for dlrun local): no hint.
     if (std::count(names.begin(), names.end(), *habit)) hint = habit;
@@ -139,7 +167,35 @@ const std::vector<std::string>& invocation() { return invocation_words(); }
 std::vector<std::string> program_words(const CLI::App& app, const Trailing& trailing) {
   std::vector<std::string> words = app.remaining();
   if (!words.empty() && looks_like_option(words.front())) {
-    throw ConfigError(unknown_option_message(words.front(), app) + help_hint(app));
+    std::string message = unknown_option_message(words.front(), app);
+    // `--epochs 1 build/train`: the program's options before the program. The program is the
+    // first word after them that names one (a path, a script, a file here, a program in PATH).
+    const auto names_a_program = [](const std::string& word) {
+      if (word.empty() || looks_like_option(word)) return false;
+      if (word.find('/') != std::string::npos || launcher::is_python_script(word)) return true;
+      struct stat st;
+      if (::stat(word.c_str(), &st) == 0) return true;
+      const char* path = std::getenv("PATH");
+      try {
+        launcher::resolve_program(word, path ? path : "");
+        return true;
+      } catch (const ConfigError&) {
+        return false;
+      }
+    };
+    size_t program = 0;
+    for (size_t i = 1; i < words.size() && program == 0; ++i) {
+      if (names_a_program(words[i])) program = i;
+    }
+    const std::string bare = words.front().substr(0, words.front().find('='));
+    if (program > 0 && message.find("did you mean") == std::string::npos &&
+        message.find("torchrun's") == std::string::npos && !other_launchers_spelling(bare)) {
+      std::string moved;
+      for (size_t i = 0; i < program; ++i) moved += " " + launcher::shell_quote(words[i]);
+      message = fmt::format("{}: an option of {} goes after it: {}{}", message.substr(0, message.find(';')),
+                            launcher::shell_quote(words[program]), launcher::shell_quote(words[program]), moved);
+    }
+    throw ConfigError(message + help_hint(app));
   }
   // "--" after the program's name belongs to the program: put it back.
   if (!words.empty() && trailing.present) words.push_back("--");

@@ -334,8 +334,20 @@ class UsageErrors(TorchrunTestCase):
             (["local", "--num_gpus", "2", "true"], "unknown option '--num_gpus' (did you mean '--gpus'?)", "local"),
             (["run", "-H", "a:2", "true"], "unknown option '-H' (did you mean '--hosts'?)", "run"),
             (["logs", "-F", "1"], "unknown option '-F' (did you mean '-f'?)", "logs"),
-            (["local", "-v", "true"], "unknown option '-v';", "local"),
             (["local", "-H", "a:2", "true"], "unknown option '-H';", "local"),
+            # The program's own options before the program: shown where they go.
+            (["local", "-v", "true"], "unknown option '-v': an option of true goes after it: true -v", "local"),
+            (["local", "--nproc", "2", "--epochs", "1", "--lr=0.1", "true", "x"],
+             "unknown option '--epochs': an option of true goes after it: true --epochs 1 --lr=0.1", "local"),
+            (["local", "--nproc", "2", "--epochs", "1"], "unknown option '--epochs'; put '--' before", "local"),
+            # torchrun's options dlrun has no counterpart of: what it does instead.
+            (["local", "--nproc", "2", "--no_python", "true"],
+             "unknown option '--no_python': torchrun's; in dlrun a program that is not a .py file runs as it is: "
+             "drop it", "local"),
+            (["local", "--tee", "3", "true"], "unknown option '--tee': torchrun's; in dlrun every rank's output is",
+             "local"),
+            (["run", "--log-dir", "x", "true"], "unknown option '--log-dir': torchrun's; in dlrun the logs go to the "
+                                                "run directory: --run-dir DIR", "run"),
         ]
         for args, message, verb in cases:
             r = self.dlrun(*args)
