@@ -85,10 +85,17 @@ class Checker {
       if (std::find(known.begin(), known.end(), name) != known.end()) continue;
       std::string hint;
       const bool top_key = !where.empty() && std::find(k_top_keys.begin(), k_top_keys.end(), name) != k_top_keys.end();
+      // A key of another table, here: its table is named.
+      std::string table_of;
+      for (const auto& [table, keys] : {std::pair{"resources", &k_resource_keys}, std::pair{"scheduler", &k_scheduler_keys}}) {
+        if (where != table && std::find(keys->begin(), keys->end(), name) != keys->end()) table_of = table;
+      }
       if (top_key) {
         hint = " (it belongs at the top, before any [table])";
       } else if (auto close = closest_match(name, known)) {
         hint = fmt::format(" (did you mean '{}'?)", *close);
+      } else if (!table_of.empty()) {
+        hint = fmt::format(" (it belongs in [{}])", table_of);
       } else if (auto top = where.empty() ? std::nullopt : closest_match(name, k_top_keys)) {
         hint = fmt::format(" (did you mean '{}'? it belongs at the top, before any [table])", *top);
       } else {
@@ -589,8 +596,29 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
-    throw ConfigError(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
-                                  e.description()));
+    // `name = train`: TOML's strings are quoted, which its parser does not say.
+    const std::string_view description = e.description();
+    std::string hint;
+    {
+      // The line as written, its value quoted: `name = train` -> name = "train".
+      size_t begin = 0;
+      for (size_t line = 1; line < e.source().begin.line && begin != std::string::npos; ++line) {
+        begin = text.find('\n', begin);
+        if (begin != std::string::npos) ++begin;
+      }
+      std::string line = begin == std::string::npos ? std::string() : std::string(text.substr(begin, text.find('\n', begin) - begin));
+      line = line.substr(0, line.find('#'));
+      const size_t equals = line.find('=');
+      const std::string key(trim(line.substr(0, equals == std::string::npos ? 0 : equals)));
+      const std::string value(trim(equals == std::string::npos ? std::string_view() : std::string_view(line).substr(equals + 1)));
+      // A bare word: not a number, boolean, date, array, table or quoted string.
+      const bool bare_word = !value.empty() && std::isalpha(static_cast<unsigned char>(value[0])) &&
+                             value.find_first_of("\"'[]{}=") == std::string::npos && value != "true" &&
+                             value != "false" && value != "inf" && value != "nan";
+      if (!key.empty() && bare_word) hint = fmt::format(" (a string needs quotes: {} = \"{}\")", key, value);
+    }
+    throw ConfigError(fmt::format("{}:{}:{}: {}{}", path, e.source().begin.line, e.source().begin.column,
+                                  description, hint));
   }
   Checker check(path, base_dir, home);
   JobSpec spec;

@@ -148,6 +148,19 @@ kind = "local"
     // A top-level key under a table: where it goes, not "did you mean 'command'?" for 'command'.
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\ncommand = [\"y\"]\n") ==
           "job.toml:4:1: unknown key 'command' in [resources] (it belongs at the top, before any [table])");
+    // A key of another table: that table is named.
+    CHECK(error_of("command = [\"x\"]\nnproc = 2\n[resources]\nnproc = 1\n") ==
+          "job.toml:2:1: unknown key 'nproc' (it belongs in [resources])");
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\nkind = \"ssh\"\n") ==
+          "job.toml:4:1: unknown key 'kind' in [resources] (it belongs in [scheduler])");
+  }
+  TEST_CASE("a string without quotes is said to need them") {
+    CHECK(error_of("name = train # mine\ncommand = [\"x\"]\n[resources]\nnproc = 1\n") ==
+          "job.toml:1:10: Error while parsing boolean: expected 'true', saw 'tra' (a string needs quotes: name = "
+          "\"train\")");
+    CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = ssh\n") ==
+          "job.toml:5:8: Error while parsing value: could not determine value type (a string needs quotes: kind = "
+          "\"ssh\")");
   }
   TEST_CASE("wrong types") {
     CHECK(error_of("command = \"./train\"\n[resources]\nnproc = 1\n") ==
