@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <ctime>
+#include <deque>
 #include <filesystem>
 
 #include <boost/asio/post.hpp>
@@ -54,6 +55,28 @@ std::string all_of(size_t count, const std::string& noun) {
 bool live_terminal(int fd, const Environment& env) {
   if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
   return ::isatty(fd) == 1;
+}
+
+// A rank's Python could not import a module (`No module named 'torch'`): which interpreter ran
+// says why (PATH's python3 may be a virtualenv's or pyenv's, not the one that has it).
+std::string missing_module_hint(const std::deque<std::string>& tail, const ProgramSpec& program) {
+  const std::string interpreter = std::filesystem::path(program.path).filename().string();
+  if (interpreter.rfind("python", 0) != 0) return {};
+  static const std::string marker = "ModuleNotFoundError: No module named '";
+  for (const auto& line : tail) {
+    const size_t at = line.find(marker);
+    if (at == std::string::npos) continue;
+    const size_t begin = at + marker.size();
+    const std::string module = line.substr(begin, line.find_first_of("'.", begin) - begin);
+    if (module.empty()) continue;
+    return fmt::format("\n  (the ranks ran {}, which cannot import '{}': install it there, or put the Python that "
+                       "has it before the script, e.g. /usr/bin/python3 {})",
+                       program.path, module,
+                       program.argv.size() > 2 && program.argv[1] == "-m" ? "-m " + program.argv[2]
+                       : program.argv.size() > 1                           ? program.argv[1]
+                                                                           : std::string("SCRIPT"));
+  }
+  return {};
 }
 
 }  // namespace
@@ -510,6 +533,7 @@ void Supervisor::report_failure() {
   std::string text = fmt::format("{}; last {} line{} of its stderr (all in {}):", what, tail.size(),
                                  tail.size() == 1 ? "" : "s", log_path);
   for (const auto& line : tail) text += "\n  | " + line;
+  text += missing_module_hint(tail, member.program);
   log::error("{}", text);
 }
 

@@ -98,6 +98,15 @@ class PythonPrograms(TorchrunTestCase):
         r = self.dlrun("local", "--nproc", "1", "show.py", cwd=self.tmp, env=env)
         self.assertEqual(r.stdout, "[0] ''\n", r.stderr)
 
+    def test_a_module_the_python_lacks_names_the_python_that_ran(self):
+        # PATH's python3 may be a virtualenv's or pyenv's, without torch: say which one ran.
+        self.write("train.py", "import dlrun_no_such_module.sub\n")
+        r = self.run_here("local", "--nproc", "2", "train.py")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(f"(the ranks ran {os.path.join(self.bin, 'python3')}, which cannot import "
+                      "'dlrun_no_such_module': install it there, or put the Python that has it before the script, "
+                      "e.g. /usr/bin/python3 train.py)", r.stderr)
+
     def test_dot_slash_script_without_shebang(self):
         self.write("train.py", SHOW, mode=0o755)  # executable, but no #! line
         r = self.run_here("local", "--nproc", "2", "./train.py", "x")
