@@ -12,6 +12,7 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <vector>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
@@ -508,6 +509,29 @@ void Supervisor::report_failure() {
   const std::string& log_path = member.log_path;
   std::string what = fmt::format("{} {}", member.name, failure.status.describe());
   if (failure.error && !failure.error->message.empty()) what += fmt::format(": {}", first_line(failure.error->message));
+  // Ranks that had ended with 0 while this one ran: a rank that leaves early fails the others'
+  // collectives ("exited in the middle of a gradient allreduce"), and is the likelier cause.
+  // Said where the failing rank's stderr tells of its peers (not for ranks that fail alone).
+  const auto& said = m_group->stderr_tail(failure.index);
+  const bool about_peers = std::any_of(said.begin(), said.end(), [](const std::string& line) {
+    for (const char* word : {"peer", "Connection", "connection", "gloo", "Gloo", "NCCL", "allreduce", "collective",
+                             "timed out", "Timeout", "broken pipe", "Broken pipe"}) {
+      if (line.find(word) != std::string::npos) return true;
+    }
+    return false;
+  });
+  std::vector<std::string> left;
+  for (size_t i = 0; i < m_group->size() && about_peers; ++i) {
+    const auto& status = m_group->exit_status(i);
+    if (i != failure.index && status && status->success()) left.push_back(m_group->member(i).name);
+  }
+  if (!left.empty() && left.size() < 4) {
+    std::string names;
+    for (size_t k = 0; k < left.size(); ++k) names += (k == 0 ? "" : k + 1 == left.size() ? " and " : ", ") + left[k];
+    what += fmt::format(" ({} had ended with code 0 before it: a rank that leaves while the others train fails "
+                        "their collectives)",
+                        names);
+  }
   if (failure.error && !failure.error->traceback.empty() && m_job.options.tail_lines > 0) {
     // The exception the rank recorded (@record): its traceback says more than its stderr's tail.
     std::string text = fmt::format("{}; its traceback (from {}; all its output in {}):", what,

@@ -72,8 +72,9 @@ std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
     return std::string(k_resize_refused) +
            "its ranks have not said that they handle the stop request (no " + run_files::k_handles_stop +
            " in its run directory): resizing would kill them and restart them from their last checkpoint, "
-           "if they save one. A program on the dlrun runtime says so at its first step: try again in a "
-           "moment; any other program can say so (docs/elastic.md)";
+           "if they save one. A program on the dlrun runtime says so when it first asks ctx.stop_requested() "
+           "(every step, as docs/runtime.md's loop does): try again in a moment; any other program can say so "
+           "(docs/elastic.md)";
   }
   m_pending_resize = request;
   m_resize_restarts = !announced;

@@ -325,8 +325,9 @@ class Unannounced(DlrunTestCase):
             r.stderr,
             f"dlrun: error: job {job}: not resized: its ranks have not said that they handle the stop request (no "
             "handles-stop in its run directory): resizing would kill them and restart them from their last "
-            "checkpoint, if they save one. A program on the dlrun runtime says so at its first step: try again "
-            "in a moment; any other program can say so (docs/elastic.md). To restart it at 1 rank anyway (from "
+            "checkpoint, if they save one. A program on the dlrun runtime says so when it first asks "
+            "ctx.stop_requested() (every step, as docs/runtime.md's loop does): try again in a moment; any other "
+            "program can say so (docs/elastic.md). To restart it at 1 rank anyway (from "
             f"its last checkpoint, if it saves one): dlrun resize --force {job} 1\n")
         # Nothing happened to the ranks.
         self.assertEqual(sorted(read_words(self.starts)), ["0:2:0", "1:2:0"])

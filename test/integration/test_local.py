@@ -118,6 +118,20 @@ exec sleep 300
             record = json.load(f)
         self.assertEqual((record["state"], record["exit_code"]), ("failed", 7))
 
+    def test_a_rank_that_left_early_is_named_when_the_failure_is_about_peers(self):
+        # Rank 1 returns 0 while rank 0 trains; rank 0's collective then fails (it was the
+        # only one named, although rank 1 caused it).
+        script = self.script("early.sh", 'if [ $RANK = 1 ]; then exit 0; fi\n'
+                                         'sleep 0.5; echo "Connection closed by peer" >&2; exit 6\n')
+        r = self.dlrun("local", "--nproc", "2", script)
+        self.assertEqual(r.returncode, 6, r.stderr)
+        self.assertIn("rank 0 exited with code 6 (rank 1 had ended with code 0 before it: a rank that leaves while "
+                      "the others train fails their collectives); last 1 line", r.stderr)
+        # A rank that fails on its own, after another ended with 0: nothing about it.
+        r = self.dlrun("local", "--nproc", "2", "sh", "-c", 'sleep 0.$RANK; echo bad >&2; exit $RANK')
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("rank 1 exited with code 1; last 1 line", r.stderr)
+
     def test_one_rank_failure_is_said_once_and_tail_0_shows_no_lines(self):
         r = self.dlrun("local", "--nproc", "1", "sh", "-c", "echo oops >&2; exit 3")
         self.assertEqual(r.returncode, 3)
