@@ -114,11 +114,19 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
         args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
   }
   launcher::raise_fd_limit();
+  const std::string elsewhere = resume_elsewhere_note(args.foreground, launcher::JobOrigin::local);
   auto record = start_foreground(args.foreground, app, launcher::JobOrigin::local, options,
                                  options.gpus.has_value());
   if (options.gpus && options.gpus->count)
     options.gpus_in_use = record->gpus_held_elsewhere(launcher::current_environment());
-  auto job = launcher::make_plan(options, launcher::current_environment(), record->job_id());
+  auto job = [&] {
+    try {
+      return launcher::make_plan(options, launcher::current_environment(), record->job_id());
+    } catch (const ConfigError& e) {
+      if (elsewhere.empty()) throw;
+      throw ConfigError(e.what() + elsewhere);
+    }
+  }();
   record->attach(job);
   // Its GPUs are claimed machine-wide while it runs, so that other users' dlrun leaves them be.
   auto claims = launcher::GpuClaims::for_job(launcher::current_environment(), record->job_id());

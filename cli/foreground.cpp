@@ -150,6 +150,20 @@ void run_again_if_resume_alone(const ForegroundArgs& args, const CLI::App& app,
   run_again(app.get_name(), target, app, shown);
 }
 
+std::string resume_elsewhere_note(const ForegroundArgs& args, launcher::JobOrigin origin) {
+  if (args.resume.empty()) return {};
+  try {
+    const auto target = launcher::find_resume_target(launcher::current_environment(), args.resume, origin);
+    std::error_code ec;
+    const fs::path here = fs::current_path(ec);
+    if (target.workdir.empty() || ec || fs::equivalent(here, target.workdir, ec)) return {};
+    return fmt::format(" (job {} was started in {}; a command line given with --resume runs in this directory, {})",
+                       target.id, target.workdir, here.string());
+  } catch (const Error&) {
+    return {};  // said by start_foreground
+  }
+}
+
 std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& args,
                                                           const CLI::App& app,
                                                           launcher::JobOrigin origin,

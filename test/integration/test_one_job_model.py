@@ -278,6 +278,16 @@ class Resume(DlrunTestCase):
         finally:
             os.umask(old)
 
+    def test_a_command_line_resumed_from_another_directory_says_where_the_job_ran(self):
+        self.script("fail.sh", "exit 3\n")
+        r = self.dlrun("local", "--nproc", "1", "--name", "rel", "./fail.sh", cwd=self.tmp)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        r = self.dlrun("local", "--resume", "rel", "--nproc", "1", "./fail.sh", cwd="/")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"program './fail.sh' does not exist (job 1 was started in {self.tmp}; a command line given "
+                      "with --resume runs in this directory, /)", r.stderr)
+        self.assertEqual(json.loads(self.dlrun("status", "--json", "rel").stdout)["state"], "FAILED")
+
     def test_resume_by_name_with_a_command_line(self):
         job, _, run_dir = self.stop_counter("--name", "count")
         program = os.path.join(self.tmp, "counter.sh")
