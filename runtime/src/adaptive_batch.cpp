@@ -145,6 +145,14 @@ struct AdaptiveBatch::Impl {
   at::Tensor loss_sum;
   bool loss_this_step = false;
   int64_t loss_steps = 0;
+  // The same since the last metrics line (rank 0), for stats.loss and metrics.jsonl: a
+  // decision interval may be hundreds of steps long, and the loss it reports as old.
+  at::Tensor log_loss_sum;
+  bool log_loss_this_step = false;
+  int64_t log_loss_steps = 0;
+  // After the loss ran away (DivergenceWatch, rank 0): the largest global batch allowed from
+  // then on, the one where the loss was lowest (0: none). A restore forgets it.
+  int64_t backoff_cap = 0;
   // The trend's clock: seconds of the steps timed (record_time), so that evaluations and
   // checkpoints between steps do not count as time the loss did not fall in.
   double train_seconds = 0;
@@ -245,6 +253,8 @@ struct AdaptiveBatch::Impl {
   void warn_divergence(const runtime::DivergenceWatch::Alarm& alarm) const;
   void switch_to(const BatchShape& next, const char* why);
   void log_metrics();
+  // stats.loss from the losses observed since it was last taken (rank 0).
+  void take_recent_loss();
   void publish_model(const runtime::ThroughputParams& params, double noise_scale);
   void close_loss_interval(double end);
   std::vector<double> adam_denominators() const;
@@ -412,14 +422,22 @@ void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
 }
 
 void AdaptiveBatch::Impl::close_loss_interval(double end) {
-  stats.loss = loss_sum.defined() && loss_steps > 0
-                   ? loss_sum.item<double>() / static_cast<double>(loss_steps)
-                   : 0.0;
+  const double loss = loss_sum.defined() && loss_steps > 0
+                          ? loss_sum.item<double>() / static_cast<double>(loss_steps)
+                          : 0.0;
   if (loss_steps > 0) {
-    if (const auto alarm = divergence.observe(stats.loss, shape.global_batch)) warn_divergence(*alarm);
+    if (const auto alarm = divergence.observe(loss, shape.global_batch)) {
+      // Back to where the loss was lowest (or half this batch, if that was here), and no
+      // larger: a smaller batch runs at a smaller scaled rate.
+      const int64_t back = alarm->lowest_batch > 0 && alarm->lowest_batch < shape.global_batch
+                               ? alarm->lowest_batch
+                               : std::max(options.initial_batch, shape.global_batch / 2);
+      if (back < shape.global_batch) backoff_cap = back;
+      warn_divergence(*alarm);
+    }
   }
-  if (loss_steps > 0 && std::isfinite(stats.loss)) {
-    trend.add(interval_begin, end, stats.loss, shape.global_batch);
+  if (loss_steps > 0 && std::isfinite(loss)) {
+    trend.add(interval_begin, end, loss, shape.global_batch);
   } else {
     // An interval without a (finite) loss breaks the trend: nothing older stands for now.
     forget_trend();
@@ -438,12 +456,16 @@ void AdaptiveBatch::Impl::warn_divergence(const runtime::DivergenceWatch::Alarm&
           ? fmt::format("{:.0f}x its lowest ({:.4g}, at global batch {})", alarm.loss / alarm.lowest,
                         alarm.lowest, alarm.lowest_batch)
           : std::string("not finite");
+  const std::string what_now =
+      backoff_cap > 0 ? fmt::format(": going back to global batch {}, and no larger from now on (a restart forgets "
+                                    "this). Lower the initial learning rate, or max_batch, to avoid it",
+                                    backoff_cap)
+                      : std::string(": lower the initial learning rate, or max_batch");
   log::warn(
       "adaptive batch: the training loss ({:.4g}) is {}: training may be diverging at global batch "
       "{}, where the learning rate is x{:.2f} the initial one. If it is, the scaled rate is too "
-      "high for this model: lower the initial learning rate, or max_batch (docs/adaptive.md, "
-      "\"A loss that runs away\")",
-      alarm.loss, since, shape.global_batch, stats.lr_factor);
+      "high for this model{} (docs/adaptive.md, \"A loss that runs away\")",
+      alarm.loss, since, shape.global_batch, stats.lr_factor, what_now);
 }
 
 // Per group, the mean of Adam's denominators √v̂ + ε, as the preconditioner last refreshed
@@ -574,6 +596,7 @@ void AdaptiveBatch::Impl::replan() {
   const bool after_restore = replan_due;  // the first step since a restore into another world
   if (context.is_main()) {
     close_loss_interval(train_seconds);
+    if (options.log_every <= 0) take_recent_loss();  // stats().loss without metrics lines
     if (options.noise_floor && !loss_seen && !warned_no_loss) {
       warned_no_loss = true;
       log::info(
@@ -593,6 +616,7 @@ void AdaptiveBatch::Impl::replan() {
       runtime::BatchLimits explore = limits();
       explore.max_batch = std::min(explore.max_batch,
                                    std::max(explore.initial_batch, k_max_growth * largest_batch));
+      if (backoff_cap > 0) explore.max_batch = std::min(explore.max_batch, backoff_cap);
       const auto best = runtime::choose_batch(params, phi, context.nodes(), context.world_size(),
                                               explore, efficiency_model);
       const bool forced = replan_due;
@@ -620,6 +644,14 @@ void AdaptiveBatch::Impl::replan() {
     } catch (const std::exception& e) {
       log::warn("adaptive batch: keeping global batch {}: {}", shape.global_batch, e.what());
     }
+  }
+  if (context.is_main() && backoff_cap > 0 && shape.global_batch > backoff_cap) {
+    const BatchShape back = shape_for(backoff_cap);
+    decision[0] = static_cast<double>(back.global_batch);
+    decision[1] = static_cast<double>(back.micro_batch);
+    decision[2] = static_cast<double>(back.accum_steps);
+    decision[3] = 0;
+    floor_why = "back to where the training loss was lowest (it ran away above)";
   }
   if (context.is_main()) {
     const auto [every, interval] = cadences(now() - started);
@@ -681,6 +713,14 @@ void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params,
   model_file->write(runtime::to_json(model));
 }
 
+void AdaptiveBatch::Impl::take_recent_loss() {
+  if (log_loss_steps > 0 && log_loss_sum.defined()) {
+    stats.loss = log_loss_sum.item<double>() / static_cast<double>(log_loss_steps);
+  }
+  log_loss_sum = at::Tensor();
+  log_loss_steps = 0;
+}
+
 void AdaptiveBatch::Impl::log_metrics() {
   const double seconds = now() - interval_start;
   stats.samples_per_sec = seconds > 0 ? static_cast<double>(interval_samples) / seconds : 0.0;
@@ -691,6 +731,7 @@ void AdaptiveBatch::Impl::log_metrics() {
   interval_start = now();
   interval_samples = 0;
   logged_step = stats.step;
+  take_recent_loss();
   if (!metrics) return;
   metrics->append({{"step", static_cast<double>(stats.step)},
                    {"progress", stats.progress},
@@ -803,15 +844,20 @@ std::vector<std::vector<int64_t>> AdaptiveBatch::split(const std::vector<int64_t
 
 void AdaptiveBatch::observe_loss(const at::Tensor& loss) {
   Impl& d = *m_impl;
-  if (!d.options.noise_floor || !d.context.is_main() || !loss.defined() || loss.numel() != 1)
-    return;
+  if (!d.context.is_main() || !loss.defined() || loss.numel() != 1) return;
   const at::Tensor value = loss.detach().reshape({});
-  if (d.loss_sum.defined()) {
-    // A value given as a number (Python) sums on the CPU beside a device's losses.
-    d.loss_sum.add_(value.device() == d.loss_sum.device() ? value : value.to(d.loss_sum.device()));
-  } else {
-    d.loss_sum = value.to(at::kDouble).clone();
-  }
+  const auto add_to = [&value](at::Tensor& sum) {
+    if (sum.defined()) {
+      // A value given as a number (Python) sums on the CPU beside a device's losses.
+      sum.add_(value.device() == sum.device() ? value : value.to(sum.device()));
+    } else {
+      sum = value.to(at::kDouble).clone();
+    }
+  };
+  add_to(d.log_loss_sum);
+  d.log_loss_this_step = true;
+  if (!d.options.noise_floor) return;
+  add_to(d.loss_sum);
   d.loss_this_step = true;
   d.loss_seen = true;
 }
@@ -878,6 +924,8 @@ void AdaptiveBatch::step(int64_t samples) {
   ++d.stats.step;
   if (d.loss_this_step) ++d.loss_steps;
   d.loss_this_step = false;
+  if (d.log_loss_this_step) ++d.log_loss_steps;
+  d.log_loss_this_step = false;
   d.interval_samples += samples;
   if (d.replan_due || d.stats.step >= d.next_replan) d.replan();
   if (d.log_due()) d.log_metrics();
@@ -953,9 +1001,13 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.reset_costs();
   d.forget_trend();
   d.divergence.forget();
+  d.backoff_cap = 0;
   d.loss_sum = at::Tensor();
   d.loss_steps = 0;
   d.loss_this_step = false;
+  d.log_loss_sum = at::Tensor();
+  d.log_loss_steps = 0;
+  d.log_loss_this_step = false;
   d.loss_seen = false;
   d.interval_begin_step = d.stats.step;
   d.interval_begin = d.train_seconds;

@@ -67,6 +67,8 @@ struct DataParallel::Impl {
   // The last backward() ran inside no_sync(): its gradients (and what it accumulated onto) are
   // this rank's own until a synced backward() reduces them.
   bool unreduced = false;
+  // A synced backward was prepared (prepare_backward) since the last step.
+  bool prepared = false;
 };
 
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context context,
@@ -130,6 +132,7 @@ void DataParallel::backward(const at::Tensor& loss) {
 void DataParallel::prepare_backward() {
   if (m_impl->reducer) m_impl->unreduced = !m_impl->sync;
   if (m_impl->reducer && m_impl->sync) {
+    m_impl->prepared = true;
     try {
       // Collective on the first synced step after the first one: all ranks get here together.
       m_impl->reducer->rebuild_buckets();
@@ -183,7 +186,7 @@ void DataParallel::step(const std::function<void()>& optimizer_step) {
         "averaged over the ranks and the replicas would drift apart: run the step's last backward() outside "
         "no_sync() (it reduces everything accumulated before it)");
   }
-  if (m_impl->reducer && !m_impl->vote->pending) {
+  if (m_impl->reducer && !m_impl->prepared) {
     // loss.backward() alone: the Reducer was not told, and nothing was averaged (nor voted on:
     // a stop request would never be seen).
     throw ConfigError(
@@ -197,6 +200,7 @@ void DataParallel::step(const std::function<void()>& optimizer_step) {
 }
 
 void DataParallel::finish_step() {
+  m_impl->prepared = false;
   auto& state = m_impl->context.state();
   bool stop = false;
   if (!state.group) {

@@ -121,7 +121,9 @@ struct AdaptiveStats {
   double samples_per_sec = 0;  // measured over the last logging interval
   double goodput = 0;          // samples_per_sec × efficiency
   int64_t measure_every = 1;   // the noise scale's cadence now (options.measure_every, stretched)
-  double loss = 0;  // rank 0's mean training loss over the last decision interval (0: none seen)
+  // Rank 0's mean training loss over the steps since the last metrics line (or, with
+  // log_every 0, the last decision); 0: none seen.
+  double loss = 0;
   double noise_floor = 0;  // the loss noise holds the current batch and rate at (0: not known)
 };
 

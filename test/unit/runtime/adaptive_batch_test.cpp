@@ -737,6 +737,32 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     }
   }
 
+  TEST_CASE("the loss reported is that of the steps since the last metrics line, not of the last decision") {
+    // Decisions 1000 steps apart (a cheap step lengthens the interval, too): a loss that rises
+    // meanwhile (a run that diverges) shows at the next metrics line, not 1000 steps later.
+    at::set_num_threads(1);
+    OneRank one(0.5);
+    dlrun::AdaptiveBatchOptions options = one.options();
+    options.initial_batch = 16;
+    options.max_batch = 16;
+    options.replan_every = 1000;
+    options.log_every = 5;
+    dlrun::AdaptiveBatch adaptive(one.ctx, one.dp, one.sgd, options);
+    dlrun::ElasticSampler sampler(1 << 20, one.ctx, 1);
+    for (int s = 0; s < 40; ++s) {
+      auto batch = sampler.next(adaptive.global_batch());
+      one.seconds += 1e-5 * static_cast<double>(batch->indices.size());
+      const at::Tensor l = loss_of(**one.model, batch->indices, s, batch->loss_scale(1));
+      adaptive.backward(l, true);
+      // What the run reports: 1 for the first 30 steps, then 50.
+      adaptive.observe_loss(at::full({}, s < 30 ? 1.0 : 50.0, at::kDouble) - l.detach().to(at::kDouble));
+      adaptive.step(batch->global_size);
+      one.sgd.zero_grad();
+      if (s == 24) CHECK(adaptive.stats().loss == doctest::Approx(1.0));
+    }
+    CHECK(adaptive.stats().loss == doctest::Approx(50.0));
+  }
+
   TEST_CASE(
       "with the noise floor, a loss that has levelled off grows the batch where goodput "
       "alone keeps it; without a (finite) loss observed, goodput alone decides") {
@@ -785,7 +811,8 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(with >= 4 * without);
     CHECK(plain_stats.noise_floor == 0);  // not computed without the option
     CHECK(floored_stats.noise_floor > 0);
-    CHECK(floored_stats.loss > 0);  // the mean loss of the last interval
+    CHECK(floored_stats.loss > 0);  // the mean loss since the last metrics line
+    CHECK(plain_stats.loss > 0);    // reported without the noise floor too
     // No loss passed, or only NaN: the option on decides as goodput alone does.
     for (const Loss l : {Loss::not_passed, Loss::nan}) {
       const auto [batches, stats, state] = run_with(true, l);
@@ -839,5 +866,44 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(count_of(nan, warning) == 1);
     CHECK(nan.find("the training loss (nan) is not finite: training may be diverging") != std::string::npos);
     CHECK(count_of(run_with(2.0), warning) == 0);
+  }
+
+  TEST_CASE("a training loss that runs away after the batch grew takes the batch back, and no larger after") {
+    // The noise floor grows the batch (as in the test above); from step 300 the loss observed
+    // is 1000x: the batch goes back to where the loss was lowest and never beyond it again.
+    at::set_num_threads(1);
+    OneRank one(0.5);
+    dlrun::AdaptiveBatchOptions options = one.options();
+    options.initial_batch = 16;
+    options.max_batch = 1024;
+    options.replan_every = 20;
+    options.measure_every = 1;
+    options.rule = dlrun::ScalingRule::sqrt;
+    options.noise_floor = true;
+    dlrun::AdaptiveBatch adaptive(one.ctx, one.dp, one.sgd, options);
+    dlrun::ElasticSampler sampler(1 << 20, one.ctx, 1);
+    StderrCapture capture;
+    std::vector<int64_t> batches;
+    for (int s = 0; s < 600; ++s) {
+      auto batch = sampler.next(adaptive.global_batch());
+      one.seconds += 1e-5 * static_cast<double>(batch->indices.size());
+      const at::Tensor l = loss_of(**one.model, batch->indices, s, batch->loss_scale(1));
+      one.dp.backward(l);
+      adaptive.observe_loss(s < 300 ? l.detach() : l.detach() * 1e3);
+      adaptive.step(batch->global_size);
+      one.sgd.zero_grad();
+      batches.push_back(batch->global_size);
+    }
+    const std::string text = capture.text();
+    const int64_t before = *std::max_element(batches.begin(), batches.begin() + 300);
+    REQUIRE(before > 16);
+    const auto at = text.find("going back to global batch ");
+    REQUIRE(at != std::string::npos);
+    const int64_t cap = std::stoll(text.substr(at + std::string("going back to global batch ").size()));
+    MESSAGE("grew to ", before, ", went back to ", cap);
+    CHECK(cap < before);
+    CHECK(batches.back() <= cap);
+    CHECK(*std::max_element(batches.begin() + 400, batches.end()) <= cap);
+    CHECK(text.find("and no larger from now on (a restart forgets this)") != std::string::npos);
   }
 }
