@@ -2,6 +2,7 @@
 // SIGUSR2 on to their ranks and leave them running (as Slurm's scancel --signal).
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -47,6 +48,24 @@ int worse(int a, int b) {
   return rank(b) > rank(a) ? b : a;
 }
 
+// A name that several of this user's jobs that have not ended share (a job file submitted
+// twice): cancelling the newest of them may be the wrong one; the numbers say which.
+void refuse_an_ambiguous_name(launcher::JobQueue& queue, const std::string& name, const char* verb) {
+  const int me = static_cast<int>(::geteuid());
+  std::vector<std::string> named;
+  for (const auto& record : queue.store().list(false, 0)) {
+    if (record.name == name && !launcher::is_terminal(record.state) && (record.submitted.owner_uid == me || record.submitted.owner_uid < 0)) {
+      named.push_back(fmt::format("{} {}", record.id, launcher::to_string(record.state)));
+    }
+  }
+  if (named.size() < 2) return;
+  std::string list;
+  for (const auto& one : named) list += (list.empty() ? "" : ", ") + one;
+  throw ConfigError(fmt::format("{} of your jobs named '{}' have not ended ({}): say which by number (dlrun {} "
+                                "takes several)",
+                                named.size(), name, list, verb));
+}
+
 int run_cancel(const CancelArgs& args) {
   const int signal = args.signal.empty() ? 0 : parse_passed_signal(args.signal);
   launcher::JobQueue queue(launcher::current_environment());
@@ -57,8 +76,9 @@ int run_cancel(const CancelArgs& args) {
   int code = 0;
   for (const auto& job : args.jobs) {
     try {
-      const int64_t id =
-          launcher::job_number(queue.store(), launcher::parse_job_ref(job), verb, launcher::NamedJob::active_first);
+      const launcher::JobRef ref = launcher::parse_job_ref(job);
+      if (!ref.number) refuse_an_ambiguous_name(queue, ref.text, verb);
+      const int64_t id = launcher::job_number(queue.store(), ref, verb, launcher::NamedJob::active_first);
       if (signal) {
         queue.send_signal(id, signal);
         std::cout << "Job " << id << ": " << launcher::signal_name(signal) << " passed on to its ranks\n";

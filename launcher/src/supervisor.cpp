@@ -512,14 +512,29 @@ void Supervisor::report_failure() {
   // Ranks that had ended with 0 while this one ran: a rank that leaves early fails the others'
   // collectives ("exited in the middle of a gradient allreduce"), and is the likelier cause.
   // Said where the failing rank's stderr tells of its peers (not for ranks that fail alone).
-  const auto& said = m_group->stderr_tail(failure.index);
-  const bool about_peers = std::any_of(said.begin(), said.end(), [](const std::string& line) {
-    for (const char* word : {"peer", "Connection", "connection", "gloo", "Gloo", "NCCL", "allreduce", "collective",
-                             "timed out", "Timeout", "broken pipe", "Broken pipe"}) {
-      if (line.find(word) != std::string::npos) return true;
-    }
-    return false;
-  });
+  const auto tells_of_peers = [](const std::deque<std::string>& said) {
+    return std::any_of(said.begin(), said.end(), [](const std::string& line) {
+      for (const char* word : {"peer", "Connection", "connection", "gloo", "Gloo", "NCCL", "allreduce", "collective",
+                               "timed out", "Timeout", "broken pipe", "Broken pipe"}) {
+        if (line.find(word) != std::string::npos) return true;
+      }
+      return false;
+    });
+  };
+  const bool about_peers = tells_of_peers(m_group->stderr_tail(failure.index));
+  // Another rank that failed on its own meanwhile (not by the stop, not of its peers' loss)
+  // often says what went wrong (a model of another shape) where this one says only that its
+  // peer went away.
+  std::string also;
+  for (size_t i = 0; i < m_group->size() && about_peers && also.empty(); ++i) {
+    const auto& status = m_group->exit_status(i);
+    if (i == failure.index || !status || status->signaled || status->code == 0 ||
+        status->code == exit_code::k_restart_me || status->code > 128)
+      continue;
+    const auto& tail = m_group->stderr_tail(i);
+    if (tail.empty() || tells_of_peers(tail)) continue;
+    also = fmt::format("; {} failed too ({}): {}", m_group->member(i).name, status->describe(), tail.back());
+  }
   std::vector<std::string> left;
   for (size_t i = 0; i < m_group->size() && about_peers; ++i) {
     const auto& status = m_group->exit_status(i);
@@ -532,6 +547,7 @@ void Supervisor::report_failure() {
                         "their collectives)",
                         names);
   }
+  what += also;
   if (failure.error && !failure.error->traceback.empty() && m_job.options.tail_lines > 0) {
     // The exception the rank recorded (@record): its traceback says more than its stderr's tail.
     std::string text = fmt::format("{}; its traceback (from {}; all its output in {}):", what,

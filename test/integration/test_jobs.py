@@ -1082,6 +1082,22 @@ class Cancel(JobsTestCase):
         # Once every one has ended, the newest.
         self.assertEqual(self.status("long")["id"], waiting)
 
+    def test_cancel_of_a_name_several_waiting_or_running_jobs_share_asks_which(self):
+        # A job file submitted twice: the newest (waiting) was cancelled, which may not be the
+        # one meant. Nothing is cancelled; the numbers are listed.
+        self.env["DLRUN_CPU_SLOTS"] = "1"
+        text = 'name = "twice"\ncommand = ["sleep", "60"]\n[resources]\nnproc = 1\n'
+        running = self.submit(text)
+        waiting = self.submit(text)
+        self.wait_state(running, ("RUNNING",))
+        r = self.dlrun("cancel", "twice")
+        self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+        self.assertIn(f"2 of your jobs named 'twice' have not ended ({running} RUNNING, {waiting} PENDING): say which "
+                      "by number (dlrun cancel takes several)", r.stderr)
+        self.assertEqual([self.status(j)["state"] for j in (running, waiting)], ["RUNNING", "PENDING"])
+        r = self.dlrun("cancel", str(running), str(waiting))
+        self.assertEqual(r.returncode, 0, r.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -127,6 +127,14 @@ exec sleep 300
         self.assertEqual(r.returncode, 6, r.stderr)
         self.assertIn("rank 0 exited with code 6 (rank 1 had ended with code 0 before it: a rank that leaves while "
                       "the others train fails their collectives); last 1 line", r.stderr)
+        # The rank that failed first lost its peer; the peer failed on its own, and says why.
+        script = self.script("mismatch.sh", 'if [ $RANK = 1 ]; then trap "exit 2" TERM; '
+                                            'echo "params[0] sizes [17, 10] do not match" >&2; sleep 30 & wait; fi\n'
+                                            'sleep 0.3; echo "Connection closed by peer" >&2; exit 70\n')
+        r = self.dlrun("local", "--nproc", "2", script)
+        self.assertEqual(r.returncode, 70, r.stderr)
+        self.assertIn("rank 0 exited with code 70; rank 1 failed too (exited with code 2): params[0] sizes [17, 10] do "
+                      "not match; last 1 line", r.stderr)
         # A rank that fails on its own, after another ended with 0: nothing about it.
         r = self.dlrun("local", "--nproc", "2", "sh", "-c", 'sleep 0.$RANK; echo bad >&2; exit $RANK')
         self.assertEqual(r.returncode, 1, r.stderr)
