@@ -43,13 +43,19 @@ int main() {
   try {
     auto ctx = dlrun::init();  // from dlrun's environment; a world of 1 when run alone
 
+    // Where this rank trains: its GPU under dlrun local --gpus N, else the CPU.
+    const torch::Device device = ctx.device();
+
     // The same synthetic data on every rank: y = x · w + noise.
     torch::manual_seed(0);
     auto x = torch::randn({k_samples, k_features});
     auto y = x.matmul(torch::randn({k_features, 1})) + 0.1 * torch::randn({k_samples, 1});
+    x = x.to(device);
+    y = y.to(device);
 
     torch::manual_seed(1);
     auto model = std::make_shared<ModelImpl>();
+    model->to(device);
     dlrun::DataParallel dp(model, ctx);  // rank 0's weights everywhere; gradients averaged
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05));
     dlrun::ElasticSampler sampler(k_samples, ctx, /*seed=*/42);
@@ -83,7 +89,7 @@ int main() {
         if (ckpt) ckpt->save(step, {{"loss", loss_value}});  // a failure or a restart resumes from here
         continue;
       }
-      auto index = torch::tensor(batch->indices, torch::kLong);
+      auto index = torch::tensor(batch->indices, torch::kLong).to(device);
       auto prediction = model->forward(x.index_select(0, index));
       auto loss = torch::nn::functional::mse_loss(
                       prediction, y.index_select(0, index),
