@@ -123,8 +123,13 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
     try {
       return launcher::make_plan(options, launcher::current_environment(), record->job_id());
     } catch (const ConfigError& e) {
-      if (elsewhere.empty()) throw;
-      throw ConfigError(e.what() + elsewhere);
+      // Only where the program was not found here (or is no program), not for other errors.
+      const std::string message = e.what();
+      const bool about_program = !options.command.empty() &&
+                                 (message.find("'" + options.command.front() + "'") != std::string::npos ||
+                                  message.rfind("program '", 0) == 0 || message.rfind("Python script '", 0) == 0);
+      if (elsewhere.empty() || !about_program) throw;
+      throw ConfigError(message + elsewhere);
     }
   }();
   record->attach(job);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -96,9 +97,11 @@ std::optional<std::string> not_a_program(const std::string& path, const std::str
     while (base.size() > 1 && base.back() == '/') base.pop_back();
     if (base.rfind("./", 0) == 0) base = base.substr(2);
     if (exists(path + "/__init__.py") || exists(path + "/__main__.py")) {
+      std::string module = base;  // src/pkg: the module src.pkg, from here
+      std::replace(module.begin(), module.end(), '/', '.');
       return fmt::format("'{}' is a directory, a Python package: run it as a module, -m {} (or -m {}.train for "
                          "a module in it)",
-                         shown, base, base);
+                         shown, module, module);
     }
     return fmt::format("'{}' is a directory, not a program: name the program in it ({}/PROGRAM)", shown, base);
   }

@@ -615,7 +615,9 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
       const bool bare_word = !value.empty() && std::isalpha(static_cast<unsigned char>(value[0])) &&
                              value.find_first_of("\"'[]{}=") == std::string::npos && value != "true" &&
                              value != "false" && value != "inf" && value != "nan";
-      if (!key.empty() && bare_word) hint = fmt::format(" (a string needs quotes: {} = \"{}\")", key, value);
+      if (!key.empty() && bare_word) {
+        hint = fmt::format(" (a string needs quotes: {} = \"{}\")", clean_text(key), clean_text(value));
+      }
     }
     throw ConfigError(fmt::format("{}:{}:{}: {}{}", path, e.source().begin.line, e.source().begin.column,
                                   description, hint));

@@ -62,13 +62,14 @@ bool Terminal::flush(std::chrono::milliseconds timeout) {
 
 void Terminal::abandon() {
   if (!m_writer) return;
-  log::set_sink({});
   const OutputWriter::Abandoned abandoned = m_writer->abandon();
   for (int i = 0; i < 2; ++i) m_closed[i] = m_closed[i] || abandoned.stuck.count(m_fds[i]) > 0;
   // dlrun's own lines: straight to stderr again (and to the copy, log.hpp), unless stderr is
   // the reader that does not read; then to the copy only (a write would wait for it), for the
-  // rest of the process.
+  // rest of the process. Decided before the sink goes: a line from another thread meanwhile
+  // goes to the abandoned writer, which drops it, never to the stuck stderr.
   if (abandoned.stuck.count(STDERR_FILENO)) log::set_stderr(false);
+  log::set_sink({});
   m_writer.reset();
   // The copy is a file: what is queued for it goes out, then it is written directly.
   m_copy_writer.reset();

@@ -70,12 +70,16 @@ std::string missing_module_hint(const std::deque<std::string>& tail, const Progr
     const size_t begin = at + marker.size();
     const std::string module = line.substr(begin, line.find_first_of("'.", begin) - begin);
     if (module.empty()) continue;
+    const ShownProgram shown = shown_program(program.argv);
+    const std::string script = shown.module ? "-m " + shown.word : shown.word;
+    if (program.path == "/usr/bin/python3") {
+      return fmt::format("\n  (the ranks ran {}, which cannot import '{}': install it there, or put the Python that "
+                         "has it before the script)",
+                         program.path, module);
+    }
     return fmt::format("\n  (the ranks ran {}, which cannot import '{}': install it there, or put the Python that "
                        "has it before the script, e.g. /usr/bin/python3 {})",
-                       program.path, module,
-                       program.argv.size() > 2 && program.argv[1] == "-m" ? "-m " + program.argv[2]
-                       : program.argv.size() > 1                           ? program.argv[1]
-                                                                           : std::string("SCRIPT"));
+                       program.path, module, script);
   }
   return {};
 }
@@ -271,6 +275,10 @@ void Supervisor::on_children_ended() {
     }
     if (m_phase == Phase::running && !m_failure) {
       m_failure = Failure{index, status, {}, {}, {}};
+      for (size_t other = 0; other < m_group->size(); ++other) {
+        const auto& ended = m_group->exit_status(other);
+        if (other != index && ended && ended->success()) m_failure->ended_ok.push_back(other);
+      }
       // Said now only while others are stopped (which may take the grace period); the report
       // at the end says it in full.
       if (size_t others = m_group->running()) {
@@ -533,12 +541,11 @@ void Supervisor::report_failure() {
       continue;
     const auto& tail = m_group->stderr_tail(i);
     if (tail.empty() || tells_of_peers(tail)) continue;
-    also = fmt::format("; {} failed too ({}): {}", m_group->member(i).name, status->describe(), tail.back());
+    also = fmt::format("; {} {} too, its last stderr line: {}", m_group->member(i).name, status->describe(), tail.back());
   }
   std::vector<std::string> left;
-  for (size_t i = 0; i < m_group->size() && about_peers; ++i) {
-    const auto& status = m_group->exit_status(i);
-    if (i != failure.index && status && status->success()) left.push_back(m_group->member(i).name);
+  for (size_t i : failure.ended_ok) {
+    if (about_peers) left.push_back(m_group->member(i).name);
   }
   if (!left.empty() && left.size() < 4) {
     std::string names;

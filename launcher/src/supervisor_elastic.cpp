@@ -135,7 +135,7 @@ bool Supervisor::leave_out_failing_gpu(const Failure& failure) {
 
 void Supervisor::arm_watchdog() {
   if (m_job.options.watchdog_seconds <= 0) return;
-  auto period = std::chrono::duration<double>(std::min(1.0, m_job.options.watchdog_seconds / 4));
+  auto period = std::chrono::duration<double>(watchdog_period());
   m_watchdog_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(period));
   m_watchdog_timer.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
@@ -149,9 +149,10 @@ void Supervisor::check_watchdog() {
   const auto now_steady = std::chrono::steady_clock::now();
   const double since_start = std::chrono::duration<double>(now_steady - m_attempt_started).count();
   const auto now_wall = std::filesystem::file_time_type::clock::now();
-  std::vector<size_t> idle_members;
-  size_t running = 0;
-  bool any_reported = false;  // some rank of this attempt touched its progress file
+  const double limit = m_job.options.watchdog_seconds;
+  std::vector<size_t> idle_members;  // past the limit
+  size_t running = 0, stalled = 0;   // stalled: within two checks of it
+  bool any_reported = false;         // some rank of this attempt touched its progress file
   for (size_t i = 0; i < m_group->size(); ++i) {
     if (m_group->exit_status(i)) continue;
     ++running;
@@ -166,37 +167,39 @@ void Supervisor::check_watchdog() {
       any_reported = any_reported || age < since_start + 0.1;
       idle = std::min(idle, age);
     }
-    if (idle >= m_job.options.watchdog_seconds) idle_members.push_back(i);
+    if (idle >= limit) idle_members.push_back(i);
+    if (idle >= limit - 2 * watchdog_period()) ++stalled;
   }
   if (idle_members.empty()) return;
   const std::string source =
       m_job.options.source == SettingsSource::job_file ? "the job's watchdog" : "--watchdog";
-  std::string who;
-  if (idle_members.size() == running && running > 1) {
-    // Ranks that wait for one another in a collective look alike: none is singled out.
-    who = "no rank";
+  // Ranks that wait for one another in a collective stop within moments of each other: when
+  // every one has, none is singled out (nor its GPU counted as failing).
+  const bool whole_group = running > 1 && stalled == running;
+  std::string reason;
+  if (whole_group) {
+    reason = fmt::format("no rank made progress for {:g} s ({}): treating the job as failed", limit, source);
   } else {
+    std::string who;
     for (size_t k = 0; k < idle_members.size(); ++k) {
       who += (k == 0 ? "" : k + 1 == idle_members.size() ? " and " : ", ") + m_group->member(idle_members[k]).name;
     }
+    reason = fmt::format("{} made no progress for {:g} s ({}): treating {} as failed", who, limit, source,
+                         idle_members.size() == 1 ? "it" : "them");
   }
-  std::string reason =
-      who == "no rank"
-          ? fmt::format("no rank made progress for {:g} s ({}): treating the job as failed",
-                        m_job.options.watchdog_seconds, source)
-          : fmt::format("{} made no progress for {:g} s ({}): treating {} as failed", who,
-                        m_job.options.watchdog_seconds, source, idle_members.size() == 1 ? "it" : "them");
   if (!any_reported) {
     reason += fmt::format(
         ". No rank has touched its progress file ({}) since it started: a program on the dlrun runtime does at "
         "every step; any other program must, or the watchdog stops it (docs/elastic.md)",
         env::k_progress_file);
-  } else if (who == "no rank") {
+  } else if (whole_group) {
     reason += " (each rank's log says where it stopped)";
   }
   log::error("{}", reason);
-  m_failure = Failure{idle_members.front(), ExitStatus::killed(SIGKILL), reason, {}, {}};
+  m_failure = Failure{whole_group ? SIZE_MAX : idle_members.front(), ExitStatus::killed(SIGKILL), reason, {}, {}};
   stop_group(SIGTERM);
 }
+
+double Supervisor::watchdog_period() const { return std::min(1.0, m_job.options.watchdog_seconds / 4); }
 
 }  // namespace dlrun::launcher

@@ -714,9 +714,9 @@ void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params,
 }
 
 void AdaptiveBatch::Impl::take_recent_loss() {
-  if (log_loss_steps > 0 && log_loss_sum.defined()) {
-    stats.loss = log_loss_sum.item<double>() / static_cast<double>(log_loss_steps);
-  }
+  stats.loss = log_loss_steps > 0 && log_loss_sum.defined()
+                   ? log_loss_sum.item<double>() / static_cast<double>(log_loss_steps)
+                   : 0.0;
   log_loss_sum = at::Tensor();
   log_loss_steps = 0;
 }

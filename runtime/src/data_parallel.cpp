@@ -192,15 +192,17 @@ void DataParallel::step(const std::function<void()>& optimizer_step) {
     throw ConfigError(
         "DataParallel::step: no backward() went through this DataParallel since the last step, so the gradients "
         "were never averaged over the ranks and the replicas would drift apart: call dp.backward(loss), not "
-        "loss.backward()");
+        "loss.backward() (in Python: run the forward through the DataParallel, in training mode)");
   }
   synchronize();
   optimizer_step();
+  // (Cleared here, not in finish_step(): Python's stop check and checkpoint finish a step
+  // between the backward and this one.)
+  m_impl->prepared = false;
   finish_step();
 }
 
 void DataParallel::finish_step() {
-  m_impl->prepared = false;
   auto& state = m_impl->context.state();
   bool stop = false;
   if (!state.group) {

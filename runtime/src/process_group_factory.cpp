@@ -1,6 +1,8 @@
 #include "process_group_factory.hpp"
 
 #include <fmt/format.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -125,10 +127,18 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitO
     // One timeout in all: the store gets what is left of it (it waited a whole second one).
     const auto deadline = std::chrono::steady_clock::now() + options.rendezvous_timeout;
     if (!wait_until_listening(world.master_addr, world.master_port, options.rendezvous_timeout)) {
+      // A name that does not resolve is said as such (nothing could listen at it).
+      addrinfo hints{};
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      const int resolved = ::getaddrinfo(world.master_addr.c_str(), nullptr, &hints, &found);
+      if (found) ::freeaddrinfo(found);
       throw RendezvousTimeout(fmt::format(
           "rank {} could not reach the store at {}:{} within {:g} s: check that rank 0 is running "
-          "and MASTER_ADDR/MASTER_PORT are right (nothing listens there)",
-          world.rank, world.master_addr, world.master_port, seconds));
+          "and MASTER_ADDR/MASTER_PORT are right ({})",
+          world.rank, world.master_addr, world.master_port, seconds,
+          resolved == 0 ? std::string("nothing listens there")
+                        : fmt::format("MASTER_ADDR does not resolve: {}", ::gai_strerror(resolved))));
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     store_options.timeout = std::max(left, std::chrono::milliseconds(1000));

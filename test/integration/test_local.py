@@ -133,8 +133,8 @@ exec sleep 300
                                             'sleep 0.3; echo "Connection closed by peer" >&2; exit 70\n')
         r = self.dlrun("local", "--nproc", "2", script)
         self.assertEqual(r.returncode, 70, r.stderr)
-        self.assertIn("rank 0 exited with code 70; rank 1 failed too (exited with code 2): params[0] sizes [17, 10] do "
-                      "not match; last 1 line", r.stderr)
+        self.assertIn("rank 0 exited with code 70; rank 1 exited with code 2 too, its last stderr line: params[0] "
+                      "sizes [17, 10] do not match; last 1 line", r.stderr)
         # A rank that fails on its own, after another ended with 0: nothing about it.
         r = self.dlrun("local", "--nproc", "2", "sh", "-c", 'sleep 0.$RANK; echo bad >&2; exit $RANK')
         self.assertEqual(r.returncode, 1, r.stderr)

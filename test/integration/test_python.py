@@ -832,7 +832,7 @@ class Errors(DlrunTestCase):
                 if os.environ["RANK"] == "1":
                     while not os.path.exists({waiting!r}):
                         time.sleep(0.05)
-                    time.sleep(0.5)
+                    time.sleep(2)  # rank 0 is in the rendezvous by then
                     sys.exit("bad config")
                 import dlrun
                 open({waiting!r}, "w").close()

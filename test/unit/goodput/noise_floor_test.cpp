@@ -78,7 +78,7 @@ TEST_SUITE("runtime::NoiseFloor") {
   }
 
   TEST_CASE(
-      "while the loss falls fast the choice is Pollux's; as it levels off, a lower floor "
+      "while the loss falls fast the choice is Pollux's, and as it levels off, a lower floor "
       "decides") {
     const double phi = 200;
     const rt::GoodputPoint current = at(256, phi);

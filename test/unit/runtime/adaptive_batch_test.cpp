@@ -612,7 +612,7 @@ TEST_SUITE("runtime::AdaptiveBatch") {
   }
 
   TEST_CASE(
-      "an adaptive optimizer at square-root rates is rated by the square-root efficiency; SGD, "
+      "an adaptive optimizer at square-root rates is rated by the square-root efficiency, and SGD "
       "or another rule, by Pollux's") {
     at::set_num_threads(1);
     struct Case {
@@ -765,7 +765,7 @@ TEST_SUITE("runtime::AdaptiveBatch") {
 
   TEST_CASE(
       "with the noise floor, a loss that has levelled off grows the batch where goodput "
-      "alone keeps it; without a (finite) loss observed, goodput alone decides") {
+      "alone keeps it, and without a (finite) loss observed, goodput alone decides") {
     // At the optimum (every gradient noise), the loss only fluctuates; steps cost 10 µs a
     // sample and nothing fixed, so no batch is faster per sample and goodput alone stays at
     // the initial batch. Under the square-root rule a larger batch trains towards a lower

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -80,6 +81,8 @@ class Supervisor {
     std::optional<RankError> error;  // what the member's error file says (error_file.hpp)
     std::string error_path;
     bool said = false;  // on the terminal already (at once, or by report_failure)
+    // Members that had ended with 0 when this failure came (report_failure names them).
+    std::vector<size_t> ended_ok;
   };
 
   void start_attempt();
@@ -116,6 +119,7 @@ class Supervisor {
   void answer_resize(const std::string& answer);
   void arm_watchdog();
   void check_watchdog();
+  double watchdog_period() const;  // seconds between checks
 
   Plan m_job;  // a copy: an elastic job's rank count and GPUs change
   boost::asio::io_context m_io;
