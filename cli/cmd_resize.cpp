@@ -45,6 +45,11 @@ int run_resize(const ResizeArgs& args) {
     std::cout << " (restarted: its program does not handle the stop request, so it starts again from its "
                  "last checkpoint, if it saves one)";
   }
+  if (outcome == launcher::ResizeOutcome::killed) {
+    std::cout << " (its ranks did not stop at a step within the grace period: they were killed, and start again "
+                 "from their last checkpoint, if they saved one; does the program ask ctx.stop_requested() after "
+                 "every step?)";
+  }
   std::cout << "\n";
   return 0;
 }

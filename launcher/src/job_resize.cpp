@@ -30,10 +30,13 @@ ResizeOutcome outcome_of(const std::string& answer, const std::string& job, int 
                             job, answer.substr(refused.size()), ranks, ranks == 1 ? "" : "s", job, ranks),
                 k_resize_refused_exit);
   }
-  const std::string restarted = std::string(" ") + k_resize_restarted;
-  const bool was_restarted =
-      answer.size() > restarted.size() && answer.compare(answer.size() - restarted.size(), restarted.size(), restarted) == 0;
-  return was_restarted ? ResizeOutcome::restarted : ResizeOutcome::stopped_at_a_step;
+  const auto ends_with = [&answer](const std::string& word) {
+    const std::string tail = " " + word;
+    return answer.size() > tail.size() && answer.compare(answer.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends_with(k_resize_restarted)) return ResizeOutcome::restarted;
+  if (ends_with(k_resize_killed)) return ResizeOutcome::killed;
+  return ResizeOutcome::stopped_at_a_step;
 }
 
 // A job started with dlrun local: its run directory's job.json names its supervisor.

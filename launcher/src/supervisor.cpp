@@ -24,6 +24,7 @@
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
+#include "dlrun/launcher/text.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -381,6 +382,18 @@ void Supervisor::stop_group(int signal) {
 
 void Supervisor::on_grace_expired() {
   if (m_phase != Phase::stopping || !m_group || m_group->all_exited()) return;
+  if (m_pending_resize && !m_resize_restarts) {
+    // Ranks that said they handle the stop request, and did not stop at a step: a program that
+    // does not ask ctx.stop_requested() after its steps, or a step longer than the grace.
+    m_resize_killed = true;
+    log::warn("{} did not stop at a step within {:g} s of the resize's stop request: killing {}; they start "
+              "again from their last checkpoint, if they saved one (does the program ask ctx.stop_requested() "
+              "after every step? is a step longer than --grace?)",
+              counted(m_group->running(), "rank"), m_job.options.grace_seconds,
+              m_group->running() == 1 ? "it" : "them");
+    m_group->signal_running(SIGKILL);
+    return;
+  }
   log::warn("{} rank{} still running {} s after the stop signal: killing {}", m_group->running(),
             m_group->running() == 1 ? "" : "s", m_job.options.grace_seconds,
             m_group->running() == 1 ? "it" : "them");

@@ -78,6 +78,7 @@ std::optional<std::string> Supervisor::resize(const ResizeRequest& request) {
   }
   m_pending_resize = request;
   m_resize_restarts = !announced;
+  m_resize_killed = false;
   if (announced) {
     log::info("resizing from {} to {}: asking the ranks to checkpoint and stop", m_job.world_size,
               counted(request.world_size, "rank"));
@@ -117,7 +118,8 @@ void Supervisor::apply_resize() {
   record("running", std::nullopt);
   if (m_job.on_rescale) m_job.on_rescale(false, m_job.world_size, m_job.gpu_ids);
   log::info("now running {} rank{}", m_job.world_size, m_job.world_size == 1 ? "" : "s");
-  answer_resize(fmt::format("ok {}{}", m_job.world_size, m_resize_restarts ? std::string(" ") + k_resize_restarted : ""));
+  const char* how = m_resize_restarts ? k_resize_restarted : m_resize_killed ? k_resize_killed : nullptr;
+  answer_resize(fmt::format("ok {}{}", m_job.world_size, how ? std::string(" ") + how : std::string()));
 }
 
 bool Supervisor::leave_out_failing_gpu(const Failure& failure) {

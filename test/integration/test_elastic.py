@@ -376,6 +376,32 @@ while True:
         out, err = p.communicate(timeout=60)
         self.assertIn("resizing from 2 to 1 rank: asking the ranks to checkpoint and stop", err)
 
+    def test_ranks_that_said_they_handle_the_stop_and_do_not_stop_are_killed_and_said_so(self):
+        # A program that writes handles-stop but never stops at a step (it ignores the request,
+        # as a runtime program that never asks ctx.stop_requested() does): "now runs 1 rank"
+        # alone hid that its ranks were killed at the end of the grace period.
+        starts = os.path.join(self.tmp, "starts")
+        program = self.script("deaf.sh", f"""
+trap '' USR1 TERM
+[ "$RANK" = 0 ] && touch "$DLRUN_RUN_DIR/handles-stop"
+echo "$RANK:$WORLD_SIZE" >> {starts}
+while :; do sleep 0.05; done
+""")
+        p = self.start("local", "--nproc", "1:2", "--grace", "1", "--run-dir", self.run_dir(), program)
+        self.assertTrue(wait_for(lambda: len(read_words(starts)) == 2, 60))
+        with open(os.path.join(self.run_dir(), "job.json")) as f:
+            job = json.load(f)["id"]
+        r = self.dlrun("resize", job, "1")
+        self.assertEqual((r.returncode, r.stdout),
+                         (0, f"Job {job} now runs 1 rank (its ranks did not stop at a step within the grace period: "
+                             "they were killed, and start again from their last checkpoint, if they saved one; does "
+                             "the program ask ctx.stop_requested() after every step?)\n"), r.stderr)
+        self.assertTrue(wait_for(lambda: len(read_words(starts)) == 3, 60))
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertIn("2 ranks did not stop at a step within 1 s of the resize's stop request: killing them", err)
+
     def test_a_submitted_job_is_refused_and_keeps_its_slots(self):
         job = submit_elastic(self, self.plain_rank())
         try:

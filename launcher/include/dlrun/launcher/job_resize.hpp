@@ -38,6 +38,7 @@ inline constexpr int k_resize_refused_exit = 3;
 enum class ResizeOutcome {
   stopped_at_a_step,  // the ranks stopped at a step they agreed on and run at the new size
   restarted,          // they were stopped (Unannounced::restart) and started again at the new size
+  killed,             // asked to stop at a step, they had not within the grace period: killed, restarted
   unpinned,           // "auto": the goodput scheduler sizes the job again
   unchanged,          // it runs that many ranks already: nothing was stopped (a goodput job is pinned there)
 };

@@ -29,9 +29,11 @@ struct ResizeRequest {
 
 // The supervisor's answers (RUN_DIR/resize.result): "ok N" (the ranks stopped at a step they
 // agreed on and run N now), "ok N restarted" (they were stopped and restarted: Unannounced::
-// restart), "refused: WHY" (they have not said that they handle the stop request; nothing was
-// done), "error: WHY".
+// restart), "ok N killed" (asked to stop at a step, they had not within the grace period: they
+// were killed, and restarted from their last checkpoint), "refused: WHY" (they have not said
+// that they handle the stop request; nothing was done), "error: WHY".
 inline constexpr const char* k_resize_restarted = "restarted";
+inline constexpr const char* k_resize_killed = "killed";
 inline constexpr const char* k_resize_refused = "refused: ";
 
 std::string format_resize_request(const ResizeRequest& request);

@@ -144,6 +144,7 @@ class Supervisor {
   boost::asio::steady_timer m_watchdog_timer;
   std::optional<ResizeRequest> m_pending_resize;
   bool m_resize_restarts = false;  // the pending resize stops ranks that do not handle the stop request
+  bool m_resize_killed = false;    // ranks asked to stop for it had not within the grace period
   // Ranks of an earlier attempt said that they handle the stop request: the program does, and
   // ranks that have not said so yet are still starting (a resize then: try again, not refused).
   bool m_program_handles_stop = false;
