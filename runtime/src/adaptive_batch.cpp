@@ -151,7 +151,7 @@ struct AdaptiveBatch::Impl {
   bool log_loss_this_step = false;
   int64_t log_loss_steps = 0;
   // After the loss ran away (DivergenceWatch, rank 0): the largest global batch allowed from
-  // then on, the one where the loss was lowest (0: none). A restore forgets it.
+  // then on, the one where the loss was lowest (0: none). Checkpointed.
   int64_t backoff_cap = 0;
   // The trend's clock: seconds of the steps timed (record_time), so that evaluations and
   // checkpoints between steps do not count as time the loss did not fall in.
@@ -457,8 +457,8 @@ void AdaptiveBatch::Impl::warn_divergence(const runtime::DivergenceWatch::Alarm&
                         alarm.lowest, alarm.lowest_batch)
           : std::string("not finite");
   const std::string what_now =
-      backoff_cap > 0 ? fmt::format(": going back to global batch {}, and no larger from now on (a restart forgets "
-                                    "this). Lower the initial learning rate, or max_batch, to avoid it",
+      backoff_cap > 0 ? fmt::format(": going back to global batch {}, and no larger from now on (its checkpoints "
+                                    "keep this). Lower the initial learning rate, or max_batch, to avoid it",
                                     backoff_cap)
                       : std::string(": lower the initial learning rate, or max_batch");
   log::warn(
@@ -963,6 +963,7 @@ std::string AdaptiveBatch::checkpoint_state() const {
   s.step = d.stats.step;
   s.progress = d.stats.progress;
   s.base_lr = d.base_lr;
+  s.batch_cap = d.backoff_cap;
   s.noise = d.noise.serialize();
   s.profile = d.profile.serialize();
   return runtime::format_adaptive_state(s);
@@ -981,8 +982,11 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.base_lr = s.base_lr;
   d.stats.step = s.step;
   d.stats.progress = s.progress;
-  // Within this run's limits (lowered on resume, after an out-of-memory error say).
-  d.shape = d.shape_for(std::min(s.global_batch, d.options.max_batch));
+  // Within this run's limits (lowered on resume, after an out-of-memory error say), and below
+  // where the loss ran away before.
+  d.backoff_cap = s.batch_cap;
+  d.shape = d.shape_for(std::min({s.global_batch, d.options.max_batch,
+                                  d.backoff_cap > 0 ? d.backoff_cap : s.global_batch}));
   if (d.shape.global_batch != s.global_batch && d.context.is_main()) {
     log::warn("adaptive batch: the checkpoint's global batch {} does not fit this run's limits: going on at {}",
               s.global_batch, d.shape.global_batch);
@@ -1001,7 +1005,6 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.reset_costs();
   d.forget_trend();
   d.divergence.forget();
-  d.backoff_cap = 0;
   d.loss_sum = at::Tensor();
   d.loss_steps = 0;
   d.loss_this_step = false;

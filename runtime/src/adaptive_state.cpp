@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -24,6 +25,7 @@ std::string format_adaptive_state(const AdaptiveState& s) {
   std::string out = fmt::format("{}\nglobal_batch {}\nworld_size {}\nstep {}\nprogress {:.17g}\n",
                                 k_header, s.global_batch, s.world_size, s.step, s.progress);
   for (double lr : s.base_lr) out += fmt::format("base_lr {:.17g}\n", lr);
+  if (s.batch_cap > 0) out += fmt::format("batch_cap {}\n", s.batch_cap);  // only then: older readers know no such key
   out += "[noise]\n" + s.noise;
   if (!s.noise.empty() && s.noise.back() != '\n') out += '\n';
   out += "[profile]\n" + s.profile;
@@ -69,6 +71,8 @@ AdaptiveState parse_adaptive_state(const std::string& text) {
       s.progress = to_double(key, value);
     } else if (key == "base_lr") {
       s.base_lr.push_back(to_double(key, value));
+    } else if (key == "batch_cap") {
+      s.batch_cap = std::max<int64_t>(0, static_cast<int64_t>(to_double(key, value)));
     } else {
       throw std::invalid_argument("unknown key '" + key + "'");
     }

@@ -15,6 +15,7 @@ struct AdaptiveState {
   int64_t step = 0;
   double progress = 0;
   std::vector<double> base_lr;  // per optimizer parameter group
+  int64_t batch_cap = 0;        // the largest batch allowed since the loss ran away (0: none)
   std::string noise;            // GradientNoiseScale::serialize()
   std::string profile;          // ThroughputProfile::serialize()
 };

@@ -904,6 +904,16 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(cap < before);
     CHECK(batches.back() <= cap);
     CHECK(*std::max_element(batches.begin() + 400, batches.end()) <= cap);
-    CHECK(text.find("and no larger from now on (a restart forgets this)") != std::string::npos);
+    CHECK(text.find("and no larger from now on (its checkpoints keep this)") != std::string::npos);
+    // A restart (a resize, a resume) keeps the cap: a checkpoint of a batch above it (one
+    // saved before the loss ran away, say, with the cap of a later run) restores below it.
+    std::string state = adaptive.checkpoint_state();
+    REQUIRE(state.find("batch_cap " + std::to_string(cap)) != std::string::npos);
+    const auto line = state.find("global_batch ");
+    state.replace(line, state.find('\n', line) - line, "global_batch 1024");
+    OneRank again(0.5);
+    dlrun::AdaptiveBatch restored(again.ctx, again.dp, again.sgd, options);
+    restored.restore_checkpoint_state(state);
+    CHECK(restored.global_batch() == cap);
   }
 }

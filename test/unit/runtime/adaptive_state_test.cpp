@@ -25,6 +25,11 @@ TEST_SUITE("runtime::AdaptiveState") {
     CHECK(back.base_lr == s.base_lr);
     CHECK(back.noise == s.noise);
     CHECK(back.profile == s.profile);
+    CHECK(back.batch_cap == 0);
+    // The cap after a loss ran away: written only when there is one.
+    CHECK(dlrun::runtime::format_adaptive_state(s).find("batch_cap") == std::string::npos);
+    s.batch_cap = 256;
+    CHECK(dlrun::runtime::parse_adaptive_state(dlrun::runtime::format_adaptive_state(s)).batch_cap == 256);
   }
 
   TEST_CASE("malformed text is refused with what is wrong") {
