@@ -266,6 +266,7 @@ struct Checkpoint::Impl {
   std::vector<std::pair<std::string, torch::optim::Optimizer*>> optimizers;
   ElasticSampler* sampler = nullptr;
   std::vector<std::pair<std::string, Checkpointable*>> objects;
+  bool restore_called = false;  // restore() ran: a save below a later checkpoint went back on purpose
 
   void write_files(const fs::path& tmp, int64_t step, const std::map<std::string, double>& values,
                    std::vector<std::string>& names) const;
@@ -428,8 +429,10 @@ void Checkpoint::Impl::set_aside_later_than(int64_t step) const {
   }
   if (!moved.empty()) {
     log::warn("{} held checkpoints of later steps than this run's {}, of a run it went back from: moved aside as "
-              "{} (never restored; remove them when no longer needed)",
-              dir.string(), step, fmt::join(moved, ", "));
+              "{} (never restored; remove them when no longer needed){}",
+              dir.string(), step, fmt::join(moved, ", "),
+              restore_called ? "" : ". This run never called restore(): to resume, call it after track() and before "
+                                    "training");
   }
 }
 
@@ -562,6 +565,7 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
 }
 
 std::optional<CheckpointInfo> Checkpoint::restore() {
+  m_impl->restore_called = true;
   int64_t chosen = -1;
   std::string failure;
   if (m_impl->context.is_main()) {

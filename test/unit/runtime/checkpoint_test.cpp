@@ -15,6 +15,7 @@
 
 #include "dlrun/data_parallel.hpp"
 #include "dlrun/elastic_sampler.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 #include "rank_threads.hpp"
 #include "remove_tree.hpp"
@@ -375,7 +376,14 @@ TEST_SUITE("runtime::Checkpoint") {
     Run afresh(2);
     dlrun::Checkpoint ckpt(solo(), dir.path, options);
     afresh.track(ckpt);
+    std::string said;
+    dlrun::log::set_sink([&said](std::string_view line) { said += line; });
     ckpt.save(1);
+    dlrun::log::set_sink({});
+    // A run that never called restore() is asked whether it meant to.
+    CHECK(said.find("moved aside as superseded-step-000000000003") != std::string::npos);
+    CHECK(said.find("This run never called restore(): to resume, call it after track() and before training") !=
+          std::string::npos);
     auto kept = dlrun::Checkpoint::list(dir.path);
     REQUIRE(kept.size() == 1);
     CHECK(kept[0].filename() == "step-000000000001");
@@ -395,7 +403,12 @@ TEST_SUITE("runtime::Checkpoint") {
       run.track(ckpt3);
       ckpt3.save(3);
     }
-    ckpt.save(1);
+    said.clear();
+    dlrun::log::set_sink([&said](std::string_view line) { said += line; });
+    again.save(1);  // a run that restored and went back on purpose: no such question
+    dlrun::log::set_sink({});
+    CHECK(said.find("moved aside") != std::string::npos);
+    CHECK(said.find("never called restore()") == std::string::npos);
     CHECK(fs::is_directory(dir.path / "superseded-step-000000000003"));
     CHECK(fs::is_directory(dir.path / "superseded-step-000000000003.2"));
   }
