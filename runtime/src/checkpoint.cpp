@@ -292,18 +292,32 @@ Checkpoint::Checkpoint(Context context, fs::path dir, CheckpointOptions options)
 
 Checkpoint::~Checkpoint() = default;
 
+namespace {
+// Tracked after restore(): saved from now on, but this run did not resume it.
+void warn_late_track(bool restored, const Context& context, const std::string& what) {
+  if (!restored || !context.is_main()) return;
+  log::warn("Checkpoint: {} is tracked after restore(): it is saved from now on, but was not restored in this run "
+            "(track everything before restore())",
+            what);
+}
+}  // namespace
+
 void Checkpoint::track(const std::string& name, std::shared_ptr<torch::nn::Module> module) {
+  warn_late_track(m_impl->restore_called, m_impl->context, "module '" + name + "'");
   check_new_name(m_impl->modules, name, "module");
   m_impl->modules.emplace_back(name, std::move(module));
 }
 void Checkpoint::track(const std::string& name, torch::optim::Optimizer& optimizer) {
+  warn_late_track(m_impl->restore_called, m_impl->context, "optimizer '" + name + "'");
   check_new_name(m_impl->optimizers, name, "optimizer");
   m_impl->optimizers.emplace_back(name, &optimizer);
 }
 void Checkpoint::track(ElasticSampler& sampler) {
+  warn_late_track(m_impl->restore_called, m_impl->context, "the sampler");
   m_impl->sampler = &sampler;
 }
 void Checkpoint::track(const std::string& name, Checkpointable& object) {
+  warn_late_track(m_impl->restore_called, m_impl->context, "'" + name + "'");
   check_new_name(m_impl->objects, name, "state object");
   m_impl->objects.emplace_back(name, &object);
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 
 namespace dlrun {
@@ -80,7 +81,16 @@ void ElasticSampler::ensure_permutation() {
 
 std::optional<SampleBatch> ElasticSampler::next(int64_t global_batch_size) {
   if (global_batch_size < 1) throw ConfigError("ElasticSampler: the batch size must be at least 1");
-  if (epoch_done()) return std::nullopt;
+  if (epoch_done()) {
+    // A loop that never calls next_epoch() spins here (saving a checkpoint each time, say):
+    // said once, by rank 0, after more calls than any loop that ends an epoch makes.
+    if (++m_calls_past_the_end == 100 && m_rank == 0) {
+      log::warn("ElasticSampler: epoch {} is over and next() was asked 100 times since: call next_epoch() to begin "
+                "the next one",
+                m_state.epoch + 1);
+    }
+    return std::nullopt;
+  }
   ensure_permutation();
   SampleBatch batch;
   batch.epoch = m_state.epoch;
@@ -96,6 +106,7 @@ std::optional<SampleBatch> ElasticSampler::next(int64_t global_batch_size) {
 void ElasticSampler::next_epoch() {
   ++m_state.epoch;
   m_state.position = 0;
+  m_calls_past_the_end = 0;
 }
 
 void ElasticSampler::restore(const SamplerState& state) {
@@ -110,6 +121,7 @@ void ElasticSampler::restore(const SamplerState& state) {
                                   state.position, state.epoch));
   }
   m_state = state;
+  m_calls_past_the_end = 0;
 }
 
 }  // namespace dlrun

@@ -73,6 +73,7 @@ class ElasticSampler {
   int m_world_size;
   std::vector<int64_t> m_permutation;
   int64_t m_permutation_epoch = -1;
+  int64_t m_calls_past_the_end = 0;  // next() of an epoch that is over, since next_epoch()
 };
 
 }  // namespace dlrun

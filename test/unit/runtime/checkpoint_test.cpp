@@ -409,6 +409,14 @@ TEST_SUITE("runtime::Checkpoint") {
     dlrun::log::set_sink({});
     CHECK(said.find("moved aside") != std::string::npos);
     CHECK(said.find("never called restore()") == std::string::npos);
+    // Tracked after restore(): said, since this run did not resume it.
+    said.clear();
+    dlrun::log::set_sink([&said](std::string_view line) { said += line; });
+    Run late(4);
+    again.track("late", late.model);
+    dlrun::log::set_sink({});
+    CHECK(said.find("Checkpoint: module 'late' is tracked after restore(): it is saved from now on, but was not "
+                    "restored in this run") != std::string::npos);
     CHECK(fs::is_directory(dir.path / "superseded-step-000000000003"));
     CHECK(fs::is_directory(dir.path / "superseded-step-000000000003.2"));
   }

@@ -3,8 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 
 using dlrun::ElasticSampler;
@@ -50,6 +53,21 @@ int64_t run_steps(std::vector<ElasticSampler>& ranks, int64_t batch, int64_t max
 }  // namespace
 
 TEST_SUITE("runtime::ElasticSampler") {
+  TEST_CASE("a loop that never calls next_epoch() is told to, once, by rank 0") {
+    std::string said;
+    dlrun::log::set_sink([&said](std::string_view line) { said += line; });
+    ElasticSampler rank0(10, 0, 2, 1), rank1(10, 1, 2, 1);
+    for (int i = 0; i < 300; ++i) {
+      rank0.next(4);
+      rank1.next(4);
+    }
+    rank0.next_epoch();
+    for (int i = 0; i < 3; ++i) rank0.next(4);  // an epoch ended as loops do: nothing said
+    dlrun::log::set_sink({});
+    CHECK(said == "dlrun: warning: ElasticSampler: epoch 1 is over and next() was asked 100 times since: call "
+                  "next_epoch() to begin the next one\n");
+  }
+
   TEST_CASE("the permutation depends on seed and epoch only") {
     auto a = ElasticSampler::permutation(1000, 7, 0);
     CHECK(a == ElasticSampler::permutation(1000, 7, 0));
