@@ -139,17 +139,16 @@ struct AdaptiveBatch::Impl {
   int64_t preconditioner_step = -1;  // the step after which it was last refreshed
   BatchShape shape;
   AdaptiveStats stats;
-  // The noise floor (options.noise_floor): the losses observed since the last decision (a
-  // device tensor, read back at the decision), their steps, the mean per interval, and the
-  // last fall rate measured with the goodput predicted where it was measured.
+  // The losses observed (rank 0) since the last decision: a device tensor, read back at the
+  // decision (the noise floor's interval mean, the divergence watch) and at each metrics line,
+  // and their steps. What the last metrics line read of them (stats.loss is the mean since:
+  // a decision interval may be hundreds of steps long); negative: the part of the interval
+  // before a decision not yet reported.
   at::Tensor loss_sum;
   bool loss_this_step = false;
   int64_t loss_steps = 0;
-  // The same since the last metrics line (rank 0), for stats.loss and metrics.jsonl: a
-  // decision interval may be hundreds of steps long, and the loss it reports as old.
-  at::Tensor log_loss_sum;
-  bool log_loss_this_step = false;
-  int64_t log_loss_steps = 0;
+  double reported_loss_sum = 0;
+  int64_t reported_loss_steps = 0;
   // After the loss ran away (DivergenceWatch, rank 0): the largest global batch allowed from
   // then on, the one where the loss was lowest (0: none). Checkpointed.
   int64_t backoff_cap = 0;
@@ -422,9 +421,8 @@ void AdaptiveBatch::Impl::switch_to(const BatchShape& next, const char* why) {
 }
 
 void AdaptiveBatch::Impl::close_loss_interval(double end) {
-  const double loss = loss_sum.defined() && loss_steps > 0
-                          ? loss_sum.item<double>() / static_cast<double>(loss_steps)
-                          : 0.0;
+  const double sum = loss_sum.defined() && loss_steps > 0 ? loss_sum.item<double>() : 0.0;
+  const double loss = loss_steps > 0 ? sum / static_cast<double>(loss_steps) : 0.0;
   if (loss_steps > 0) {
     if (const auto alarm = divergence.observe(loss, shape.global_batch)) {
       // Back to where the loss was lowest (or half this batch, if that was here), and no
@@ -436,12 +434,21 @@ void AdaptiveBatch::Impl::close_loss_interval(double end) {
       warn_divergence(*alarm);
     }
   }
-  if (loss_steps > 0 && std::isfinite(loss)) {
+  if (options.noise_floor && loss_steps > 0 && std::isfinite(loss)) {
     trend.add(interval_begin, end, loss, shape.global_batch);
   } else {
     // An interval without a (finite) loss breaks the trend: nothing older stands for now.
     forget_trend();
     stats.noise_floor = 0;
+  }
+  // The steps since the last metrics line go on into the next line's mean (a loss that is not
+  // finite is not carried: the lines after it would never be).
+  if (std::isfinite(sum) && std::isfinite(reported_loss_sum)) {
+    reported_loss_sum -= sum;
+    reported_loss_steps -= loss_steps;
+  } else {
+    reported_loss_sum = 0;
+    reported_loss_steps = 0;
   }
   loss_sum = at::Tensor();
   loss_steps = 0;
@@ -595,8 +602,8 @@ void AdaptiveBatch::Impl::replan() {
   const double started = now();
   const bool after_restore = replan_due;  // the first step since a restore into another world
   if (context.is_main()) {
-    close_loss_interval(train_seconds);
     if (options.log_every <= 0) take_recent_loss();  // stats().loss without metrics lines
+    close_loss_interval(train_seconds);
     if (options.noise_floor && !loss_seen && !warned_no_loss) {
       warned_no_loss = true;
       log::info(
@@ -714,11 +721,15 @@ void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params,
 }
 
 void AdaptiveBatch::Impl::take_recent_loss() {
-  stats.loss = log_loss_steps > 0 && log_loss_sum.defined()
-                   ? log_loss_sum.item<double>() / static_cast<double>(log_loss_steps)
-                   : 0.0;
-  log_loss_sum = at::Tensor();
-  log_loss_steps = 0;
+  const int64_t steps = loss_steps - reported_loss_steps;
+  if (steps <= 0) {
+    stats.loss = 0;
+    return;
+  }
+  const double sum = loss_sum.defined() ? loss_sum.item<double>() : 0.0;
+  stats.loss = (sum - reported_loss_sum) / static_cast<double>(steps);
+  reported_loss_sum = sum;
+  reported_loss_steps = loss_steps;
 }
 
 void AdaptiveBatch::Impl::log_metrics() {
@@ -846,18 +857,12 @@ void AdaptiveBatch::observe_loss(const at::Tensor& loss) {
   Impl& d = *m_impl;
   if (!d.context.is_main() || !loss.defined() || loss.numel() != 1) return;
   const at::Tensor value = loss.detach().reshape({});
-  const auto add_to = [&value](at::Tensor& sum) {
-    if (sum.defined()) {
-      // A value given as a number (Python) sums on the CPU beside a device's losses.
-      sum.add_(value.device() == sum.device() ? value : value.to(sum.device()));
-    } else {
-      sum = value.to(at::kDouble).clone();
-    }
-  };
-  add_to(d.log_loss_sum);
-  d.log_loss_this_step = true;
-  if (!d.options.noise_floor) return;
-  add_to(d.loss_sum);
+  if (d.loss_sum.defined()) {
+    // A value given as a number (Python) sums on the CPU beside a device's losses.
+    d.loss_sum.add_(value.device() == d.loss_sum.device() ? value : value.to(d.loss_sum.device()));
+  } else {
+    d.loss_sum = value.to(at::kDouble).clone();
+  }
   d.loss_this_step = true;
   d.loss_seen = true;
 }
@@ -924,8 +929,6 @@ void AdaptiveBatch::step(int64_t samples) {
   ++d.stats.step;
   if (d.loss_this_step) ++d.loss_steps;
   d.loss_this_step = false;
-  if (d.log_loss_this_step) ++d.log_loss_steps;
-  d.log_loss_this_step = false;
   d.interval_samples += samples;
   if (d.replan_due || d.stats.step >= d.next_replan) d.replan();
   if (d.log_due()) d.log_metrics();
@@ -1008,9 +1011,8 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.loss_sum = at::Tensor();
   d.loss_steps = 0;
   d.loss_this_step = false;
-  d.log_loss_sum = at::Tensor();
-  d.log_loss_steps = 0;
-  d.log_loss_this_step = false;
+  d.reported_loss_sum = 0;
+  d.reported_loss_steps = 0;
   d.loss_seen = false;
   d.interval_begin_step = d.stats.step;
   d.interval_begin = d.train_seconds;
