@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "commands.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/exit_status.hpp"
@@ -59,11 +61,9 @@ void refuse_an_ambiguous_name(launcher::JobQueue& queue, const std::string& name
     }
   }
   if (named.size() < 2) return;
-  std::string list;
-  for (const auto& one : named) list += (list.empty() ? "" : ", ") + one;
   throw ConfigError(fmt::format("{} of your jobs named '{}' have not ended ({}): say which by number (dlrun {} "
                                 "takes several)",
-                                named.size(), name, list, verb));
+                                named.size(), name, fmt::join(named, ", "), verb));
 }
 
 int run_cancel(const CancelArgs& args) {

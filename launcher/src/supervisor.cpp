@@ -10,7 +10,6 @@
 #include <cstring>
 #include <functional>
 #include <ctime>
-#include <deque>
 #include <filesystem>
 #include <vector>
 
@@ -19,6 +18,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/command_resolution.hpp"
+#include "dlrun/launcher/failure_hints.hpp"
 #include "dlrun/launcher/free_port.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -57,32 +57,6 @@ std::string all_of(size_t count, const std::string& noun) {
 bool live_terminal(int fd, const Environment& env) {
   if (auto it = env.find("TERM"); it != env.end() && it->second == "dumb") return false;
   return ::isatty(fd) == 1;
-}
-
-// A rank's Python could not import a module (`No module named 'torch'`): which interpreter ran
-// says why (PATH's python3 may be a virtualenv's or pyenv's, not the one that has it).
-std::string missing_module_hint(const std::deque<std::string>& tail, const ProgramSpec& program) {
-  const std::string interpreter = std::filesystem::path(program.path).filename().string();
-  if (interpreter.rfind("python", 0) != 0) return {};
-  static const std::string marker = "ModuleNotFoundError: No module named '";
-  for (const auto& line : tail) {
-    const size_t at = line.find(marker);
-    if (at == std::string::npos) continue;
-    const size_t begin = at + marker.size();
-    const std::string module = line.substr(begin, line.find_first_of("'.", begin) - begin);
-    if (module.empty()) continue;
-    const ShownProgram shown = shown_program(program.argv);
-    const std::string script = shown.module ? "-m " + shown.word : shown.word;
-    if (program.path == "/usr/bin/python3") {
-      return fmt::format("\n  (the ranks ran {}, which cannot import '{}': install it there, or put the Python that "
-                         "has it before the script)",
-                         program.path, module);
-    }
-    return fmt::format("\n  (the ranks ran {}, which cannot import '{}': install it there, or put the Python that "
-                       "has it before the script, e.g. /usr/bin/python3 {})",
-                       program.path, module, script);
-  }
-  return {};
 }
 
 }  // namespace
@@ -530,22 +504,11 @@ void Supervisor::report_failure() {
   const std::string& log_path = member.log_path;
   std::string what = fmt::format("{} {}", member.name, failure.status.describe());
   if (failure.error && !failure.error->message.empty()) what += fmt::format(": {}", first_line(failure.error->message));
-  // Ranks that had ended with 0 while this one ran: a rank that leaves early fails the others'
-  // collectives ("exited in the middle of a gradient allreduce"), and is the likelier cause.
-  // Said where the failing rank's stderr tells of its peers (not for ranks that fail alone).
-  const auto tells_of_peers = [](const std::deque<std::string>& said) {
-    return std::any_of(said.begin(), said.end(), [](const std::string& line) {
-      for (const char* word : {"peer", "Connection", "connection", "gloo", "Gloo", "NCCL", "allreduce", "collective",
-                               "timed out", "Timeout", "broken pipe", "Broken pipe"}) {
-        if (line.find(word) != std::string::npos) return true;
-      }
-      return false;
-    });
-  };
+  // Where the failing rank's stderr tells of its peers (not for ranks that fail alone): ranks
+  // that had ended with 0 when it failed (a rank that leaves early fails the others'
+  // collectives, and is the likelier cause), and another rank that exited with an error
+  // meanwhile, whose words (a model of another shape) often say what went wrong.
   const bool about_peers = tells_of_peers(m_group->stderr_tail(failure.index));
-  // Another rank that failed on its own meanwhile (not by the stop, not of its peers' loss)
-  // often says what went wrong (a model of another shape) where this one says only that its
-  // peer went away.
   std::string also;
   for (size_t i = 0; i < m_group->size() && about_peers && also.empty(); ++i) {
     const auto& status = m_group->exit_status(i);
@@ -556,16 +519,12 @@ void Supervisor::report_failure() {
     if (tail.empty() || tells_of_peers(tail)) continue;
     also = fmt::format("; {} {} too, its last stderr line: {}", m_group->member(i).name, status->describe(), tail.back());
   }
-  std::vector<std::string> left;
-  for (size_t i : failure.ended_ok) {
-    if (about_peers) left.push_back(m_group->member(i).name);
-  }
-  if (!left.empty() && left.size() < 4) {
-    std::string names;
-    for (size_t k = 0; k < left.size(); ++k) names += (k == 0 ? "" : k + 1 == left.size() ? " and " : ", ") + left[k];
+  if (about_peers && !failure.ended_ok.empty() && failure.ended_ok.size() < 4) {
+    std::vector<std::string> left;
+    for (size_t i : failure.ended_ok) left.push_back(m_group->member(i).name);
     what += fmt::format(" ({} had ended with code 0 before it: a rank that leaves while the others train fails "
                         "their collectives)",
-                        names);
+                        listed(left));
   }
   what += also;
   if (failure.error && !failure.error->traceback.empty() && m_job.options.tail_lines > 0) {

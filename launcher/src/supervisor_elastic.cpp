@@ -182,11 +182,9 @@ void Supervisor::check_watchdog() {
   if (whole_group) {
     reason = fmt::format("no rank made progress for {:g} s ({}): treating the job as failed", limit, source);
   } else {
-    std::string who;
-    for (size_t k = 0; k < idle_members.size(); ++k) {
-      who += (k == 0 ? "" : k + 1 == idle_members.size() ? " and " : ", ") + m_group->member(idle_members[k]).name;
-    }
-    reason = fmt::format("{} made no progress for {:g} s ({}): treating {} as failed", who, limit, source,
+    std::vector<std::string> who;
+    for (size_t i : idle_members) who.push_back(m_group->member(i).name);
+    reason = fmt::format("{} made no progress for {:g} s ({}): treating {} as failed", listed(who), limit, source,
                          idle_members.size() == 1 ? "it" : "them");
   }
   if (!any_reported) {

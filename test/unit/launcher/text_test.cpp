@@ -32,6 +32,12 @@ TEST_SUITE("launcher::Text") {
     CHECK(closest_match("--gpu", options) == "--gpus");
     CHECK_FALSE(closest_match("--verbose", options));
   }
+  TEST_CASE("listed reads as a sentence") {
+    CHECK(listed({}) == "");
+    CHECK(listed({"rank 1"}) == "rank 1");
+    CHECK(listed({"rank 1", "rank 2"}) == "rank 1 and rank 2");
+    CHECK(listed({"a", "b", "c"}) == "a, b and c");
+  }
   TEST_CASE("split and trim") {
     CHECK(split("a,,b", ',') == std::vector<std::string>{"a", "", "b"});
     CHECK(trim("  x \t") == "x");

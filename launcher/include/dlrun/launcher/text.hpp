@@ -35,6 +35,9 @@ std::optional<std::string> closest_match(std::string_view word,
 // "1 GPU", "2 GPUs": a count and its noun, in the plural unless it is 1 (nouns with an -s plural).
 std::string counted(long long n, std::string_view noun);
 
+// "rank 1", "rank 1 and rank 2", "rank 1, rank 2 and rank 3": items as a sentence lists them.
+std::string listed(const std::vector<std::string>& items);
+
 // Valid UTF-8 without control characters: what is not becomes U+FFFD, so that neither a
 // terminal nor an XML parser sees it (names and commands may hold anything).
 std::string clean_text(std::string_view text);

@@ -1,0 +1,21 @@
+#pragma once
+// What a failure report adds to a rank's own words when they point elsewhere: which Python ran
+// when it could not import a module, and whether the rank's stderr tells of a lost peer (then
+// another rank may be the cause). Pure text logic, no I/O; thread-safe.
+
+#include <deque>
+#include <string>
+
+#include "dlrun/launcher/member.hpp"
+
+namespace dlrun::launcher {
+
+// "\n  (the ranks ran PYTHON, which cannot import 'MODULE': …)" when the tail holds Python's
+// `ModuleNotFoundError: No module named 'MODULE…'` and `program` runs a Python; empty otherwise.
+std::string missing_module_hint(const std::deque<std::string>& stderr_tail, const ProgramSpec& program);
+
+// Whether these stderr lines tell of the rank's peers: a connection lost, a collective that
+// failed or timed out (Gloo's, NCCL's, the runtime's words).
+bool tells_of_peers(const std::deque<std::string>& stderr_tail);
+
+}  // namespace dlrun::launcher

@@ -1,0 +1,43 @@
+#include "dlrun/launcher/failure_hints.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "dlrun/launcher/command_resolution.hpp"
+
+namespace dlrun::launcher {
+
+std::string missing_module_hint(const std::deque<std::string>& tail, const ProgramSpec& program) {
+  // PATH's python3 may be a virtualenv's or pyenv's, not the one that has the module.
+  const std::string interpreter = std::filesystem::path(program.path).filename().string();
+  if (interpreter.rfind("python", 0) != 0) return {};
+  static const std::string marker = "ModuleNotFoundError: No module named '";
+  for (const auto& line : tail) {
+    const size_t at = line.find(marker);
+    if (at == std::string::npos) continue;
+    const size_t begin = at + marker.size();
+    const std::string module = line.substr(begin, line.find_first_of("'.", begin) - begin);
+    if (module.empty()) continue;
+    const std::string cannot = fmt::format("\n  (the ranks ran {}, which cannot import '{}': install it there, or put "
+                                           "the Python that has it before the script",
+                                           program.path, module);
+    if (program.path == "/usr/bin/python3") return cannot + ")";
+    const ShownProgram shown = shown_program(program.argv);
+    return fmt::format("{}, e.g. /usr/bin/python3 {}{})", cannot, shown.module ? "-m " : "", shown.word);
+  }
+  return {};
+}
+
+bool tells_of_peers(const std::deque<std::string>& tail) {
+  return std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
+    for (const char* word : {"peer", "Connection", "connection", "gloo", "Gloo", "NCCL", "allreduce", "collective",
+                             "timed out", "Timeout", "broken pipe", "Broken pipe"}) {
+      if (line.find(word) != std::string::npos) return true;
+    }
+    return false;
+  });
+}
+
+}  // namespace dlrun::launcher
