@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/plan.hpp"
@@ -114,24 +115,22 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
         args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
   }
   launcher::raise_fd_limit();
-  const std::string elsewhere = resume_elsewhere_note(args.foreground, launcher::JobOrigin::local);
+  if (const std::string elsewhere = resume_elsewhere_note(args.foreground, launcher::JobOrigin::local);
+      !elsewhere.empty() && !options.command.empty()) {
+    // A command line given with --resume runs here, not where the job ran: a program that is
+    // not found here says so (checked before the job is taken up).
+    const auto env = launcher::current_environment();
+    try {
+      launcher::resolve_command(options.command, env.count("PATH") ? env.at("PATH") : std::string());
+    } catch (const ConfigError& e) {
+      throw ConfigError(e.what() + elsewhere);
+    }
+  }
   auto record = start_foreground(args.foreground, app, launcher::JobOrigin::local, options,
                                  options.gpus.has_value());
   if (options.gpus && options.gpus->count)
     options.gpus_in_use = record->gpus_held_elsewhere(launcher::current_environment());
-  auto job = [&] {
-    try {
-      return launcher::make_plan(options, launcher::current_environment(), record->job_id());
-    } catch (const ConfigError& e) {
-      // Only where the program was not found here (or is no program), not for other errors.
-      const std::string message = e.what();
-      const bool about_program = !options.command.empty() &&
-                                 (message.find("'" + options.command.front() + "'") != std::string::npos ||
-                                  message.rfind("program '", 0) == 0 || message.rfind("Python script '", 0) == 0);
-      if (elsewhere.empty() || !about_program) throw;
-      throw ConfigError(message + elsewhere);
-    }
-  }();
+  auto job = launcher::make_plan(options, launcher::current_environment(), record->job_id());
   record->attach(job);
   // Its GPUs are claimed machine-wide while it runs, so that other users' dlrun leaves them be.
   auto claims = launcher::GpuClaims::for_job(launcher::current_environment(), record->job_id());

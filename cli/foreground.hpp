@@ -33,9 +33,9 @@ std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& 
                                                           launcher::PlanOptions& options,
                                                           bool uses_gpus);
 
-// With --resume and a command line, run from another directory than the job's: what to add to
-// an error about the program (not found here, where the job found it); empty otherwise. Call
-// it before start_foreground (which takes the job up).
+// With --resume, run from another directory than the job's: what to add to an error about the
+// program given (not found here, where the job ran); empty otherwise. Call it before
+// start_foreground (which takes the job up).
 std::string resume_elsewhere_note(const ForegroundArgs& args, launcher::JobOrigin origin);
 
 }  // namespace dlrun::cli
