@@ -25,6 +25,10 @@ namespace fs = std::filesystem;
 namespace dlrun::cli {
 namespace {
 
+// Marks dlrun run again by a bare --resume: the job keeps its own command line, not the
+// display options given this time.
+constexpr const char* k_resumed_alone = "--resumed-alone";
+
 // dlrun's words after the verb, without --resume and its value: what the job keeps.
 std::vector<std::string> kept_words() {
   const auto& all = invocation();
@@ -38,7 +42,7 @@ std::vector<std::string> kept_words() {
       ++i;
       continue;
     }
-    if (all[i].rfind("--resume=", 0) == 0) continue;
+    if (all[i].rfind("--resume=", 0) == 0 || all[i] == k_resumed_alone) continue;
     words.push_back(all[i]);
   }
   return words;
@@ -84,6 +88,16 @@ bool shows_only(const CLI::Option* option) {
   return false;
 }
 
+// Whether `given` now stands in for the job's own `kept`: the same option, or the other of
+// --prefix and --no-prefix (either undoes the other).
+bool replaces(const CLI::Option* given, const CLI::Option* kept) {
+  const auto prefix = [](const CLI::Option* option) {
+    return option->check_name("--prefix") || option->check_name("--no-prefix");
+  };
+  return given == kept || (prefix(given) && prefix(kept));
+}
+
+
 // Runs dlrun again as `dlrun VERB --resume ID SHOWN WORDS`: the job's own words, from its
 // working directory, with the display options given now in place of those it had.
 [[noreturn]] void run_again(const std::string& verb, const launcher::ResumeTarget& target, const CLI::App& app,
@@ -94,12 +108,12 @@ bool shows_only(const CLI::Option* option) {
   }
   if (target.words.empty())
     throw ConfigError(fmt::format("--resume {}: the job keeps no command line", target.id));
-  std::vector<std::string> words = {"dlrun", verb, "--resume", std::to_string(target.id)};
+  std::vector<std::string> words = {"dlrun", verb, "--resume", std::to_string(target.id), k_resumed_alone};
   for (const auto& given : shown) words.insert(words.end(), given.words.begin(), given.words.end());
   size_t skip = 0;
   for (const auto& kept : leading_options(app, target.words)) {
     const bool replaced = std::any_of(shown.begin(), shown.end(),
-                                      [&](const LeadingOption& given) { return given.option == kept.option; });
+                                      [&](const LeadingOption& given) { return replaces(given.option, kept.option); });
     if (!replaced) words.insert(words.end(), kept.words.begin(), kept.words.end());
     skip += kept.words.size();
   }
@@ -128,6 +142,7 @@ void add_foreground_options(CLI::App* app, ForegroundArgs& args) {
                   "again; followed by a "
                   "command line, that one")
       ->type_name("JOB");
+  app->add_flag(k_resumed_alone, args.resumed_alone)->group("");  // dlrun's own, see run_again
 }
 
 void run_again_if_resume_alone(const ForegroundArgs& args, const CLI::App& app,
@@ -195,7 +210,9 @@ std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& 
   command.name = !args.name.empty() ? args.name
                  : resume           ? resume->name
                                     : default_name(options.command);
-  command.words = kept_words();
+  // A bare --resume ran dlrun again with the job's words: they stay what the job keeps, without
+  // the display options given for this one time.
+  command.words = args.resumed_alone && resume ? resume->words : kept_words();
   command.workdir = fs::current_path().string();
   command.grace_seconds = options.grace_seconds;
   command.uses_gpus = uses_gpus;

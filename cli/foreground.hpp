@@ -14,6 +14,7 @@ namespace dlrun::cli {
 struct ForegroundArgs {
   std::string name;
   std::string resume;
+  bool resumed_alone = false;  // run again by a bare --resume (run_again): not for users
 };
 
 void add_foreground_options(CLI::App* app, ForegroundArgs& args);

@@ -272,6 +272,18 @@ class Resume(DlrunTestCase):
             # How it is shown may change; the job's own --ranks 0 gives way to --ranks 1.
             r = self.dlrun("local", "--resume", "um", "-q", "--ranks", "1")
             self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "[1] umask 0002 rank 1\n", ""))
+            # ...for that one time: the job keeps its own command line.
+            r = self.dlrun("local", "--resume", "um")
+            self.assertEqual(r.stdout, "[0] umask 0002 rank 0\n", r.stderr)
+            self.assertIn("job ", r.stderr)
+            self.assertIn("--ranks 0 --color never", self.dlrun("status", "um").stdout)
+            # --prefix undoes the job's --no-prefix, and the other way round.
+            r = self.dlrun("local", "--nproc", "1", "--no-prefix", "--name", "np", program)
+            self.assertEqual(r.stdout, "umask 0002 rank 0\n", r.stderr)
+            r = self.dlrun("local", "--resume", "np", "--prefix", "<{rank}> ")
+            self.assertEqual(r.stdout, "<0> umask 0002 rank 0\n", r.stderr)
+            r = self.dlrun("local", "--resume", "um", "--no-prefix")
+            self.assertEqual(r.stdout, "umask 0002 rank 0\n", r.stderr)
             r = self.dlrun("local", "--resume", "um", "--max-restarts", "2")
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("alone, --resume takes only options of how it is shown", r.stderr)
