@@ -136,6 +136,7 @@ c10::Device Context::device() const {
   return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(m_state->cuda_index));
 }
 bool Context::stop_requested() const {
+  runtime::stop_signal::mark_asked();
   m_state->announce_stop_handling();
   return m_state->agreed_stop;
 }
@@ -146,9 +147,11 @@ void Context::request_stop() {
   m_state->local_stop.store(true, std::memory_order_relaxed);
 }
 bool Context::stop_pending() const {
+  runtime::stop_signal::mark_asked();
   return m_state->local_stop_pending();
 }
 bool Context::poll_stop() {
+  runtime::stop_signal::mark_asked();
   m_state->report_progress();
   if (!m_state->group) {
     if (m_state->local_stop_pending()) m_state->agreed_stop = true;

@@ -1,18 +1,24 @@
 #pragma once
 // Turns SIGTERM, SIGINT and SIGUSR1 into a stop request that the training loop polls. The
 // handler only stores to a volatile sig_atomic_t (async-signal-safe); a second SIGTERM/SIGINT
-// takes its default action at once (a second Ctrl-C ends a script run on its own).
-// The flag is process-wide; install() is idempotent. Ranks agree on it through
+// takes its default action at once (a second Ctrl-C ends a script run on its own), and so does
+// the first one before the program ever asked for a stop request (mark_asked()).
+// The flag is process-wide. Ranks agree on it through
 // StopVote (data_parallel.cpp / context.cpp), never by reading each other's flags.
 
 #include <signal.h>
 
 namespace dlrun::runtime::stop_signal {
 
-// Installs the handlers (once per process).
+// Installs the handlers, unless they are in place already (a second call keeps the handlers
+// the first one found, to chain to).
 void install();
 // True once any of the signals arrived (or request() was called).
 bool pending();
+// The program asks for stop requests (Context::stop_requested(), stop_pending(), poll_stop()):
+// until it first does, SIGTERM and SIGINT take their default action at once, as a second one
+// does (a program that never asks would only be killed at the end of the launcher's grace).
+void mark_asked(bool asked = true);  // false: for tests
 // For tests and for programs that want to stop on their own condition.
 void request();
 // Clears the flag (tests; a program that handled a stop and goes on).
