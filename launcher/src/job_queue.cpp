@@ -451,7 +451,9 @@ void JobQueue::sweep() {
     auto job = m_store.get(id);
     if (job) start_supervisor(id, job->submitted.environment);
   }
-  ensure_scheduler();
+  // Not the goodput scheduler: a job's supervisor starts it, with the environment the job was
+  // submitted with (a `dlrun status` from another shell would give it that shell's: another
+  // LD_LIBRARY_PATH for NVML, no DLRUN_FAKE_GPUS, and it would see other GPUs than the job).
 }
 
 void JobQueue::ensure_scheduler() {

@@ -71,8 +71,8 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
                                     "policy = \"fifo\"",
                                     id));
     }
+    // The scheduler sees the change within 0.2 s; the job's supervisor keeps one alive.
     queue.store().set_pinned(id, 0);
-    queue.ensure_scheduler();
     return ResizeOutcome::unpinned;
   }
   // One resize of a submitted job at a time, from before its store records a grow's GPUs until

@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_resize.hpp"
 #include "dlrun/launcher/pending_reason.hpp"
@@ -97,6 +98,7 @@ class Scheduler {
     const SchedulerSettings settings = read_scheduler_settings(m_queue.home());
     m_interval = settings.interval_seconds;
     Round r{policy_input(jobs, now_seconds()), {}, m_queue.capacity()};
+    say_if_blind(r);
     PolicySettings policy = settings.policy;
     policy.capacity = r.capacity.gpus_free_of_others(usage_of(jobs).gpus_in_use);  // less other stores' jobs
     if (r.input.jobs.empty() || policy.capacity <= 0) return;
@@ -162,6 +164,34 @@ class Scheduler {
               r.input.jobs[move.job].goodput.empty() ? ", no model yet" : "");
   }
 
+  // Waiting jobs that need more GPUs than this scheduler sees on the machine (a job checked
+  // when submitted: the scheduler's environment sees fewer, or a GPU has gone), said once per
+  // change in scheduler.log: without it they wait with no word.
+  void say_if_blind(const Round& r) {
+    std::vector<std::string> blind;
+    int needed = 0;
+    for (size_t i = 0; i < r.input.jobs.size(); ++i) {
+      const PolicyJob& job = r.input.jobs[i];
+      if (job.current != 0 || job.min_gpus <= r.capacity.gpus) continue;
+      blind.push_back(std::to_string(job.id));
+      needed = std::max(needed, job.min_gpus);
+    }
+    std::string text;
+    if (!blind.empty()) {
+      const GpuInventory inventory = discover_gpus();
+      text = fmt::format(
+          "job{} {} wait{} for {} GPU{}, and this scheduler (pid {}) sees {} on this machine ({}): {} until "
+          "it does (it has the environment of the job whose supervisor started it; "
+          "kill {} lets the next one start)",
+          blind.size() == 1 ? "" : "s", fmt::join(blind, ", "), blind.size() == 1 ? "s" : "", needed,
+          needed == 1 ? "" : "s", ::getpid(), r.capacity.gpus,
+          !inventory.error.empty() ? inventory.error : inventory.source, blind.size() == 1 ? "it waits" : "they wait",
+          ::getpid());
+    }
+    if (text != m_said_blind && !text.empty()) log::warn("{} {}", timestamp(), text);
+    m_said_blind = text;
+  }
+
   // Resizes the jobs of `moves` together and waits for them all.
   void resize(const Round& r, const std::vector<SchedulerMove>& moves, const char* what) {
     std::vector<ResizeStep> steps;
@@ -193,6 +223,7 @@ class Scheduler {
   }
 
   JobQueue m_queue;
+  std::string m_said_blind;  // say_if_blind's last word
   double m_interval = 60;  // until the next round without a change of the queue
 };
 

@@ -225,6 +225,33 @@ class Takeover(SchedulerTestCase):
             open(done, "w").close()
         self.wait_state(a, ("SUCCEEDED",))
 
+    def test_a_scheduler_that_sees_too_few_gpus_says_so_and_one_started_by_a_job_sees_the_jobs(self):
+        # Job a's supervisor starts the scheduler with a's environment: 1 GPU.
+        self.env["DLRUN_FAKE_GPUS"] = "1"
+        a, done_a = self.job("a", "1:2")
+        self.wait_ranks(a, 1)
+        self.assertTrue(wait_for(self.lease, 10))
+        first = self.lease()
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+        b, done_b = self.job("b", "2:4")
+        line = (f"job {b} waits for 2 GPUs, and this scheduler (pid {first}) sees 1 on this machine "
+                f"(DLRUN_FAKE_GPUS): it waits until it does")
+        self.assertTrue(wait_for(lambda: line in self.scheduler_log(), 60), self.scheduler_log())
+        self.assertEqual(self.status(b)["state"], "PENDING")
+        open(done_a, "w").close()
+        self.wait_state(a, ("SUCCEEDED",))
+        # Killed, it is replaced by b's supervisor, with b's environment; `dlrun status` from a
+        # shell without the variable (which would see no GPU) starts none.
+        os.kill(first, signal.SIGKILL)
+        no_gpus = {k: v for k, v in self.env.items() if k != "DLRUN_FAKE_GPUS"}
+        for _ in range(3):
+            self.dlrun("status", env=no_gpus)
+        self.wait_ranks(b, 4)
+        with open(f"/proc/{self.lease()}/environ", "rb") as f:
+            self.assertIn(b"DLRUN_FAKE_GPUS=4", f.read().split(b"\0"))
+        open(done_b, "w").close()
+        self.wait_state(b, ("SUCCEEDED",))
+
     def test_one_scheduler_at_a_time(self):
         a, done_a = self.job("a", "1:4")
         self.wait_ranks(a, 4)

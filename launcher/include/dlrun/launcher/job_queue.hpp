@@ -60,11 +60,11 @@ class JobQueue {
   // The sbatch script a Slurm job file would be submitted with (dlrun submit --dry-run).
   std::string sbatch_script(const std::string& job_file, const std::string& kind = {});
 
-  // Fixes the store after crashes (see above); adopts orphaned pending jobs; starts the
-  // goodput scheduler when a goodput job needs one.
+  // Fixes the store after crashes (see above); adopts orphaned pending jobs.
   void sweep();
-  // Starts `dlrun _schedule` (detached) when a goodput job is pending or running and no live
-  // scheduler holds the lease (scheduler_loop.hpp).
+  // Starts `dlrun _schedule` (detached, with this queue's environment) when a goodput job is
+  // pending or running and no live scheduler holds the lease (scheduler_loop.hpp). Called by
+  // jobs' supervisors (with the environment the job was submitted with) only.
   void ensure_scheduler();
 
   // Starts `dlrun clean --auto` (detached) when the daily retention pass is due
