@@ -9,10 +9,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "job_end.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/exit_status.hpp"
-#include "dlrun/launcher/job_end_report.hpp"
-#include "dlrun/launcher/job_logs.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/log.hpp"
@@ -31,17 +30,6 @@ struct SubmitArgs {
   std::string scheduler;
 };
 
-// How the job ended, with the tail of the failing rank's log.
-void report_end(launcher::JobQueue& queue, int64_t id, int tail_lines, std::ostream& out) {
-  auto job = queue.store().get(id);
-  if (!job) throw ConfigError(fmt::format("no job {}", id));
-  launcher::LogTail tail;
-  if (tail_lines > 0 && job->state == launcher::JobState::failed) {
-    tail = launcher::read_log_tail(launcher::failure_log_path(*job, queue.log_dir(*job)), static_cast<size_t>(tail_lines));
-  }
-  out << launcher::job_end_report(*job, tail) << std::flush;
-}
-
 // SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting: the job is cancelled (as by dlrun cancel), or left
 // running with --detach-on-interrupt. Exits 128 + the signal, as dlrun does when stopped.
 int interrupted(launcher::JobQueue& queue, int64_t id, int sig, const SubmitArgs& args, std::ostream& out) {
@@ -56,7 +44,7 @@ int interrupted(launcher::JobQueue& queue, int64_t id, int sig, const SubmitArgs
       << std::flush;
   // SIGTERM to its ranks, SIGKILL after its grace: bounded
   queue.cancel(id, false, fmt::format("by {} to dlrun submit --wait", name));
-  report_end(queue, id, args.tail, out);
+  print_job_end(queue, id, args.tail, out);
   return exit_code::k_signal_base + sig;
 }
 
@@ -92,7 +80,7 @@ int run_submit(const SubmitArgs& args) {
       log::warn("got {}: not passed on: {}", launcher::signal_name(sig), e.what());
     }
   }
-  report_end(queue, id, args.tail, out);
+  print_job_end(queue, id, args.tail, out);
   return queue.store().get(id)->exit_code.value_or(exit_code::k_internal);
 }
 

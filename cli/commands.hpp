@@ -71,6 +71,7 @@ Command add_status_command(CLI::App& dlrun);
 Command add_logs_command(CLI::App& dlrun);
 Command add_history_command(CLI::App& dlrun);
 Command add_cancel_command(CLI::App& dlrun);
+Command add_wait_command(CLI::App& dlrun);
 Command add_resize_command(CLI::App& dlrun);
 Command add_supervise_command(CLI::App& dlrun);
 Command add_schedule_command(CLI::App& dlrun);

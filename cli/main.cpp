@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   commands.push_back(dlrun::cli::add_status_command(app));
   commands.push_back(dlrun::cli::add_logs_command(app));
   commands.push_back(dlrun::cli::add_history_command(app));
+  commands.push_back(dlrun::cli::add_wait_command(app));
   commands.push_back(dlrun::cli::add_cancel_command(app));
   commands.push_back(dlrun::cli::add_clean_command(app));
   commands.push_back(dlrun::cli::add_resize_command(app));

@@ -481,13 +481,18 @@ void JobQueue::maybe_start_retention() {
   }
 }
 
-int JobQueue::wait(int64_t id, const sigset_t* interrupt) {
+int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> timeout_seconds) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      timeout_seconds ? Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*timeout_seconds))
+                      : Clock::time_point::max();
   auto delay = std::chrono::milliseconds(20);
   int sweeps = 0;
   while (true) {
     auto job = m_store.get(id);
     if (!job) throw ConfigError(fmt::format("no job {}", id));
     if (is_terminal(job->state)) return 0;
+    if (Clock::now() >= deadline) return k_timed_out;
     if (job->submitted.slurm && job->slurm_id > 0) refresh_slurm_job(*job);
     if (interrupt) {
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count();

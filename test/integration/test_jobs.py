@@ -536,6 +536,63 @@ class WaitReport(JobsTestCase):
         self.assertIn("--detach-on-interrupt requires --wait", r.stderr)
 
 
+class Wait(JobsTestCase):
+    """`dlrun wait JOB…`: wait for jobs already submitted, as CI does after submitting several."""
+
+    def gated(self, gate, code=0):
+        return self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done; exit {code}"]\n'
+                           '[resources]\nnproc = 1\n')
+
+    def test_waits_for_every_job_and_exits_with_the_first_failures_code(self):
+        gate = os.path.join(self.tmp, "gate")
+        ok, bad, worse = self.gated(gate), self.gated(gate, 4), self.gated(gate, 5)
+        p = self.start("wait", str(ok), str(bad), str(worse))
+        time.sleep(0.5)
+        self.assertIsNone(p.poll())  # nothing has ended: it waits
+        open(gate, "w").close()
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 4, err)
+        lines = out.splitlines()
+        self.assertRegex(lines[0], rf"^Job {ok} \(sh\) SUCCEEDED in ")
+        self.assertRegex(lines[1], rf"^Job {bad} \(sh\) FAILED after \d+:\d\d with exit code 4: rank 0 exited with code 4$")
+        self.assertRegex(out, rf"\nJob {worse} \(sh\) FAILED after \d+:\d\d with exit code 5: ")
+        # Jobs that have ended are answered at once; -q says it by the exit code alone.
+        r = self.dlrun("wait", "-q", str(ok))
+        self.assertEqual((r.returncode, r.stdout), (0, ""), r.stderr)
+        self.assertEqual(self.dlrun("wait", "-q", str(worse), str(ok)).returncode, 5)
+
+    def test_a_timeout_or_a_signal_ends_the_waiting_not_the_job(self):
+        gate = os.path.join(self.tmp, "gate")
+        job = self.gated(gate)
+        r = self.dlrun("wait", "--timeout", "0.5", str(job))
+        self.assertEqual(r.returncode, 124, r.stderr)
+        self.assertIn(f"job {job} not ended after --timeout 0.5 s; it goes on (dlrun status {job})", r.stderr)
+        p = self.start("wait", str(job))
+
+        def blocks_sigint():  # it waits for the signal now (before, SIGINT's default would end it)
+            with open(f"/proc/{p.pid}/status") as f:
+                mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+            return mask & (1 << (signal.SIGINT - 1))
+
+        self.assertTrue(wait_for(blocks_sigint, 30))
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn(f"got SIGINT: stopped waiting; job {job} goes on", err)
+        self.assertIn(self.status(job)["state"], ("PENDING", "RUNNING"))
+        open(gate, "w").close()
+        r = self.dlrun("wait", str(job))
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_an_unknown_job_is_said_before_any_waiting(self):
+        gate = os.path.join(self.tmp, "gate")
+        job = self.gated(gate)
+        r = self.dlrun("wait", str(job), "nosuch")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no job numbered or named 'nosuch'", r.stderr)
+        open(gate, "w").close()
+
+
 class StatusColumns(JobsTestCase):
     """What `dlrun status` tells beside the state (issue 18, point 7)."""
 

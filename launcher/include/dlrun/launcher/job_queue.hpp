@@ -73,8 +73,9 @@ class JobQueue {
 
   // Blocks until the job ends (returns 0: its record says how), or until a signal of
   // `interrupt` arrives, which the caller blocks so that it waits for this (returns it; the
-  // job goes on).
-  int wait(int64_t id, const sigset_t* interrupt = nullptr);
+  // job goes on), or until `timeout_seconds` have passed, when given (returns k_timed_out).
+  static constexpr int k_timed_out = -1;
+  int wait(int64_t id, const sigset_t* interrupt = nullptr, std::optional<double> timeout_seconds = std::nullopt);
 
   // Stops a job: a pending one at once, a running one by SIGTERM to its supervisor (which
   // passes it on to the ranks), and SIGKILL after `grace` more seconds if it is still
