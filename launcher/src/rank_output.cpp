@@ -87,7 +87,9 @@ void Terminal::stop_background() {
 void Terminal::raw_write(int i, std::string_view text) {
   if (m_closed[i] || text.empty()) return;
   const bool written = m_writer ? m_writer->write(m_fds[i], text) : write_all(m_fds[i], text);
-  if (!written) m_closed[i] = true;
+  if (written) return;
+  m_closed[i] = true;
+  if (i == index(Stream::out) && m_out_reader_gone && reader_gone(m_fds[i])) m_out_reader_gone();
 }
 
 void Terminal::set_copy(int fd) {

@@ -78,6 +78,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
   m_terminal.set_live(Stream::err, live_terminal(STDERR_FILENO, m_job.base_env));
   // Tells the ranks that their progress bars reach a terminal although their stderr is a pipe.
   if (m_terminal.live(Stream::err)) m_job.base_env.try_emplace(env::k_tty, "1");
+  m_terminal.on_out_reader_gone([this] { asio::post(m_io, [this] { handle_out_reader_gone(); }); });
 }
 
 void Supervisor::flush_terminal() {
@@ -324,6 +325,17 @@ void Supervisor::handle_stop_signal(int signal) {
     }
   }
   stop_group(signal);
+}
+
+void Supervisor::handle_out_reader_gone() {
+  if (m_phase != Phase::running || m_stop_signal || m_failure || !m_group) return;
+  m_stop_signal = SIGPIPE;
+  m_stop_signal_at = std::chrono::steady_clock::now();
+  m_stopped_because = "standard output's reader has gone";
+  log::warn("{} (a pipe whose reader ended, as | head does): stopping the {} {}{} (their whole output is in {})",
+            m_stopped_because, m_group->running(), m_job.member_noun, m_group->running() == 1 ? "" : "s",
+            !m_job.log_dir.empty() ? m_job.log_dir : !m_job.run_dir.empty() ? m_job.run_dir : "their logs");
+  stop_group(SIGTERM);
 }
 
 void Supervisor::signal_members(int signal) {
@@ -583,8 +595,9 @@ void Supervisor::finish(int code) {
   m_exit_code = code;
   say_failure_once();
   if (m_stop_signal) {
-    m_summary = m_cancelled_by.empty() ? fmt::format("stopped by {}", signal_name(m_stop_signal))
-                                       : "by " + m_cancelled_by;
+    m_summary = !m_stopped_because.empty() ? "stopped: " + m_stopped_because
+                : m_cancelled_by.empty()      ? fmt::format("stopped by {}", signal_name(m_stop_signal))
+                                              : "by " + m_cancelled_by;
   } else if (m_failure && !m_failure->reason.empty()) {
     m_summary = m_failure->reason;
   } else if (m_failure) {

@@ -329,6 +329,19 @@ class Output(DlrunTestCase):
             with open(os.path.join(self.run_dir(), f"rank-{rank}.log")) as f:
                 self.assertEqual(sum(1 for _ in f), lines + 1)
 
+    def test_a_reader_that_goes_ends_the_job_as_sigpipe_would(self):
+        # `dlrun local … | head -1`: the ranks ran on after head had gone, never ending.
+        p = self.start("local", "--nproc", "2", "--run-dir", self.run_dir(), "sh", "-c",
+                       "i=0; while :; do echo line $i; i=$((i + 1)); sleep 0.01; done")
+        self.assertRegex(p.stdout.readline(), r"^\[\d\] line 0\n$")
+        p.stdout.close()
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 141, err)
+        self.assertIn("standard output's reader has gone (a pipe whose reader ended, as | head does): "
+                      f"stopping the 2 ranks (their whole output is in {self.run_dir()})", err)
+        with open(os.path.join(self.run_dir(), "rank-0.log")) as f:
+            self.assertTrue(f.read().startswith("line 0\n"))  # logged, read or not
+
     def test_ranks_filter_shows_some_and_logs_all(self):
         r = self.dlrun("local", "--nproc", "3", "--ranks", "0,2", "--run-dir", self.run_dir(),
                        "sh", "-c", "echo hi $RANK")

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,9 @@ class Terminal {
   // on a stream it silently drops that stream's output (the reader is gone; the log files
   // still get everything).
   void write(Stream stream, std::string_view text);
+  // Called once, from the thread that writes, when a write to standard output failed because
+  // its reader is gone (a pipe whose reader ended: `dlrun local … | head`).
+  void on_out_reader_gone(std::function<void()> callback) { m_out_reader_gone = std::move(callback); }
   // Shows `line` (no newline) as the progress line of `owner`, replacing whatever progress
   // line was shown. Nothing on a stream that is not live.
   void show_progress(Stream stream, const void* owner, std::string_view line);
@@ -89,6 +93,7 @@ class Terminal {
   bool m_hold_back = true;
   bool m_closed[2] = {false, false};
   bool m_live[2] = {false, false};
+  std::function<void()> m_out_reader_gone;
   struct Progress {
     int stream = -1;  // -1: none shown
     const void* owner = nullptr;

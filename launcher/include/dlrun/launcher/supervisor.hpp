@@ -54,6 +54,10 @@ class Supervisor {
   int exit_code() const { return m_exit_code; }
   // What SIGINT, SIGTERM, SIGHUP and SIGQUIT to dlrun do: pass it on, and kill at the second one.
   void handle_stop_signal(int signal);
+  // Standard output's reader has gone (`dlrun local … | head`): the ranks are stopped (SIGTERM,
+  // so that a program on the runtime checkpoints), and the job ends as if SIGPIPE stopped it
+  // (exit 141), as the ranks of a launcher that hands them its stdout would end.
+  void handle_out_reader_gone();
   // What `dlrun resize` asks for. Returns the answer at once ("ok N", "refused: …", "error: …";
   // resize.hpp), or nothing while the resize is under way (the answer comes once the new
   // group runs). Ranks that have not said they handle the stop request (handles_stop()) are
@@ -63,7 +67,8 @@ class Supervisor {
   // Thread-safe: fail the current attempt (stop the group) for a reason found elsewhere,
   // e.g. hosts that never joined the rendezvous. Counts like a failed rank.
   void request_stop(const std::string& reason, int exit_code);
-  // The signal that stopped the job (SIGINT, SIGTERM, SIGHUP, SIGQUIT), or 0.
+  // The signal that stopped the job (SIGINT, SIGTERM, SIGHUP, SIGQUIT; SIGPIPE when standard
+  // output's reader went), or 0.
   int stop_signal() const { return m_stop_signal; }
   // One line on how the job ended ("rank 1 exited with code 7"), empty on success.
   const std::string& summary() const { return m_summary; }
@@ -75,14 +80,14 @@ class Supervisor {
   // waiting: between attempts, for a restart the ranks asked for (restart_request_delay)
   enum class Phase { running, stopping, draining, waiting, done };
   struct Failure {
-    size_t index;
-    ExitStatus status;
-    std::string reason;  // set for request_stop(): no member failed by itself
-    std::optional<RankError> error;  // what the member's error file says (error_file.hpp)
-    std::string error_path;
+    size_t index = 0;
+    ExitStatus status{};
+    std::string reason{};  // set for request_stop(): no member failed by itself
+    std::optional<RankError> error{};  // what the member's error file says (error_file.hpp)
+    std::string error_path{};
     bool said = false;  // on the terminal already (at once, or by report_failure)
     // Members that had ended with 0 when this failure came (report_failure names them).
-    std::vector<size_t> ended_ok;
+    std::vector<size_t> ended_ok{};
   };
 
   void start_attempt();
@@ -149,6 +154,7 @@ class Supervisor {
   // ranks that have not said so yet are still starting (a resize then: try again, not refused).
   bool m_program_handles_stop = false;
   int m_output_log = -1;       // RUN_DIR/output.log (PlanOptions::output_log), or -1
+  std::string m_stopped_because;  // what stopped the job when no signal did (handle_out_reader_gone)
   std::string m_cancelled_by;  // what cancelled the job ("dlrun cancel", run_dir.hpp), if its SIGTERM said so
   GpuFailures m_gpu_failures;
   // The GPUs this job holds: a `dlrun local` job keeps the ones it started with while it runs
