@@ -81,7 +81,11 @@ int run_cancel(const CancelArgs& args) {
       const int64_t id = launcher::job_number(queue.store(), ref, verb, launcher::NamedJob::active_first);
       if (signal) {
         queue.send_signal(id, signal);
-        std::cout << "Job " << id << ": " << launcher::signal_name(signal) << " passed on to its ranks\n";
+        // Its supervisor passes it on; a rank that has set no handler for it yet gets it once it
+        // sets one (the job's log says so), which this command cannot wait for.
+        std::cout << "Job " << id << ": " << launcher::signal_name(signal)
+                  << " sent for its ranks (one that handles it gets it now, one that has set no handler yet once it "
+                     "does)\n";
         continue;
       }
       auto before = queue.store().get(id);

@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "dlrun/launcher/job_queue.hpp"
+#include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/job_resize.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -35,9 +37,19 @@ int run_resize(const ResizeArgs& args) {
     std::cout << "Job " << args.job << " is sized by the goodput scheduler again\n";
     return 0;
   }
+  // A goodput job stays at the size given: said, with the way back (it looked like nothing changed).
+  std::string pinned;
+  {
+    launcher::JobQueue queue(launcher::current_environment());
+    const auto job = queue.store().get(launcher::job_number(queue.store(), launcher::parse_job_ref(args.job), "resize",
+                                                            launcher::NamedJob::active_first));
+    if (job && job->pinned > 0) {
+      pinned = fmt::format("; the goodput scheduler leaves it at {} until 'dlrun resize {} auto'", job->pinned, job->id);
+    }
+  }
   if (outcome == launcher::ResizeOutcome::unchanged) {
     std::cout << "Job " << args.job << " already runs " << *ranks << (*ranks == 1 ? " rank" : " ranks")
-              << " (nothing was stopped)\n";
+              << " (nothing was stopped)" << pinned << "\n";
     return 0;
   }
   std::cout << "Job " << args.job << " now runs " << *ranks << (*ranks == 1 ? " rank" : " ranks");
@@ -50,7 +62,7 @@ int run_resize(const ResizeArgs& args) {
                  "from their last checkpoint, if they saved one; does the program ask ctx.stop_requested() after "
                  "every step?)";
   }
-  std::cout << "\n";
+  std::cout << pinned << "\n";
   return 0;
 }
 

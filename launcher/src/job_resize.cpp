@@ -128,10 +128,26 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
   auto step = begin_resize(queue, *job, *ranks, capacity, "resize", lock);
   if (!step) {
     unpin();
-    // Other users' jobs are not in dlrun status's table: say whose GPUs they are.
+    // Other users' jobs are not in dlrun status's table: say whose GPUs they are; and which of
+    // this queue's jobs hold the rest (the scheduler does not shrink them for a pinned size).
     const std::string elsewhere = request.uses_gpus ? gpus_held_elsewhere_suffix(capacity.gpus_elsewhere) : "";
-    throw ConfigError(fmt::format("job {}: not enough free {} for {} now{}", id,
-                                  request.uses_gpus ? "GPUs" : "CPU slots", counted(*ranks, "rank"), elsewhere));
+    std::vector<std::string> holders;
+    std::string example;
+    for (const auto& other : queue.store().list(false, 0)) {
+      if (other.id == id || is_terminal(other.state) || other.allocation.ranks <= 0) continue;
+      if (other.submitted.request.uses_gpus != request.uses_gpus) continue;
+      const int held = request.uses_gpus ? static_cast<int>(other.allocation.gpu_ids.size()) : other.allocation.ranks;
+      if (held <= 0) continue;
+      holders.push_back(fmt::format("job {} ({}) has {}", other.id, other.name, held));
+      if (example.empty() && other.submitted.request.min_ranks < held) example = std::to_string(other.id);
+    }
+    std::string here;
+    if (!holders.empty()) {
+      here = fmt::format("; in use here: {}{}", listed(holders),
+                         example.empty() ? "" : fmt::format(" (dlrun resize {} N shrinks one first)", example));
+    }
+    throw ConfigError(fmt::format("job {}: not enough free {} for {} now{}{}", id,
+                                  request.uses_gpus ? "GPUs" : "CPU slots", counted(*ranks, "rank"), here, elsewhere));
   }
   ResizeRequest resize_request = step->request();
   resize_request.unannounced = unannounced;

@@ -165,7 +165,10 @@ class Sharing(SchedulerTestCase):
         run_dir = self.status(a)["run_dir"]
         self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "handles-stop")), 30))
         r = self.dlrun("resize", str(a), "2")
-        self.assertEqual(r.returncode, 0, r.stderr)
+        pinned = f"; the goodput scheduler leaves it at 2 until 'dlrun resize {a} auto'\n"
+        self.assertEqual((r.returncode, r.stdout), (0, f"Job {a} now runs 2 ranks" + pinned), r.stderr)
+        r = self.dlrun("resize", str(a), "2")
+        self.assertEqual(r.stdout, f"Job {a} already runs 2 ranks (nothing was stopped)" + pinned, r.stderr)
         # A second job (fifo, 1 GPU) arrives after the resize: the scheduler weighs the queue
         # with a pinned at 2 and a GPU still idle, and leaves a there (unpinned, with
         # restart_seconds 1, it would grow).
@@ -173,6 +176,10 @@ class Sharing(SchedulerTestCase):
         self.wait_weighed(2)
         self.wait_ranks(b, 1)
         self.assertEqual(self.ranks(a), 2)
+        # A size the free GPUs do not hold: who holds the others is said.
+        r = self.dlrun("resize", str(a), "4")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"job {a}: not enough free GPUs for 4 ranks now; in use here: job {b} (b) has 1\n", r.stderr)
         open(done_b, "w").close()
         self.wait_state(b, ("SUCCEEDED",))
         self.assertEqual(self.starts_of(a), [4, 2])
