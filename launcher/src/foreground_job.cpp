@@ -267,7 +267,16 @@ void ForegroundJob::attach(Plan& plan) {
     throw ConfigError(fmt::format("--resume {}: job {} was taken up by another dlrun meanwhile",
                                   m_job_id, m_job_id));
   }
-  if (!plan.run_dir.empty()) check_run_dir(store, m_store->queue.home(), plan.run_dir, *m_number);
+  if (!plan.run_dir.empty()) {
+    try {
+      check_run_dir(store, m_store->queue.home(), plan.run_dir, *m_number);
+    } catch (const ConfigError&) {
+      // Refused: the directory the plan made for it goes again (empty, it holds nothing).
+      std::error_code ignored;
+      if (plan.fresh_run_dir) fs::remove(plan.run_dir, ignored);
+      throw;
+    }
+  }
   m_started = true;
   // Its GPUs are held in the store before its ranks start on them.
   Allocation allocation;
@@ -276,8 +285,20 @@ void ForegroundJob::attach(Plan& plan) {
   store.set_foreground_start(*m_number, allocation, plan.run_dir, plan.min_world_size,
                              plan.max_world_size);
   const int64_t id = *m_number;
-  plan.on_restart = [&store, id](const RestartCounts& counts) {
-    store.set_restarts(id, counts.failures, counts.resizes, counts.requested);
+  // A resumed job's restarts so far: its record keeps counting them (dlrun status), and
+  // DLRUN_RESTART_COUNT goes on past them (the resume is one more start). Its --max-restarts
+  // budget is this run's own.
+  RestartCounts before;
+  if (m_resume) {
+    if (auto record = store.get(id)) {
+      before = {record->restarts + record->resizes + record->requested_restarts, record->restarts, record->resizes,
+                record->requested_restarts};
+    }
+  }
+  plan.restarts_before = m_resume ? before.all + 1 : 0;
+  plan.on_restart = [&store, id, before](const RestartCounts& counts) {
+    store.set_restarts(id, before.failures + counts.failures, before.resizes + counts.resizes,
+                       before.requested + counts.requested);
   };
   // Its own supervisor resizes it, within the GPUs it started with: it keeps holding them all
   // (a shrunk job grows back onto them), while its rank count changes.

@@ -25,6 +25,7 @@
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/time_stamp.hpp"
 #include "dlrun/protocol.hpp"
 
@@ -126,6 +127,10 @@ void Supervisor::begin() {
     // from the ranks.
     m_output_log = ::open((m_job.run_dir + "/" + k_output_log).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (m_output_log >= 0) {
+      if (::lseek(m_output_log, 0, SEEK_END) > 0) {  // an earlier run's (--resume, a run directory given again)
+        write_all(m_output_log, fmt::format("==> dlrun: job {} starts here, {} <==\n", m_job.job_id,
+                                            utc_iso8601(std::time(nullptr))));
+      }
       m_terminal.set_copy(m_output_log);
       log::set_copy(m_output_log);
     }
@@ -194,7 +199,14 @@ void Supervisor::start_attempt() {
       fd = ::open(member.log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (fd < 0) log::warn("cannot open {}: {}; {} is not logged", member.log_path, std::strerror(errno), member.name);
     }
+    // A log that holds an earlier run's lines (--resume, a run directory given again) says
+    // where this one starts.
+    const bool appended = fd >= 0 && m_restart_count == 0 && ::lseek(fd, 0, SEEK_END) > 0;
     auto output = std::make_unique<RankOutput>(std::move(out), fd, m_terminal);
+    if (appended) {
+      output->note_in_log(
+          fmt::format("==> dlrun: job {} starts here, {} <==", m_job.job_id, utc_iso8601(std::time(nullptr))));
+    }
     if (m_restart_count > 0) output->note_in_log(fmt::format("==> dlrun: restart {} <==", m_restart_count));
     return output;
   };
