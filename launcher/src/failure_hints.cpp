@@ -30,6 +30,17 @@ std::string missing_module_hint(const std::deque<std::string>& tail, const Progr
   return {};
 }
 
+std::string port_in_use_hint(const std::deque<std::string>& tail, const std::string& master_port) {
+  const bool in_use = std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
+    return line.find("Address already in use") != std::string::npos || line.find("EADDRINUSE") != std::string::npos;
+  });
+  if (!in_use) return {};
+  return fmt::format("\n  (an address was in use{}: another job given the same --master-port, or a program that "
+                     "starts a second store on it: dlrun.init() and torch.distributed.init_process_group() each "
+                     "start one, call only one of them)",
+                     master_port.empty() ? "" : fmt::format(", MASTER_PORT is {}", master_port));
+}
+
 bool tells_of_peers(const std::deque<std::string>& tail) {
   return std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
     for (const char* word : {"peer", "Connection", "connection", "gloo", "Gloo", "NCCL", "allreduce", "collective",

@@ -11,6 +11,7 @@
 #include <functional>
 #include <ctime>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/post.hpp>
@@ -37,6 +38,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr auto k_drain_timeout = 2s;  // output still held by a rank's escaped children
+constexpr auto k_failed_together = 20ms;  // a rank ending this soon after a failure failed too
 
 // A traceback from a rank's error file is shown whole up to this many lines (its end beyond).
 constexpr size_t k_max_traceback_lines = 100;
@@ -252,7 +254,22 @@ void Supervisor::listen_for_signals() {
 
 void Supervisor::on_children_ended() {
   if (!m_group || m_phase == Phase::draining || m_phase == Phase::waiting || m_phase == Phase::done) return;
-  for (size_t index : m_group->reap()) {
+  bool failed_in_this_batch = false;
+  std::vector<size_t> ended = m_group->reap();
+  const auto failed = [this](size_t index) {
+    const ExitStatus& status = *m_group->exit_status(index);
+    return !status.success() && (status.signaled || status.code != exit_code::k_restart_me);
+  };
+  if (m_phase == Phase::running && !m_failure && m_group->running() > 0 &&
+      std::any_of(ended.begin(), ended.end(), failed)) {
+    // Ranks that fail together (an input every rank reads, a shape every rank checks) end
+    // within moments of each other: those that end in the next few milliseconds failed on
+    // their own, before any was told to stop, and the report names them.
+    std::this_thread::sleep_for(k_failed_together);
+    const std::vector<size_t> more = m_group->reap();
+    ended.insert(ended.end(), more.begin(), more.end());
+  }
+  for (size_t index : ended) {
     const Member& member = m_group->member(index);
     const ExitStatus& status = *m_group->exit_status(index);
     log::debug("{} (pid {}) {}", member.name, m_group->pid(index), status.describe());
@@ -261,7 +278,14 @@ void Supervisor::on_children_ended() {
       m_restart_requested = true;
       continue;
     }
+    if (failed_in_this_batch && m_failure) {
+      // It had ended before the others were told to stop (reaped with the first failure): a
+      // failure of its own, which the report names too.
+      m_failure->failed_too.push_back(index);
+      continue;
+    }
     if (m_phase == Phase::running && !m_failure) {
+      failed_in_this_batch = true;
       m_failure = Failure{index, status, {}, {}, {}};
       for (size_t other = 0; other < m_group->size(); ++other) {
         const auto& ended = m_group->exit_status(other);
@@ -551,6 +575,26 @@ void Supervisor::report_failure() {
                         listed(left));
   }
   what += also;
+  if (also.empty() && !failure.failed_too.empty()) {
+    // Ranks that failed at the same moment (before any was told to stop): named, with their
+    // last stderr line when they wrote one (only the first one's tail is quoted below).
+    std::vector<std::string> others;
+    for (size_t i : failure.failed_too) {
+      const auto& status = m_group->exit_status(i);
+      if (!status) continue;
+      const auto& other_tail = m_group->stderr_tail(i);
+      others.push_back(other_tail.empty()
+                           ? fmt::format("{} {}", m_group->member(i).name, status->describe())
+                           : fmt::format("{} {} (its last stderr line: {})", m_group->member(i).name,
+                                         status->describe(), other_tail.back()));
+      if (others.size() == 3) break;
+    }
+    if (!others.empty()) {
+      const size_t unnamed = failure.failed_too.size() - others.size();
+      what += fmt::format("; at the same moment {}{}", listed(others),
+                          unnamed ? fmt::format(" and {} more", counted(static_cast<long long>(unnamed), m_job.member_noun)) : "");
+    }
+  }
   if (failure.error && !failure.error->traceback.empty() && m_job.options.tail_lines > 0) {
     // The exception the rank recorded (@record): its traceback says more than its stderr's tail.
     std::string text = fmt::format("{}; its traceback (from {}; all its output in {}):", what,
@@ -577,6 +621,8 @@ void Supervisor::report_failure() {
                                  tail.size() == 1 ? "" : "s", log_path);
   for (const auto& line : tail) text += "\n  | " + line;
   text += missing_module_hint(tail, member.program);
+  const auto port = member.spec.env.find(env::k_master_port);
+  text += port_in_use_hint(tail, port == member.spec.env.end() ? "" : port->second);
   log::error("{}", text);
 }
 

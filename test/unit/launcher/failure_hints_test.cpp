@@ -23,6 +23,16 @@ TEST_SUITE("launcher::failure_hints") {
     CHECK(missing_module_hint(tail, ProgramSpec{"/bin/sh", {"sh", "x"}, ""}).empty());
     CHECK(missing_module_hint({"ValueError: bad"}, pyenv).empty());
   }
+  TEST_CASE("an address in use names the port and the two ways it happens") {
+    const std::deque<std::string> tail = {
+        "RuntimeError: The server socket has failed to bind to [::]:43755 (errno: 98 - Address already in use)."};
+    CHECK(port_in_use_hint(tail, "43755") ==
+          "\n  (an address was in use, MASTER_PORT is 43755: another job given the same --master-port, or a program "
+          "that starts a second store on it: dlrun.init() and torch.distributed.init_process_group() each start one, "
+          "call only one of them)");
+    CHECK(port_in_use_hint({"bind: EADDRINUSE"}, "").find("(an address was in use: another job") != std::string::npos);
+    CHECK(port_in_use_hint({"ValueError: bad"}, "29500").empty());
+  }
   TEST_CASE("stderr that tells of lost peers") {
     CHECK(tells_of_peers({"[../gloo/transport/tcp/pair.cc:598] Connection closed by peer"}));
     CHECK(tells_of_peers({"rank 0: rank 1 (pid 42) exited in the middle of a gradient allreduce"}));

@@ -6,8 +6,10 @@
 
 #include "dlrun/launcher/supervisor.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -34,7 +36,7 @@ class FakeGroup : public MemberGroup {
 
   void end(size_t index, ExitStatus status);
 
-  std::vector<size_t> reap() override { return std::exchange(m_ended, {}); }
+  std::vector<size_t> reap() override;
   void signal_running(int signal) override;
   void signal_leaders(int signal) override;
   void kill_all_groups() override {}
@@ -75,6 +77,7 @@ struct FakeWorld {
   bool announce_stop_handling = true;    // each attempt writes RUN_DIR/handles-stop at its start
   std::string run_dir;
   std::function<void(size_t attempt, FakeGroup& group)> on_start;
+  std::function<void(FakeGroup& group)> on_reap;  // before each reap: members may end then
   bool output_held = false;               // an escaped child holds the members' pipes open
   std::function<void()> drained_callback;  // the Supervisor's, once it waits for the drain
 
@@ -89,6 +92,11 @@ void FakeGroup::end(size_t index, ExitStatus status) {
   m_exits[index] = status;
   m_ended.push_back(index);
   m_world.notify();
+}
+
+std::vector<size_t> FakeGroup::reap() {
+  if (m_world.on_reap) m_world.on_reap(*this);
+  return std::exchange(m_ended, {});
 }
 
 bool FakeGroup::drained() const { return !m_world.output_held; }
@@ -217,6 +225,32 @@ TEST_SUITE("launcher::Supervisor") {
     REQUIRE(world.attempts.size() == 1);
     CHECK(world.signals[0] == std::vector<int>{SIGTERM});
     CHECK(read_file("job.json").find("\"state\": \"failed\"") != std::string::npos);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "ranks that fail at the same moment are named together, those stopped are not") {
+    // Rank 0 fails; rank 1 ends moments later (at the second look, before any stop), rank 2
+    // only when it is stopped.
+    int reaps = 0;
+    world.on_start = [](size_t, FakeGroup& group) { group.end(0, ExitStatus::exited(3)); };
+    world.on_reap = [&reaps](FakeGroup& group) {
+      if (++reaps == 2) group.end(1, ExitStatus::exited(4));
+    };
+    // What it says on stderr, into a file.
+    dlrun::log::set_level(dlrun::log::Level::info);
+    const int saved = ::dup(STDERR_FILENO);
+    const int said_fd = ::open((run_dir + "/said").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(said_fd, STDERR_FILENO);
+    Supervisor supervisor(job(3), runner());
+    supervisor.begin();
+    const int code = finish(supervisor);
+    ::dup2(saved, STDERR_FILENO);
+    ::close(saved);
+    ::close(said_fd);
+    CHECK(code == 3);
+    CHECK(supervisor.summary() == "rank 0 exited with code 3");
+    const std::string said = read_file("said");
+    CHECK(said.find("rank 0 exited with code 3; at the same moment rank 1 exited with code 4") != std::string::npos);
+    CHECK(said.find("rank 2") == std::string::npos);
   }
 
   TEST_CASE_FIXTURE(Fixture, "a failing rank's error file (@record) names its exception") {

@@ -14,6 +14,11 @@ namespace dlrun::launcher {
 // `ModuleNotFoundError: No module named 'MODULE…'` and `program` runs a Python; empty otherwise.
 std::string missing_module_hint(const std::deque<std::string>& stderr_tail, const ProgramSpec& program);
 
+// "\n  (MASTER_PORT PORT was in use …)" when the tail says that an address was in use
+// (EADDRINUSE): a port another job took, or a program that starts two stores on MASTER_PORT
+// (dlrun.init() and torch.distributed.init_process_group()); empty otherwise.
+std::string port_in_use_hint(const std::deque<std::string>& stderr_tail, const std::string& master_port);
+
 // Whether these stderr lines tell of the rank's peers: a connection lost, a collective that
 // failed or timed out (Gloo's, NCCL's, the runtime's words).
 bool tells_of_peers(const std::deque<std::string>& stderr_tail);

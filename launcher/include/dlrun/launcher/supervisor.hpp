@@ -88,6 +88,8 @@ class Supervisor {
     bool said = false;  // on the terminal already (at once, or by report_failure)
     // Members that had ended with 0 when this failure came (report_failure names them).
     std::vector<size_t> ended_ok{};
+    // Members that failed too, reaped with it (before any was told to stop).
+    std::vector<size_t> failed_too{};
   };
 
   void start_attempt();
