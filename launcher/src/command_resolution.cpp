@@ -18,8 +18,11 @@ namespace {
 // `name` as the process in `working_dir` will see it.
 std::string in_dir(const std::string& name, const std::string& working_dir) {
   if (working_dir.empty() || name.front() == '/') return name;
-  // (Not lexically normalised: '..' after a symbolic link is the link target's parent.)
-  return working_dir + "/" + name;
+  // (Not lexically normalised: '..' after a symbolic link is the link target's parent. A
+  // leading "./" is only noise in the path said: dropped.)
+  std::string_view rest = name;
+  while (rest.size() > 2 && rest.substr(0, 2) == "./") rest.remove_prefix(2);
+  return working_dir + "/" + std::string(rest);
 }
 
 // An executable regular file that starts with "#!" names its own interpreter.

@@ -132,7 +132,7 @@ class PythonPrograms(TorchrunTestCase):
         job = self.write("job.toml", 'command = ["./train"]\n[resources]\nnproc = 1\n')
         r = self.dlrun("submit", job)
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn(f"program '{self.tmp}/./train' is a script without a #! line", r.stderr)
+        self.assertIn(f"program '{self.tmp}/train' is a script without a #! line", r.stderr)
         self.assertEqual(self.dlrun("status", "--all").stdout.count("\n"), 1)  # the header alone
 
     def test_torchruns_one_machine_options_are_taken(self):

@@ -99,9 +99,9 @@ TEST_SUITE("launcher::CommandResolution") {
     Scratch s;
     s.write("run.sh", "echo hi\n", 0755);
     CHECK_THROWS_WITH_AS(resolve_command({"./run.sh"}, s.path(), s.work()),
-                         ("program '" + s.work() + "/./run.sh' is a script without a #! line, which exec cannot "
+                         ("program '" + s.work() + "/run.sh' is a script without a #! line, which exec cannot "
                           "start: begin it with one such as #!/bin/sh, or put the interpreter before it (sh " +
-                          s.work() + "/./run.sh)").c_str(),
+                          s.work() + "/run.sh)").c_str(),
                          dlrun::ConfigError);
     s.write("bin/tool", "echo hi\n", 0755);  // found in PATH
     CHECK_THROWS_WITH_AS(resolve_command({"tool"}, s.path(), s.work()),
@@ -120,7 +120,7 @@ TEST_SUITE("launcher::CommandResolution") {
         ("Python script 'nope.py' not found in " + s.work() + " nor in PATH").c_str(),
         dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(resolve_command({"./sub/nope.py"}, s.path(), s.work()),
-                         ("program '" + s.work() + "/./sub/nope.py' does not exist").c_str(),
+                         ("program '" + s.work() + "/sub/nope.py' does not exist").c_str(),
                          dlrun::ConfigError);
     s.write("train.py", "print(1)\n");
     CHECK_THROWS_WITH_AS(
