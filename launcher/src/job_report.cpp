@@ -36,9 +36,11 @@ std::string gpus_of(const JobRecord& job) {
   std::string ids;
   for (const auto& id : job.allocation.gpu_ids) ids += (ids.empty() ? "" : ",") + id;
   if (!ids.empty()) return ids;
-  // What a waiting job asks for (an elastic one's range: it starts on the least); one that
-  // ended without starting held none.
-  return is_terminal(job.state) ? "-" : fmt::format("({})", requested_ranks(job));
+  // What a waiting job asks for (those GPUs, when it names them; else how many, an elastic
+  // one's range: it starts on the least); one that ended without starting held none.
+  if (is_terminal(job.state)) return "-";
+  if (!job.submitted.request.gpu_ids.empty()) return fmt::format("({})", fmt::join(job.submitted.request.gpu_ids, ","));
+  return fmt::format("({})", requested_ranks(job));
 }
 
 std::string ranks_of(const JobRecord& job) {
