@@ -71,6 +71,7 @@ std::optional<std::string> other_launchers_spelling(const std::string& bare) {
       {"-n", "--nproc"},         {"-np", "--nproc"},         {"--np", "--nproc"}, {"-N", "--nproc"},
       {"--num_gpus", "--gpus"},  {"--num-gpus", "--gpus"},   {"-H", "--hosts"},   {"--host", "--hosts"},
       {"--num_nodes", "--hosts"}, {"--num-nodes", "--hosts"}, {"-f", "--hostfile"},
+      {"--local-ranks-filter", "--ranks"}, {"--local_ranks_filter", "--ranks"},  // torchrun 2.2's
   };
   auto it = spellings.find(bare);
   if (it == spellings.end()) return std::nullopt;
@@ -85,6 +86,10 @@ std::optional<std::string> torchrun_only(const std::string& bare) {
       {"--tee", "every rank's output is on the terminal (--ranks chooses which) and in RUN_DIR/rank-N.log: drop it"},
       {"--redirects", "every rank's output is on the terminal (--ranks chooses which) and in RUN_DIR/rank-N.log: "
                       "drop it"},
+      {"-t", "(--tee) every rank's output is on the terminal (--ranks chooses which) and in RUN_DIR/rank-N.log: "
+             "drop it"},
+      {"-r", "(--redirects) every rank's output is on the terminal (--ranks chooses which) and in "
+             "RUN_DIR/rank-N.log: drop it"},
       {"--log-dir", "the logs go to the run directory: --run-dir DIR"},
       {"--logs-specs", "the logs go to the run directory: --run-dir DIR"},
       {"--role", "a job has one role: drop it"},

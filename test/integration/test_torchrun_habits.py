@@ -357,6 +357,10 @@ class UsageErrors(TorchrunTestCase):
              "local"),
             (["run", "--log-dir", "x", "true"], "unknown option '--log-dir': torchrun's; in dlrun the logs go to the "
                                                 "run directory: --run-dir DIR", "run"),
+            (["local", "-t", "3", "true"], "unknown option '-t': torchrun's; in dlrun (--tee) every rank's output is",
+             "local"),
+            (["local", "--local-ranks-filter", "0", "true"],
+             "unknown option '--local-ranks-filter' (did you mean '--ranks'?)", "local"),
         ]
         for args, message, verb in cases:
             r = self.dlrun(*args)
