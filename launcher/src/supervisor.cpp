@@ -488,6 +488,21 @@ void Supervisor::finish_attempt() {
       count_restart();
       const auto lasted = std::chrono::steady_clock::now() - m_attempt_started;
       m_quick_requests = lasted < k_quick_attempt ? m_quick_requests + 1 : 0;
+      if (restart_requests_loop(m_quick_requests)) {
+        // Not a request any more but a loop (a checkpoint that cannot be read, a program that
+        // exits 75 for reasons of its own): the job ends, with that code.
+        const std::string reason = fmt::format(
+            "ranks asked to be restarted (exit {}) {} times in a row, each within {} s of its start: treating it as a "
+            "failure (exit {} asks dlrun for a restart: a program that cannot read its checkpoint, or one that "
+            "exits {} for reasons of its own?)",
+            exit_code::k_restart_me, m_quick_requests, k_quick_attempt.count(), exit_code::k_restart_me,
+            exit_code::k_restart_me);
+        log::error("{}", reason);
+        m_failure = Failure{SIZE_MAX, ExitStatus::exited(exit_code::k_restart_me), reason};
+        m_failure->said = true;
+        finish(exit_code::k_restart_me);
+        return;
+      }
       const auto delay = restart_request_delay(m_quick_requests);
       if (delay.count() == 0) {
         if (!m_job.options.quiet) {

@@ -33,6 +33,11 @@ std::chrono::milliseconds restart_request_delay(int quick_in_a_row) {
   return std::min(k_most, std::chrono::milliseconds(1000 << doublings));
 }
 
+bool restart_requests_loop(int quick_in_a_row) {
+  constexpr int k_most = 10;
+  return quick_in_a_row >= k_most;
+}
+
 bool GpuFailures::count(const std::string& gpu, int world_size, int min_world_size) {
   in_a_row = gpu == last_gpu ? in_a_row + 1 : 1;
   last_gpu = gpu;

@@ -93,6 +93,11 @@ TEST_SUITE("launcher::SupervisorPolicy") {
     CHECK(restart_request_delay(100000) == milliseconds(30000));
   }
 
+  TEST_CASE("the tenth quick restart request in a row is a loop, which ends the job") {
+    for (int n : {0, 1, 4, 9}) CHECK_FALSE(restart_requests_loop(n));
+    CHECK(restart_requests_loop(10));
+  }
+
   TEST_CASE("a GPU is left out after two failures in a row on it, never below the minimum") {
     GpuFailures failures;
     CHECK_FALSE(failures.count("1", 4, 1));

@@ -50,6 +50,9 @@ Decision decide_after_attempt(const AttemptEnd& end);
 // not at all for the first three, then 1, 2, 4 … s, at most 30 s. A longer attempt starts the
 // count again.
 inline constexpr std::chrono::seconds k_quick_attempt{10};
+// Whether so many quick restarts in a row end the job as failed instead: the tenth (about a
+// minute and a half of them, with the waits).
+bool restart_requests_loop(int quick_in_a_row);
 std::chrono::milliseconds restart_request_delay(int quick_in_a_row);
 
 // Consecutive failures of the rank on one GPU. A GPU is left out once its rank has failed
