@@ -41,6 +41,17 @@ std::string port_in_use_hint(const std::deque<std::string>& tail, const std::str
                      master_port.empty() ? "" : fmt::format(", MASTER_PORT is {}", master_port));
 }
 
+std::string debugger_hint(const std::deque<std::string>& tail, const ProgramSpec& program) {
+  const bool quit = std::any_of(tail.begin(), tail.end(),
+                                [](const std::string& line) { return line.find("bdb.BdbQuit") != std::string::npos; });
+  if (!quit) return {};
+  const ShownProgram shown = shown_program(program.argv);
+  return fmt::format("\n  (pdb read the end of its input: ranks read standard input from /dev/null under dlrun, so a "
+                     "breakpoint() ends the rank. To step through the program, run it alone as a world of one: "
+                     "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 python3 {}{})",
+                     shown.module ? "-m " : "", shown.word);
+}
+
 bool tells_of_peers(const std::deque<std::string>& tail) {
   return std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
     for (const char* word : {"peer", "Connection", "connection", "gloo", "Gloo", "NCCL", "allreduce", "collective",

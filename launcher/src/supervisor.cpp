@@ -638,6 +638,7 @@ void Supervisor::report_failure() {
   text += missing_module_hint(tail, member.program);
   const auto port = member.spec.env.find(env::k_master_port);
   text += port_in_use_hint(tail, port == member.spec.env.end() ? "" : port->second);
+  text += debugger_hint(tail, member.program);
   log::error("{}", text);
 }
 

@@ -33,6 +33,13 @@ TEST_SUITE("launcher::failure_hints") {
     CHECK(port_in_use_hint({"bind: EADDRINUSE"}, "").find("(an address was in use: another job") != std::string::npos);
     CHECK(port_in_use_hint({"ValueError: bad"}, "29500").empty());
   }
+  TEST_CASE("pdb that quit at once says that the ranks read no input, and how to debug") {
+    ProgramSpec script{"/usr/bin/python3", {"python3", "-u", "train.py", "--lr", "1"}, ""};
+    const std::string hint = debugger_hint({"    raise BdbQuit", "bdb.BdbQuit"}, script);
+    CHECK(hint.find("ranks read standard input from /dev/null under dlrun") != std::string::npos);
+    CHECK(hint.find("WORLD_SIZE=1 python3 train.py)") != std::string::npos);
+    CHECK(debugger_hint({"ValueError: bad"}, script).empty());
+  }
   TEST_CASE("stderr that tells of lost peers") {
     CHECK(tells_of_peers({"[../gloo/transport/tcp/pair.cc:598] Connection closed by peer"}));
     CHECK(tells_of_peers({"rank 0: rank 1 (pid 42) exited in the middle of a gradient allreduce"}));

@@ -19,6 +19,10 @@ std::string missing_module_hint(const std::deque<std::string>& stderr_tail, cons
 // (dlrun.init() and torch.distributed.init_process_group()); empty otherwise.
 std::string port_in_use_hint(const std::deque<std::string>& stderr_tail, const std::string& master_port);
 
+// "\n  (pdb read the end of its input: …)" when the tail shows pdb quitting (bdb.BdbQuit, a
+// breakpoint() that read nothing): ranks' stdin is /dev/null. Empty otherwise.
+std::string debugger_hint(const std::deque<std::string>& stderr_tail, const ProgramSpec& program);
+
 // Whether these stderr lines tell of the rank's peers: a connection lost, a collective that
 // failed or timed out (Gloo's, NCCL's, the runtime's words).
 bool tells_of_peers(const std::deque<std::string>& stderr_tail);
