@@ -75,6 +75,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_passed_signals(m_io, SIGUSR1),
       m_pass_timer(m_io),
       m_watchdog_timer(m_io),
+      m_waiting_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
   m_stop_signals.add(SIGQUIT);  // the constructor takes three at most
   m_terminal.set_live(Stream::out, live_terminal(STDOUT_FILENO, m_job.base_env));
@@ -214,6 +215,9 @@ void Supervisor::start_attempt() {
   };
 
   carry_held_signals_over();  // their rank numbers are of the group that ends here
+  m_waiting_timer.cancel();
+  m_waiting_watched = false;
+  m_said_waiting = false;
   m_group.reset();
   m_phase = Phase::running;
   m_terminal.set_hold_back(true);
@@ -304,7 +308,11 @@ void Supervisor::on_children_ended() {
       stop_group(SIGTERM);
     }
   }
-  if (m_group->all_exited()) begin_drain();
+  if (m_group->all_exited()) {
+    begin_drain();
+  } else if (std::any_of(ended.begin(), ended.end(), [this](size_t i) { return m_group->exit_status(i)->success(); })) {
+    watch_waiting_ranks();
+  }
 }
 
 void Supervisor::handle_stop_signal(int signal) {
@@ -694,6 +702,7 @@ void Supervisor::finish(int code) {
   m_stop_signals.cancel();
   m_resize_signal.cancel();
   m_watchdog_timer.cancel();
+  m_waiting_timer.cancel();
   m_restart_timer.cancel();
 }
 

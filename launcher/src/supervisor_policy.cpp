@@ -33,6 +33,10 @@ std::chrono::milliseconds restart_request_delay(int quick_in_a_row) {
   return std::min(k_most, std::chrono::milliseconds(1000 << doublings));
 }
 
+bool waits_idle(double cpu_seconds_used, double over_seconds) {
+  return over_seconds > 0 && cpu_seconds_used <= 0.02 * over_seconds;
+}
+
 bool restart_requests_loop(int quick_in_a_row) {
   constexpr int k_most = 10;
   return quick_in_a_row >= k_most;

@@ -11,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/cpu_time.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/protocol.hpp"
@@ -195,6 +196,10 @@ size_t WorkerGroup::running() const {
   size_t n = 0;
   for (const auto& rank : m_ranks) n += rank.exit ? 0 : 1;
   return n;
+}
+
+std::optional<double> WorkerGroup::cpu_seconds(size_t index) const {
+  return launcher::cpu_seconds(pid(index));
 }
 
 }  // namespace dlrun::launcher

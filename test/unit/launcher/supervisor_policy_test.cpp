@@ -93,6 +93,13 @@ TEST_SUITE("launcher::SupervisorPolicy") {
     CHECK(restart_request_delay(100000) == milliseconds(30000));
   }
 
+  TEST_CASE("a rank waits when it used at most 2% of a core over the time looked at") {
+    CHECK(waits_idle(0.0, 60));
+    CHECK(waits_idle(1.2, 60));
+    CHECK_FALSE(waits_idle(1.3, 60));
+    CHECK_FALSE(waits_idle(0.0, 0));
+  }
+
   TEST_CASE("the tenth quick restart request in a row is a loop, which ends the job") {
     for (int n : {0, 1, 4, 9}) CHECK_FALSE(restart_requests_loop(n));
     CHECK(restart_requests_loop(10));

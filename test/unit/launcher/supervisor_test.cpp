@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include <boost/asio/post.hpp>
@@ -51,6 +52,7 @@ class FakeGroup : public MemberGroup {
   bool drained() const override;
   const Member& member(size_t index) const override { return m_members.at(index); }
   pid_t pid(size_t index) const override { return 1000 + static_cast<pid_t>(index); }
+  std::optional<double> cpu_seconds(size_t index) const override;
   const std::optional<ExitStatus>& exit_status(size_t index) const override { return m_exits.at(index); }
   const std::deque<std::string>& stderr_tail(size_t) const override { return m_tail; }
   std::string first_dlrun_error(size_t) const override { return {}; }
@@ -78,6 +80,8 @@ struct FakeWorld {
   std::string run_dir;
   std::function<void(size_t attempt, FakeGroup& group)> on_start;
   std::function<void(FakeGroup& group)> on_reap;  // before each reap: members may end then
+  std::map<size_t, double> cpu_per_look;          // CPU seconds a member gains at each look (else none)
+  std::map<size_t, double> cpu;                   // what it has used so far
   bool output_held = false;               // an escaped child holds the members' pipes open
   std::function<void()> drained_callback;  // the Supervisor's, once it waits for the drain
 
@@ -97,6 +101,11 @@ void FakeGroup::end(size_t index, ExitStatus status) {
 std::vector<size_t> FakeGroup::reap() {
   if (m_world.on_reap) m_world.on_reap(*this);
   return std::exchange(m_ended, {});
+}
+
+std::optional<double> FakeGroup::cpu_seconds(size_t index) const {
+  auto it = m_world.cpu_per_look.find(index);
+  return m_world.cpu[index] += it == m_world.cpu_per_look.end() ? 0.0 : it->second;
 }
 
 bool FakeGroup::drained() const { return !m_world.output_held; }
@@ -251,6 +260,39 @@ TEST_SUITE("launcher::Supervisor") {
     const std::string said = read_file("said");
     CHECK(said.find("rank 0 exited with code 3; at the same moment rank 1 exited with code 4") != std::string::npos);
     CHECK(said.find("rank 2") == std::string::npos);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "ranks left using no CPU after another ended with 0 are said to wait for it, once") {
+    // Rank 1 ends with 0; rank 0 works (CPU) at the first look, then waits (none) at the next.
+    world.on_start = [](size_t, FakeGroup& group) { group.end(1, ExitStatus::exited(0)); };
+    world.cpu_per_look[0] = 5.0;
+    Plan plan = job(2);
+    plan.waiting_check_seconds = 0.1;
+    plan.options.quiet = false;
+    dlrun::log::set_level(dlrun::log::Level::info);
+    const int saved = ::dup(STDERR_FILENO);
+    const int said_fd = ::open((run_dir + "/said").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(said_fd, STDERR_FILENO);
+    Supervisor supervisor(plan, runner());
+    supervisor.begin();
+    const auto said = [this] { return read_file("said"); };
+    const bool waited = run_until(supervisor, [&] {
+      if (said().find("used no CPU") == std::string::npos) {
+        if (world.cpu[0] > 9) world.cpu_per_look[0] = 0;  // its evaluation is done: it waits now
+        return false;
+      }
+      return true;
+    });
+    supervisor.handle_stop_signal(SIGTERM);
+    finish(supervisor);
+    ::dup2(saved, STDERR_FILENO);
+    ::close(saved);
+    ::close(said_fd);
+    CHECK(waited);
+    const std::string text = said();
+    CHECK(text.find("rank 1 ended with code 0, and rank 0 has used no CPU in the last 0.1 s: if it waits for it") !=
+          std::string::npos);
+    CHECK(world.cpu[0] > 9);  // not said while it worked
   }
 
   TEST_CASE_FIXTURE(Fixture, "a failing rank's error file (@record) names its exception") {

@@ -103,6 +103,9 @@ struct Plan {
   // The job's restart budget where another process counts the restarts (an agent's launcher):
   // TORCHELASTIC_MAX_RESTARTS. Empty: options.max_restarts.
   std::optional<int> job_max_restarts;
+  // How long ranks left running after others ended with 0 are watched for using no CPU before
+  // they are said to wait for them (supervisor_waiting.cpp); tests shorten it.
+  double waiting_check_seconds = 60;
   // Elastic bounds: the rank count may change within them (dlrun resize, a lost GPU).
   int min_world_size = 0;
   int max_world_size = 0;

@@ -128,6 +128,11 @@ class Supervisor {
   void check_watchdog();
   double watchdog_period() const;  // seconds between checks
 
+  // supervisor_waiting.cpp: ranks left waiting for ranks that ended with 0 (uneven data, a
+  // rank that skipped the rendezvous) are said once, as torchrun would hang without a word.
+  void watch_waiting_ranks();
+  void check_waiting_ranks();
+
   Plan m_job;  // a copy: an elastic job's rank count and GPUs change
   boost::asio::io_context m_io;
   std::unique_ptr<ProcessRunner> m_runner;
@@ -149,6 +154,10 @@ class Supervisor {
   std::vector<HeldSignal> m_held_signals;
   boost::asio::steady_timer m_pass_timer;
   boost::asio::steady_timer m_watchdog_timer;
+  boost::asio::steady_timer m_waiting_timer;
+  bool m_waiting_watched = false;  // m_waiting_timer is armed
+  bool m_said_waiting = false;     // this attempt's ranks were said to wait
+  std::vector<std::optional<double>> m_waiting_cpu;  // each member's CPU seconds when it was armed
   std::optional<ResizeRequest> m_pending_resize;
   bool m_resize_restarts = false;  // the pending resize stops ranks that do not handle the stop request
   bool m_resize_killed = false;    // ranks asked to stop for it had not within the grace period

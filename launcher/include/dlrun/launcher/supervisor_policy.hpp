@@ -55,6 +55,11 @@ inline constexpr std::chrono::seconds k_quick_attempt{10};
 bool restart_requests_loop(int quick_in_a_row);
 std::chrono::milliseconds restart_request_delay(int quick_in_a_row);
 
+// Ranks left running after another ended with 0 are looked at every Plan::waiting_check_seconds:
+// a rank that used at most 2% of one core over it waits (a collective, the rendezvous) rather
+// than works (an evaluation rank 0 does alone).
+bool waits_idle(double cpu_seconds_used, double over_seconds);
+
 // Consecutive failures of the rank on one GPU. A GPU is left out once its rank has failed
 // k_failures_to_leave_out times in a row, and only while the job stays at its minimum size
 // or above.

@@ -64,6 +64,7 @@ class WorkerGroup : public MemberGroup {
   bool drained() const override { return m_open_pipes == 0; }
   const Member& member(size_t index) const override { return m_ranks.at(index).member; }
   pid_t pid(size_t index) const override { return m_ranks.at(index).pid; }
+  std::optional<double> cpu_seconds(size_t index) const override;
   const std::optional<ExitStatus>& exit_status(size_t index) const override { return m_ranks.at(index).exit; }
   std::string first_dlrun_error(size_t index) const override {
     return m_ranks.at(index).output->first_dlrun_error();

@@ -1,0 +1,15 @@
+#pragma once
+// The CPU time a process has used (user + system, its threads included, and that of children
+// it waited for), from /proc/PID/stat: to tell a rank that works from one that waits.
+// Thread-safe.
+
+#include <sys/types.h>
+
+#include <optional>
+
+namespace dlrun::launcher {
+
+// Seconds of CPU; nullopt when there is no such process (or /proc cannot say).
+std::optional<double> cpu_seconds(pid_t pid);
+
+}  // namespace dlrun::launcher
