@@ -14,35 +14,44 @@ volatile std::sig_atomic_t g_asked = 0;
 // The handlers of SIGTERM and SIGINT before install() (Python's KeyboardInterrupt, a user's own).
 struct sigaction g_previous[2];
 
-// The handler install() found for `signal` when it is a function of the program's (not the
-// default action, not ignored), or nullptr.
-void (*previous_handler(int signal))(int) {
-  const struct sigaction& previous = g_previous[signal == SIGINT ? 1 : 0];
-  if ((previous.sa_flags & SA_SIGINFO) || previous.sa_handler == SIG_DFL || previous.sa_handler == SIG_IGN)
-    return nullptr;
-  return previous.sa_handler;
+// SIGTERM's or SIGINT's handler before install().
+const struct sigaction& previous_of(int signal) { return g_previous[signal == SIGINT ? 1 : 0]; }
+
+// Its default action, at once: it is blocked while the handler runs, so it takes effect as the
+// handler returns. sigaction and raise are async-signal-safe (POSIX).
+void take_default_action(int signal) {
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal, &action, nullptr);
+  raise(signal);
 }
 
-extern "C" void on_stop_signal(int signal) {
+extern "C" void on_stop_signal(int signal, siginfo_t* info, void* context) {
+  if (signal == SIGUSR1) {  // a stop request (a resize): never "now"
+    g_pending = 1;
+    return;
+  }
+  if (!g_asked) {
+    // A program that has never asked for a stop request would not stop before the launcher's
+    // SIGKILL: the first SIGINT or SIGTERM does what it did before install() (ignored, Python's
+    // KeyboardInterrupt, a handler of the program's), or takes its default action; the second
+    // takes its default action.
+    const struct sigaction& previous = previous_of(signal);
+    if (!(previous.sa_flags & SA_SIGINFO) && previous.sa_handler == SIG_IGN) return;
+    g_count = g_count + 1;
+    if (g_count == 1 && (previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction) {
+      return previous.sa_sigaction(signal, info, context);
+    }
+    if (g_count == 1 && !(previous.sa_flags & SA_SIGINFO) && previous.sa_handler != SIG_DFL) {
+      return previous.sa_handler(signal);
+    }
+    return take_default_action(signal);
+  }
   g_pending = 1;
-  if (signal == SIGUSR1) return;  // a stop request (a resize): never "now"
   g_count = g_count + 1;
-  // A program that has never asked for a stop request would not stop before the launcher's
-  // SIGKILL: the first SIGINT or SIGTERM does what it did before install() (Python raises
-  // KeyboardInterrupt), or takes its default action.
-  if (g_count == 1 && !g_asked) {
-    if (auto handler = previous_handler(signal)) return handler(signal);
-  }
-  // A second one means "now" (a second Ctrl-C), as does a first one as above: its default
-  // action, at once. It is blocked while this handler runs, so it takes effect as the handler
-  // returns.
-  if (g_count >= 2 || !g_asked) {
-    struct sigaction action {};
-    action.sa_handler = SIG_DFL;
-    sigemptyset(&action.sa_mask);
-    sigaction(signal, &action, nullptr);  // async-signal-safe per POSIX, as raise()
-    raise(signal);
-  }
+  // A second one means "now" (a second Ctrl-C).
+  if (g_count >= 2) take_default_action(signal);
 }
 
 }  // namespace
@@ -52,12 +61,12 @@ void install() {
   std::lock_guard lock(mutex);
   struct sigaction current {};
   sigaction(SIGTERM, nullptr, &current);
-  if (current.sa_handler == on_stop_signal) return;  // installed already: keep what it found
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_stop_signal) return;  // keep what it found
   {
     struct sigaction action {};
-    action.sa_handler = on_stop_signal;
+    action.sa_sigaction = on_stop_signal;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
+    action.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(SIGTERM, &action, &g_previous[0]);
     sigaction(SIGINT, &action, &g_previous[1]);
     sigaction(SIGUSR1, &action, nullptr);
@@ -68,6 +77,9 @@ bool pending() {
   return g_pending != 0;
 }
 void mark_asked(bool asked) {
+  // Signals before the first ask went where they went before install(): they do not count
+  // towards "the second one".
+  if (asked && !g_asked) g_count = 0;
   g_asked = asked ? 1 : 0;
 }
 void request() {

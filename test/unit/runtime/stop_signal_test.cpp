@@ -71,6 +71,29 @@ TEST_SUITE("runtime::stop_signal") {
     CHECK((WIFEXITED(asked) && WEXITSTATUS(asked) == 0));
   }
 
+  TEST_CASE("before the program asks an ignored signal stays ignored") {
+    const int ignored = child_status(false, SIGTERM, 2, SIG_IGN);
+    CHECK((WIFEXITED(ignored) && WEXITSTATUS(ignored) == 1));  // alive, and no stop request
+  }
+
+  TEST_CASE("a signal before the program asked does not make the first one after it the second") {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::signal(SIGTERM, SIG_DFL);
+      std::signal(SIGINT, own_handler);  // Python's KeyboardInterrupt, caught by the program
+      stop_signal::install();
+      stop_signal::clear();
+      stop_signal::mark_asked(false);
+      std::raise(SIGINT);
+      stop_signal::mark_asked(true);
+      std::raise(SIGINT);  // a stop request now, not "the second Ctrl-C"
+      ::_exit(g_own_handler_ran && stop_signal::pending() ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+
   TEST_CASE("after it asks the first SIGTERM is a request and the second ends it") {
     const int once = child_status(true, SIGTERM, 1);
     CHECK((WIFEXITED(once) && WEXITSTATUS(once) == 0));
