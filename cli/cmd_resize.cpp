@@ -39,13 +39,15 @@ int run_resize(const ResizeArgs& args) {
   }
   // A goodput job stays at the size given: said, with the way back (it looked like nothing changed).
   std::string pinned;
-  {
+  try {
     launcher::JobQueue queue(launcher::current_environment());
     const auto job = queue.store().get(launcher::job_number(queue.store(), launcher::parse_job_ref(args.job), "resize",
                                                             launcher::NamedJob::active_first));
     if (job && job->pinned > 0) {
       pinned = fmt::format("; the goodput scheduler leaves it at {} until 'dlrun resize {} auto'", job->pinned, job->id);
     }
+  } catch (const Error&) {
+    // The resize is done; the note is not worth failing it (the job ended meanwhile).
   }
   if (outcome == launcher::ResizeOutcome::unchanged) {
     std::cout << "Job " << args.job << " already runs " << *ranks << (*ranks == 1 ? " rank" : " ranks")

@@ -54,12 +54,14 @@ int run_wait(const WaitArgs& args, bool has_timeout) {
     std::optional<double> left;
     if (has_timeout) left = std::max(0.0, args.timeout - std::chrono::duration<double>(Clock::now() - start).count());
     const int sig = queue.wait(ids[i], &stop, left);
-    if (sig != 0) {
-      std::vector<std::string> going_on;
-      for (size_t j = i; j < ids.size(); ++j) {
-        auto job = queue.store().get(ids[j]);
-        if (job && !launcher::is_terminal(job->state)) going_on.push_back(std::to_string(ids[j]));
-      }
+    std::vector<std::string> going_on;
+    for (size_t j = i; j < ids.size() && sig != 0; ++j) {
+      auto job = queue.store().get(ids[j]);
+      if (job && !launcher::is_terminal(job->state)) going_on.push_back(std::to_string(ids[j]));
+    }
+    // (Every job left may have ended just as the time ran out or the signal came: then their
+    // ends are said below, as if it had not.)
+    if (!going_on.empty()) {
       const std::string jobs = fmt::format("job{} {}", going_on.size() == 1 ? "" : "s", fmt::join(going_on, ", "));
       if (sig == launcher::JobQueue::k_timed_out) {
         std::cerr << fmt::format("dlrun: {} not ended after --timeout {:g} s; {} on (dlrun status {})\n", jobs,

@@ -1,30 +1,70 @@
 #include "dlrun/launcher/cpu_time.hpp"
 
+#include <dirent.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <string>
 
 namespace dlrun::launcher {
+namespace {
 
-std::optional<double> cpu_seconds(pid_t pid) {
-  if (pid <= 0) return std::nullopt;
-  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+struct Stat {
+  long long group = 0;
+  unsigned long long ticks = 0;  // utime + stime + cutime + cstime
+};
+
+// /proc/PID/stat's fields after the command name, which may hold spaces and parentheses.
+std::optional<Stat> read_stat(const std::string& pid) {
+  std::ifstream file("/proc/" + pid + "/stat");
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  // Fields after the command name, which may hold spaces and parentheses: 3 (state) onwards.
   const auto close = text.rfind(')');
   if (close == std::string::npos || close + 2 > text.size()) return std::nullopt;
   std::istringstream rest(text.substr(close + 2));
   std::string skip;
-  for (int field = 3; field < 14; ++field) rest >> skip;
-  unsigned long long ticks[4] = {};  // utime, stime, cutime, cstime: fields 14 to 17
+  Stat stat;
+  rest >> skip >> skip >> stat.group;  // fields 3 (state), 4 (ppid), 5 (pgrp)
+  for (int field = 6; field < 14; ++field) rest >> skip;
+  unsigned long long ticks[4] = {};  // fields 14 to 17
   for (auto& value : ticks) rest >> value;
   if (!rest) return std::nullopt;
+  stat.ticks = ticks[0] + ticks[1] + ticks[2] + ticks[3];
+  return stat;
+}
+
+double seconds(unsigned long long ticks) {
   const long per_second = ::sysconf(_SC_CLK_TCK);
-  if (per_second <= 0) return std::nullopt;
-  return static_cast<double>(ticks[0] + ticks[1] + ticks[2] + ticks[3]) / static_cast<double>(per_second);
+  return per_second > 0 ? static_cast<double>(ticks) / static_cast<double>(per_second) : 0.0;
+}
+
+}  // namespace
+
+std::optional<double> cpu_seconds(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  const auto stat = read_stat(std::to_string(pid));
+  if (!stat) return std::nullopt;
+  return seconds(stat->ticks);
+}
+
+std::optional<double> group_cpu_seconds(pid_t group) {
+  if (group <= 0) return std::nullopt;
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(::opendir("/proc"), ::closedir);
+  if (!proc) return std::nullopt;
+  unsigned long long ticks = 0;
+  bool any = false;
+  while (const dirent* entry = ::readdir(proc.get())) {
+    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;  // a process's directory
+    const auto stat = read_stat(entry->d_name);
+    if (!stat || stat->group != group) continue;
+    ticks += stat->ticks;
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return seconds(ticks);
 }
 
 }  // namespace dlrun::launcher

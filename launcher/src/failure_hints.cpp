@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "dlrun/launcher/command_resolution.hpp"
+#include "dlrun/launcher/ssh.hpp"  // shell_quote
 
 namespace dlrun::launcher {
 
@@ -45,11 +46,12 @@ std::string debugger_hint(const std::deque<std::string>& tail, const ProgramSpec
   const bool quit = std::any_of(tail.begin(), tail.end(),
                                 [](const std::string& line) { return line.find("bdb.BdbQuit") != std::string::npos; });
   if (!quit) return {};
-  const ShownProgram shown = shown_program(program.argv);
+  std::string command;
+  for (const auto& word : program.argv) command += (command.empty() ? "" : " ") + shell_quote(word);
   return fmt::format("\n  (pdb read the end of its input: ranks read standard input from /dev/null under dlrun, so a "
                      "breakpoint() ends the rank. To step through the program, run it alone as a world of one: "
-                     "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 python3 {}{})",
-                     shown.module ? "-m " : "", shown.word);
+                     "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 {})",
+                     command);
 }
 
 bool tells_of_peers(const std::deque<std::string>& tail) {

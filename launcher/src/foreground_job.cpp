@@ -271,9 +271,14 @@ void ForegroundJob::attach(Plan& plan) {
     try {
       check_run_dir(store, m_store->queue.home(), plan.run_dir, *m_number);
     } catch (const ConfigError&) {
-      // Refused: the directory the plan made for it goes again (empty, it holds nothing).
+      // Refused: the directory the plan made for it goes again (empty, it holds nothing), and
+      // so does the link $DLRUN_HOME/runs/JOB the plan made to it.
       std::error_code ignored;
       if (plan.fresh_run_dir) fs::remove(plan.run_dir, ignored);
+      const fs::path link = fs::path(m_store->queue.home()) / "runs" / plan.job_id;
+      if (fs::is_symlink(link, ignored) && fs::read_symlink(link, ignored) == fs::path(plan.run_dir)) {
+        fs::remove(link, ignored);
+      }
       throw;
     }
   }
@@ -286,7 +291,7 @@ void ForegroundJob::attach(Plan& plan) {
                              plan.max_world_size);
   const int64_t id = *m_number;
   // A resumed job's restarts so far: its record keeps counting them (dlrun status), and
-  // DLRUN_RESTART_COUNT goes on past them (the resume is one more start). Its --max-restarts
+  // DLRUN_RESTART_COUNT goes on from them (a resume is not a restart). Its --max-restarts
   // budget is this run's own.
   RestartCounts before;
   if (m_resume) {
@@ -295,7 +300,7 @@ void ForegroundJob::attach(Plan& plan) {
                 record->requested_restarts};
     }
   }
-  plan.restarts_before = m_resume ? before.all + 1 : 0;
+  plan.restarts_before = before.all;
   plan.on_restart = [&store, id, before](const RestartCounts& counts) {
     store.set_restarts(id, before.failures + counts.failures, before.resizes + counts.resizes,
                        before.requested + counts.requested);

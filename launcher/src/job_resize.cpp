@@ -138,7 +138,8 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
       if (other.submitted.request.uses_gpus != request.uses_gpus) continue;
       const int held = request.uses_gpus ? static_cast<int>(other.allocation.gpu_ids.size()) : other.allocation.ranks;
       if (held <= 0) continue;
-      holders.push_back(fmt::format("job {} ({}) has {}", other.id, other.name, held));
+      holders.push_back(fmt::format("job {} ({}) has {}", other.id, other.name,
+                                    counted(held, request.uses_gpus ? "GPU" : "CPU slot")));
       if (example.empty() && other.submitted.request.min_ranks < held) example = std::to_string(other.id);
     }
     std::string here;

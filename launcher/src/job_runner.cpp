@@ -240,7 +240,9 @@ int run_submitted_job(int64_t id, const Environment& env) {
     claims.hold({});  // its ranks have ended: their GPUs are free before the store says so
     const int code = supervisor.exit_code();
     store.finish(id, state_after(code, supervisor.stop_signal() != 0), code, supervisor.summary(), {supervisor.failed_rank(), read_job_metrics(run_dir)});
-    queue.ensure_scheduler();  // its GPUs go to the goodput jobs left, if any
+    // Its GPUs go to the goodput jobs left, if any; started with this job's environment only
+    // when it is one of them (the others' supervisors start one with theirs).
+    if (goodput) queue.ensure_scheduler();
     queue.maybe_start_retention();
     return code;
   } catch (const Error& e) {

@@ -89,7 +89,11 @@ void Terminal::raw_write(int i, std::string_view text) {
   const bool written = m_writer ? m_writer->write(m_fds[i], text) : write_all(m_fds[i], text);
   if (written) return;
   m_closed[i] = true;
-  if (i == index(Stream::out) && m_out_reader_gone && reader_gone(m_fds[i])) m_out_reader_gone();
+  // A pipe or socket whose reader ended; not a terminal that hung up (SIGHUP says that), nor a
+  // full disk.
+  struct stat st {};
+  const bool pipe = ::fstat(m_fds[i], &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+  if (i == index(Stream::out) && m_out_reader_gone && pipe && reader_gone(m_fds[i])) m_out_reader_gone();
 }
 
 void Terminal::set_copy(int fd) {

@@ -130,7 +130,10 @@ void Supervisor::begin() {
     // from the ranks.
     m_output_log = ::open((m_job.run_dir + "/" + k_output_log).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (m_output_log >= 0) {
-      if (::lseek(m_output_log, 0, SEEK_END) > 0) {  // an earlier run's (--resume, a run directory given again)
+      // An earlier run's (--resume, a run directory given again); not a `dlrun run` host's
+      // agent started again for the job's next attempt.
+      const bool agent_restart = m_job.job_max_restarts.has_value() && m_job.restarts_before > 0;
+      if (!agent_restart && ::lseek(m_output_log, 0, SEEK_END) > 0) {
         write_all(m_output_log, fmt::format("==> dlrun: job {} starts here, {} <==\n", m_job.job_id,
                                             utc_iso8601(std::time(nullptr))));
       }
@@ -202,15 +205,20 @@ void Supervisor::start_attempt() {
       fd = ::open(member.log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (fd < 0) log::warn("cannot open {}: {}; {} is not logged", member.log_path, std::strerror(errno), member.name);
     }
-    // A log that holds an earlier run's lines (--resume, a run directory given again) says
-    // where this one starts.
-    const bool appended = fd >= 0 && m_restart_count == 0 && ::lseek(fd, 0, SEEK_END) > 0;
+    // Where this attempt starts, numbered as DLRUN_RESTART_COUNT is: a restart; or, in a log that
+    // holds an earlier run's lines (--resume, a run directory given again), this run. A host's
+    // agent of `dlrun run` is started anew for each of the job's restarts: its first attempt
+    // after the job's first is a restart.
+    const bool agent_restart = m_job.job_max_restarts.has_value() && m_job.restarts_before > 0;
+    const bool appended = fd >= 0 && m_restart_count == 0 && !agent_restart && ::lseek(fd, 0, SEEK_END) > 0;
     auto output = std::make_unique<RankOutput>(std::move(out), fd, m_terminal);
     if (appended) {
       output->note_in_log(
           fmt::format("==> dlrun: job {} starts here, {} <==", m_job.job_id, utc_iso8601(std::time(nullptr))));
     }
-    if (m_restart_count > 0) output->note_in_log(fmt::format("==> dlrun: restart {} <==", m_restart_count));
+    if (m_restart_count > 0 || agent_restart) {
+      output->note_in_log(fmt::format("==> dlrun: restart {} <==", m_job.restarts_before + m_restart_count));
+    }
     return output;
   };
 
@@ -372,10 +380,28 @@ void Supervisor::handle_stop_signal(int signal) {
 }
 
 void Supervisor::handle_out_reader_gone() {
-  if (m_phase != Phase::running || m_stop_signal || m_failure || !m_group) return;
+  if (m_phase == Phase::done) return;
+  const std::string because = "standard output's reader has gone";
+  if (m_phase == Phase::waiting) {  // for a restart: none comes now
+    log::warn("{} (a pipe whose reader ended, as | head does): no restart", because);
+    m_restart_timer.cancel();
+    m_stop_signal = SIGPIPE;
+    m_stopped_because = because;
+    finish(exit_code::k_signal_base + SIGPIPE);
+    return;
+  }
+  if (m_phase != Phase::running || m_stop_signal || m_failure || !m_group) {
+    // The attempt is ending already (a failure, a resize, a stop): nothing starts again after it.
+    if (!m_stop_signal && !m_late_signal) {
+      log::warn("{} (a pipe whose reader ended, as | head does): nothing starts again", because);
+      m_late_signal = SIGPIPE;
+      m_stopped_because = because;
+    }
+    return;
+  }
   m_stop_signal = SIGPIPE;
   m_stop_signal_at = std::chrono::steady_clock::now();
-  m_stopped_because = "standard output's reader has gone";
+  m_stopped_because = because;
   log::warn("{} (a pipe whose reader ended, as | head does): stopping the {} {}{} (their whole output is in {})",
             m_stopped_because, m_group->running(), m_job.member_noun, m_group->running() == 1 ? "" : "s",
             !m_job.log_dir.empty() ? m_job.log_dir : !m_job.run_dir.empty() ? m_job.run_dir : "their logs");
@@ -492,13 +518,12 @@ void Supervisor::finish_attempt() {
       return;
     }
     case NextStep::restart_on_request: {
-      ++m_requested_restarts;
-      count_restart();
       const auto lasted = std::chrono::steady_clock::now() - m_attempt_started;
       m_quick_requests = lasted < k_quick_attempt ? m_quick_requests + 1 : 0;
       if (restart_requests_loop(m_quick_requests)) {
         // Not a request any more but a loop (a checkpoint that cannot be read, a program that
-        // exits 75 for reasons of its own): the job ends, with that code.
+        // exits 75 for reasons of its own): the job fails, with 1 (75 would ask a `dlrun run`
+        // launcher, or Slurm's requeue, for yet another restart).
         const std::string reason = fmt::format(
             "ranks asked to be restarted (exit {}) {} times in a row, each within {} s of its start: treating it as a "
             "failure (exit {} asks dlrun for a restart: a program that cannot read its checkpoint, or one that "
@@ -506,12 +531,14 @@ void Supervisor::finish_attempt() {
             exit_code::k_restart_me, m_quick_requests, k_quick_attempt.count(), exit_code::k_restart_me,
             exit_code::k_restart_me);
         log::error("{}", reason);
-        m_failure = Failure{SIZE_MAX, ExitStatus::exited(exit_code::k_restart_me), reason};
+        m_failure = Failure{SIZE_MAX, ExitStatus::exited(exit_code::k_failure), reason};
         m_failure->said = true;
-        finish(exit_code::k_restart_me);
+        finish(exit_code::k_failure);
         return;
       }
-      const auto delay = restart_request_delay(m_quick_requests);
+      ++m_requested_restarts;
+      count_restart();
+      const auto delay = m_job.restart_waits ? restart_request_delay(m_quick_requests) : std::chrono::milliseconds(0);
       if (delay.count() == 0) {
         if (!m_job.options.quiet) {
           log::info("ranks asked to be restarted: restarting {}", all_of(m_job.world_size, "rank"));

@@ -199,7 +199,7 @@ size_t WorkerGroup::running() const {
 }
 
 std::optional<double> WorkerGroup::cpu_seconds(size_t index) const {
-  return launcher::cpu_seconds(pid(index));
+  return group_cpu_seconds(pid(index));  // each rank leads a process group of its own
 }
 
 }  // namespace dlrun::launcher

@@ -569,12 +569,18 @@ class Wait(JobsTestCase):
         self.assertIn(f"job {job} not ended after --timeout 0.5 s; it goes on (dlrun status {job})", r.stderr)
         p = self.start("wait", str(job))
 
-        def blocks_sigint():  # it waits for the signal now (before, SIGINT's default would end it)
+        def blocks_sigint():
+            # It waits for the signal now (before, SIGINT's default would end it): blocked, or in
+            # sigtimedwait(2), which unblocks the signals it waits for while it sleeps.
+            with open(f"/proc/{p.pid}/wchan") as f:
+                if "sigtimedwait" in f.read():
+                    return True
             with open(f"/proc/{p.pid}/status") as f:
                 mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
             return mask & (1 << (signal.SIGINT - 1))
 
-        self.assertTrue(wait_for(blocks_sigint, 30))
+        self.assertTrue(wait_for(lambda: p.poll() is not None or blocks_sigint(), 60))
+        self.assertIsNone(p.poll(), p.communicate()[1] if p.poll() is not None else "")
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 130, err)

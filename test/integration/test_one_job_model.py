@@ -297,7 +297,7 @@ class Resume(DlrunTestCase):
         job = job_number(r.stderr)
         # The budget is the run's; the count of restarts (dlrun status, DLRUN_RESTART_COUNT) goes on.
         r = self.dlrun("local", "--resume", "fl")
-        self.assertEqual((r.returncode, r.stdout), (3, "[0] attempt 2\n[0] attempt 3\n"), r.stderr)
+        self.assertEqual((r.returncode, r.stdout), (3, "[0] attempt 1\n[0] attempt 2\n"), r.stderr)
         self.assertIn("restart 1 of 1", r.stderr)
         self.assertEqual(json.loads(self.dlrun("status", "--json", "fl").stdout)["restarts"], 2)
         run_dir = os.path.join(self.home, "runs", str(job))
@@ -305,9 +305,13 @@ class Resume(DlrunTestCase):
             lines = f.read().splitlines()
         self.assertEqual(lines[:3], ["attempt 0", "==> dlrun: restart 1 <==", "attempt 1"])
         self.assertRegex(lines[3], rf"^==> dlrun: job {job} starts here, \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ <==$")
-        self.assertEqual(lines[4:], ["attempt 2", "==> dlrun: restart 1 <==", "attempt 3"])
+        self.assertEqual(lines[4:], ["attempt 1", "==> dlrun: restart 2 <==", "attempt 2"])
+        # Again: the count goes on from the two restarts so far.
+        r = self.dlrun("local", "--resume", "fl")
+        self.assertEqual(r.stdout, "[0] attempt 2\n[0] attempt 3\n", r.stderr)
+        self.assertEqual(json.loads(self.dlrun("status", "--json", "fl").stdout)["restarts"], 3)
         with open(os.path.join(run_dir, "output.log")) as f:
-            self.assertEqual(f.read().count(f"==> dlrun: job {job} starts here, "), 1)
+            self.assertEqual(f.read().count(f"==> dlrun: job {job} starts here, "), 2)  # a line per resume
 
     def test_a_command_line_resumed_from_another_directory_says_where_the_job_ran(self):
         self.script("fail.sh", "exit 3\n")
@@ -388,6 +392,7 @@ class Resume(DlrunTestCase):
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn("job 1 (sh) is RUNNING in", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(runs, "1", "sub")))  # refused, and not made
+            self.assertEqual(sorted(os.listdir(runs)), ["1", "latest"])  # nor a link to it
             self.assertEqual([j["id"] for j in json.loads(self.dlrun("status", "--all", "--json").stdout)], [1])
         finally:
             os.killpg(p.pid, signal.SIGTERM)

@@ -8,11 +8,12 @@ import json
 import os
 import signal
 import sqlite3
+import time
 import unittest
 import xml.dom.minidom
 
 from harness import read_words, wait_for
-from test_jobs import JobsTestCase
+from test_jobs import JobsTestCase, supervisor_pid
 
 # $1: a file that ends the job when it exists. Each start appends JOB:RANK:WORLD:GPU.
 RANK = """trap 'exit 75' USR1
@@ -179,7 +180,7 @@ class Sharing(SchedulerTestCase):
         # A size the free GPUs do not hold: who holds the others is said.
         r = self.dlrun("resize", str(a), "4")
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn(f"job {a}: not enough free GPUs for 4 ranks now; in use here: job {b} (b) has 1\n", r.stderr)
+        self.assertIn(f"job {a}: not enough free GPUs for 4 ranks now; in use here: job {b} (b) has 1 GPU\n", r.stderr)
         open(done_b, "w").close()
         self.wait_state(b, ("SUCCEEDED",))
         self.assertEqual(self.starts_of(a), [4, 2])
@@ -248,11 +249,22 @@ class Takeover(SchedulerTestCase):
         open(done_a, "w").close()
         self.wait_state(a, ("SUCCEEDED",))
         # Killed, it is replaced by b's supervisor, with b's environment; `dlrun status` from a
-        # shell without the variable (which would see no GPU) starts none.
-        os.kill(first, signal.SIGKILL)
-        no_gpus = {k: v for k, v in self.env.items() if k != "DLRUN_FAKE_GPUS"}
-        for _ in range(3):
-            self.dlrun("status", env=no_gpus)
+        # shell without the variable (which would see no GPU) starts none (b's supervisor is
+        # held meanwhile, so that only the status commands could).
+        supervisor = supervisor_pid(b, self.home)
+        os.kill(supervisor, signal.SIGSTOP)
+        try:
+            os.kill(first, signal.SIGKILL)
+            self.assertTrue(wait_for(lambda: not os.path.exists(f"/proc/{first}/stat") or
+                                     open(f"/proc/{first}/stat").read().split(") ")[1][0] == "Z", 10))
+            no_gpus = {k: v for k, v in self.env.items() if k != "DLRUN_FAKE_GPUS"}
+            for _ in range(3):
+                self.dlrun("status", env=no_gpus)
+            time.sleep(0.5)
+            lease = self.lease()
+            self.assertTrue(lease is None or lease == first, f"a status command started scheduler {lease}")
+        finally:
+            os.kill(supervisor, signal.SIGCONT)
         self.wait_ranks(b, 4)
         with open(f"/proc/{self.lease()}/environ", "rb") as f:
             self.assertIn(b"DLRUN_FAKE_GPUS=4", f.read().split(b"\0"))

@@ -104,6 +104,8 @@ inline constexpr const char* k_handles_stop = "handles-stop";
 namespace dlrun::exit_code {
 
 inline constexpr int k_success = 0;
+// A failure with no code of its own to pass on (ranks that asked for restarts in a loop).
+inline constexpr int k_failure = 1;
 // Bad usage or input: nothing was started.
 inline constexpr int k_usage = 2;
 // A rank that exits with this code asks to be restarted from its checkpoint (a stop

@@ -18,8 +18,13 @@ TEST_SUITE("launcher::cpu_time") {
       for (int i = 0; i < 1000000; ++i) sink = sink + i * 0.5;
     }
     CHECK(*cpu_seconds(::getpid()) > *before);
+    // This process's group has used at least what this process has.
+    const auto group = dlrun::launcher::group_cpu_seconds(::getpgrp());
+    REQUIRE(group);
+    CHECK(*group >= *cpu_seconds(::getpid()) - 0.05);
     CHECK_FALSE(cpu_seconds(0));
     CHECK_FALSE(cpu_seconds(-1));
     CHECK_FALSE(cpu_seconds(999999999));
+    CHECK_FALSE(dlrun::launcher::group_cpu_seconds(999999999));
   }
 }

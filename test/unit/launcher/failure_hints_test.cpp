@@ -37,7 +37,7 @@ TEST_SUITE("launcher::failure_hints") {
     ProgramSpec script{"/usr/bin/python3", {"python3", "-u", "train.py", "--lr", "1"}, ""};
     const std::string hint = debugger_hint({"    raise BdbQuit", "bdb.BdbQuit"}, script);
     CHECK(hint.find("ranks read standard input from /dev/null under dlrun") != std::string::npos);
-    CHECK(hint.find("WORLD_SIZE=1 python3 train.py)") != std::string::npos);
+    CHECK(hint.find("WORLD_SIZE=1 python3 -u train.py --lr 1)") != std::string::npos);
     CHECK(debugger_hint({"ValueError: bad"}, script).empty());
   }
   TEST_CASE("stderr that tells of lost peers") {

@@ -476,6 +476,48 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(supervisor.summary() == "stopped by SIGTERM");
   }
 
+  TEST_CASE_FIXTURE(Fixture, "standard output's reader gone ends the job as SIGPIPE would, also between attempts") {
+    // While the ranks run: they are stopped.
+    {
+      Supervisor supervisor(job(2), runner());
+      supervisor.begin();
+      REQUIRE(run_until(supervisor, [&] { return world.attempts.size() == 1; }));
+      supervisor.handle_out_reader_gone();
+      CHECK(finish(supervisor) == 141);
+      CHECK(world.signals[0] == std::vector<int>{SIGTERM});
+      CHECK(supervisor.summary() == "stopped: standard output's reader has gone");
+    }
+    // While a restart waits (ranks that asked again and again): none comes.
+    world = FakeWorld{};
+    world.run_dir = run_dir;
+    world.on_start = [](size_t, FakeGroup& group) {
+      for (size_t i = 0; i < group.size(); ++i) group.end(i, ExitStatus::exited(dlrun::exit_code::k_restart_me));
+    };
+    Supervisor supervisor(job(2), runner());
+    supervisor.begin();
+    REQUIRE(run_until(supervisor, [&] { return world.attempts.size() == 4; }));
+    const auto fourth = std::chrono::steady_clock::now();
+    REQUIRE(run_until(supervisor, [&] { return std::chrono::steady_clock::now() - fourth > std::chrono::milliseconds(200); }));
+    supervisor.handle_out_reader_gone();
+    CHECK(finish(supervisor) == 141);
+    CHECK(world.attempts.size() == 4);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "the tenth quick restart request in a row ends the job as failed, with 1") {
+    world.on_start = [](size_t, FakeGroup& group) {
+      for (size_t i = 0; i < group.size(); ++i) group.end(i, ExitStatus::exited(dlrun::exit_code::k_restart_me));
+    };
+    Plan plan = job(2);
+    plan.restart_waits = false;
+    Supervisor supervisor(plan, runner());
+    supervisor.begin();
+    CHECK(finish(supervisor) == 1);
+    CHECK(world.attempts.size() == 10);  // nine restarts, and the tenth request ends it
+    CHECK(supervisor.summary().find("ranks asked to be restarted (exit 75) 10 times in a row") == 0);
+    CHECK(read_file("job.json").find("\"state\": \"failed\"") != std::string::npos);
+    CHECK(read_file("job.json").find("\"restarts\": 9") != std::string::npos);
+  }
+
   TEST_CASE_FIXTURE(Fixture, "resize up and down restarts the group at the new size") {
     Plan j = job(2);
     j.min_world_size = 1;

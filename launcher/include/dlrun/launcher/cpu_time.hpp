@@ -11,5 +11,8 @@ namespace dlrun::launcher {
 
 // Seconds of CPU; nullopt when there is no such process (or /proc cannot say).
 std::optional<double> cpu_seconds(pid_t pid);
+// The same summed over the processes of a process group (a rank and what it started: a
+// `sh train.sh`, `conda run` or DataLoader workers); nullopt when none is left.
+std::optional<double> group_cpu_seconds(pid_t group);
 
 }  // namespace dlrun::launcher

@@ -47,7 +47,8 @@ class MemberGroup {
   virtual bool drained() const = 0;
   virtual const Member& member(size_t index) const = 0;
   virtual pid_t pid(size_t index) const = 0;
-  // The CPU seconds a running member has used (cpu_time.hpp); nullopt when it cannot be told.
+  // The CPU seconds a running member's process group has used (cpu_time.hpp); nullopt when it
+  // cannot be told.
   virtual std::optional<double> cpu_seconds(size_t index) const = 0;
   virtual const std::optional<ExitStatus>& exit_status(size_t index) const = 0;
   // The last lines the member wrote to stderr (shown when it fails).

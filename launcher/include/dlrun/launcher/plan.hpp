@@ -106,6 +106,9 @@ struct Plan {
   // How long ranks left running after others ended with 0 are watched for using no CPU before
   // they are said to wait for them (supervisor_waiting.cpp); tests shorten it.
   double waiting_check_seconds = 60;
+  // Restarts the ranks ask for over and over wait longer and longer (restart_request_delay);
+  // false: not at all (tests).
+  bool restart_waits = true;
   // Elastic bounds: the rank count may change within them (dlrun resize, a lost GPU).
   int min_world_size = 0;
   int max_world_size = 0;

@@ -51,7 +51,7 @@ Decision decide_after_attempt(const AttemptEnd& end);
 // count again.
 inline constexpr std::chrono::seconds k_quick_attempt{10};
 // Whether so many quick restarts in a row end the job as failed instead: the tenth (about a
-// minute and a half of them, with the waits).
+// minute of them, with the waits).
 bool restart_requests_loop(int quick_in_a_row);
 std::chrono::milliseconds restart_request_delay(int quick_in_a_row);
 
