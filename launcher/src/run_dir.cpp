@@ -52,6 +52,9 @@ std::string prepare_run_dir(const std::string& requested, const std::string& job
   const bool is_default = requested.empty();
   fs::path dir = is_default ? fs::path(dlrun_home(env)) / "runs" / job_id : fs::path(requested);
   std::error_code ec;
+  // A job's default run directory is its own: a link there is another job's, left by a run that
+  // was refused under that number (its --run-dir), and this job would run, and resume, there.
+  if (is_default && fs::is_symlink(dir, ec)) fs::remove(dir, ec);
   const bool made = fs::create_directories(dir, ec);
   if (created) *created = made;
   if (ec) {

@@ -397,6 +397,15 @@ class Resume(DlrunTestCase):
         finally:
             os.killpg(p.pid, signal.SIGTERM)
             p.communicate(timeout=30)
+        # After a refusal, the next job (of the number the refused one had) runs in a directory of
+        # its own, not in the refused one through a link left behind (it resumed from its files).
+        for refused in (runs, self.home):
+            self.assertEqual(self.dlrun("local", "--nproc", "1", "--run-dir", refused, "true").returncode, 2)
+            r = self.dlrun("local", "--nproc", "1", "sh", "-c", 'echo "$DLRUN_RUN_DIR"')
+            self.assertEqual(r.returncode, 0, r.stderr)
+            own = os.path.join(runs, str(job_number(r.stderr)))
+            self.assertEqual(os.path.realpath(r.stdout.split()[-1]), os.path.realpath(own))
+            self.assertFalse(os.path.islink(own))
 
 
 class Retention(DlrunTestCase):
