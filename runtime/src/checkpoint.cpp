@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "checkpoint_manifest.hpp"
+#include "directory_lock.hpp"
 #include "context_state.hpp"
 #include "error_text.hpp"
 #include "remove_tree.hpp"
@@ -229,6 +230,13 @@ void check_directory(const fs::path& dir) {
     if (!fs::is_directory(probe, ec)) {
       throw CheckpointError(fmt::format("cannot create the checkpoint directory {}: {} is not a directory",
                                         dir.string(), probe.string()));
+    }
+    // Made now (a save would make it): access() says yes to root where nothing can be made
+    // (/proc, /sys), and the directory is what rank 0 locks.
+    if (::access(probe.c_str(), W_OK | X_OK) == 0 && !fs::create_directories(dir, ec) && ec) {
+      throw CheckpointError(fmt::format("cannot create the checkpoint directory {}: {}; checked before training, so "
+                                        "that no training is lost to a save that would fail",
+                                        dir.string(), ec.message()));
     }
   }
   if (::access(probe.c_str(), W_OK | X_OK) != 0) {
@@ -466,6 +474,7 @@ void Checkpoint::Impl::prune() const {
 
 std::optional<int64_t> Checkpoint::Impl::choose() const {
   check_directory(dir);
+  runtime::lock_checkpoint_directory(dir);
   const auto candidates = Checkpoint::list(dir);
   for (size_t i = 0; i < candidates.size(); ++i) {
     auto problem = runtime::manifest::verify(candidates[i]);

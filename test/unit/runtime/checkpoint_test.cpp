@@ -7,11 +7,14 @@
 #include <torch/utils.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "dlrun/data_parallel.hpp"
 #include "dlrun/elastic_sampler.hpp"
@@ -213,9 +216,38 @@ TEST_SUITE("runtime::Checkpoint") {
                           (dir.path / "file").string() + " is not a directory")
                              .c_str(),
                          dlrun::CheckpointError);
-    dlrun::Checkpoint fresh(solo(), dir.path / "new" / "ckpt");  // created at the first save
+    // Made by restore() (a place nothing can be made in, /proc for root, fails there), and locked.
+    dlrun::Checkpoint fresh(solo(), dir.path / "new" / "ckpt");
     CHECK_FALSE(fresh.restore());
-    CHECK_FALSE(fs::exists(dir.path / "new"));
+    CHECK(fs::is_directory(dir.path / "new" / "ckpt"));
+    CHECK(fs::exists(dir.path / "new" / "ckpt" / ".lock"));
+    CHECK(dlrun::Checkpoint::list(dir.path / "new" / "ckpt").empty());
+  }
+
+  TEST_CASE("a checkpoint directory another process has locked is refused, and this process's lock is seen by others") {
+    TempDir dir;
+    fs::create_directories(dir.path / "theirs");
+    fs::create_directories(dir.path / "mine");
+    const std::string theirs = (dir.path / "theirs").string();
+    // Another run's rank 0 holds it (flock(1) from util-linux, as long as its sleep runs).
+    REQUIRE(std::system(("flock " + theirs + "/.lock sleep 5 >/dev/null 2>&1 &").c_str()) == 0);
+    bool held = false;
+    for (int i = 0; i < 100 && !held; ++i) {
+      held = std::system(("flock -n " + theirs + "/.lock true").c_str()) != 0;
+      if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    REQUIRE(held);
+    Run run(1);
+    dlrun::Checkpoint shared(solo(), dir.path / "theirs");
+    run.track(shared);
+    CHECK_THROWS_WITH_AS(shared.restore(),
+                         doctest::Contains(("the checkpoint directory " + theirs + " is in use by another run").c_str()),
+                         dlrun::CheckpointError);
+    // Ours, once restored: another process cannot take it; this one restores again as it likes.
+    dlrun::Checkpoint mine(solo(), dir.path / "mine");
+    CHECK_FALSE(mine.restore());
+    CHECK(std::system(("flock -n " + (dir.path / "mine").string() + "/.lock true").c_str()) != 0);
+    CHECK_FALSE(mine.restore());
   }
 
   TEST_CASE("a checkpoint of other objects names what it holds") {
