@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "bucket_hook.hpp"
+#include "sampler_agreement.hpp"
 #include "context_state.hpp"
 #include "error_text.hpp"
 #include "dlrun/log.hpp"
@@ -203,6 +204,7 @@ void DataParallel::step(const std::function<void()>& optimizer_step) {
 }
 
 void DataParallel::finish_step() {
+  runtime::check_sampler_agreement(m_impl->context);  // the first step's, once
   auto& state = m_impl->context.state();
   bool stop = false;
   if (!state.group) {

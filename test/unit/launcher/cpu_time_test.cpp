@@ -8,7 +8,7 @@
 using dlrun::launcher::cpu_seconds;
 
 TEST_SUITE("launcher::cpu_time") {
-  TEST_CASE("a process that works gains CPU time; one that does not exist has none") {
+  TEST_CASE("a process that works gains CPU time, and one that does not exist has none") {
     const auto before = cpu_seconds(::getpid());
     REQUIRE(before);
     // Work until the clock tick shows it (10 ms at 100 Hz), at most 10 s on a busy machine.
