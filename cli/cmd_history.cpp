@@ -85,10 +85,11 @@ int run_history(const HistoryArgs& args) {
   }
   const auto points = launcher::read_run_history(run_dir);
   if (points.empty()) {
+    const bool exists = std::filesystem::exists(std::filesystem::path(run_dir) / "metrics.jsonl", ec);
     throw ConfigError(
-        fmt::format("{}: {}/metrics.jsonl has no metrics: the program does not use "
-                    "dlrun::AdaptiveBatch, or has not logged yet (docs/adaptive.md)",
-                    title, run_dir));
+        fmt::format("{}: {}/metrics.jsonl {}: the program does not use dlrun::AdaptiveBatch, or has not logged yet "
+                    "(docs/adaptive.md)",
+                    title, run_dir, exists ? "has no metrics" : "does not exist"));
   }
   const int replicas = points.back().replicas ? static_cast<int>(*points.back().replicas) : 0;
   std::cout << title << ": " << run_dir << "\n"

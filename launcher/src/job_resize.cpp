@@ -125,6 +125,14 @@ ResizeOutcome resize_submitted(JobQueue& queue, int64_t id, std::optional<int> r
     return outcome_of(request_resize(job->run_dir, job->supervisor.pid, direct, timeout), std::to_string(id), *ranks);
   }
   const Capacity capacity = queue.capacity();
+  // More than the machine has is never, not "now" (an elastic range is taken at submit as long
+  // as its least fits).
+  const int most = request.uses_gpus ? capacity.gpus : capacity.cpu_slots;
+  if (*ranks > most) {
+    unpin();
+    throw ConfigError(fmt::format("job {}: {} can never run here: this machine has {}", id, counted(*ranks, "rank"),
+                                  counted(most, request.uses_gpus ? "GPU" : "CPU slot")));
+  }
   auto step = begin_resize(queue, *job, *ranks, capacity, "resize", lock);
   if (!step) {
     unpin();

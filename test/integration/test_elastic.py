@@ -168,6 +168,10 @@ class Resize(DlrunTestCase):
             r = self.dlrun("resize", job, "4")
             self.assertEqual(r.returncode, 2)
             self.assertIn("4 ranks is outside the job's range 1:3", r.stderr)
+            # Inside its range, beyond what the machine has: never, not "now".
+            r = self.dlrun("resize", job, "3", env=dict(self.env, DLRUN_CPU_SLOTS="2"))
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"job {job}: 3 ranks can never run here: this machine has 2 CPU slots", r.stderr)
         finally:
             self.dlrun("cancel", job)
 

@@ -279,7 +279,7 @@ class History(SyntheticCase):
         self.assertIn("'grows' is both job 1 (grows) and a directory here: write ./grows", r.stderr)
         r = self.dlrun("history", "./grows", cwd=here)
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-        self.assertIn("./grows/metrics.jsonl has no metrics", r.stderr)
+        self.assertIn("./grows/metrics.jsonl does not exist", r.stderr)
         # A directory that names no job is that directory.
         os.symlink(run_dir, os.path.join(here, "mine"))
         r = self.dlrun("history", "mine", cwd=here)
@@ -324,6 +324,9 @@ class History(SyntheticCase):
         os.makedirs(empty)
         code, out, err = self.run_dlrun("history", empty)
         self.assertEqual(code, 2, out + err)
+        self.assertIn("metrics.jsonl does not exist: the program does not use dlrun::AdaptiveBatch", err)
+        open(os.path.join(empty, "metrics.jsonl"), "w").close()
+        code, out, err = self.run_dlrun("history", empty)
         self.assertIn("metrics.jsonl has no metrics: the program does not use dlrun::AdaptiveBatch", err)
         code, out, err = self.run_dlrun("history", "17")
         self.assertEqual(code, 2, out + err)
