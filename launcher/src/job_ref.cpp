@@ -1,13 +1,17 @@
 #include "dlrun/launcher/job_ref.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
+#include <string>
+#include <vector>
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/job_store.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "dlrun/log.hpp"
 
 namespace dlrun::launcher {
 
@@ -73,7 +77,24 @@ void check_job_name(std::string_view name) {
 
 int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb, NamedJob which) {
   if (job.number) return *job.number;
-  if (auto named = store.find_by_name(job.text, which)) return named->id;
+  if (auto named = store.find_by_name(job.text, which)) {
+    if (which == NamedJob::active_first && !is_terminal(named->state)) {
+      // Two jobs of one name that run (a job file submitted twice): the name means the newest,
+      // which is said, with the others.
+      std::vector<std::string> others;
+      for (const auto& record : store.list(false, 0)) {
+        if (record.name == job.text && record.id != named->id && !is_terminal(record.state)) {
+          others.push_back(std::to_string(record.id));
+        }
+      }
+      if (!others.empty()) {
+        log::info("'{}' is job {}, the newest of the jobs of that name that have not ended (also {}: say which by "
+                  "number)",
+                  job.text, named->id, fmt::format("{}", fmt::join(others, ", ")));
+      }
+    }
+    return named->id;
+  }
   if (job.text.size() == 20 && job.text[8] == '-' && job.text[15] == '-') {
     throw ConfigError(fmt::format(
         "job {}: a run without a job number (from an older dlrun, or one whose job store "

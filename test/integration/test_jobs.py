@@ -1160,6 +1160,11 @@ class Cancel(JobsTestCase):
         self.assertIn(f"2 of your jobs named 'twice' have not ended ({running} RUNNING, {waiting} PENDING): say which "
                       "by number (dlrun cancel takes several)", r.stderr)
         self.assertEqual([self.status(j)["state"] for j in (running, waiting)], ["RUNNING", "PENDING"])
+        # A verb that reads takes the newest, and says which it took.
+        r = self.dlrun("status", "--json", "twice")
+        self.assertEqual(json.loads(r.stdout)["id"], waiting)
+        self.assertIn(f"'twice' is job {waiting}, the newest of the jobs of that name that have not ended (also "
+                      f"{running}: say which by number)", r.stderr)
         r = self.dlrun("cancel", str(running), str(waiting))
         self.assertEqual(r.returncode, 0, r.stderr)
 
