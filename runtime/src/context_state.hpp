@@ -40,14 +40,6 @@ struct ContextState {
   std::shared_ptr<ShmAllreduce> shm;             // all ranks on this host, CPU: gradient allreduce
   std::shared_ptr<SerialWorker> shm_worker;      // runs shm's allreduces off the autograd thread
   bool announced_stop_handling = false;          // run_files::k_handles_stop written
-  // What this rank's ElasticSampler (one made with this Context) took last: the first
-  // DataParallel step checks that every rank took the same (sampler_agreement.cpp).
-  struct SamplerTake {
-    int64_t global_batch = 0;  // 0: no sampler took anything
-    int64_t dataset_size = 0;
-    uint64_t seed = 0;
-  } sampler_take;
-  bool sampler_checked = false;  // that check was made
   bool local_stop_pending() const;
   // Rank 0, once per process: RUN_DIR/handles-stop says the program asks for stop requests,
   // so the launcher may resize it (the goodput scheduler only resizes such programs).

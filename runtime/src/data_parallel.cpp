@@ -12,7 +12,6 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "bucket_hook.hpp"
-#include "sampler_agreement.hpp"
 #include "context_state.hpp"
 #include "error_text.hpp"
 #include "dlrun/log.hpp"
@@ -204,7 +203,6 @@ void DataParallel::step(const std::function<void()>& optimizer_step) {
 }
 
 void DataParallel::finish_step() {
-  runtime::check_sampler_agreement(m_impl->context);  // the first step's, once
   auto& state = m_impl->context.state();
   bool stop = false;
   if (!state.group) {

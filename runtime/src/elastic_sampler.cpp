@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "context_state.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 
@@ -44,9 +43,7 @@ void check_world(int rank, int world_size) {
 }  // namespace
 
 ElasticSampler::ElasticSampler(int64_t dataset_size, const Context& context, uint64_t seed)
-    : ElasticSampler(dataset_size, context.rank(), context.world_size(), seed) {
-  m_shared = &context.state();
-}
+    : ElasticSampler(dataset_size, context.rank(), context.world_size(), seed) {}
 
 ElasticSampler::ElasticSampler(int64_t dataset_size, int rank, int world_size, uint64_t seed)
     : m_rank(rank), m_world_size(world_size) {
@@ -103,7 +100,6 @@ std::optional<SampleBatch> ElasticSampler::next(int64_t global_batch_size) {
   batch.indices.assign(m_permutation.begin() + m_state.position + begin,
                        m_permutation.begin() + m_state.position + end);
   m_state.position += batch.global_size;
-  if (m_shared) m_shared->sampler_take = {global_batch_size, m_state.dataset_size, m_state.seed};
   return batch;
 }
 

@@ -45,9 +45,7 @@ class ElasticSampler {
   ElasticSampler(int64_t dataset_size, int rank, int world_size, uint64_t seed);
 
   // The next step's share of this rank, or nullopt when the epoch is exhausted (then call
-  // next_epoch()). global_batch_size is the same on every rank: with a Context, the first
-  // DataParallel step checks that it is (and the dataset size and seed), and fails on every
-  // rank with a ConfigError when not (samples were lost or trained twice).
+  // next_epoch()). global_batch_size is the same on every rank.
   std::optional<SampleBatch> next(int64_t global_batch_size);
   // Starts the next epoch at position 0.
   void next_epoch();
@@ -71,7 +69,6 @@ class ElasticSampler {
   void ensure_permutation();
 
   SamplerState m_state;
-  runtime::ContextState* m_shared = nullptr;  // the Context's, when made with one: what it took
   int m_rank;
   int m_world_size;
   std::vector<int64_t> m_permutation;

@@ -274,48 +274,6 @@ TEST_SUITE("runtime::DataParallel") {
     check_close(got[0], got[1]);
   }
 
-  TEST_CASE("ranks whose samplers took different batches fail at the first step, every one, saying which") {
-    std::vector<std::string> messages(2);
-    std::atomic<int> second_steps{0};
-    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
-      auto net = make_net(1);
-      dlrun::DataParallel dp(net, ctx);
-      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
-      dlrun::ElasticSampler sampler(64, ctx, /*seed=*/7);
-      sampler.next(ctx.rank() == 0 ? 8 : 16);  // a per-rank setting gone wrong
-      auto [x, y] = global_batch(0, 8);
-      const int64_t b = ctx.rank() * 4;
-      dp.backward(summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
-      try {
-        dp.step(sgd);
-      } catch (const dlrun::ConfigError& e) {
-        messages[ctx.rank()] = e.what();
-        return;
-      }
-      ++second_steps;
-    });
-    CHECK(second_steps == 0);
-    for (const auto& message : messages) {
-      CAPTURE(message);
-      CHECK(message.find("the ranks' ElasticSamplers disagree at the first step (samples are lost or trained twice): "
-                         "global batch sizes rank 0: 8, rank 1: 16") == 0);
-    }
-    // The same batch on every rank: no word, and the step is taken.
-    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
-      auto net = make_net(1);
-      dlrun::DataParallel dp(net, ctx);
-      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
-      dlrun::ElasticSampler sampler(64, ctx, 7);
-      sampler.next(8);
-      auto [x, y] = global_batch(0, 8);
-      const int64_t b = ctx.rank() * 4;
-      dp.backward(summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
-      dp.step(sgd);
-      ++second_steps;
-    });
-    CHECK(second_steps == 2);
-  }
-
   TEST_CASE("a stop asked on one rank is seen by all ranks after the same step") {
     at::set_num_threads(1);
     std::vector<int> stopped_at(3, -1);
