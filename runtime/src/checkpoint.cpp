@@ -474,7 +474,7 @@ void Checkpoint::Impl::prune() const {
 
 std::optional<int64_t> Checkpoint::Impl::choose() const {
   check_directory(dir);
-  runtime::lock_checkpoint_directory(dir);
+  runtime::mark_checkpoint_directory_in_use(dir);
   const auto candidates = Checkpoint::list(dir);
   for (size_t i = 0; i < candidates.size(); ++i) {
     auto problem = runtime::manifest::verify(candidates[i]);
