@@ -113,6 +113,24 @@ void check_run_dir(JobStore& store, const std::string& home, const std::string& 
   }
 }
 
+// The newest complete checkpoint (a step-N directory with its MANIFEST) in RUN_DIR/checkpoints,
+// the runtime's default place: what a resume starts from, when the program saves there.
+std::optional<long long> newest_checkpoint(const std::string& run_dir) {
+  std::optional<long long> newest;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / "MANIFEST", ec)) continue;
+    try {
+      const long long step = std::stoll(name.substr(5));
+      if (!newest || step > *newest) newest = step;
+    } catch (const std::exception&) {
+      continue;  // not one of the runtime's
+    }
+  }
+  return newest;
+}
+
 const char* verb_of(JobOrigin origin) {
   return origin == JobOrigin::run ? "run" : "local";
 }
@@ -324,10 +342,11 @@ void ForegroundJob::attach(Plan& plan) {
       log::warn("job {}: its end could not be recorded: {}", m_job_id, e.what());
     }
     if (end.exit_code != 0 && !quiet) {
-      log::info(
-          "job {} {}; '{}' runs it again in its run directory, from its checkpoint if it saved one",
-          m_job_id, end.stop_signal ? "stopped" : "failed",
-          resume_hint(m_command.origin, m_job_id));
+      const auto step = newest_checkpoint(run_dir);
+      log::info("job {} {}; '{}' runs it again in its run directory, {}", m_job_id,
+                end.stop_signal ? "stopped" : "failed", resume_hint(m_command.origin, m_job_id),
+                step ? fmt::format("from its checkpoint of step {}", *step)
+                     : std::string("from its checkpoint if it saved one"));
     }
     m_store->queue.maybe_start_retention();
   };

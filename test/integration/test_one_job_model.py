@@ -290,6 +290,20 @@ class Resume(DlrunTestCase):
         finally:
             os.umask(old)
 
+    def test_the_resume_hint_names_the_step_of_the_newest_checkpoint(self):
+        program = self.script("saves.sh", 'd="$DLRUN_RUN_DIR/checkpoints"\n'
+                                          'mkdir -p "$d/step-000000000040" "$d/step-000000000042" "$d/.tmp-step-000000000050.1"\n'
+                                          'touch "$d/step-000000000040/MANIFEST" "$d/step-000000000042/MANIFEST"\n'
+                                          'mkdir -p "$d/step-000000000044"\n'  # no MANIFEST: cut short
+                                          'exit 3\n')
+        r = self.dlrun("local", "--nproc", "1", program)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        job = job_number(r.stderr)
+        self.assertIn(f"'dlrun local --resume {job}' runs it again in its run directory, from its checkpoint of "
+                      "step 42\n", r.stderr)
+        r = self.dlrun("local", "--nproc", "1", "sh", "-c", "exit 3")
+        self.assertIn("from its checkpoint if it saved one\n", r.stderr)
+
     def test_a_resume_has_its_own_restarts_and_the_logs_say_where_it_starts(self):
         program = self.script("fails.sh", 'echo "attempt $DLRUN_RESTART_COUNT"\nexit 3\n')
         r = self.dlrun("local", "--nproc", "1", "--max-restarts", "1", "--name", "fl", program)
