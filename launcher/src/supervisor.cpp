@@ -132,8 +132,7 @@ void Supervisor::begin() {
     if (m_output_log >= 0) {
       // An earlier run's (--resume, a run directory given again); not a `dlrun run` host's
       // agent started again for the job's next attempt.
-      const bool agent_restart = m_job.job_max_restarts.has_value() && m_job.restarts_before > 0;
-      if (!agent_restart && ::lseek(m_output_log, 0, SEEK_END) > 0) {
+      if (!agent_of_a_restart() && ::lseek(m_output_log, 0, SEEK_END) > 0) {
         write_all(m_output_log, fmt::format("==> dlrun: job {} starts here, {} <==\n", m_job.job_id,
                                             utc_iso8601(std::time(nullptr))));
       }
@@ -206,10 +205,8 @@ void Supervisor::start_attempt() {
       if (fd < 0) log::warn("cannot open {}: {}; {} is not logged", member.log_path, std::strerror(errno), member.name);
     }
     // Where this attempt starts, numbered as DLRUN_RESTART_COUNT is: a restart; or, in a log that
-    // holds an earlier run's lines (--resume, a run directory given again), this run. A host's
-    // agent of `dlrun run` is started anew for each of the job's restarts: its first attempt
-    // after the job's first is a restart.
-    const bool agent_restart = m_job.job_max_restarts.has_value() && m_job.restarts_before > 0;
+    // holds an earlier run's lines (--resume, a run directory given again), this run.
+    const bool agent_restart = agent_of_a_restart();
     const bool appended = fd >= 0 && m_restart_count == 0 && !agent_restart && ::lseek(fd, 0, SEEK_END) > 0;
     auto output = std::make_unique<RankOutput>(std::move(out), fd, m_terminal);
     if (appended) {
@@ -377,6 +374,12 @@ void Supervisor::handle_stop_signal(int signal) {
     }
   }
   stop_group(signal);
+}
+
+bool Supervisor::agent_of_a_restart() const {
+  // A `dlrun run` host's agent (the job's restart budget is another process's) is started anew
+  // for each of the job's attempts: after the job's first, its first attempt is a restart.
+  return m_job.job_max_restarts.has_value() && m_job.restarts_before > 0;
 }
 
 void Supervisor::handle_out_reader_gone() {

@@ -93,6 +93,7 @@ class Supervisor {
   };
 
   void start_attempt();
+  bool agent_of_a_restart() const;
   void listen_for_signals();
   // supervisor_signals.cpp: SIGUSR1, and a SIGUSR2 that is not `dlrun resize`'s, passed on to
   // the ranks; the job goes on.
