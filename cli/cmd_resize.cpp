@@ -4,7 +4,6 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_ref.hpp"
 #include "dlrun/launcher/job_resize.hpp"
 #include "dlrun/error.hpp"
@@ -31,24 +30,18 @@ int run_resize(const ResizeArgs& args) {
     }
   }
   const auto unannounced = args.force ? launcher::Unannounced::restart : launcher::Unannounced::refuse;
-  const auto outcome =
+  const auto result =
       launcher::resize_job(launcher::parse_job_ref(args.job), ranks, unannounced, launcher::current_environment());
+  const auto outcome = result.outcome;
   if (outcome == launcher::ResizeOutcome::unpinned) {
     std::cout << "Job " << args.job << " is sized by the goodput scheduler again\n";
     return 0;
   }
   // A goodput job stays at the size given: said, with the way back (it looked like nothing changed).
-  std::string pinned;
-  try {
-    launcher::JobQueue queue(launcher::current_environment());
-    const auto job = queue.store().get(launcher::job_number(queue.store(), launcher::parse_job_ref(args.job), "resize",
-                                                            launcher::NamedJob::active_first));
-    if (job && job->pinned > 0) {
-      pinned = fmt::format("; the goodput scheduler leaves it at {} until 'dlrun resize {} auto'", job->pinned, job->id);
-    }
-  } catch (const Error&) {
-    // The resize is done; the note is not worth failing it (the job ended meanwhile).
-  }
+  const std::string pinned =
+      result.pinned > 0
+          ? fmt::format("; the goodput scheduler leaves it at {} until 'dlrun resize {} auto'", result.pinned, result.job)
+          : std::string();
   if (outcome == launcher::ResizeOutcome::unchanged) {
     std::cout << "Job " << args.job << " already runs " << *ranks << (*ranks == 1 ? " rank" : " ranks")
               << " (nothing was stopped)" << pinned << "\n";

@@ -229,8 +229,8 @@ bool undo_abandoned_resize(JobQueue& queue, int64_t id, const std::string& run_d
   return true;
 }
 
-ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounced unannounced, const Environment& env,
-                         double answer_timeout) {
+ResizeResult resize_job(const JobRef& job, std::optional<int> ranks, Unannounced unannounced, const Environment& env,
+                        double answer_timeout) {
   if (ranks && *ranks < 1) throw ConfigError(fmt::format("resize to {} ranks: must be at least 1", *ranks));
   if (!ranks && unannounced == Unannounced::restart) {
     throw ConfigError("--force goes with a number of ranks: the goodput scheduler resizes only programs that "
@@ -245,10 +245,12 @@ ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounce
     if (!queue.store().get(*number)) {
       throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", job.text));
     }
-    return resize_submitted(queue, *number, ranks, unannounced, answer_timeout);
+    ResizeResult result{resize_submitted(queue, *number, ranks, unannounced, answer_timeout), *number, 0};
+    if (auto now = queue.store().get(*number)) result.pinned = now->pinned;
+    return result;
   }
   // A run without a number (an older dlrun's, or one whose store could not be opened).
-  return resize_local_run(job.text, ranks, unannounced, env, answer_timeout);
+  return {resize_local_run(job.text, ranks, unannounced, env, answer_timeout), 0, 0};
 }
 
 }  // namespace dlrun::launcher

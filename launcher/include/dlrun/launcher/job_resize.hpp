@@ -43,9 +43,16 @@ enum class ResizeOutcome {
   unchanged,          // it runs that many ranks already: nothing was stopped (a goodput job is pinned there)
 };
 
+// What a resize did, and the size a goodput job is pinned at now (0: none; the scheduler sizes it).
+struct ResizeResult {
+  ResizeOutcome outcome = ResizeOutcome::unchanged;
+  int64_t job = 0;  // its number; 0 for a run without one
+  int pinned = 0;
+};
+
 // `ranks` empty: "auto", the goodput scheduler may size the job again (its pin is removed).
 // A number pins a goodput job at it (docs/scheduling.md).
-ResizeOutcome resize_job(const JobRef& job, std::optional<int> ranks, Unannounced unannounced, const Environment& env,
+ResizeResult resize_job(const JobRef& job, std::optional<int> ranks, Unannounced unannounced, const Environment& env,
                          double answer_timeout = k_resize_answer_timeout);
 
 // One resize of a running submitted job, in steps.
