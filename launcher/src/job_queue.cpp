@@ -130,7 +130,20 @@ JobQueue::JobQueue(const Environment& env)
 std::string JobQueue::run_dir(int64_t id) const { return fmt::format("{}/jobs/{}", m_home, id); }
 
 JobState JobQueue::cancel_slurm(const JobRecord& job, bool force) {
-  slurm_cancel(job.slurm_id, force, m_env);
+  // A controller that does not answer at once (busy, just started) fails scancel now and then:
+  // tried again for a few seconds, unless the job has ended meanwhile (the cancel went through).
+  for (int attempt = 1;; ++attempt) {
+    try {
+      slurm_cancel(job.slurm_id, force, m_env);
+      break;
+    } catch (const Error& e) {
+      refresh_slurm_job(*m_store.get(job.id));
+      if (auto now = m_store.get(job.id); now && is_terminal(now->state)) return now->state;
+      if (attempt == 5) throw;
+      log::debug("{} (trying again)", e.what());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
   // Slurm signals the job (SIGTERM, then SIGKILL after its KillWait): wait for its word.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline) {
