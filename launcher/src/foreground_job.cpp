@@ -14,6 +14,7 @@
 #include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/job_ref.hpp"
+#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/text.hpp"
 #include "dlrun/log.hpp"
@@ -216,6 +217,8 @@ ForegroundJob::ForegroundJob(const Environment& env, const ForegroundCommand& co
       m_number = m_store->queue.store().record_foreground(job, ProcessIdentity::self());
     }
     m_job_id = std::to_string(*m_number);
+  } catch (const ForeignHomeError&) {
+    throw;  // another user's store, or a group's: not a place to run from, recorded or not
   } catch (const Error& e) {
     if (m_resume) throw;  // a resume needs its record
     m_store.reset();

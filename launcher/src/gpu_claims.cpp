@@ -161,6 +161,12 @@ std::string weakness_of(const std::string& dir) {
     return fmt::format("{} is writable by every user but not sticky (chmod +t): other users can remove claims from it",
                        dir);
   }
+  // A sticky directory's owner may remove every file in it: the first user's dlrun made it.
+  if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
+    return fmt::format("{} belongs to uid {}, who can remove every user's claims from it: let root make it "
+                       "(install -d -m 1777 DIR)",
+                       dir, st.st_uid);
+  }
   return {};
 }
 

@@ -589,8 +589,9 @@ Orphans JobStore::sweep(double pending_grace_seconds) {
   double now = now_seconds();
   const int me = static_cast<int>(::geteuid());
   for (const auto& job : active) {
-    // Another user's job (a store shared on purpose) is theirs to recover: a supervisor
-    // started here would run it as this user, and /proc may hide their processes.
+    // Another user's job is theirs to recover: a supervisor started here would run it as this
+    // user, and /proc may hide their processes. (A store is its user's alone, check_own_home():
+    // this holds should one be shared all the same.)
     if (job.submitted.owner_uid >= 0 && job.submitted.owner_uid != me) continue;
     if (job.supervisor.pid != 0 && job.supervisor.alive()) continue;
     if (job.state == JobState::pending) {

@@ -1,6 +1,8 @@
 #include "dlrun/launcher/run_dir.hpp"
 
 #include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +46,13 @@ std::string dlrun_home(const Environment& env) {
   // store in every directory dlrun was run from).
   if (auto state = get("XDG_STATE_HOME"); !state.empty() && state.front() == '/') return state + "/dlrun";
   if (auto home = get("HOME"); !home.empty()) return home + "/.local/state/dlrun";
+  // No HOME (cron, a service, env -i): the home the user database gives, when it is theirs.
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && pw->pw_dir[0] == '/') {
+    struct stat st {};
+    if (::stat(pw->pw_dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::getuid()) {
+      return std::string(pw->pw_dir) + "/.local/state/dlrun";
+    }
+  }
   return fmt::format("/tmp/dlrun-{}", ::getuid());
 }
 

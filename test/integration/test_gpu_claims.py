@@ -244,6 +244,8 @@ class OtherUsers(DlrunTestCase):
         os.chmod(self.tmp, 0o777)
         if self.as_user(65534, "--version").returncode != 0:
             self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
+        os.mkdir(os.path.join(self.tmp, "claims"))
+        os.chmod(os.path.join(self.tmp, "claims"), 0o1777)  # as root makes it (docs/local.md)
         up = os.path.join(self.tmp, "up")
         p = self.as_user(65534, "local", "--gpus", "1", "sh", "-c", f"touch {up}; exec sleep 60", popen=True)
         self.assertTrue(wait_for(lambda: os.path.exists(up), 30))
@@ -257,6 +259,21 @@ class OtherUsers(DlrunTestCase):
         r = self.as_user(1, "local", "--gpus", "2", "true")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stderr.count("warning"), 0, r.stderr)
+
+    def test_a_claims_directory_another_user_made_is_warned_about(self):
+        # The owner of a sticky directory may remove every file in it: every claim.
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv to act as two users")
+        os.chmod(self.tmp, 0o777)
+        if self.as_user(65534, "--version").returncode != 0:
+            self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
+        r = self.as_user(65534, "local", "--gpus", "1", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("warning", r.stderr)  # its own
+        r = self.as_user(1, "local", "--gpus", "1", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"GPU claims: {os.path.join(self.tmp, 'claims')} belongs to uid 65534, who can remove every "
+                      "user's claims from it", r.stderr)
 
 
 if __name__ == "__main__":

@@ -73,14 +73,20 @@ class PrivateFiles(DlrunTestCase):
         self.dlrun("status")
         self.assertEqual(mode(os.path.join(self.home, "jobs.db")), 0o600)
 
-    def test_a_home_shared_on_purpose_keeps_its_group(self):
+    def test_a_store_a_group_shares_is_refused_and_nothing_is_written(self):
+        # Any member could change a job in it to run their command as another member, or as root.
         os.makedirs(self.home)
         os.chmod(self.home, 0o2770)
-        r = self.run_with_umask("077", DLRUN, "local", "--nproc", "1", "true")
-        self.assertEqual(r.returncode, 0, r.stderr)
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(JOB.format(tmp=self.tmp, extra=""))
+        for args in (["local", "--nproc", "1", "true"], ["submit", job], ["status"]):
+            r = self.dlrun(*args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(f"{self.home} is shared by group", r.stderr)
+            self.assertEqual(r.stderr.count("error"), 1, r.stderr)
+        self.assertEqual(os.listdir(self.home), [])
         self.assertEqual(mode(self.home), 0o2770)
-        run = [d for d in glob.glob(os.path.join(self.home, "runs", "*")) if not os.path.islink(d)][0]
-        self.assertEqual(mode(run) & 0o070, 0o070)
 
     def test_the_store_keeps_only_the_environment_a_job_needs(self):
         env = dict(self.env, MY_API_TOKEN="s3cret-token-1", HF_TOKEN="s3cret-token-2")
@@ -113,8 +119,7 @@ class PrivateFiles(DlrunTestCase):
 
 
 class Cancel(DlrunTestCase):
-    """Cancel says CANCELLED only once nothing of the job runs, and only a job's owner (or
-    root) may cancel it in a store shared on purpose."""
+    """Cancel says CANCELLED only once nothing of the job runs; a store is its user's alone."""
     GID = 4242
 
     def submit_sleeper(self, pidfile, user=None):
@@ -129,20 +134,24 @@ class Cancel(DlrunTestCase):
         self.assertTrue(wait_for(lambda: len(read_pids(pidfile)) == 2, 30), "the job did not start")
         return r.stdout.strip(), read_pids(pidfile)
 
-    def shared_store_job(self):
-        """A store shared on purpose by group 4242, and a running job of user 65534 in it."""
+    def store_of_user_65534(self):
+        """The store of user 65534 (which root made for it), and a directory everyone may write."""
         if os.geteuid() != 0 or not shutil.which("setpriv"):
             self.skipTest("needs root and setpriv to act as two users")
         if self.as_user(65534, "--version").returncode != 0:
             self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
         os.chmod(self.tmp, 0o755)
         os.makedirs(self.home)
-        os.chown(self.home, 0, self.GID)
-        os.chmod(self.home, 0o2770)
+        os.chown(self.home, 65534, self.GID)
+        os.chmod(self.home, 0o700)
         shared = os.path.join(self.tmp, "w")
         os.makedirs(shared)
         os.chmod(shared, 0o777)
-        return self.submit_sleeper(os.path.join(shared, "pids"), user=65534)
+        return shared
+
+    def other_users_job(self):
+        """A running job of user 65534, in its own store."""
+        return self.submit_sleeper(os.path.join(self.store_of_user_65534(), "pids"), user=65534)
 
     def as_user(self, uid, *args):
         prefix = [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={self.GID}", "--clear-groups"]
@@ -160,36 +169,57 @@ class Cancel(DlrunTestCase):
         finally:
             kill_quietly(pids)
 
-    def test_another_user_cannot_cancel_a_job_and_nothing_is_recorded(self):
-        job, pids = self.shared_store_job()
+    def test_another_user_and_root_are_refused_a_users_store(self):
+        job, pids = self.other_users_job()
         try:
-            r = self.as_user(1, "cancel", job)
-            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-            self.assertIn("is user 65534's: only they (or root) may cancel it", r.stderr)
+            for uid in (1, None):  # another user, and root
+                r = self.as_user(uid, "cancel", job)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn(f"{self.home} belongs to user", r.stderr)
+                self.assertIn("(uid 65534), not to you", r.stderr)
             self.assertTrue(all(pid_alive(pid) for pid in pids))
-            r = self.as_user(1, "status", job)
-            self.assertEqual(r.returncode, 5, r.stdout)  # RUNNING, as it is
-            r = self.dlrun("cancel", job)  # root may
+            r = self.as_user(65534, "cancel", job)  # its owner may
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual([pid for pid in pids if pid_alive(pid)], [])
         finally:
             kill_quietly(pids)
 
-    def test_another_users_lost_job_is_theirs_to_recover(self):
-        # A sweep by user 1 must not restart user 65534's job as user 1, nor judge it.
-        job, pids = self.shared_store_job()
-        try:
+    def test_root_never_runs_what_a_users_store_says(self):
+        # A user who writes a pending job "of root" into their own store: root's dlrun status,
+        # whose sweep starts pending jobs of its own user, must not run it.
+        out = self.store_of_user_65534()
+        job = os.path.join(self.tmp, "quick.toml")
+        with open(job, "w") as f:
+            f.write('name = "quick"\ncommand = ["true"]\n[resources]\nnproc = 1\n')
+        os.chmod(job, 0o644)
+        r = self.as_user(65534, "submit", "--wait", job)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+        def plant(owner, marker):
             db = sqlite3.connect(os.path.join(self.home, "jobs.db"))
-            supervisor = db.execute("SELECT supervisor_pid FROM jobs WHERE id = ?", (int(job),)).fetchone()[0]
+            row = db.execute("SELECT * FROM jobs WHERE id = 1").fetchone()
+            names = [c[0] for c in db.execute("SELECT * FROM jobs LIMIT 0").description]
+            values = dict(zip(names, row))
+            values.update(id=None, state="PENDING", supervisor_pid=0, owner_uid=owner, submitted_at=values["submitted_at"] - 100,
+                          spec_text=values["spec_text"].replace('["true"]', f'["touch", "{marker}"]'))
+            db.execute(f"INSERT INTO jobs ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                       [values[n] for n in names])
+            db.commit()
             db.close()
-            os.kill(supervisor, signal.SIGKILL)
-            self.assertTrue(wait_for(lambda: not pid_alive(supervisor), 10))
-            r = self.as_user(1, "status", job)
-            self.assertEqual(r.returncode, 5, r.stdout + r.stderr)  # still RUNNING: not user 1's to judge
-            r = self.as_user(65534, "status", job)
-            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)  # its owner's sweep: FAILED, lost
-        finally:
-            kill_quietly(pids)
+
+        # The planted row runs when its owner is the one who looks: the way in works.
+        mine = os.path.join(out, "mine")
+        plant(65534, mine)
+        self.as_user(65534, "status")
+        self.assertTrue(wait_for(lambda: os.path.exists(mine), 30), "the planted job of its owner never ran")
+        rooted = os.path.join(out, "rooted")
+        plant(0, rooted)
+        r = self.as_user(None, "status")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("not to you", r.stderr)
+        self.as_user(None, "status")
+        wait_for(lambda: os.path.exists(rooted), 3)
+        self.assertFalse(os.path.exists(rooted), "root ran the job a user's store said was root's")
 
 
 if __name__ == "__main__":

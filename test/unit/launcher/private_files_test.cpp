@@ -1,0 +1,85 @@
+#include "dlrun/launcher/private_files.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <doctest/doctest.h>
+
+using namespace dlrun::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path root;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "dlrun-home-XXXXXX").string();
+    root = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(root); }
+};
+
+// What check_own_home() throws for `home`, or empty.
+std::string refusal(const fs::path& home) {
+  try {
+    check_own_home(home.string());
+  } catch (const ForeignHomeError& e) {
+    return e.what();
+  } catch (const dlrun::ConfigError& e) {
+    return std::string("ConfigError: ") + e.what();
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_SUITE("launcher::PrivateFiles") {
+  TEST_CASE("a store is its user's own: missing, a directory of theirs, or their link to one") {
+    TempDir tmp;
+    CHECK(refusal(tmp.root / "missing") == "");
+    fs::create_directory(tmp.root / "mine");
+    ::chmod((tmp.root / "mine").c_str(), 0755);  // an older dlrun's: tightened, not refused
+    CHECK(refusal(tmp.root / "mine") == "");
+    fs::create_directory_symlink(tmp.root / "mine", tmp.root / "link");
+    CHECK(refusal(tmp.root / "link") == "");
+    tighten_home((tmp.root / "mine").string());
+    struct stat st {};
+    REQUIRE(::stat((tmp.root / "mine").c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0700);
+  }
+
+  TEST_CASE("a store a group shares is refused: any member could make it run their command as this user") {
+    TempDir tmp;
+    const fs::path shared = tmp.root / "shared";
+    fs::create_directory(shared);
+    REQUIRE(::chmod(shared.c_str(), 02770) == 0);
+    CHECK(refusal(shared).find("is shared by group") != std::string::npos);
+    CHECK_THROWS_AS(tighten_home(shared.string()), ForeignHomeError);
+    struct stat st {};
+    REQUIRE(::stat(shared.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 02770);  // left as it was
+    std::FILE* f = std::fopen((tmp.root / "file").c_str(), "w");
+    REQUIRE(f);
+    std::fclose(f);
+    CHECK(refusal(tmp.root / "file").find("is not a directory") != std::string::npos);
+  }
+
+  TEST_CASE("another user's store, or a link another user made, is refused (as root)") {
+    if (::geteuid() != 0) return;  // chown needs root
+    TempDir tmp;
+    const fs::path theirs = tmp.root / "theirs";
+    fs::create_directory(theirs);
+    REQUIRE(::chown(theirs.c_str(), 65534, 65534) == 0);
+    CHECK(refusal(theirs).find("belongs to") != std::string::npos);
+    CHECK(refusal(theirs).find("65534") != std::string::npos);
+    // A link in /tmp that another user planted, to a directory of this user's.
+    fs::create_directory(tmp.root / "mine");
+    fs::create_directory_symlink(tmp.root / "mine", tmp.root / "planted");
+    REQUIRE(::lchown((tmp.root / "planted").c_str(), 65534, 65534) == 0);
+    CHECK(refusal(tmp.root / "planted").find("belongs to") != std::string::npos);
+  }
+}
