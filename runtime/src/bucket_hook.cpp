@@ -74,7 +74,18 @@ void BucketHook::start_vote(const at::Tensor& buffer) {
   // NCCL reduces device tensors only: keep the values where the gradients are.
   const auto options = buffer.options().dtype(at::kFloat);
   const float flag = m_state.local_stop_pending() ? 1.0f : 0.0f;
-  if (m_vote->groups == 0 || !m_vote->measure) {
+  // Every rank's first vote is the same step's: all add the check, or (too many ranks) none.
+  m_vote->carries_check = m_vote->check_samplers && m_state.world_size <= k_sampler_check_most_ranks;
+  m_vote->check_samplers = false;
+  if (m_vote->carries_check) {
+    std::vector<at::Tensor> parts{at::full({1}, flag, options)};
+    if (m_vote->groups > 0 && m_vote->measure) {
+      for (const auto& sum : m_vote->local_sqr) parts.push_back(sum.reshape({1}));
+    }
+    const std::vector<float> slots = sampler_agreement_slots(m_state.last_take);
+    parts.push_back(at::tensor(slots, at::TensorOptions().dtype(at::kFloat)).to(options.device()));
+    m_vote->values = at::cat(parts);
+  } else if (m_vote->groups == 0 || !m_vote->measure) {
     if (m_vote->values.device() != buffer.device() || m_vote->values.numel() != 1) {
       m_vote->values = at::zeros({1}, options);
     }

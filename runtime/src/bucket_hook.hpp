@@ -21,11 +21,14 @@ struct ContextState;
 struct Preconditioner;
 
 // The vote of the step in flight: started by the hook, finished by DataParallel::synchronize().
-// values = [stop flag, |local gradient|² of group 0, group 1, …], summed over the ranks.
+// values = [stop flag, |local gradient|² of group 0, group 1, …], summed over the ranks; the
+// first vote adds the sampler check's slots at the end (sampler_agreement.hpp).
 struct StepVote {
   at::Tensor values = at::zeros({1}, at::kFloat);
   c10::intrusive_ptr<c10d::Work> work;  // the vote's allreduce, when Gloo carries it
   bool pending = false;                 // a vote was cast this step and is not read yet
+  bool check_samplers = true;           // the next vote carries the sampler check (the first)
+  bool carries_check = false;           // the vote in flight carries it
   c10::intrusive_ptr<c10::ivalue::Future> shm_done;  // the vote's, when shared memory carries it
 
   // Gradient statistics: off while groups == 0, and for the steps where measure is false.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dlrun/context.hpp"
+#include "sampler_agreement.hpp"
 
 namespace c10d {
 class ProcessGroup;
@@ -40,6 +41,7 @@ struct ContextState {
   std::shared_ptr<ShmAllreduce> shm;             // all ranks on this host, CPU: gradient allreduce
   std::shared_ptr<SerialWorker> shm_worker;      // runs shm's allreduces off the autograd thread
   bool announced_stop_handling = false;          // run_files::k_handles_stop written
+  SamplerTake last_take;                         // of the ElasticSamplers made with this Context
   bool local_stop_pending() const;
   // Rank 0, once per process: RUN_DIR/handles-stop says the program asks for stop requests,
   // so the launcher may resize it (the goodput scheduler only resizes such programs).

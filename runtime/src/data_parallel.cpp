@@ -169,8 +169,16 @@ void DataParallel::synchronize() {
   // One copy to the host per step, which the stop flag needs anyway.
   const at::Tensor values = m_impl->vote->values.to(at::kCPU, at::kDouble);
   const double* v = values.data_ptr<double>();
+  const double* end = v + values.numel();
+  if (vote.carries_check) {
+    vote.carries_check = false;
+    end -= runtime::k_sampler_slots;
+    if (auto disagreement = runtime::sampler_disagreement(end, state.last_take, state.rank)) {
+      throw ConfigError(*disagreement);
+    }
+  }
   m_impl->stop_voted = v[0] > 0;
-  m_impl->local_sqr.assign(v + 1, v + values.numel());
+  m_impl->local_sqr.assign(v + 1, end);
   for (double& x : m_impl->local_sqr) x /= state.world_size;
 }
 

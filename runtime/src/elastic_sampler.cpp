@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "context_state.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/runtime_errors.hpp"
 
@@ -43,7 +44,9 @@ void check_world(int rank, int world_size) {
 }  // namespace
 
 ElasticSampler::ElasticSampler(int64_t dataset_size, const Context& context, uint64_t seed)
-    : ElasticSampler(dataset_size, context.rank(), context.world_size(), seed) {}
+    : ElasticSampler(dataset_size, context.rank(), context.world_size(), seed) {
+  m_context = context.shared_state();
+}
 
 ElasticSampler::ElasticSampler(int64_t dataset_size, int rank, int world_size, uint64_t seed)
     : m_rank(rank), m_world_size(world_size) {
@@ -99,6 +102,9 @@ std::optional<SampleBatch> ElasticSampler::next(int64_t global_batch_size) {
   auto [begin, end] = share(batch.global_size, m_rank, m_world_size);
   batch.indices.assign(m_permutation.begin() + m_state.position + begin,
                        m_permutation.begin() + m_state.position + end);
+  if (auto state = m_context.lock()) {
+    state->last_take = {true, global_batch_size, m_state.dataset_size, m_state.seed, m_state.epoch, m_state.position};
+  }
   m_state.position += batch.global_size;
   return batch;
 }

@@ -97,6 +97,7 @@ class Context {
 
   // Internal: the shared state DataParallel and Checkpoint work with (runtime/src).
   runtime::ContextState& state() const { return *m_state; }
+  const std::shared_ptr<runtime::ContextState>& shared_state() const { return m_state; }
 
  private:
   std::shared_ptr<runtime::ContextState> m_state;

@@ -11,6 +11,7 @@
 // Pure logic, no I/O, no LibTorch. Thread-safety: none (one per training loop).
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -71,6 +72,9 @@ class ElasticSampler {
   SamplerState m_state;
   int m_rank;
   int m_world_size;
+  // The Context's state, told what each next() takes: DataParallel's first step checks that the
+  // ranks agree (sampler_agreement.hpp). Weak: a sampler does not keep the world alive.
+  std::weak_ptr<runtime::ContextState> m_context;
   std::vector<int64_t> m_permutation;
   int64_t m_permutation_epoch = -1;
   int64_t m_calls_past_the_end = 0;  // next() of an epoch that is over, since next_epoch()

@@ -274,6 +274,64 @@ TEST_SUITE("runtime::DataParallel") {
     check_close(got[0], got[1]);
   }
 
+  TEST_CASE("ranks whose samplers disagree fail at the first step, every one, with no collective of the check's own") {
+    // One rank's setting gone wrong, each way: the batch, the dataset, the seed, the position.
+    struct Case {
+      int64_t batch1, size1;
+      uint64_t seed1;
+      bool skip1;
+      const char* words;
+    };
+    const Case cases[] = {{16, 64, 7, false, "their global batch sizes differ (rank 1: 16)"},
+                          {8, 32, 7, false, "their dataset sizes differ (rank 1: 32)"},
+                          {8, 64, 8, false, "their seeds differ (rank 1: 8)"},
+                          {8, 64, 7, true, "they are at different samples (rank 1: epoch 0, sample 8 of it)"}};
+    for (const auto& c : cases) {
+      CAPTURE(c.words);
+      std::vector<std::string> messages(2);
+      std::atomic<int> steps{0};
+      dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+        auto net = make_net(1);
+        dlrun::DataParallel dp(net, ctx);
+        torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+        const bool one = ctx.rank() == 1;
+        dlrun::ElasticSampler sampler(one ? c.size1 : 64, ctx, one ? c.seed1 : 7);
+        if (one && c.skip1) sampler.next(8);
+        sampler.next(one ? c.batch1 : 8);
+        auto [x, y] = global_batch(0, 8);
+        const int64_t b = ctx.rank() * 4;
+        dp.backward(summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
+        try {
+          dp.step(sgd);
+        } catch (const dlrun::ConfigError& e) {
+          messages[static_cast<size_t>(ctx.rank())] = e.what();
+          return;
+        }
+        ++steps;
+      });
+      CHECK(steps == 0);
+      CHECK(messages[0].find("the ranks' ElasticSamplers disagree at the first step") == 0);
+      CHECK(messages[1].find(c.words) != std::string::npos);
+    }
+    // The same on every rank: the steps are taken, and later steps carry no check.
+    std::atomic<int> steps{0};
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      auto net = make_net(1);
+      dlrun::DataParallel dp(net, ctx);
+      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+      dlrun::ElasticSampler sampler(64, ctx, 7);
+      for (int step = 0; step < 3; ++step) {
+        sampler.next(8);
+        auto [x, y] = global_batch(step, 8);
+        const int64_t b = ctx.rank() * 4;
+        dp.backward(summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
+        dp.step(sgd);
+        ++steps;
+      }
+    });
+    CHECK(steps == 6);
+  }
+
   TEST_CASE("a stop asked on one rank is seen by all ranks after the same step") {
     at::set_num_threads(1);
     std::vector<int> stopped_at(3, -1);
