@@ -193,6 +193,24 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
     }
     return members;
   };
+  job.ended_before_joining = [&options, server_ptr, dlrun_there](size_t node, const ExitStatus& status) {
+    std::string why;
+    if (node >= options.hosts.size() || server_ptr->joined(static_cast<int>(node))) return why;
+    const Host& host = options.hosts[node];
+    const std::string there = host.local ? self_path() : dlrun_there;
+    if (status.success()) {
+      why = fmt::format("what ran there ended with code 0 before it joined the job: {} there is not dlrun's agent",
+                        there);
+    } else if (!status.signaled && (status.code == 127 || status.code == 126)) {
+      why = fmt::format("{} {} before it joined the job: the shell there {} {}", host.local ? "dlrun" : "ssh",
+                        status.describe(), status.code == 127 ? "found no" : "could not run", there);
+    } else {
+      return why;  // its own words (ssh's 255: the connection; the agent's error) say more
+    }
+    return fmt::format("host {} (node {}): {}, so no rank ran on it (give the path of dlrun on the hosts with "
+                       "--remote-dlrun)",
+                       host.name, node, why);
+  };
   return run_agents(job, server);
 }
 

@@ -104,6 +104,11 @@ void RendezvousServer::on_refused(std::function<void(const std::string&)> callba
   m_on_refused = std::move(callback);
 }
 
+bool RendezvousServer::joined(int node) {
+  std::lock_guard lock(m_mutex);
+  return m_joins.count(node) > 0;
+}
+
 void RendezvousServer::new_round(int round) {
   std::lock_guard lock(m_mutex);
   m_round = round;

@@ -282,6 +282,16 @@ void Supervisor::on_children_ended() {
     const Member& member = m_group->member(index);
     const ExitStatus& status = *m_group->exit_status(index);
     log::debug("{} (pid {}) {}", member.name, m_group->pid(index), status.describe());
+    if (m_phase == Phase::running && !m_failure && m_job.ended_before_joining) {
+      if (std::string why = m_job.ended_before_joining(index, status); !why.empty()) {
+        log::error("{}", why);
+        m_failure = Failure{SIZE_MAX, ExitStatus::exited(exit_code::k_unavailable), why, {}, {}};
+        m_failure->said = true;
+        failed_in_this_batch = true;
+        stop_group(SIGTERM);
+        continue;
+      }
+    }
     if (status.success()) continue;
     if (!status.signaled && status.code == exit_code::k_restart_me) {
       m_restart_requested = true;

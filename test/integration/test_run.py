@@ -177,6 +177,19 @@ class Failures(ClusterTestCase):
         finally:
             self.cluster.start_sshd(1)
 
+    def test_a_host_where_no_dlrun_agent_ran_fails_the_job(self):
+        # What --remote-dlrun names is missing, or is not dlrun (it exited 0: the job had
+        # succeeded with no rank run there).
+        for remote, words in (("/bin/true", "what ran there ended with code 0 before it joined the job: /bin/true "
+                                            "there is not dlrun's agent"),
+                              ("/nonexistent/dlrun", "ssh exited with code 127 before it joined the job: the shell "
+                                                     "there found no /nonexistent/dlrun")):
+            r = self.dlrun(*self.run_args([self.host(0), self.host(1)], "--remote-dlrun", remote, "--join-timeout",
+                                          "60", "true"), timeout=120)
+            self.assertEqual(r.returncode, 69, r.stderr)
+            self.assertIn(words, r.stderr)
+            self.assertIn("so no rank ran on it (give the path of dlrun on the hosts with --remote-dlrun)", r.stderr)
+
     def test_failing_rank_stops_every_host(self):
         pids = os.path.join(self.tmp, "pids")
         script = self.script("fail.sh", f"""

@@ -16,6 +16,7 @@
 #include "dlrun/launcher/prefix_template.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 #include "dlrun/launcher/gpu_selection.hpp"
+#include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/member.hpp"
 
 namespace dlrun::launcher {
@@ -116,6 +117,10 @@ struct Plan {
   // Makes each attempt's processes. Empty: one process per local rank, see
   // plan_local_members(). `dlrun run` plans one ssh session per host instead.
   std::function<std::vector<Member>(int restart_count)> planner;
+  // `dlrun run`: why a member failed before its host's agent joined the job (so no rank ran
+  // there), also when it exited with 0 (what ran there was not dlrun's agent), or empty when it
+  // joined. Such a failure ends the attempt with exit_code::k_unavailable.
+  std::function<std::string(size_t member, const ExitStatus& status)> ended_before_joining;
   // What dlrun calls a member in messages ("rank", "host").
   std::string member_noun = "rank";
   // Passes a stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) on to the members; SIGKILL always goes

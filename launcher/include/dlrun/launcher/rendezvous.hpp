@@ -76,6 +76,8 @@ class RendezvousServer {
   void set_plans(std::vector<std::string> plans);
   // A new attempt: forget the previous joins; agents must join with this round.
   void new_round(int round);
+  // Whether `node`'s agent joined this round.
+  bool joined(int node);
   // Sends SIGNAL to every agent connected in this round.
   void broadcast_signal(int signal);
   // The same for a signal the agents pass on to their ranks (SIGUSR1/SIGUSR2): one that comes
