@@ -53,6 +53,10 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);
   }
   launcher::raise_fd_limit();
+  // Held until the Supervisor's handlers exist (it lets them through): a Ctrl-C while the hosts
+  // are checked killed dlrun outright, and the job was recorded as lost.
+  const sigset_t stop = launcher::stop_signal_set();
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   auto record = start_foreground(args.foreground, app, launcher::JobOrigin::run, c.plan, c.gpu_slots);
   c.job_id = record->job_id();
   c.attach = [&record](launcher::Plan& plan) { record->attach(plan); };

@@ -112,8 +112,14 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
     options.plan.color = use_color(ColorMode::automatic, STDOUT_FILENO, env) ? ColorMode::always : ColorMode::never;
   }
 
-  // Every host at once, every unreachable one named: never a silent hang.
+  // Every host at once, every unreachable one named: never a silent hang. A stop signal
+  // meanwhile is blocked by the caller until the Supervisor handles it; Ctrl-C also ends the
+  // checks' ssh, which then reads as hosts that cannot be reached: the signal is what to say.
   auto unreachable = check_hosts(options.hosts, options.ssh, env);
+  if (int signal = unreachable.empty() ? 0 : take_pending_stop_signal()) {
+    throw Error(fmt::format("stopped by {} while the hosts were being checked: nothing was started", signal_name(signal)),
+                exit_code::k_signal_base + signal);
+  }
   if (!unreachable.empty()) {
     std::string message = fmt::format("cannot reach {} of {} host{} over ssh (nothing was started):",
                                       unreachable.size(), options.hosts.size(), options.hosts.size() == 1 ? "" : "s");

@@ -352,6 +352,20 @@ sigset_t stop_signal_set() {
   return set;
 }
 
+int take_pending_stop_signal() {
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) return 0;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    if (!sigismember(&pending, sig)) continue;
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    const timespec zero{0, 0};
+    if (::sigtimedwait(&one, nullptr, &zero) == sig) return sig;
+  }
+  return 0;
+}
+
 int usable_cores() {
   cpu_set_t set;
   if (::sched_getaffinity(0, sizeof set, &set) == 0) {

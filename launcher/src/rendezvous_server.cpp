@@ -121,6 +121,12 @@ void RendezvousServer::new_round(int round) {
 
 void RendezvousServer::broadcast_signal(int signal) {
   std::lock_guard lock(m_mutex);
+  // Agents that have not all joined wait for their assignments: they get it right behind them
+  // (a stop while the hosts start up was lost, and the ranks started after it).
+  if (!m_round_complete) {
+    m_signals_to_pass.push_back(signal);
+    return;
+  }
   for (auto& [fd, node] : m_node_of_fd) send_line(fd, fmt::format("SIGNAL {}\n", signal));
 }
 

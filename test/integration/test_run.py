@@ -280,6 +280,30 @@ while true; do sleep 0.05; done
         self.assertEqual(sorted(read_words(marks)), ["0-INT", "1-INT"])
         self.assertTrue(wait_for(lambda: agent_processes(marker) == [], 10), "an agent survived")
 
+    def test_a_stop_while_the_hosts_start_up_reaches_their_ranks(self):
+        # The agents join late (a slow ssh login): SIGTERM comes before any has joined. It used
+        # to be lost: the ranks started after it and were killed only when --grace ran out.
+        slow = self.script("slow-dlrun.sh", f'sleep 2\nexec {DLRUN} "$@"\n')
+        marks, ready, script = self.trap_script()
+        p = self.start(*self.run_args([self.host(0), self.host(1)], "--remote-dlrun", slow, "--grace", "60", script))
+        line = p.stderr.readline()
+        self.assertIn("logs in", line)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 143, line + err)
+        self.assertNotIn("killing them", err)
+
+    def test_ctrl_c_while_the_hosts_are_checked_is_a_stop(self):
+        # A host that does not answer holds the ssh check for --connect-timeout; SIGINT then used
+        # to kill dlrun outright, and the job was recorded as lost.
+        missing = f"10.233.{self.cluster.net}.99:1"
+        p = self.start(*self.run_args([self.host(0), missing], "true"))
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn("stopped by SIGINT while the hosts were being checked: nothing was started", err)
+
     def test_kill_9_of_the_launcher_leaves_no_remote_process(self):
         pids = os.path.join(self.tmp, "pids")
         script = self.script("sleep.sh", f"echo $$ >> {pids}\nexec sleep 300\n")
