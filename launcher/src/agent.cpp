@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <atomic>
 #include <thread>
 
 #include <fmt/format.h>
@@ -42,7 +43,10 @@ std::string read_secret() {
                     "not by hand");
 }
 
-// The launcher's end of ssh closing means the job is over: stop the ranks.
+std::atomic<bool> g_supervising{false};
+
+// The launcher's end of ssh closing means the job is over: stop the ranks, or, before any
+// started (the agent still connects or waits to join, the launcher gave up), end at once.
 void stop_when_stdin_closes() {
   std::thread([] {
     char buffer[256];
@@ -50,6 +54,7 @@ void stop_when_stdin_closes() {
       ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
       if (n == 0 || (n < 0 && errno != EINTR)) break;
     }
+    if (!g_supervising) ::_exit(exit_code::k_unavailable);
     ::kill(::getpid(), SIGTERM);
   }).detach();
 }
@@ -63,6 +68,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   sigset_t stop = stop_signal_set();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   block_passed_signals();  // the launcher passes SIGUSR1/SIGUSR2 on to the ranks through this agent
+  stop_when_stdin_closes();
 
   RendezvousClient client;
   client.connect(options.rendezvous_host, options.rendezvous_port, k_connect_timeout);
@@ -117,7 +123,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   job.restarts_before = options.round;  // the launcher's attempt: DLRUN_RESTART_COUNT counts the job's
   job.job_max_restarts = plan.options.max_restarts;
 
-  stop_when_stdin_closes();
+  g_supervising = true;  // from here a closed stdin stops the ranks (SIGTERM, handled once they run)
   client.watch([](int signal) { ::kill(::getpid(), signal); });
   // This host's GPUs are claimed while its ranks run, so that other users' dlrun leaves them be.
   // The store that started the run (on another host, maybe) does not know them: its claims

@@ -221,7 +221,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
 }
 
 int run_agents(Plan& job, RendezvousServer& server) {
-  job.deliver_signal = [&server](int signal) { server.broadcast_signal(signal); };
+  job.deliver_signal = [&server](int signal) { return server.broadcast_signal(signal); };
   job.pass_signal = [&server](int signal) { server.pass_signal(signal); };
   Supervisor supervisor(job);
   server.on_failure([&supervisor](const std::string& reason) {

@@ -119,15 +119,20 @@ void RendezvousServer::new_round(int round) {
   for (auto& [fd, node] : m_node_of_fd) ::shutdown(fd, SHUT_RDWR);  // the old round's agents
 }
 
-void RendezvousServer::broadcast_signal(int signal) {
+bool RendezvousServer::broadcast_signal(int signal) {
   std::lock_guard lock(m_mutex);
+  if (m_round_failed) {
+    for (auto& [fd, node] : m_node_of_fd) ::shutdown(fd, SHUT_RDWR);
+    return false;
+  }
   // Agents that have not all joined wait for their assignments: they get it right behind them
   // (a stop while the hosts start up was lost, and the ranks started after it).
   if (!m_round_complete) {
     m_signals_to_pass.push_back(signal);
-    return;
+    return true;
   }
   for (auto& [fd, node] : m_node_of_fd) send_line(fd, fmt::format("SIGNAL {}\n", signal));
+  return true;
 }
 
 void RendezvousServer::pass_signal(int signal) {

@@ -422,11 +422,7 @@ void Supervisor::handle_out_reader_gone() {
 }
 
 void Supervisor::signal_members(int signal) {
-  if (signal != SIGKILL && m_job.deliver_signal) {
-    m_job.deliver_signal(signal);
-  } else {
-    m_group->signal_running(signal);
-  }
+  if (signal == SIGKILL || !m_job.deliver_signal || !m_job.deliver_signal(signal)) m_group->signal_running(signal);
 }
 
 void Supervisor::request_stop(const std::string& reason, int code) {

@@ -243,11 +243,21 @@ exec sleep 300
             endpoint = re.search(r"--rendezvous (\S+)", joined).group(1)
             address, port = endpoint.rsplit(":", 1)
             self.assertEqual(listening_addresses(int(port)), [address], "not only where the hosts reach it")
-            r = subprocess.run([DLRUN, "agent", "--rendezvous", endpoint, "--node", "0"],
-                               input="0123456789abcdef0123456789abcdef\n", capture_output=True, text=True,
-                               timeout=60, env=self.env)
-            self.assertEqual(r.returncode, 2, r.stderr)
-            self.assertIn("the launcher's rendezvous refused this agent: wrong job secret", r.stderr)
+            # Its stdin stays open, as an ssh session's does (an agent whose stdin closes before
+            # it joined ends at once: the launcher is gone).
+            agent = subprocess.Popen([DLRUN, "agent", "--rendezvous", endpoint, "--node", "0"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+            agent.stdin.write("0123456789abcdef0123456789abcdef\n")
+            agent.stdin.flush()
+            try:
+                agent.wait(timeout=60)
+            finally:
+                agent.stdin.close()
+            stderr = agent.stderr.read()
+            agent.stdout.close()
+            agent.stderr.close()
+            self.assertEqual(agent.returncode, 2, stderr)
+            self.assertIn("the launcher's rendezvous refused this agent: wrong job secret", stderr)
         finally:
             p.send_signal(signal.SIGINT)
             out, err = p.communicate(timeout=60)
@@ -303,6 +313,27 @@ while true; do sleep 0.05; done
         out, err = p.communicate(timeout=120)
         self.assertEqual(p.returncode, 130, err)
         self.assertIn("stopped by SIGINT while the hosts were being checked: nothing was started", err)
+
+    def test_hosts_that_cannot_join_leave_nothing_behind(self):
+        # The rendezvous on an address the hosts cannot reach (loopback): their agents retry
+        # connecting. At the join timeout dlrun ends their ssh at once (it waited --grace for
+        # ranks that never ran), and the agents end with their ssh (they ran on for 30 s).
+        start = time.monotonic()
+        p = self.start(*self.run_args([self.host(0), self.host(1)], "--iface", "lo", "--join-timeout", "3",
+                                      "--grace", "60", "true"))
+        marker = None
+        deadline = time.monotonic() + 30
+        while marker is None and time.monotonic() < deadline and p.poll() is None:
+            marker = rendezvous_marker(p.pid)
+            time.sleep(0.05)
+        self.assertIsNotNone(marker, "no agent was started")
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 69, err)
+        self.assertIn("not every host joined the rendezvous within 3 s", err)
+        self.assertNotIn("killing them", err)
+        # Not when the agents gave up on their own (30 s of trying to connect), nor after --grace.
+        self.assertLess(time.monotonic() - start, 25)
+        self.assertTrue(wait_for(lambda: agent_processes(marker) == [], 10), "an agent survived")
 
     def test_kill_9_of_the_launcher_leaves_no_remote_process(self):
         pids = os.path.join(self.tmp, "pids")

@@ -124,9 +124,10 @@ struct Plan {
   // What dlrun calls a member in messages ("rank", "host").
   std::string member_noun = "rank";
   // Passes a stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) on to the members; SIGKILL always goes
-  // to their process groups. Empty: signal their process groups. `dlrun run` sends it
-  // over the rendezvous instead, so that remote ranks get it before their ssh ends.
-  std::function<void(int signal)> deliver_signal;
+  // to their process groups. Empty, or false returned: signal their process groups. `dlrun run`
+  // sends it over the rendezvous instead, so that remote ranks get it before their ssh ends
+  // (false once the hosts failed to join: no rank runs, their ssh sessions are ended).
+  std::function<bool(int signal)> deliver_signal;
   // Passes SIGUSR1/SIGUSR2 on (the job goes on). Empty: to each rank's own process, once it
   // handles the signal. `dlrun run` sends it to the hosts' agents, which do that.
   std::function<void(int signal)> pass_signal;

@@ -78,8 +78,10 @@ class RendezvousServer {
   void new_round(int round);
   // Whether `node`'s agent joined this round.
   bool joined(int node);
-  // Sends SIGNAL to every agent connected in this round.
-  void broadcast_signal(int signal);
+  // Sends SIGNAL to every agent of this round; before they have all joined, with their
+  // assignments. False when the round failed (hosts missing at the join timeout): it reaches no
+  // one, and the agents that joined are let go (their join fails, they end).
+  bool broadcast_signal(int signal);
   // The same for a signal the agents pass on to their ranks (SIGUSR1/SIGUSR2): one that comes
   // before every agent of the round has joined waits, and is sent with the assignments.
   void pass_signal(int signal);
