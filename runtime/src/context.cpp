@@ -89,8 +89,8 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int 
     work->wait();
   } catch (const std::exception& e) {
     throw CommunicationError(
-        fmt::format("rank {}: {} failed: {} (another rank probably exited; see its log)", rank,
-                    what, runtime::message_of(e)));
+        fmt::format("rank {}: {} failed: {} ({})", rank, what, runtime::message_of(e),
+                    runtime::peers_hint(runtime::message_of(e))));
   }
 }
 

@@ -163,8 +163,8 @@ void DataParallel::synchronize() {
       if (done->hasError()) throw CommunicationError(done->tryRetrieveErrorMessage());
     }
   } catch (const std::exception& e) {
-    throw CommunicationError(fmt::format("rank {}: the gradient allreduce or stop vote failed: {}",
-                                         state.rank, runtime::message_of(e)));
+    throw CommunicationError(fmt::format("rank {}: the gradient allreduce or stop vote failed: {} ({})", state.rank,
+                                         runtime::message_of(e), runtime::peers_hint(runtime::message_of(e))));
   }
   // One copy to the host per step, which the stop flag needs anyway.
   const at::Tensor values = m_impl->vote->values.to(at::kCPU, at::kDouble);

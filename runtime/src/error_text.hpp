@@ -17,4 +17,17 @@ inline std::string message_of(const std::exception& e) {
   return message;
 }
 
+// What a failed collective's message says of the other ranks: a timeout (no peer answered
+// within the collective timeout) is a rank that runs other collectives than this one, or hangs,
+// as often as one that exited; a closed connection is one that exited.
+inline std::string peers_hint(const std::string& message) {
+  const bool timed_out = message.find("Timed out") != std::string::npos ||
+                         message.find("timed out") != std::string::npos ||
+                         message.find("Timeout") != std::string::npos;
+  if (!timed_out) return "another rank probably exited; see its log";
+  return "no other rank took part within the collective timeout: one exited or hangs, or runs other collectives "
+         "than this one (a backward() or a checkpoint save that some ranks skip, a different number of steps or "
+         "batches on some rank); see the other ranks' logs";
+}
+
 }  // namespace dlrun::runtime
