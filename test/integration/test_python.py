@@ -218,12 +218,41 @@ class Errors(DlrunTestCase):
         self.assertEqual(lines[1], 'ConfigError | backend must be one of "auto", "gloo", "nccl", not "mpi"')
         self.assertEqual(lines[2], 'ConfigError | device must be one of "auto", "cpu", "cuda", not "tpu"')
         self.assertEqual(lines[3], "ConfigError | batch_size must be at least 1, not 0 (int)")
-        self.assertEqual(lines[4], "ConfigError | AdaptiveBatch: max_batch (8) is below initial_batch (64)")
+        self.assertEqual(lines[4], "ConfigError | max_batch_size (8) is below batch_size (64), the initial batch: the "
+                                   "batch can only grow from it")
         self.assertIn("scaling_rule must be auto, adascale", lines[5])
         self.assertIn("Checkpoint cannot track a object", lines[6])
         self.assertEqual(lines[7], "ConfigError | AdaptiveDataLoader needs optimizer= a torch.optim optimizer, "
                                    "not a generator")
         self.assertIn("Checkpoint takes a list of what to track", lines[8])
+
+    def test_an_optimizer_step_without_a_batch_from_its_adaptive_loader_is_refused(self):
+        # AdaptiveBatch timed and sized steps that another loop trained: the batch grew for a
+        # loader that yielded nothing, and every rank trained the whole dataset.
+        out = self.python("""
+            import torch, dlrun
+            ds = torch.utils.data.TensorDataset(torch.zeros(64, 3), torch.zeros(64, dtype=torch.long))
+            model = dlrun.DataParallel(torch.nn.Linear(3, 2))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = dlrun.AdaptiveDataLoader(ds, 8, model=model, optimizer=opt)
+            for x, y in torch.utils.data.DataLoader(ds, 8):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                try:
+                    opt.step()
+                except dlrun.ConfigError as e:
+                    print("ConfigError |", e)
+                break
+            for x, y in loader:  # the loader's own steps go on as before
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+            print("steps", loader.step)
+            """)
+        self.assertEqual(out.splitlines(), [
+            "ConfigError | optimizer.step() came with no batch from its AdaptiveDataLoader since the last step: step "
+            "once for each batch the loader yields (for x, y in loader: ... optimizer.step()); the loader sizes the "
+            "batches it yields, not another loader's",
+            "steps 8"])
 
     def test_a_second_init_that_asks_for_another_world_is_refused(self):
         # It returned the first Context whatever it asked for: a script (or a library) that

@@ -191,6 +191,9 @@ class AdaptiveDataLoader(ElasticDataLoader):
         step = types.MethodType(type(optimizer).step, optimizer)
         self._zero_grad = types.MethodType(type(optimizer).zero_grad, optimizer)
         a = _arguments
+        if a.whole("max_batch_size", max_batch_size, 1) < self.batch_size:
+            raise _dlrun.ConfigError(f"max_batch_size ({max_batch_size}) is below batch_size ({self.batch_size}), the "
+                                     f"initial batch: the batch can only grow from it")
         self.adaptive = _dlrun.AdaptiveBatch(
             self._context._native, model._native, optimizer, step, _kind(optimizer), self.batch_size,
             a.whole("max_batch_size", max_batch_size, 1), a.whole("min_micro_batch", min_micro_batch, 1),
@@ -303,6 +306,12 @@ class AdaptiveDataLoader(ElasticDataLoader):
         return self._parts_accumulated > 0
 
     def _optimizer_step(self):
+        if self._step_applied and not self._accumulating:
+            # AdaptiveBatch would time, measure and size batches that some other loop trains.
+            raise _dlrun.ConfigError(
+                "optimizer.step() came with no batch from its AdaptiveDataLoader since the last step: step once "
+                "for each batch the loader yields (for x, y in loader: ... optimizer.step()); the loader sizes "
+                "the batches it yields, not another loader's")
         if self._accumulating:
             self.adaptive.accumulated()
             self._parts_accumulated += 1
