@@ -93,7 +93,7 @@ struct Panel {
   const char* label;
   std::function<std::optional<double>(const MetricsSnapshot&)> value;
   bool log_scale;
-  bool steps;  // drawn as a step function (a value holds until the next line)
+  bool steps;  // drawn as a step function: a line's value held over the interval before it
 };
 
 constexpr double k_width = 760, k_left = 80, k_right = 20, k_top = 44, k_panel = 130, k_gap = 46;
@@ -128,8 +128,9 @@ std::string svg_panel(const std::vector<MetricsSnapshot>& points, const std::vec
   std::string path;
   for (size_t i = 0; i < values.size(); ++i) {
     const auto& [t, v] = values[i];
-    if (i > 0 && panel.steps)
-      path += fmt::format(" {:.1f},{:.1f}", px(t), py(values[i - 1].second));
+    // A metrics line covers the steps since the one before (the first: since the start), trained
+    // at its batch: the batch drawn one interval late made every switch look later than it was.
+    if (panel.steps) path += fmt::format(" {:.1f},{:.1f}", px(i == 0 ? 0.0 : values[i - 1].first), py(v));
     path += fmt::format(" {:.1f},{:.1f}", px(t), py(v));
   }
   out += fmt::format(

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,27 @@ TEST_SUITE("launcher::run_history") {
     svg = render_history_svg(points, "t");
     CHECK(count(svg, "<circle") == 2);
     CHECK(count(svg, ">0 s</text>") == 1);
+  }
+
+  TEST_CASE("the batch is drawn over the interval each line covers, the steps before it") {
+    // The line at 102 s says the steps since 100 s trained at 128: the switch is drawn at 100 s
+    // (it was drawn one interval late, at 102 s).
+    const std::vector<MetricsSnapshot> points = {line(100, 10, 64, 2, 1000, 50), line(102, 20, 128, 2, 1500, 90),
+                                                 line(104, 30, 128, 2, 1500, 90)};
+    const std::string svg = render_history_svg(points, "t");
+    const std::string mark = "points=\"";
+    const size_t begin = svg.find(mark) + mark.size();
+    std::istringstream in(svg.substr(begin, svg.find('"', begin) - begin));
+    std::vector<std::pair<double, double>> xy;
+    double x = 0, y = 0;
+    char comma = 0;
+    while (in >> x >> comma >> y) xy.emplace_back(x, y);
+    REQUIRE(xy.size() == 6);
+    CHECK(xy[0] == xy[1]);                // 64 over the run's first moment (its line is at 0 s)
+    CHECK(xy[2].first == xy[1].first);    // 128 from the first line's time on
+    CHECK(xy[2].second < xy[1].second);   // higher on the page
+    CHECK(xy[3].second == xy[2].second);
+    CHECK(xy[3].first > xy[2].first);
   }
 
   TEST_CASE("a noise scale at its ceiling reads as unbounded and is left out of the picture") {
