@@ -813,7 +813,17 @@ AdaptiveBatch::AdaptiveBatch(Context context, DataParallel& data_parallel,
   }
 }
 
-AdaptiveBatch::~AdaptiveBatch() = default;
+AdaptiveBatch::~AdaptiveBatch() {
+  // The steps since the last metrics line (a stop, a resize, the end of training) get theirs:
+  // `dlrun history` missed them, and the last shape and world of a run with them.
+  if (!m_impl) return;
+  auto& d = *m_impl;
+  if (!d.metrics || d.options.log_every <= 0 || d.logged_step == d.stats.step || d.interval_samples <= 0) return;
+  try {
+    d.log_metrics();
+  } catch (...) {  // a destructor: what is lost is one line
+  }
+}
 
 BatchShape AdaptiveBatch::shape() const {
   return m_impl->shape;

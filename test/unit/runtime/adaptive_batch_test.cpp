@@ -682,6 +682,16 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     }
     CHECK(lines[2].front() == '{');
     CHECK(lines[2].back() == '}');
+    // Steps after the last line (a stop, the end) get a line when the AdaptiveBatch goes: 7
+    // steps, lines at 2, 4, 6 and 7. None is added when the last line is the last step's.
+    fs::create_directories(dir);
+    train(ctx, 7, options);
+    std::ifstream again(dir / "metrics.jsonl");
+    lines.clear();
+    for (std::string line; std::getline(again, line);) lines.push_back(line);
+    dlrun::runtime::remove_tree(dir);
+    REQUIRE(lines.size() == 4);
+    CHECK(lines[3].find("\"step\":7,") != std::string::npos);
   }
 
   TEST_CASE("every metrics.jsonl line describes one batch: a switch is logged before it") {
