@@ -139,7 +139,13 @@ JobState JobQueue::cancel_slurm(const JobRecord& job, bool force) {
     } catch (const Error& e) {
       refresh_slurm_job(*m_store.get(job.id));
       if (auto now = m_store.get(job.id); now && is_terminal(now->state)) return now->state;
-      if (attempt == 5) throw;
+      if (attempt == 5) {
+        // The job's sbatch ran with the submitter's SLURM_CONF; a shell without it asks no controller.
+        const bool no_conf = !m_env.count("SLURM_CONF") && std::string_view(e.what()).find("controller") != std::string_view::npos;
+        if (!no_conf) throw;
+        throw Error(fmt::format("{} (SLURM_CONF is not set here: set it as it was when the job was submitted)", e.what()),
+                    e.exit_code());
+      }
       log::debug("{} (trying again)", e.what());
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
@@ -335,7 +341,8 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
       std::transform(state.begin(), state.end(), state.begin(), [](unsigned char c) { return std::toupper(c); });
       info = SlurmJobInfo{"", parse_job_state(state).value_or(JobState::failed), record->exit_code,
                           fmt::format("Slurm no longer knows job {}: how it ended is from {}/job.json", job.slurm_id,
-                                      job.run_dir)};
+                                      job.run_dir),
+                          std::nullopt};
     } else {
       m_store.finish(job.id, JobState::failed, std::nullopt,
                      fmt::format("Slurm no longer knows job {} and has no accounting record of it, and its run "
@@ -344,9 +351,19 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
       return;
     }
   }
-  if (info->state == JobState::running) m_store.mark_running(job.id);
+  if (info->state == JobState::pending && info->reason != job.reason) m_store.note_pending_reason(job.id, info->reason);
+  if (info->state != JobState::pending && !job.run_dir.empty()) {
+    // The batch step's supervisor counts its restarts in RUN_DIR/job.json (its store, if any, is
+    // the compute node's): dlrun status said 0 after a restart.
+    if (const auto record = read_run_record(job.run_dir);
+        record && record->restarts > job.restarts + job.resizes + job.requested_restarts) {
+      m_store.set_restarts(job.id, record->restarts - job.resizes - job.requested_restarts, job.resizes,
+                           job.requested_restarts);
+    }
+  }
+  if (info->state == JobState::running) m_store.mark_running(job.id, info->started_at);
   if (is_terminal(info->state)) {
-    if (job.started_at <= 0) m_store.mark_running(job.id);
+    if (job.started_at <= 0) m_store.mark_running(job.id, info->started_at);
     m_store.finish(job.id, info->state, info->exit_code, info->reason, {std::nullopt, read_job_metrics(job.run_dir)});
   }
 }

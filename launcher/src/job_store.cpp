@@ -543,9 +543,17 @@ void JobStore::set_rescaling(int64_t id, bool rescaling) {
   s.step();
 }
 
-void JobStore::mark_running(int64_t id) {
-  Statement s(m_db, "UPDATE jobs SET state = 'RUNNING', started_at = ? WHERE id = ? AND state = 'PENDING'");
-  s.bind(1, now_seconds()).bind(2, id);
+void JobStore::mark_running(int64_t id, std::optional<double> at) {
+  Statement s(m_db,
+              "UPDATE jobs SET state = 'RUNNING', started_at = ?, reason = '' WHERE id = ? AND state = 'PENDING'");
+  const double now = now_seconds();
+  s.bind(1, at && *at > 0 && *at <= now ? *at : now).bind(2, id);
+  s.step();
+}
+
+void JobStore::note_pending_reason(int64_t id, const std::string& reason) {
+  Statement s(m_db, "UPDATE jobs SET reason = ? WHERE id = ? AND state = 'PENDING'");
+  s.bind(1, reason).bind(2, id);
   s.step();
 }
 

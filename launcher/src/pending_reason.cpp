@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dlrun/launcher/slurm.hpp"
 #include "dlrun/launcher/text.hpp"
 
 namespace dlrun::launcher {
@@ -130,7 +131,13 @@ Usage usage_of(const std::vector<JobRecord>& jobs) {
 
 std::string pending_reason(const JobRecord& job, const QueueState& queue, const PolicyView* policy) {
   if (job.submitted.slurm) {
-    return job.slurm_id > 0 ? fmt::format("in Slurm's queue (Slurm job {})", job.slurm_id) : "being handed to Slurm";
+    if (job.slurm_id <= 0) return "being handed to Slurm";
+    if (job.reason.empty()) return fmt::format("in Slurm's queue (Slurm job {})", job.slurm_id);
+    const std::string never = slurm_never_hint(job.reason);
+    if (never.empty()) return fmt::format("in Slurm's queue (Slurm job {}: {})", job.slurm_id, job.reason);
+    return fmt::format("in Slurm's queue (Slurm job {}: {}): {}, so it will not start as it is (dlrun cancel it, "
+                       "and submit what the partition allows)",
+                       job.slurm_id, job.reason, never);
   }
   if (job.submitted.request.goodput) return goodput_reason(queue, policy);
   if (job.submitted.request.remote) return "starting (its ranks run on other hosts)";

@@ -1,6 +1,8 @@
 #include "dlrun/launcher/slurm.hpp"
 
 #include <csignal>
+#include <cstdio>
+#include <ctime>
 #include <map>
 #include <sstream>
 
@@ -109,6 +111,34 @@ JobState map_slurm_state(std::string_view state) {
   return JobState::failed;  // FAILED TIMEOUT NODE_FAIL OUT_OF_MEMORY BOOT_FAIL DEADLINE PREEMPTED SPECIAL_EXIT
 }
 
+namespace {
+
+// "2026-11-29T06:22:43", local time (as scontrol prints it); "Unknown", "None": nothing.
+std::optional<double> slurm_time(const std::string& text) {
+  std::tm tm{};
+  if (std::sscanf(text.c_str(), "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                  &tm.tm_sec) != 6) {
+    return std::nullopt;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  tm.tm_isdst = -1;
+  const std::time_t t = std::mktime(&tm);
+  if (t <= 0) return std::nullopt;
+  return static_cast<double>(t);
+}
+
+}  // namespace
+
+std::string slurm_never_hint(const std::string& reason) {
+  if (reason == "PartitionNodeLimit") return "it asks for more nodes than its partition allows";
+  if (reason == "PartitionTimeLimit") return "its time_limit is above its partition's";
+  if (reason == "PartitionConfig") return "its request does not fit its partition (CPUs, GPUs or memory of a node)";
+  if (reason == "BadConstraints") return "no node has what it asks for";
+  if (reason == "InvalidAccount" || reason == "InvalidQOS") return "its account or QOS is not valid";
+  return {};
+}
+
 std::optional<SlurmJobInfo> parse_scontrol_job(std::string_view line) {
   std::map<std::string, std::string> fields;
   std::istringstream in{std::string(line)};
@@ -121,6 +151,7 @@ std::optional<SlurmJobInfo> parse_scontrol_job(std::string_view line) {
   SlurmJobInfo info;
   info.slurm_state = fields["JobState"];
   info.state = map_slurm_state(info.slurm_state);
+  if (info.state != JobState::pending && fields.count("StartTime")) info.started_at = slurm_time(fields["StartTime"]);
   if (is_terminal(info.state) && fields.count("ExitCode")) {
     // "CODE:SIGNAL" of the batch script.
     const std::string& ec = fields["ExitCode"];

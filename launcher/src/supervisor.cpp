@@ -459,9 +459,9 @@ void Supervisor::on_grace_expired() {
     m_group->signal_running(SIGKILL);
     return;
   }
-  log::warn("{} rank{} still running {} s after the stop signal: killing {}", m_group->running(),
-            m_group->running() == 1 ? "" : "s", m_job.options.grace_seconds,
-            m_group->running() == 1 ? "it" : "them");
+  // `dlrun run`'s members are hosts (their agents), not ranks.
+  log::warn("{} still running {} s after the stop signal: killing {}", counted(m_group->running(), m_job.member_noun),
+            m_job.options.grace_seconds, m_group->running() == 1 ? "it" : "them");
   m_group->signal_running(SIGKILL);
 }
 

@@ -135,6 +135,30 @@ class OnSlurm(DlrunTestCase):
         job = self.status(job_id)
         self.assertEqual((job["state"], job["exit_code"], job["reason"]), ("CANCELLED", 143, "Slurm: CANCELLED"))
 
+    def test_a_job_that_cannot_start_says_why_while_pending(self):
+        # Two nodes on a one-node cluster: Slurm queues it for good. It looked like any waiting job.
+        path = os.path.join(self.tmp, "two-nodes.toml")
+        with open(path, "w") as f:
+            f.write('name = "too-big"\ncommand = ["true"]\n[scheduler]\nkind = "slurm"\nnodes = 2\nranks_per_node = 1\n')
+        r = self.dlrun("submit", "--parsable", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        try:
+            self.assertTrue(wait_for(lambda: "PartitionNodeLimit" in self.dlrun("status", job_id).stdout, 60),
+                            self.dlrun("status", job_id).stdout)
+            self.assertIn("it asks for more nodes than its partition allows, so it will not start as it is",
+                          self.dlrun("status", job_id).stdout)
+        finally:
+            self.dlrun("cancel", job_id, timeout=180)
+
+    def test_restarts_inside_slurm_are_counted(self):
+        r = self.dlrun("submit", "--wait", "--parsable",
+                       self.job(["sh", "-c", 'if [ "$DLRUN_RESTART_COUNT" = 0 ] && [ $RANK = 1 ]; then exit 3; fi'],
+                                top="max_restarts = 1\n"), timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = self.status(r.stdout.strip())
+        self.assertEqual((job["state"], job["restarts"]), ("SUCCEEDED", 1), job)
+
     def test_the_grace_period_holds_when_slurm_signals_the_job(self):
         # Slurm signals every step, and srun passes the signal on again: the agents took the
         # second SIGTERM for an impatient user and killed the ranks at once.

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <ctime>
+
 using namespace dlrun::launcher;
 
 TEST_SUITE("launcher::Slurm") {
@@ -18,6 +20,16 @@ TEST_SUITE("launcher::Slurm") {
     CHECK((held->state == JobState::cancelled && held->exit_code == 143 && held->reason == "Slurm: CANCELLED"));
     CHECK(parse_scontrol_job("JobId=7 JobState=CANCELLED Reason=None ExitCode=0:15")->exit_code == 143);
     CHECK_FALSE(parse_scontrol_job("slurm_load_jobs error: Invalid job id specified"));
+    // When Slurm started it (status and --wait counted from when dlrun first looked), and what
+    // a pending job waits for, which says when it cannot start as it is.
+    auto running = parse_scontrol_job("JobId=7 JobState=RUNNING Reason=None StartTime=2026-11-29T06:22:43 EndTime=Unknown");
+    std::tm tm{};
+    tm.tm_year = 126, tm.tm_mon = 10, tm.tm_mday = 29, tm.tm_hour = 6, tm.tm_min = 22, tm.tm_sec = 43, tm.tm_isdst = -1;
+    CHECK(running->started_at == static_cast<double>(std::mktime(&tm)));
+    auto pending = parse_scontrol_job("JobId=7 JobState=PENDING Reason=PartitionNodeLimit StartTime=Unknown");
+    CHECK((pending->state == JobState::pending && pending->reason == "PartitionNodeLimit" && !pending->started_at));
+    CHECK(slurm_never_hint(pending->reason) == "it asks for more nodes than its partition allows");
+    CHECK(slurm_never_hint("Priority").empty());
   }
 
   TEST_CASE("a job Slurm could not be asked about is not ended, one it has forgotten is") {

@@ -59,7 +59,7 @@ struct JobRecord {
   Allocation allocation;  // while or after running
   double submitted_at = 0, started_at = 0, ended_at = 0;  // Unix seconds; 0 = not yet
   std::optional<int> exit_code;
-  std::string reason;  // why it failed or was cancelled
+  std::string reason;  // why it failed or was cancelled; a pending Slurm job: what Slurm says it waits for
   int restarts = 0;    // restarts after a failure (they spend max_restarts)
   int resizes = 0;     // restarts at a new size (dlrun resize, the scheduler)
   int requested_restarts = 0;  // restarts the ranks asked for (all exited 75): they spend nothing
@@ -166,8 +166,10 @@ class JobStore {
 
   // RUNNING ⇄ RESCALING while a resize is under way.
   void set_rescaling(int64_t id, bool rescaling);
-  // A Slurm job seen running (first time: its start time is now).
-  void mark_running(int64_t id);
+  // A Slurm job seen running: its start time is `at` (Slurm's), else now. Its pending reason goes.
+  void mark_running(int64_t id, std::optional<double> at = std::nullopt);
+  // What Slurm says a pending job waits for (shown by dlrun status until it runs).
+  void note_pending_reason(int64_t id, const std::string& reason);
   void finish(int64_t id, JobState state, std::optional<int> exit_code, const std::string& reason,
               const EndDetails& details = {});
   // The metrics of a job that ended without its supervisor's word (a lost one).

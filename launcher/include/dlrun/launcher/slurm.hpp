@@ -33,8 +33,13 @@ struct SlurmJobInfo {
   std::string slurm_state;  // as Slurm says it: PENDING, RUNNING, COMPLETED …
   JobState state = JobState::pending;
   std::optional<int> exit_code;
-  std::string reason;
+  std::string reason;            // a pending job's too: what Slurm says it waits for
+  std::optional<double> started_at;  // Slurm's StartTime (Unix seconds), once it started
 };
+
+// What a pending job's Slurm reason means when the job cannot start as it is (its request
+// exceeds what its partition allows), or empty: Priority, Resources and the like pass.
+std::string slurm_never_hint(const std::string& reason);
 
 // Slurm's state names (squeue/scontrol/sacct) in dlrun's terms.
 JobState map_slurm_state(std::string_view slurm_state);
