@@ -1,5 +1,6 @@
 #include "goodput/goodput_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -26,6 +27,7 @@ std::string to_json(const GoodputModel& m) {
   j["max_micro_batch"] = m.limits.max_micro_batch;
   j["allow_accumulation"] = m.limits.allow_accumulation;
   j["measured_replicas"] = m.measured_replicas;
+  j["compute_timed"] = m.compute_timed;
   j["replicas"] = m.replicas;
   j["global_batch"] = m.global_batch;
   return j.dump() + "\n";
@@ -51,6 +53,7 @@ std::optional<GoodputModel> parse_goodput_model(std::string_view text) {
     m.limits.max_micro_batch = j.at("max_micro_batch").get<int64_t>();
     m.limits.allow_accumulation = j.at("allow_accumulation").get<bool>();
     m.measured_replicas = j.at("measured_replicas").get<std::vector<int>>();
+    m.compute_timed = j.value("compute_timed", true);  // written since 2026-11-29
     m.replicas = j.at("replicas").get<int>();
     m.global_batch = j.at("global_batch").get<int64_t>();
     for (double v : {m.params.alpha_c, m.params.beta_c, m.params.alpha_n, m.params.beta_n, m.params.alpha_r,
@@ -69,9 +72,15 @@ std::optional<GoodputModel> parse_goodput_model(std::string_view text) {
 
 double predict_goodput(const GoodputModel& model, int replicas) {
   if (replicas < 1) return 0;
+  auto at = [&model](int count) {
+    return choose_batch(model.params, model.noise_scale, 1, count, model.limits, model.efficiency).goodput;
+  };
   try {
-    return choose_batch(model.params, model.noise_scale, 1, replicas, model.limits, model.efficiency)
-        .goodput;
+    if (!model.compute_timed && !model.measured_replicas.empty()) {
+      const int fewest = *std::min_element(model.measured_replicas.begin(), model.measured_replicas.end());
+      if (replicas < fewest) return at(fewest) * replicas / fewest;
+    }
+    return at(replicas);
   } catch (const std::invalid_argument&) {
     return 0;
   }

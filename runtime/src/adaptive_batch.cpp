@@ -707,8 +707,11 @@ void AdaptiveBatch::Impl::publish_model(const runtime::ThroughputParams& params,
   model.noise_scale = noise_scale;
   model.efficiency = efficiency_model;
   model.limits = limits();
+  model.compute_timed = false;
   for (const auto& [key, entry] : profile.entries()) {
     const int replicas = std::get<1>(key);
+    // As fit_throughput tells them apart: accumulation micro-steps, or synced steps of one replica.
+    if (entry.accum_count > 0 || (replicas == 1 && entry.optim_count > 0)) model.compute_timed = true;
     if (std::find(model.measured_replicas.begin(), model.measured_replicas.end(), replicas) ==
         model.measured_replicas.end()) {
       model.measured_replicas.push_back(replicas);

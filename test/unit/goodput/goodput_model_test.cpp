@@ -17,6 +17,10 @@ GoodputModel sample() {
   m.global_batch = 512;
   return m;
 }
+GoodputModel sample_with(GoodputModel m, bool compute_timed) {
+  m.compute_timed = compute_timed;
+  return m;
+}
 }  // namespace
 
 TEST_SUITE("goodput::GoodputModel") {
@@ -31,6 +35,27 @@ TEST_SUITE("goodput::GoodputModel") {
     // A job with a large noise scale and a modest sync cost gains from more replicas.
     CHECK(predict_goodput(m, 4) > predict_goodput(m, 1));
   }
+  TEST_CASE("fewer replicas than measured, with the compute never timed alone, scale down from the fewest") {
+    // A helper's job, timed at 2 and 3 ranks only: the fit put the step's fixed cost in the sync,
+    // and 1 rank was predicted at many times the throughput it then measured.
+    auto m = sample();
+    m.params = {1e-6, 0.0, 0.05, 0.001, 0.05, 0.001, 1.0};
+    m.measured_replicas = {2, 3};
+    const double free_of_sync = predict_goodput(m, 1);
+    m.compute_timed = false;
+    auto back = parse_goodput_model(to_json(m));
+    REQUIRE(back);
+    CHECK_FALSE(back->compute_timed);
+    CHECK(predict_goodput(*back, 1) == doctest::Approx(predict_goodput(*back, 2) / 2));
+    CHECK(predict_goodput(*back, 1) < free_of_sync / 100);
+    CHECK(predict_goodput(*back, 3) == doctest::Approx(predict_goodput(sample_with(m, true), 3)));
+    // A file from before the field: its prediction is as it was.
+    std::string old = to_json(m);
+    old.erase(old.find(",\"compute_timed\":false"), std::string(",\"compute_timed\":false").size());
+    REQUIRE(parse_goodput_model(old));
+    CHECK(parse_goodput_model(old)->compute_timed);
+  }
+
   TEST_CASE("the efficiency model is published, and a model without one is sgd's") {
     auto m = sample();
     m.noise_scale = 300;
