@@ -87,8 +87,8 @@ int run_history(const HistoryArgs& args) {
   if (points.empty()) {
     const bool exists = std::filesystem::exists(std::filesystem::path(run_dir) / "metrics.jsonl", ec);
     throw ConfigError(
-        fmt::format("{}: {}/metrics.jsonl {}: the program does not use dlrun::AdaptiveBatch, or has not logged yet "
-                    "(docs/adaptive.md)",
+        fmt::format("{}: {}/metrics.jsonl {}: the program does not use an adaptive batch (C++ "
+                    "dlrun::AdaptiveBatch, Python dlrun.AdaptiveDataLoader), or has not logged yet (docs/adaptive.md)",
                     title, run_dir, exists ? "has no metrics" : "does not exist"));
   }
   const int replicas = points.back().replicas ? static_cast<int>(*points.back().replicas) : 0;

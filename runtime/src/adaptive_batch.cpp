@@ -465,9 +465,13 @@ void AdaptiveBatch::Impl::warn_divergence(const runtime::DivergenceWatch::Alarm&
           : std::string("not finite");
   const std::string what_now =
       backoff_cap > 0 ? fmt::format(": going back to global batch {}, and no larger from now on (its checkpoints "
-                                    "keep this). Lower the initial learning rate, or max_batch, to avoid it",
+                                    "keep this). Lower the initial learning rate, or max_batch, to avoid it; and check that "
+                                    "the loss is the mean over the global batch (summed over the rank's samples "
+                                    "times loss_scale()), not a sum that grows with the batch",
                                     backoff_cap)
-                      : std::string(": lower the initial learning rate, or max_batch");
+                      : std::string(": lower the initial learning rate, or max_batch; and check that the loss is the "
+                                    "mean over the global batch (summed over the rank's samples times loss_scale()), "
+                                    "not a sum that grows with the batch");
   log::warn(
       "adaptive batch: the training loss ({:.4g}) is {}: training may be diverging at global batch "
       "{}, where the learning rate is x{:.2f} the initial one. If it is, the scaled rate is too "

@@ -146,7 +146,7 @@ void DataParallel::prepare_backward() {
       throw ConfigError(
           "DataParallel: a parameter that requires a gradient got none in the last step (not used in the loss): "
           "every trainable parameter must take part in every step; freeze one that does not "
-          "(requires_grad(false)) before making the DataParallel");
+          "(C++ requires_grad(false), Python requires_grad_(False)) before making the DataParallel");
     }
   }
 }

@@ -84,7 +84,7 @@ class SyntheticWorkload(SyntheticCase):
             model = json.load(f)
         self.assertEqual(set(model), {"version", "params", "noise_scale", "efficiency", "initial_batch", "max_batch",
                                       "min_micro_batch", "max_micro_batch", "allow_accumulation",
-                                      "measured_replicas", "replicas", "global_batch"})
+                                      "measured_replicas", "compute_timed", "replicas", "global_batch"})
         self.assertEqual(set(model["params"]), {"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r",
                                                 "beta_r", "gamma"})
         self.assertEqual((model["initial_batch"], model["max_batch"], model["replicas"]), (64, 2048, 4))
@@ -324,10 +324,10 @@ class History(SyntheticCase):
         os.makedirs(empty)
         code, out, err = self.run_dlrun("history", empty)
         self.assertEqual(code, 2, out + err)
-        self.assertIn("metrics.jsonl does not exist: the program does not use dlrun::AdaptiveBatch", err)
+        self.assertIn("metrics.jsonl does not exist: the program does not use an adaptive batch", err)
         open(os.path.join(empty, "metrics.jsonl"), "w").close()
         code, out, err = self.run_dlrun("history", empty)
-        self.assertIn("metrics.jsonl has no metrics: the program does not use dlrun::AdaptiveBatch", err)
+        self.assertIn("metrics.jsonl has no metrics: the program does not use an adaptive batch", err)
         code, out, err = self.run_dlrun("history", "17")
         self.assertEqual(code, 2, out + err)
         self.assertIn("no job 17", err)
