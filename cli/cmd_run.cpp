@@ -1,6 +1,8 @@
 // `dlrun run --hosts …`: one job across machines over ssh. Its part on each machine is
 // `dlrun agent` (cmd_agent.cpp).
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -47,7 +49,7 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     c.hosts = launcher::parse_host_list(args.hosts);
   } else {
     std::ifstream file(args.hostfile);
-    if (!file) throw ConfigError(fmt::format("--hostfile {}: cannot read it", args.hostfile));
+    if (!file) throw ConfigError(fmt::format("--hostfile {}: cannot read it: {}", args.hostfile, std::strerror(errno)));
     std::stringstream text;
     text << file.rdbuf();
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);

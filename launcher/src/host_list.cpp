@@ -132,8 +132,17 @@ std::vector<Host> parse_hostfile(std::string_view text, const std::string& path)
     }
     std::string why;
     if (!valid_name(host.name, why)) {
-      throw ConfigError(why.empty() ? fmt::format("{}:{}: '{}' is not a host name", path, line_number, host.name)
-                                    : fmt::format("{}:{}: '{}': {}", path, line_number, host.name, why));
+      // HOST:N is --hosts' way; a hostfile says slots=N.
+      const auto colon = host.name.rfind(':');
+      const bool slots_after_colon = colon != std::string::npos && colon + 1 < host.name.size() &&
+                                     host.name.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
+                                     host.name.find(':') == colon;
+      const std::string hint =
+          slots_after_colon ? fmt::format(" (a hostfile line is 'HOST slots=N': {} slots={})", host.name.substr(0, colon),
+                                          host.name.substr(colon + 1))
+                            : "";
+      throw ConfigError(why.empty() ? fmt::format("{}:{}: '{}' is not a host name{}", path, line_number, host.name, hint)
+                                    : fmt::format("{}:{}: '{}': {}{}", path, line_number, host.name, why, hint));
     }
     for (size_t i = 1; i < words.size(); ++i) {
       const auto& w = words[i];

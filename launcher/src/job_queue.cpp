@@ -91,9 +91,14 @@ ResourceRequest request_of(const JobSpec& spec) {
 }  // namespace
 
 std::vector<Host> hosts_of(const JobSpec& spec) {
+  // Read at submit (the request counts the hosts' slots): a file that is not there is said then,
+  // not when the job starts.
+  if (!spec.ssh_config.empty() && ::access(spec.ssh_config.c_str(), R_OK) != 0) {
+    throw ConfigError(fmt::format("ssh_config {}: cannot read it: {}", spec.ssh_config, std::strerror(errno)));
+  }
   if (!spec.hosts.empty()) return parse_host_list(spec.hosts);
   std::ifstream file(spec.hostfile);
-  if (!file) throw ConfigError(fmt::format("hostfile {}: cannot read it", spec.hostfile));
+  if (!file) throw ConfigError(fmt::format("hostfile {}: cannot read it: {}", spec.hostfile, std::strerror(errno)));
   std::stringstream text;
   text << file.rdbuf();
   return parse_hostfile(text.str(), spec.hostfile);

@@ -121,6 +121,9 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   cluster.hosts = hosts_of(spec);
   cluster.gpu_slots = spec.gpu_slots;
   cluster.ssh.config_file = spec.ssh_config;
+  if (!spec.remote_dlrun.empty()) cluster.remote_dlrun = spec.remote_dlrun;
+  if (spec.connect_timeout) cluster.ssh.connect_timeout_seconds = *spec.connect_timeout;
+  if (spec.join_timeout) cluster.join_timeout = *spec.join_timeout;
   int code = run_cluster_job(cluster, env);
   bool stopped = code == exit_code::k_signal_base + SIGTERM || code == exit_code::k_signal_base + SIGINT ||
                  code == exit_code::k_signal_base + SIGHUP || code == exit_code::k_signal_base + SIGQUIT;

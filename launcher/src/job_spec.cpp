@@ -27,7 +27,8 @@ const std::vector<std::string> k_top_keys = {"name", "command", "workdir", "env"
                                              "max_restarts", "grace", "watchdog",
                                              "checkpoint_dir", "log_dir", "scheduler"};
 const std::vector<std::string> k_resource_keys = {"nproc", "gpus"};
-const std::vector<std::string> k_scheduler_keys = {"kind", "policy", "hosts", "hostfile", "gpu", "ssh_config", "partition",
+const std::vector<std::string> k_scheduler_keys = {"kind", "policy", "hosts", "hostfile", "gpu", "ssh_config",
+                                                   "remote_dlrun", "connect_timeout", "join_timeout", "partition",
                                                    "nodes", "ranks_per_node", "gpus_per_node", "time_limit",
                                                    "account", "sbatch_options"};
 const std::vector<std::string> k_scheduler_kinds = {"local", "slurm", "ssh"};
@@ -461,12 +462,14 @@ void parse_env(Checker& check, const toml::node* node, JobSpec& spec, bool store
 // The keys each scheduler kind accepts in [scheduler], besides `kind`.
 const std::vector<std::pair<std::string, std::vector<std::string>>> k_kind_keys = {
     {"local", {"policy"}},
-    {"ssh", {"hosts", "hostfile", "gpu", "ssh_config"}},
+    {"ssh", {"hosts", "hostfile", "gpu", "ssh_config", "remote_dlrun", "connect_timeout", "join_timeout"}},
     {"slurm", {"partition", "nodes", "ranks_per_node", "gpus_per_node", "time_limit", "account", "sbatch_options"}},
 };
 
 void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
-  if (auto hosts = check.string(table.get("hosts"), "hosts")) {
+  if (const toml::node* list = table.get("hosts"); list && list->is_array()) {
+    check.error(list->source(), "'hosts' is one string, as dlrun run --hosts takes it: hosts = \"a:4,b:4\"");
+  } else if (auto hosts = check.string(table.get("hosts"), "hosts")) {
     try {
       parse_host_list(*hosts);
       spec.hosts = *hosts;
@@ -476,6 +479,10 @@ void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
   }
   spec.hostfile = check.directory(table.get("hostfile"), "hostfile");
   spec.ssh_config = check.directory(table.get("ssh_config"), "ssh_config");
+  // A path on the other hosts, as dlrun run --remote-dlrun: taken as it is written.
+  if (auto v = check.string(table.get("remote_dlrun"), "remote_dlrun")) spec.remote_dlrun = *v;
+  if (auto v = check.duration(table.get("connect_timeout"), "connect_timeout")) spec.connect_timeout = *v;
+  if (auto v = check.duration(table.get("join_timeout"), "join_timeout")) spec.join_timeout = *v;
   if (const toml::node* gpu = table.get("gpu")) {
     if (gpu->is_boolean()) spec.gpu_slots = *gpu->value<bool>();
     else check.error(gpu->source(), fmt::format("'gpu' must be true or false, not {}", Checker::type_name(*gpu)));

@@ -159,6 +159,27 @@ class Submitted(ClusterTestCase):
             self.assertEqual(f.read(), line + "\n")
 
 
+    def test_the_job_file_takes_dlrun_runs_host_options(self):
+        # remote_dlrun, connect_timeout, join_timeout: a job that needed --remote-dlrun could not
+        # be submitted. A missing ssh_config is refused at submit (it failed the queued job, 69).
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(f'command = ["true"]\n[scheduler]\nkind = "ssh"\nhosts = "{self.host(1)}"\n'
+                    f'ssh_config = "{self.cluster.ssh_config}"\nremote_dlrun = "/nonexistent/dlrun"\n'
+                    'connect_timeout = 5\njoin_timeout = 30\n')
+        env = dict(self.env, DLRUN_CPU_SLOTS="1")
+        r = self.dlrun("submit", "--wait", "--parsable", job, env=env, timeout=180)
+        self.assertEqual(r.returncode, 69, r.stderr)
+        logs = self.dlrun("logs", r.stdout.strip(), env=env)
+        self.assertIn("the shell there found no /nonexistent/dlrun", logs.stdout + logs.stderr)
+        with open(job, "w") as f:
+            f.write(f'command = ["true"]\n[scheduler]\nkind = "ssh"\nhosts = "{self.host(1)}"\n'
+                    f'ssh_config = "{self.tmp}/no-such-config"\n')
+        r = self.dlrun("submit", job, env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"ssh_config {self.tmp}/no-such-config: cannot read it: No such file or directory", r.stderr)
+
+
 class Failures(ClusterTestCase):
     hosts = 2
 

@@ -235,6 +235,17 @@ kind = "local"
     CHECK(error_of("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a:0\"\n").find("job.toml:4:9: --hosts a:0") == 0);
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nhosts = \"a\"\n") ==
           "job.toml:5:9: 'hosts' is for kind = \"ssh\"");
+    // What dlrun run takes as --remote-dlrun, --connect-timeout and --join-timeout.
+    spec = parse("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a:2\"\nremote_dlrun = \"/opt/dlrun/bin/dlrun\"\n"
+                 "connect_timeout = 3\njoin_timeout = 120.5\n");
+    CHECK(spec.remote_dlrun == "/opt/dlrun/bin/dlrun");
+    CHECK(spec.connect_timeout == 3.0);
+    CHECK(spec.join_timeout == 120.5);
+    CHECK_FALSE(parse("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a:2\"\n").join_timeout);
+    CHECK(error_of("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = \"a\"\njoin_timeout = -1\n").find(
+              "job.toml:5:16:") == 0);
+    CHECK(error_of("command = [\"x\"]\n[scheduler]\nkind = \"ssh\"\nhosts = [\"a:2\", \"b:2\"]\n") ==
+          "job.toml:4:9: 'hosts' is one string, as dlrun run --hosts takes it: hosts = \"a:4,b:4\"");
   }
   TEST_CASE("kind slurm: nodes, ranks per node and sbatch settings") {
     auto spec = parse(R"(command = ["./train"]

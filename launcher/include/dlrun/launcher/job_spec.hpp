@@ -69,6 +69,8 @@ struct JobSpec {
   std::string hostfile;
   bool gpu_slots = false;
   std::string ssh_config;  // ssh -F FILE (absolute), optional
+  std::string remote_dlrun;  // dlrun's path on the other hosts (--remote-dlrun); empty: this one's
+  std::optional<double> connect_timeout, join_timeout;  // seconds (--connect-timeout, --join-timeout)
   SlurmSpec slurm;
 
   // Ranks to start when the scheduler can give `max`.
