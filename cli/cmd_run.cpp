@@ -41,8 +41,11 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     c.gpu_slots = true;
   }
   if (app.count("--hosts") == app.count("--hostfile")) {
+    const bool resumed = !args.foreground.resume.empty();
     throw ConfigError(app.count("--hosts") == 0
-                          ? "say where to run: --hosts a:4,b:4 or --hostfile FILE"
+                          ? resumed ? "say where to run: --hosts a:4,b:4 or --hostfile FILE (a command line given with "
+                                      "--resume is the whole one: the hosts too; --resume JOB alone runs the job's own)"
+                                    : "say where to run: --hosts a:4,b:4 or --hostfile FILE"
                           : "--hosts and --hostfile both say where to run: give one of them, not both");
   }
   if (app.count("--hosts")) {
