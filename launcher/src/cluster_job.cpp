@@ -113,12 +113,12 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   }
 
   // Every host at once, every unreachable one named: never a silent hang. A stop signal
-  // meanwhile is blocked by the caller until the Supervisor handles it; Ctrl-C also ends the
-  // checks' ssh, which then reads as hosts that cannot be reached: the signal is what to say.
+  // meanwhile (blocked by the caller until the Supervisor handles it) ends the check, and the
+  // job before anything starts.
   auto unreachable = check_hosts(options.hosts, options.ssh, env);
-  if (int signal = unreachable.empty() ? 0 : take_pending_stop_signal()) {
-    throw Error(fmt::format("stopped by {} while the hosts were being checked: nothing was started", signal_name(signal)),
-                exit_code::k_signal_base + signal);
+  if (int signal = take_pending_stop_signal()) {
+    log::error("stopped by {} while the hosts were being checked: nothing was started", signal_name(signal));
+    return exit_code::k_signal_base + signal;
   }
   if (!unreachable.empty()) {
     std::string message = fmt::format("cannot reach {} of {} host{} over ssh (nothing was started):",

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -36,6 +37,46 @@ std::string user_name(uid_t uid) {
 std::string group_name(gid_t gid) {
   if (const group* gr = ::getgrgid(gid); gr && gr->gr_name) return gr->gr_name;
   return std::to_string(gid);
+}
+
+// A user-private group (Debian's scheme: the group of the user's own name, no other member):
+// its write permission gives no one else anything.
+bool private_group_of(gid_t gid, uid_t uid) {
+  const passwd* pw = ::getpwuid(uid);
+  if (!pw || pw->pw_gid != gid || !pw->pw_name) return false;
+  const std::string name = pw->pw_name;
+  const group* gr = ::getgrgid(gid);
+  return gr && gr->gr_name && name == gr->gr_name && (!gr->gr_mem || !gr->gr_mem[0]);
+}
+
+// Who besides the owner may write a directory or file of this mode, or empty.
+std::string other_writers(const struct stat& st) {
+  if (st.st_mode & S_IWOTH) return "every user";
+  if ((st.st_mode & S_IWGRP) && !private_group_of(st.st_gid, st.st_uid)) return "group " + group_name(st.st_gid);
+  return {};
+}
+
+// The first directory above `dir` through which another user could put another directory in
+// its place (OpenSSH's StrictModes): one neither root's nor this user's, or one others may write
+// that is not sticky (/tmp is). Empty when there is none.
+std::string weak_ancestor(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path path = std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
+  if (ec) return {};
+  const uid_t me = ::geteuid();
+  for (std::filesystem::path at = path.parent_path();; at = at.parent_path()) {
+    struct stat st {};
+    if (::stat(at.c_str(), &st) == 0) {
+      if (st.st_uid != 0 && st.st_uid != me) return fmt::format("{} belongs to {}", at.string(), user_name(st.st_uid));
+      if (!(st.st_mode & S_ISVTX)) {
+        if (std::string writers = other_writers(st); !writers.empty()) {
+          return fmt::format("{} may be written by {} (not sticky, as /tmp is)", at.string(), writers);
+        }
+      }
+    }
+    if (at == at.root_path() || !at.has_parent_path() || at.parent_path() == at) break;
+  }
+  return {};
 }
 
 }  // namespace
@@ -108,6 +149,59 @@ void check_own_home(const std::string& home) {
         "user a store of their own (unset {}: ~/.local/state/dlrun). The users' jobs share the machine's GPUs "
         "all the same (docs/security.md)",
         home, group_name(st.st_gid), env::k_home));
+  }
+  // Writable by others, even for a moment: what they may have put in it (a job store of theirs)
+  // would run as this user. Not made private here: what is in it is not known to be this user's.
+  if (std::string writers = other_writers(st); !writers.empty()) {
+    throw ForeignHomeError(fmt::format(
+        "{} may be written by {}: whatever they put in it (a job store of their own) dlrun would run as you; "
+        "check what it holds and make it yours alone (chmod 700 {}), or set {} to a new directory",
+        home, writers, home, env::k_home));
+  }
+  if (std::string weak = weak_ancestor(home); !weak.empty()) {
+    throw ForeignHomeError(fmt::format(
+        "{} lies below a directory another user may change: {}; they could put a store of their own in its place, "
+        "which dlrun would run as you (set {} to a directory below ones only you and root may write)",
+        home, weak, env::k_home));
+  }
+  for (const char* name : {"runs", "jobs"}) {
+    struct stat dir {};
+    const std::string path = home + "/" + name;
+    if (::lstat(path.c_str(), &dir) != 0) continue;
+    if (!S_ISDIR(dir.st_mode) || dir.st_uid != me) {
+      throw ForeignHomeError(fmt::format("{} is not a directory of yours ({}): another user may have put it there; "
+                                         "move it away and look at it",
+                                         path, S_ISDIR(dir.st_mode) ? "it belongs to " + user_name(dir.st_uid)
+                                                                    : "not a plain directory"));
+    }
+  }
+  for (const char* name : {"jobs.db", "jobs.db-wal", "jobs.db-shm"}) {
+    struct stat file {};
+    const std::string path = home + "/" + name;
+    if (::lstat(path.c_str(), &file) != 0) continue;
+    if (!S_ISREG(file.st_mode) || file.st_uid != me || file.st_nlink != 1) {
+      throw ForeignHomeError(fmt::format(
+          "{} is not a file of yours alone ({}): another user may have put it there, and dlrun would run what it "
+          "says as you; move it away and look at it",
+          path, !S_ISREG(file.st_mode) ? "not a plain file"
+                : file.st_uid != me    ? "it belongs to " + user_name(file.st_uid)
+                                       : fmt::format("{} links to it", file.st_nlink)));
+    }
+  }
+}
+
+void check_own_directory(const std::string& dir, const std::string& what) {
+  struct stat link {};
+  if (::lstat(dir.c_str(), &link) != 0) return;
+  struct stat st = link;
+  if (S_ISLNK(link.st_mode) && ::stat(dir.c_str(), &st) != 0) return;
+  const uid_t me = ::geteuid();
+  const uid_t owner = S_ISLNK(link.st_mode) && link.st_uid != me ? link.st_uid : st.st_uid;
+  if (owner != me) {
+    throw ConfigError(fmt::format(
+        "{} {} belongs to {}, not to you: they could have put links in it to files of yours, which the job's "
+        "output would overwrite, or read what it writes (give a directory of your own)",
+        what, dir, user_name(owner)));
   }
 }
 

@@ -116,6 +116,7 @@ void RendezvousServer::new_round(int round) {
   m_round_complete = false;
   m_round_failed = false;
   m_joins.clear();
+  m_signals_to_pass.clear();  // the last round's: its ranks are gone
   for (auto& [fd, node] : m_node_of_fd) ::shutdown(fd, SHUT_RDWR);  // the old round's agents
 }
 

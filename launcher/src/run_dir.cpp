@@ -72,6 +72,7 @@ std::string prepare_run_dir(const std::string& requested, const std::string& job
   }
   dir = fs::absolute(dir, ec);
   tighten_home(dlrun_home(env));  // one an older dlrun left readable by others
+  check_own_directory(dir.string(), is_default ? "run directory" : "--run-dir");
   if (!is_default && !job_id.empty()) {
     // `dlrun resize JOB` and friends find every run under $DLRUN_HOME/runs/JOB.
     fs::path runs = fs::path(dlrun_home(env)) / "runs";
@@ -95,6 +96,7 @@ std::string prepare_log_dir(const std::string& requested, const std::string& run
     throw ConfigError(fmt::format("cannot create the log directory {}: {}", requested,
                                   ec ? ec.message() : "it is not a directory"));
   }
+  check_own_directory(requested, "log directory");
   return requested;
 }
 

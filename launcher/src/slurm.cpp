@@ -113,8 +113,10 @@ JobState map_slurm_state(std::string_view state) {
 
 namespace {
 
-// "2026-11-29T06:22:43", local time (as scontrol prints it); "Unknown", "None": nothing.
+// Unix seconds (SLURM_TIME_FORMAT=%s, as dlrun asks scontrol), or "2026-11-29T06:22:43" in
+// local time (scontrol's default, in its own time zone); "Unknown", "None": nothing.
 std::optional<double> slurm_time(const std::string& text) {
+  if (auto seconds = parse_int(text); seconds && *seconds > 0) return static_cast<double>(*seconds);
   std::tm tm{};
   if (std::sscanf(text.c_str(), "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
                   &tm.tm_sec) != 6) {
@@ -245,7 +247,10 @@ SlurmCommandResult run_for_answer(const std::vector<std::string>& argv, const En
 
 SlurmAnswer slurm_query(int64_t slurm_id, const Environment& env) {
   const std::string id = std::to_string(slurm_id);
-  SlurmCommandResult scontrol = run_for_answer({"scontrol", "show", "job", "-o", id}, env);
+  // Times as Unix seconds: its own time zone and format are not dlrun's to guess.
+  Environment seconds = env;
+  seconds["SLURM_TIME_FORMAT"] = "%s";
+  SlurmCommandResult scontrol = run_for_answer({"scontrol", "show", "job", "-o", id}, seconds);
   std::optional<SlurmCommandResult> sacct;
   if (!scontrol.ran && scontrol.err.find("Invalid job id") != std::string::npos) {
     sacct = run_for_answer({"sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", id}, env);

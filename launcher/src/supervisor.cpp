@@ -427,6 +427,13 @@ void Supervisor::signal_members(int signal) {
 
 void Supervisor::request_stop(const std::string& reason, int code) {
   asio::post(m_io, [this, reason, code] {
+    if (m_phase == Phase::stopping && m_group) {
+      // A stop under way that the rendezvous held for hosts that have now failed to join: it
+      // reaches no one there; their sessions end instead (they ran until --grace was out).
+      log::error("{}", reason);
+      m_group->signal_running(SIGTERM);
+      return;
+    }
     if (m_phase != Phase::running || m_failure || !m_group) return;
     log::error("{}", reason);
     m_failure = Failure{SIZE_MAX, ExitStatus::exited(code), reason, {}, {}};

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <optional>
 #include <string>
 #include <utility>
@@ -251,7 +252,9 @@ struct AdaptiveBatch::Impl {
   void replan();
   void warn_divergence(const runtime::DivergenceWatch::Alarm& alarm) const;
   void switch_to(const BatchShape& next, const char* why);
-  void log_metrics();
+  // `end`: when the interval ended (default: now; the last step's end when AdaptiveBatch goes,
+  // so that evaluation or a checkpoint after the loop is not counted as training).
+  void log_metrics(std::optional<double> end = std::nullopt);
   // stats.loss from the losses observed since it was last taken (rank 0).
   void take_recent_loss();
   void publish_model(const runtime::ThroughputParams& params, double noise_scale);
@@ -739,8 +742,8 @@ void AdaptiveBatch::Impl::take_recent_loss() {
   reported_loss_steps = loss_steps;
 }
 
-void AdaptiveBatch::Impl::log_metrics() {
-  const double seconds = now() - interval_start;
+void AdaptiveBatch::Impl::log_metrics(std::optional<double> end) {
+  const double seconds = end.value_or(now()) - interval_start;
   stats.samples_per_sec = seconds > 0 ? static_cast<double>(interval_samples) / seconds : 0.0;
   stats.efficiency =
       runtime::efficiency(stats.noise_scale, static_cast<double>(options.initial_batch),
@@ -826,8 +829,10 @@ AdaptiveBatch::~AdaptiveBatch() {
   if (!m_impl) return;
   auto& d = *m_impl;
   if (!d.metrics || d.options.log_every <= 0 || d.logged_step == d.stats.step || d.interval_samples <= 0) return;
+  // Unwinding (a failed collective, say): reading the loss back could wait on a broken device.
+  if (std::uncaught_exceptions() > 0) return;
   try {
-    d.log_metrics();
+    d.log_metrics(d.mark);
   } catch (...) {  // a destructor: what is lost is one line
   }
 }

@@ -78,11 +78,17 @@ void BucketHook::start_vote(const at::Tensor& buffer) {
   m_vote->carries_check = m_vote->check_samplers && m_state.world_size <= k_sampler_check_most_ranks;
   m_vote->check_samplers = false;
   if (m_vote->carries_check) {
+    // One slot per group whether this rank measures this step or not: ranks at different steps
+    // (one restored another checkpoint: what the check is for) must still send votes of one length.
     std::vector<at::Tensor> parts{at::full({1}, flag, options)};
-    if (m_vote->groups > 0 && m_vote->measure) {
+    m_vote->check_has_norms = m_vote->groups > 0 && m_vote->measure && m_vote->local_sqr.size() == m_vote->groups;
+    if (m_vote->check_has_norms) {
       for (const auto& sum : m_vote->local_sqr) parts.push_back(sum.reshape({1}));
+    } else if (m_vote->groups > 0) {
+      parts.push_back(at::zeros({static_cast<int64_t>(m_vote->groups)}, options));
     }
-    const std::vector<float> slots = sampler_agreement_slots(m_state.last_take);
+    m_vote->checked_take = m_state.last_take;
+    const std::vector<float> slots = sampler_agreement_slots(m_vote->checked_take);
     parts.push_back(at::tensor(slots, at::TensorOptions().dtype(at::kFloat)).to(options.device()));
     m_vote->values = at::cat(parts);
   } else if (m_vote->groups == 0 || !m_vote->measure) {

@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sampler_agreement.hpp"
+
 namespace dlrun::runtime {
 
 struct ContextState;
@@ -28,7 +30,9 @@ struct StepVote {
   c10::intrusive_ptr<c10d::Work> work;  // the vote's allreduce, when Gloo carries it
   bool pending = false;                 // a vote was cast this step and is not read yet
   bool check_samplers = true;           // the next vote carries the sampler check (the first)
-  bool carries_check = false;           // the vote in flight carries it
+  bool carries_check = false;           // the vote in flight carries it, after one slot per group
+  bool check_has_norms = false;         // … and those slots are this step's norms (else zeros)
+  SamplerTake checked_take;             // what this rank's slots of the check say
   c10::intrusive_ptr<c10::ivalue::Future> shm_done;  // the vote's, when shared memory carries it
 
   // Gradient statistics: off while groups == 0, and for the steps where measure is false.

@@ -170,15 +170,21 @@ void DataParallel::synchronize() {
   const at::Tensor values = m_impl->vote->values.to(at::kCPU, at::kDouble);
   const double* v = values.data_ptr<double>();
   const double* end = v + values.numel();
+  bool norms = true;
   if (vote.carries_check) {
     vote.carries_check = false;
     end -= runtime::k_sampler_slots;
-    if (auto disagreement = runtime::sampler_disagreement(end, state.last_take, state.rank)) {
+    norms = vote.check_has_norms;
+    if (auto disagreement = runtime::sampler_disagreement(end, vote.checked_take, state.rank)) {
       throw ConfigError(*disagreement);
     }
   }
   m_impl->stop_voted = v[0] > 0;
-  m_impl->local_sqr.assign(v + 1, end);
+  if (norms) {
+    m_impl->local_sqr.assign(v + 1, end);
+  } else {
+    m_impl->local_sqr.clear();  // zeros that held the groups' places
+  }
   for (double& x : m_impl->local_sqr) x /= state.world_size;
 }
 

@@ -241,7 +241,7 @@ class OtherUsers(DlrunTestCase):
     def test_another_users_job_keeps_its_gpu_and_is_named(self):
         if os.geteuid() != 0 or not shutil.which("setpriv"):
             self.skipTest("needs root and setpriv to act as two users")
-        os.chmod(self.tmp, 0o777)
+        os.chmod(self.tmp, 0o1777)  # sticky, as /tmp: the users' stores are made in it
         if self.as_user(65534, "--version").returncode != 0:
             self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
         os.mkdir(os.path.join(self.tmp, "claims"))
@@ -264,7 +264,7 @@ class OtherUsers(DlrunTestCase):
         # The owner of a sticky directory may remove every file in it: every claim.
         if os.geteuid() != 0 or not shutil.which("setpriv"):
             self.skipTest("needs root and setpriv to act as two users")
-        os.chmod(self.tmp, 0o777)
+        os.chmod(self.tmp, 0o1777)  # sticky, as /tmp: the users' stores are made in it
         if self.as_user(65534, "--version").returncode != 0:
             self.skipTest(f"user 65534 cannot run {DLRUN} (a directory on its path is private)")
         r = self.as_user(65534, "local", "--gpus", "1", "true")

@@ -68,6 +68,32 @@ TEST_SUITE("launcher::PrivateFiles") {
     CHECK(refusal(tmp.root / "file").find("is not a directory") != std::string::npos);
   }
 
+  TEST_CASE("a store others may write, or below a directory they may change, is refused, not made private") {
+    TempDir tmp;
+    const fs::path open = tmp.root / "open";
+    fs::create_directory(open);
+    REQUIRE(::chmod(open.c_str(), 0777) == 0);
+    CHECK(refusal(open).find("may be written by every user") != std::string::npos);
+    REQUIRE(::chmod(open.c_str(), 01777) == 0);  // /tmp itself: sticky, but a store for no one
+    CHECK(refusal(open).find("may be written by every user") != std::string::npos);
+    struct stat st {};
+    REQUIRE(::stat(open.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 01777);  // left as it was
+    // Below a directory every user may write and that is not sticky: another could rename the
+    // store away and put theirs in its place between the check and its use.
+    fs::create_directory(open / "home");
+    REQUIRE(::chmod(open.c_str(), 0777) == 0);
+    CHECK(refusal(open / "home").find("lies below a directory another user may change") != std::string::npos);
+    REQUIRE(::chmod(open.c_str(), 01777) == 0);  // as /tmp: fine
+    CHECK(refusal(open / "home") == "");
+    // A jobs.db with a second name (a hard link another user kept) is not the user's alone.
+    std::FILE* f = std::fopen((open / "home" / "jobs.db").c_str(), "w");
+    REQUIRE(f);
+    std::fclose(f);
+    REQUIRE(::link((open / "home" / "jobs.db").c_str(), (tmp.root / "kept").c_str()) == 0);
+    CHECK(refusal(open / "home").find("links to it") != std::string::npos);
+  }
+
   TEST_CASE("another user's store, or a link another user made, is refused (as root)") {
     if (::geteuid() != 0) return;  // chown needs root
     TempDir tmp;
@@ -81,5 +107,16 @@ TEST_SUITE("launcher::PrivateFiles") {
     fs::create_directory_symlink(tmp.root / "mine", tmp.root / "planted");
     REQUIRE(::lchown((tmp.root / "planted").c_str(), 65534, 65534) == 0);
     CHECK(refusal(tmp.root / "planted").find("belongs to") != std::string::npos);
+    // A jobs.db another user put in a store of this user's.
+    std::FILE* f = std::fopen((tmp.root / "mine" / "jobs.db").c_str(), "w");
+    REQUIRE(f);
+    std::fclose(f);
+    REQUIRE(::chown((tmp.root / "mine" / "jobs.db").c_str(), 65534, 65534) == 0);
+    CHECK(refusal(tmp.root / "mine").find("it belongs to") != std::string::npos);
+    // A run or log directory another user made (before the job did), or their link to one.
+    CHECK_THROWS_WITH_AS(check_own_directory(theirs.string(), "log directory"),
+                         doctest::Contains("log directory"), dlrun::ConfigError);
+    CHECK_NOTHROW(check_own_directory((tmp.root / "mine").string(), "log directory"));
+    CHECK_THROWS_AS(check_own_directory((tmp.root / "planted").string(), "--run-dir"), dlrun::ConfigError);
   }
 }

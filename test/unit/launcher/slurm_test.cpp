@@ -26,6 +26,7 @@ TEST_SUITE("launcher::Slurm") {
     std::tm tm{};
     tm.tm_year = 126, tm.tm_mon = 10, tm.tm_mday = 29, tm.tm_hour = 6, tm.tm_min = 22, tm.tm_sec = 43, tm.tm_isdst = -1;
     CHECK(running->started_at == static_cast<double>(std::mktime(&tm)));
+    CHECK(parse_scontrol_job("JobId=7 JobState=RUNNING StartTime=1795434291")->started_at == 1795434291.0);
     auto pending = parse_scontrol_job("JobId=7 JobState=PENDING Reason=PartitionNodeLimit StartTime=Unknown");
     CHECK((pending->state == JobState::pending && pending->reason == "PartitionNodeLimit" && !pending->started_at));
     CHECK(slurm_never_hint(pending->reason) == "it asks for more nodes than its partition allows");

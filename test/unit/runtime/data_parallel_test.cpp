@@ -313,6 +313,32 @@ TEST_SUITE("runtime::DataParallel") {
       CHECK(messages[0].find("the ranks' ElasticSamplers disagree at the first step") == 0);
       CHECK(messages[1].find(c.words) != std::string::npos);
     }
+    // Ranks at different steps (one restored another checkpoint): one measures the gradient
+    // norms at its step, the other not. The votes must still have one length, or the check
+    // would hang or read another rank's slots.
+    std::vector<std::string> said(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      auto net = make_net(1);
+      dlrun::DataParallel dp(net, ctx);
+      std::vector<at::Tensor> params;
+      for (const auto& p : net->parameters()) params.push_back(p);
+      dp.track_gradient_norms({params});
+      dp.measure_gradient_norms(ctx.rank() == 0);
+      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+      dlrun::ElasticSampler sampler(64, ctx, 7);
+      if (ctx.rank() == 1) sampler.next(8);
+      sampler.next(8);
+      auto [x, y] = global_batch(0, 8);
+      const int64_t b = ctx.rank() * 4;
+      dp.backward(summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
+      try {
+        dp.step(sgd);
+      } catch (const dlrun::ConfigError& e) {
+        said[static_cast<size_t>(ctx.rank())] = e.what();
+      }
+    });
+    CHECK(said[0].find("they are at different samples (rank 0: epoch 0, sample 0 of it)") != std::string::npos);
+    CHECK(said[1].find("they are at different samples (rank 1: epoch 0, sample 8 of it)") != std::string::npos);
     // The same on every rank: the steps are taken, and later steps carry no check.
     std::atomic<int> steps{0};
     dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {

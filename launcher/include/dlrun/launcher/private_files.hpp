@@ -41,6 +41,11 @@ bool is_shared_home(const std::string& home);
 // start their command as this user (or as root). Names the owner or the group.
 void check_own_home(const std::string& home);
 
+// Throws ConfigError when `dir` (a run or log directory, made or found) is another user's, or a
+// link another user made: its owner could have planted links in it to this user's files, which
+// the job's logs would then write. `what` names it ("--run-dir", "log directory").
+void check_own_directory(const std::string& dir, const std::string& what);
+
 // check_own_home(), then a home an older dlrun left readable by others, with its job store,
 // is made 0700 and 0600.
 void tighten_home(const std::string& home);
