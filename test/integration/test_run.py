@@ -324,6 +324,22 @@ while true; do sleep 0.05; done
         self.assertEqual(p.returncode, 143, line + err)
         self.assertNotIn("killing them", err)
 
+    def test_a_stop_held_for_hosts_that_then_miss_the_join_timeout_ends_their_sessions(self):
+        # The stop is held at the rendezvous for agents that have not joined; when they never do,
+        # their ssh sessions are ended then (dlrun waited out --grace).
+        slow = self.script("slower-dlrun.sh", f'sleep 30\nexec {DLRUN} "$@"\n')
+        start = time.monotonic()
+        p = self.start(*self.run_args([self.host(0), self.host(1)], "--remote-dlrun", slow, "--join-timeout", "3",
+                                      "--grace", "60", "true"))
+        line = p.stderr.readline()
+        self.assertIn("logs in", line)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 143, line + err)
+        self.assertIn("not every host joined the rendezvous within 3 s", err)
+        self.assertNotIn("killing them", err)
+        self.assertLess(time.monotonic() - start, 25)  # neither --grace (60 s) nor the agents' sleep (30 s)
+
     def test_ctrl_c_while_the_hosts_are_checked_is_a_stop(self):
         # A host that does not answer holds the ssh check for --connect-timeout; SIGINT then used
         # to kill dlrun outright, and the job was recorded as lost.
