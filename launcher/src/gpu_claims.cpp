@@ -146,7 +146,14 @@ std::string ensure_dir(const std::string& dir) {
       if (::mkdir(partial.c_str(), 0755) == 0) ::chmod(partial.c_str(), 0755);
     }
     if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) return fmt::format("{}: {}", dir, std::strerror(errno));
-    ::chmod(dir.c_str(), 01777);  // past the umask; fails harmlessly if another user made it meanwhile
+    // Past the umask, on the directory made here only: a link put there meanwhile (to a directory
+    // of this user's) is not followed, and one another user made is left as it is.
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      struct stat made {};
+      if (::fstat(fd, &made) == 0 && made.st_uid == ::geteuid()) ::fchmod(fd, 01777);
+      ::close(fd);
+    }
     if (::lstat(dir.c_str(), &st) != 0) return fmt::format("{}: {}", dir, std::strerror(errno));
   }
   if (!S_ISDIR(st.st_mode)) return fmt::format("{} is not a directory", dir);

@@ -45,6 +45,7 @@ namespace {
 
 std::string prepare_home(const Environment& env) {
   std::string home = dlrun_home(env);
+  check_own_home(home);  // before anything is made in it, or in another user's directory
   std::error_code ec;
   fs::create_directories(home, ec);
   if (ec) {

@@ -24,6 +24,7 @@
 #include "dlrun/launcher/job_resize.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/plan.hpp"
+#include "dlrun/launcher/private_files.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/supervisor.hpp"
@@ -70,7 +71,7 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity) {
 }
 
 void send_output_to(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return;
   ::dup2(fd, STDOUT_FILENO);
   ::dup2(fd, STDERR_FILENO);
@@ -169,10 +170,20 @@ int run_submitted_job(int64_t id, const Environment& env) {
   }
   const std::string log_dir = parsed ? queue.log_dir(id, *parsed) : run_dir;
   fs::create_directories(log_dir, ec);
-  send_output_to(log_dir + "/output.log");
+  // Another user's LOG_DIR/ID (made first: job numbers are known in advance) is not written at
+  // all, output.log included, which a link there would have sent to a file of this user's.
+  std::string log_dir_problem;
   try {
+    check_own_directory(log_dir, "log directory");
+    send_output_to(log_dir + "/output.log");
+  } catch (const Error& e) {
+    log_dir_problem = e.what();
+  }
+  try {
+    if (!log_dir_problem.empty()) throw ConfigError(log_dir_problem);
     if (!parsed) throw ConfigError(parse_error);
     const JobSpec& spec = *parsed;
+    if (!spec.checkpoint_dir.empty()) check_own_directory(spec.checkpoint_dir, "checkpoint_dir");
     Environment base = decode_environment(record->submitted.environment);
     base.erase(env::k_umask);  // this process's own: the ranks get it as their umask
     for (const auto& [key, value] : spec.env) base[key] = value;

@@ -46,7 +46,18 @@ bool private_group_of(gid_t gid, uid_t uid) {
   if (!pw || pw->pw_gid != gid || !pw->pw_name) return false;
   const std::string name = pw->pw_name;
   const group* gr = ::getgrgid(gid);
-  return gr && gr->gr_name && name == gr->gr_name && (!gr->gr_mem || !gr->gr_mem[0]);
+  if (!gr || !gr->gr_name || name != gr->gr_name || (gr->gr_mem && gr->gr_mem[0])) return false;
+  // No other user has it as their primary group either (usermod -g alice carol).
+  ::setpwent();
+  bool alone = true;
+  while (const passwd* other = ::getpwent()) {
+    if (other->pw_gid == gid && other->pw_uid != uid) {
+      alone = false;
+      break;
+    }
+  }
+  ::endpwent();
+  return alone;
 }
 
 // Who besides the owner may write a directory or file of this mode, or empty.
@@ -61,9 +72,23 @@ std::string other_writers(const struct stat& st) {
 // that is not sticky (/tmp is). Empty when there is none.
 std::string weak_ancestor(const std::string& dir) {
   std::error_code ec;
-  std::filesystem::path path = std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
-  if (ec) return {};
   const uid_t me = ::geteuid();
+  // The path as written first: a link on the way that another user made (or may replace)
+  // takes it elsewhere whenever they like, whatever the place it points to now.
+  std::filesystem::path written = std::filesystem::absolute(dir, ec).lexically_normal();
+  if (ec) return fmt::format("{} cannot be made absolute: {}", dir, ec.message());
+  std::filesystem::path prefix;
+  for (const auto& part : written) {
+    prefix /= part;
+    if (part.empty()) continue;
+    struct stat link {};
+    if (::lstat(prefix.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) continue;
+    if (link.st_uid != 0 && link.st_uid != me) {
+      return fmt::format("{} is a link of {}'s", prefix.string(), user_name(link.st_uid));
+    }
+  }
+  std::filesystem::path path = std::filesystem::weakly_canonical(written, ec);
+  if (ec) return fmt::format("{} cannot be resolved: {}", dir, ec.message());
   for (std::filesystem::path at = path.parent_path();; at = at.parent_path()) {
     struct stat st {};
     if (::stat(at.c_str(), &st) == 0) {
@@ -116,10 +141,23 @@ bool is_shared_home(const std::string& home) {
   return ::stat(home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_IWGRP) && (st.st_mode & S_ISGID);
 }
 
-void check_own_home(const std::string& home) {
+void check_own_home(const std::string& written) {
+  // "DIR/" would follow a link at DIR that lstat is meant to see.
+  std::string home = written;
+  while (home.size() > 1 && home.back() == '/') home.pop_back();
   struct stat link {};
   if (::lstat(home.c_str(), &link) != 0) {
-    if (errno == ENOENT) return;  // made by this user next
+    if (errno == ENOENT) {
+      // Made by this user next, in its nearest existing directory: not in another user's
+      // (root with a user's HOME left root's directories in that home).
+      if (std::string weak = weak_ancestor(home); !weak.empty()) {
+        throw ForeignHomeError(fmt::format(
+            "{} would be made below a directory another user may change: {} (set {} to a directory below ones "
+            "only you and root may write)",
+            home, weak, env::k_home));
+      }
+      return;
+    }
     throw ConfigError(fmt::format("cannot open {}: {} (set {} to a directory of yours)", home, std::strerror(errno),
                                   env::k_home));
   }
@@ -168,24 +206,23 @@ void check_own_home(const std::string& home) {
     struct stat dir {};
     const std::string path = home + "/" + name;
     if (::lstat(path.c_str(), &dir) != 0) continue;
-    if (!S_ISDIR(dir.st_mode) || dir.st_uid != me) {
-      throw ForeignHomeError(fmt::format("{} is not a directory of yours ({}): another user may have put it there; "
+    if (dir.st_uid != me) {
+      throw ForeignHomeError(fmt::format("{} is not yours (it belongs to {}): another user may have put it there; "
                                          "move it away and look at it",
-                                         path, S_ISDIR(dir.st_mode) ? "it belongs to " + user_name(dir.st_uid)
-                                                                    : "not a plain directory"));
+                                         path, user_name(dir.st_uid)));
     }
   }
   for (const char* name : {"jobs.db", "jobs.db-wal", "jobs.db-shm"}) {
     struct stat file {};
     const std::string path = home + "/" + name;
     if (::lstat(path.c_str(), &file) != 0) continue;
-    if (!S_ISREG(file.st_mode) || file.st_uid != me || file.st_nlink != 1) {
+    // (Something else of the user's there, a directory, is theirs: SQLite says what it makes of it.)
+    if (file.st_uid != me || (S_ISREG(file.st_mode) && file.st_nlink != 1)) {
       throw ForeignHomeError(fmt::format(
           "{} is not a file of yours alone ({}): another user may have put it there, and dlrun would run what it "
           "says as you; move it away and look at it",
-          path, !S_ISREG(file.st_mode) ? "not a plain file"
-                : file.st_uid != me    ? "it belongs to " + user_name(file.st_uid)
-                                       : fmt::format("{} links to it", file.st_nlink)));
+          path, file.st_uid != me ? "it belongs to " + user_name(file.st_uid)
+                                  : fmt::format("{} links to it", file.st_nlink)));
     }
   }
 }
@@ -202,6 +239,13 @@ void check_own_directory(const std::string& dir, const std::string& what) {
         "{} {} belongs to {}, not to you: they could have put links in it to files of yours, which the job's "
         "output would overwrite, or read what it writes (give a directory of your own)",
         what, dir, user_name(owner)));
+  }
+  if (std::string weak = weak_ancestor(dir); !weak.empty()) {
+    throw ConfigError(fmt::format(
+        "{} {} lies below a directory another user may change: {}; they could put a directory of theirs in its "
+        "place while the job runs, with links to files of yours that it would then write (give a directory below "
+        "ones only you and root may write, or sticky ones such as /tmp)",
+        what, dir, weak));
   }
 }
 

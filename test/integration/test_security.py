@@ -222,5 +222,35 @@ class Cancel(DlrunTestCase):
         self.assertFalse(os.path.exists(rooted), "root ran the job a user's store said was root's")
 
 
+class PlantedDirectories(DlrunTestCase):
+    """A run or log directory another user made first is not written at all."""
+
+    def test_a_log_directory_another_user_made_first_is_refused_and_nothing_is_written(self):
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv to act as two users")
+        shared = os.path.join(self.tmp, "shared-logs")
+        os.makedirs(shared)
+        os.chmod(self.tmp, 0o755)
+        os.chmod(shared, 0o1777)  # a log directory every user may write into, as /tmp
+        victim = os.path.join(self.tmp, "victim.txt")
+        with open(victim, "w") as f:
+            f.write("mine\n")
+        # Job numbers are known in advance: user 65534 makes the first job's log directory, with
+        # a link where its output.log goes.
+        planted = os.path.join(shared, "1")
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+                            f"mkdir -m 777 {planted} && ln -s {victim} {planted}/output.log"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = os.path.join(self.tmp, "job.toml")
+        with open(job, "w") as f:
+            f.write(f'command = ["echo", "secret output"]\nlog_dir = "{shared}"\n[resources]\nnproc = 1\n')
+        r = self.dlrun("submit", "--wait", job, timeout=120)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn(f"log directory {planted} belongs to user", r.stdout + r.stderr)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "mine\n")
+
+
 if __name__ == "__main__":
     unittest.main()

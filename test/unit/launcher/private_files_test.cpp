@@ -118,5 +118,25 @@ TEST_SUITE("launcher::PrivateFiles") {
                          doctest::Contains("log directory"), dlrun::ConfigError);
     CHECK_NOTHROW(check_own_directory((tmp.root / "mine").string(), "log directory"));
     CHECK_THROWS_AS(check_own_directory((tmp.root / "planted").string(), "--run-dir"), dlrun::ConfigError);
+    // The path as written: a trailing slash, or another user's link on the way, is refused too.
+    CHECK(refusal(tmp.root.string() + "/planted/").find("belongs to") != std::string::npos);
+    fs::create_directory(tmp.root / "mine" / "store");
+    fs::remove(tmp.root / "mine" / "jobs.db");
+    CHECK(refusal(tmp.root / "mine" / "store") == "");
+    CHECK(refusal(tmp.root / "planted" / "store").find("is a link of") != std::string::npos);
+    // Not made in another user's directory: root with a user's HOME left root's directories there.
+    CHECK(refusal(theirs / "x" / "store").find("would be made below a directory another user may change") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("a run or log directory below a directory others may change is refused, unless it is sticky") {
+    TempDir tmp;
+    const fs::path open = tmp.root / "open";
+    fs::create_directories(open / "run");
+    REQUIRE(::chmod(open.c_str(), 0777) == 0);
+    CHECK_THROWS_WITH_AS(check_own_directory((open / "run").string(), "--run-dir"),
+                         doctest::Contains("lies below a directory another user may change"), dlrun::ConfigError);
+    REQUIRE(::chmod(open.c_str(), 01777) == 0);
+    CHECK_NOTHROW(check_own_directory((open / "run").string(), "--run-dir"));
   }
 }
