@@ -1,11 +1,11 @@
 #include "dlrun/launcher/cpu_time.hpp"
 
+#include "dlrun/launcher/fd_io.hpp"
+
 #include <dirent.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -20,8 +20,10 @@ struct Stat {
 
 // /proc/PID/stat's fields after the command name, which may hold spaces and parentheses.
 std::optional<Stat> read_stat(const std::string& pid) {
-  std::ifstream file("/proc/" + pid + "/stat");
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  // Not an ifstream: a process that ends while it is read fails read() with ESRCH, which
+  // libstdc++'s filebuf throws as "basic_filebuf::underflow error reading the file" (dlrun
+  // ended with 70 while it watched ranks that had children coming and going).
+  const std::string text = read_file("/proc/" + pid + "/stat").value_or("");
   const auto close = text.rfind(')');
   if (close == std::string::npos || close + 2 > text.size()) return std::nullopt;
   std::istringstream rest(text.substr(close + 2));

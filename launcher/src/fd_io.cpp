@@ -54,7 +54,9 @@ std::optional<std::string> read_file(const std::string& path) {
 
 void write_file_atomically(const std::string& path, std::string_view text) {
   const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Made new, never through a link put there (a file of the user's the write would truncate).
+  ::unlink(temp.c_str());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) throw SystemError("cannot write " + path, errno);
   bool ok = write_all(fd, text);
   int error = errno;

@@ -1,8 +1,9 @@
 #include "dlrun/launcher/process_identity.hpp"
 
+#include "dlrun/launcher/fd_io.hpp"
+
 #include <unistd.h>
 
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -11,8 +12,9 @@ namespace {
 
 // Fields after the command name, which may itself contain spaces and parentheses.
 bool read_stat(pid_t pid, char& state, uint64_t& start_time) {
-  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  // read(), not an ifstream: a process ending meanwhile fails it with ESRCH, which libstdc++
+  // throws from an ifstream.
+  const std::string text = read_file("/proc/" + std::to_string(pid) + "/stat").value_or("");
   auto close = text.rfind(')');
   if (close == std::string::npos) return false;
   std::istringstream rest(text.substr(close + 2));
