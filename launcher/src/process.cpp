@@ -352,6 +352,15 @@ sigset_t stop_signal_set() {
   return set;
 }
 
+bool stop_signal_pending() {
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) return false;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    if (sigismember(&pending, sig)) return true;
+  }
+  return false;
+}
+
 int take_pending_stop_signal() {
   sigset_t pending;
   if (::sigpending(&pending) != 0) return 0;

@@ -74,16 +74,7 @@ std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSe
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(ssh.connect_timeout_seconds + 5);
   size_t open_pipes = probes.size() * 2;
-  const sigset_t stop = stop_signal_set();
-  auto stop_pending = [&stop] {
-    sigset_t pending;
-    if (::sigpending(&pending) != 0) return false;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
-      if (sigismember(&stop, sig) && sigismember(&pending, sig)) return true;
-    }
-    return false;
-  };
-  while (open_pipes > 0 && std::chrono::steady_clock::now() < deadline && !stop_pending()) {
+  while (open_pipes > 0 && std::chrono::steady_clock::now() < deadline && !stop_signal_pending()) {
     std::vector<pollfd> fds;
     for (auto& p : probes) {
       for (int fd : {p.process.stdout_fd, p.process.stderr_fd}) {

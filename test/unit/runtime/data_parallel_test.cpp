@@ -286,6 +286,18 @@ TEST_SUITE("runtime::DataParallel") {
                           {8, 32, 7, false, "their dataset sizes differ (rank 1: 32)"},
                           {8, 64, 8, false, "their seeds differ (rank 1: 8)"},
                           {8, 64, 7, true, "they are at different samples (rank 1: epoch 0, sample 8 of it)"}};
+    // Each rank's half of the first global batch, one step: what it threw, or empty.
+    auto first_step = [](dlrun::Context& ctx, NetImpl& net, dlrun::DataParallel& dp, torch::optim::SGD& sgd) {
+      auto [x, y] = global_batch(0, 8);
+      const int64_t b = ctx.rank() * 4;
+      dp.backward(summed_loss(net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
+      try {
+        dp.step(sgd);
+      } catch (const dlrun::ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
     for (const auto& c : cases) {
       CAPTURE(c.words);
       std::vector<std::string> messages(2);
@@ -298,16 +310,8 @@ TEST_SUITE("runtime::DataParallel") {
         dlrun::ElasticSampler sampler(one ? c.size1 : 64, ctx, one ? c.seed1 : 7);
         if (one && c.skip1) sampler.next(8);
         sampler.next(one ? c.batch1 : 8);
-        auto [x, y] = global_batch(0, 8);
-        const int64_t b = ctx.rank() * 4;
-        dp.backward(summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
-        try {
-          dp.step(sgd);
-        } catch (const dlrun::ConfigError& e) {
-          messages[static_cast<size_t>(ctx.rank())] = e.what();
-          return;
-        }
-        ++steps;
+        messages[static_cast<size_t>(ctx.rank())] = first_step(ctx, *net, dp, sgd);
+        if (messages[static_cast<size_t>(ctx.rank())].empty()) ++steps;
       });
       CHECK(steps == 0);
       CHECK(messages[0].find("the ranks' ElasticSamplers disagree at the first step") == 0);
@@ -328,14 +332,7 @@ TEST_SUITE("runtime::DataParallel") {
       dlrun::ElasticSampler sampler(64, ctx, 7);
       if (ctx.rank() == 1) sampler.next(8);
       sampler.next(8);
-      auto [x, y] = global_batch(0, 8);
-      const int64_t b = ctx.rank() * 4;
-      dp.backward(summed_loss(*net, x.slice(0, b, b + 4), y.slice(0, b, b + 4)));
-      try {
-        dp.step(sgd);
-      } catch (const dlrun::ConfigError& e) {
-        said[static_cast<size_t>(ctx.rank())] = e.what();
-      }
+      said[static_cast<size_t>(ctx.rank())] = first_step(ctx, *net, dp, sgd);
     });
     CHECK(said[0].find("they are at different samples (rank 0: epoch 0, sample 0 of it)") != std::string::npos);
     CHECK(said[1].find("they are at different samples (rank 1: epoch 0, sample 8 of it)") != std::string::npos);

@@ -84,6 +84,8 @@ bool process_handles_signal(pid_t pid, int signal);
 // SIGINT, SIGTERM, SIGHUP and SIGQUIT: what asks a dlrun process to stop (blocked until its handlers
 // exist, then waited for or handled).
 sigset_t stop_signal_set();
+// Whether a stop signal is pending (blocked, and sent meanwhile); it stays pending.
+bool stop_signal_pending();
 // A stop signal that is pending (blocked, and sent meanwhile), taken: it will not be delivered
 // again. 0 when none is.
 int take_pending_stop_signal();
