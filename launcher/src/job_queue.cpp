@@ -313,7 +313,15 @@ void JobQueue::submit_to_slurm(int64_t id, const JobSpec& spec) {
     script.close();
     if (!script) throw Error(fmt::format("cannot write {}", script_path));
     int64_t slurm_id = slurm_submit(script_path, sbatch_environment(m_env, spec.export_env));
-    m_store.set_slurm_id(id, slurm_id, input.run_dir);
+    if (!m_store.set_slurm_id(id, slurm_id, input.run_dir)) {
+      // dlrun cancel came while sbatch ran: what it queued goes too.
+      log::warn("job {} was cancelled while it was being submitted: cancelling Slurm job {}", id, slurm_id);
+      try {
+        slurm_cancel(slurm_id, false, m_env);
+      } catch (const Error& e) {
+        log::error("job {}: Slurm job {} is left queued: {} (scancel {} removes it)", id, slurm_id, e.what(), slurm_id);
+      }
+    }
   } catch (const Error& e) {
     m_store.finish(id, JobState::failed, e.exit_code(), fmt::format("not submitted to Slurm: {}", e.what()));
     throw;
@@ -580,7 +588,14 @@ JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
   if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", id));
   if (is_terminal(job->state)) return job->state;
   check_owner(*job, "cancel");
-  if (job->submitted.slurm) return cancel_slurm(*job, force);
+  if (job->submitted.slurm) {
+    // Its sbatch has not answered yet: the job leaves the queue here, and its submitter cancels
+    // what sbatch queued (set_slurm_id). Once it has an id, Slurm cancels it.
+    if (job->slurm_id == 0 && m_store.cancel_unsubmitted(id, why, exit_code::k_signal_base + SIGTERM)) {
+      return JobState::cancelled;
+    }
+    return cancel_slurm(*m_store.get(id), force);
+  }
   if (job->state == JobState::pending && m_store.cancel_pending(id, why, exit_code::k_signal_base + SIGTERM)) {
     return JobState::cancelled;
   }

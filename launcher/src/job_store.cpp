@@ -472,10 +472,18 @@ void JobStore::set_final_metrics(int64_t id, const MetricsSnapshot& metrics) {
   s.step();
 }
 
-void JobStore::set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir) {
-  Statement s(m_db, "UPDATE jobs SET slurm_id = ?, run_dir = ?, ranks = max_ranks WHERE id = ?");
+bool JobStore::set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir) {
+  {
+    Statement s(m_db, "UPDATE jobs SET slurm_id = ?, run_dir = ?, ranks = max_ranks WHERE id = ? AND state = 'PENDING'");
+    s.bind(1, slurm_id).bind(2, run_dir).bind(3, id);
+    s.step();
+    if (sqlite3_changes(m_db) > 0) return true;
+  }
+  // Cancelled meanwhile: the id is still recorded, for dlrun status.
+  Statement s(m_db, "UPDATE jobs SET slurm_id = ?, run_dir = ? WHERE id = ?");
   s.bind(1, slurm_id).bind(2, run_dir).bind(3, id);
   s.step();
+  return false;
 }
 
 std::optional<Allocation> JobStore::resize_allocation(int64_t id, int world, const Capacity& capacity,
@@ -582,6 +590,14 @@ void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, 
 bool JobStore::cancel_pending(int64_t id, const std::string& reason, int exit_code) {
   Statement s(m_db, "UPDATE jobs SET state = 'CANCELLED', reason = ?, ended_at = ?, exit_code = ? WHERE id = ? AND "
                     "state = 'PENDING'");
+  s.bind(1, reason).bind(2, now_seconds()).bind(3, exit_code).bind(4, id);
+  s.step();
+  return sqlite3_changes(m_db) > 0;
+}
+
+bool JobStore::cancel_unsubmitted(int64_t id, const std::string& reason, int exit_code) {
+  Statement s(m_db, "UPDATE jobs SET state = 'CANCELLED', reason = ?, ended_at = ?, exit_code = ? WHERE id = ? AND "
+                    "state = 'PENDING' AND slurm = 1 AND slurm_id = 0");
   s.bind(1, reason).bind(2, now_seconds()).bind(3, exit_code).bind(4, id);
   s.step();
   return sqlite3_changes(m_db) > 0;

@@ -126,14 +126,45 @@ class OnSlurm(DlrunTestCase):
         wait = subprocess.Popen([DLRUN, "submit", "--wait", "--parsable",
                                  self.job(["true"], 'sbatch_options = ["--begin=now+1hour"]\n')],
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.assertTrue(wait_for(lambda: len(json.loads(self.dlrun("status", "--json").stdout)) == 1, 60))
-        job_id = str(json.loads(self.dlrun("status", "--json").stdout)[0]["id"])
+        # Queued in Slurm (sbatch has answered): a cancel before that is the next test's.
+        listed = lambda: json.loads(self.dlrun("status", "--json").stdout)
+        self.assertTrue(wait_for(lambda: len(listed()) == 1 and listed()[0]["slurm_id"], 60), listed())
+        job_id = str(listed()[0]["id"])
         c = self.dlrun("cancel", job_id, timeout=180)
         self.assertEqual(c.returncode, 0, c.stderr)
         out, err = wait.communicate(timeout=180)
         self.assertEqual(wait.returncode, 143, err)
         job = self.status(job_id)
         self.assertEqual((job["state"], job["exit_code"], job["reason"]), ("CANCELLED", 143, "Slurm: CANCELLED"))
+
+    def test_a_job_cancelled_while_sbatch_runs_is_cancelled_in_slurm_too(self):
+        # dlrun cancel between the job's record and sbatch's answer ran 'scancel 0' (exit 69), and
+        # the job sbatch then queued stayed in Slurm. A slow sbatch (a busy controller) makes room.
+        shim = os.path.join(self.tmp, "bin")
+        os.mkdir(shim)
+        gate = os.path.join(self.tmp, "sbatch-may-answer")
+        real = shutil.which("sbatch", path=self.env["PATH"])
+        with open(os.path.join(shim, "sbatch"), "w") as f:
+            f.write(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexec {real} \"$@\"\n")
+        os.chmod(os.path.join(shim, "sbatch"), 0o755)
+        env = dict(self.env, PATH=shim + os.pathsep + self.env["PATH"])
+        submit = subprocess.Popen([DLRUN, "submit", "--wait", "--parsable",
+                                   self.job(["true"], 'sbatch_options = ["--begin=now+1hour"]\n')],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        listed = lambda: json.loads(self.dlrun("status", "--json").stdout)
+        self.assertTrue(wait_for(lambda: len(listed()) == 1, 60))
+        job_id = str(listed()[0]["id"])
+        c = self.dlrun("cancel", job_id, timeout=60)
+        self.assertEqual((c.returncode, c.stdout), (0, f"Job {job_id} CANCELLED\n"), c.stderr)
+        open(gate, "w").close()
+        out, err = submit.communicate(timeout=120)
+        self.assertEqual(submit.returncode, 143, err)
+        self.assertIn(f"job {job_id} was cancelled while it was being submitted: cancelling Slurm job", err)
+        job = self.status(job_id)
+        self.assertEqual((job["state"], job["exit_code"]), ("CANCELLED", 143))
+        self.assertIsInstance(job["slurm_id"], int)
+        squeue = lambda: subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True).stdout.strip()
+        self.assertTrue(wait_for(lambda: squeue() == "", 60), squeue())
 
     def test_a_job_that_cannot_start_says_why_while_pending(self):
         # Two nodes on a one-node cluster: Slurm queues it for good. It looked like any waiting job.

@@ -112,8 +112,9 @@ class JobStore {
   std::optional<Allocation> try_start(int64_t id, const Capacity& capacity, const std::string& run_dir);
   // Restarts after failures, restarts at a new size, and restarts the ranks asked for.
   void set_restarts(int64_t id, int restarts, int resizes, int requested);
-  // A job handed to Slurm: its Slurm id and run directory.
-  void set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir);
+  // A job handed to Slurm: its Slurm id and run directory. False: the job had been cancelled
+  // while sbatch ran (cancel_unsubmitted), and its Slurm job is the caller's to cancel.
+  bool set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir);
   // An elastic job's new size: its allocation becomes `world` ranks if that fits beside
   // the other running jobs (GPUs it holds are kept first). nullopt: it does not fit.
   // `cause` is recorded with the change ("resize", "scheduler").
@@ -177,6 +178,9 @@ class JobStore {
   // PENDING → CANCELLED in one step, with the exit code a cancelled job gets (128 + the
   // signal that cancelled it); false if the job was not pending.
   bool cancel_pending(int64_t id, const std::string& reason, int exit_code);
+  // The same for a Slurm job whose sbatch has not answered yet (no Slurm id recorded): false
+  // if it has one by now, or is not pending. Its submitter cancels what sbatch queued.
+  bool cancel_unsubmitted(int64_t id, const std::string& reason, int exit_code);
 
   // Running jobs whose supervisor died become FAILED ("lost") and free their resources;
   // pending jobs without a live supervisor are returned for adoption. Slurm jobs have
