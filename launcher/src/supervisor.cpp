@@ -76,6 +76,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_pass_timer(m_io),
       m_watchdog_timer(m_io),
       m_waiting_timer(m_io),
+      m_remnant_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
   m_stop_signals.add(SIGQUIT);  // the constructor takes three at most
   m_terminal.set_live(Stream::out, live_terminal(STDOUT_FILENO, m_job.base_env));
@@ -323,8 +324,17 @@ void Supervisor::on_children_ended() {
       stop_group(SIGTERM);
     }
   }
+  if (m_phase == Phase::stopping) {
+    // What these ranks started gets the stop signal now that they have ended (one that handled
+    // it kept its helpers running meanwhile).
+    for (size_t index : ended) m_group->signal_remnant(index, remnant_signal());
+  }
   if (m_group->all_exited()) {
-    begin_drain();
+    if (m_phase == Phase::stopping && !m_killing && m_group->remnants_alive()) {
+      wait_for_remnants();
+    } else {
+      begin_drain();
+    }
   } else if (std::any_of(ended.begin(), ended.end(), [this](size_t i) { return m_group->exit_status(i)->success(); })) {
     watch_waiting_ranks();
   }
@@ -355,7 +365,7 @@ void Supervisor::handle_stop_signal(int signal) {
       log::warn("got {}: killing the other {} now", signal_name(signal), m_job.member_noun + "s");
     }
     if (m_job.deliver_signal) m_job.deliver_signal(signal);
-    m_group->signal_running(SIGKILL);
+    kill_members_now();
     return;
   }
   if (m_stop_signal) {
@@ -368,7 +378,7 @@ void Supervisor::handle_stop_signal(int signal) {
     }
     log::warn("got {} again: killing all {}s now", signal_name(signal), m_job.member_noun);
     if (m_job.deliver_signal) m_job.deliver_signal(signal);
-    m_group->signal_running(SIGKILL);
+    kill_members_now();
     return;
   }
   m_stop_signal = signal;
@@ -422,7 +432,32 @@ void Supervisor::handle_out_reader_gone() {
 }
 
 void Supervisor::signal_members(int signal) {
-  if (signal == SIGKILL || !m_job.deliver_signal || !m_job.deliver_signal(signal)) m_group->signal_running(signal);
+  if (signal == SIGKILL) return m_group->signal_running(signal);
+  // Each rank's own process, as torchrun: what it started (a DataLoader's workers) lives on while
+  // it handles the signal (saves a checkpoint), and gets the signal once the rank has ended
+  // (on_children_ended: a wrapper script's program).
+  if (!m_job.deliver_signal || !m_job.deliver_signal(signal)) m_group->signal_leaders(signal);
+}
+
+int Supervisor::remnant_signal() const {
+  const bool stop = m_stop_signal == SIGINT || m_stop_signal == SIGTERM || m_stop_signal == SIGHUP ||
+                    m_stop_signal == SIGQUIT;
+  return stop ? m_stop_signal : SIGTERM;
+}
+
+void Supervisor::kill_members_now() {
+  m_killing = true;
+  m_group->signal_running(SIGKILL);
+  if (m_phase == Phase::stopping && m_group->all_exited()) begin_drain();
+}
+
+void Supervisor::wait_for_remnants() {
+  m_remnant_timer.expires_after(std::chrono::milliseconds(50));
+  m_remnant_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || m_phase != Phase::stopping || !m_group) return;
+    if (m_group->remnants_alive()) return wait_for_remnants();
+    begin_drain();
+  });
 }
 
 void Supervisor::request_stop(const std::string& reason, int code) {
@@ -453,7 +488,15 @@ void Supervisor::stop_group(int signal) {
 }
 
 void Supervisor::on_grace_expired() {
-  if (m_phase != Phase::stopping || !m_group || m_group->all_exited()) return;
+  if (m_phase != Phase::stopping || !m_group) return;
+  if (m_group->all_exited()) {
+    if (m_group->remnants_alive()) {
+      log::warn("what the {}s started is still running {} s after the stop signal: killing it", m_job.member_noun,
+                m_job.options.grace_seconds);
+      begin_drain();
+    }
+    return;
+  }
   if (m_pending_resize && !m_resize_restarts) {
     // Ranks that said they handle the stop request, and did not stop at a step: a program that
     // does not ask ctx.stop_requested() after its steps, or a step longer than the grace.
@@ -463,17 +506,19 @@ void Supervisor::on_grace_expired() {
               "after every step? is a step longer than --grace?)",
               counted(m_group->running(), "rank"), m_job.options.grace_seconds,
               m_group->running() == 1 ? "it" : "them");
-    m_group->signal_running(SIGKILL);
+    kill_members_now();
     return;
   }
   // `dlrun run`'s members are hosts (their agents), not ranks.
   log::warn("{} still running {} s after the stop signal: killing {}", counted(m_group->running(), m_job.member_noun),
             m_job.options.grace_seconds, m_group->running() == 1 ? "it" : "them");
-  m_group->signal_running(SIGKILL);
+  kill_members_now();
 }
 
 void Supervisor::begin_drain() {
   m_grace_timer.cancel();
+  m_remnant_timer.cancel();
+  m_killing = false;
   m_group->kill_all_groups();
   m_phase = Phase::draining;
   // What is left in the pipes goes to the logs now, whatever the terminal's pace (it is bounded).

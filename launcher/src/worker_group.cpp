@@ -175,6 +175,20 @@ void WorkerGroup::kill_all_groups() {
   }
 }
 
+void WorkerGroup::signal_remnant(size_t index, int signal) {
+  const Rank& rank = m_ranks.at(index);
+  // An ended leader's pid stays taken while its group has a process (the kernel keeps a
+  // group's id in use), so this reaches that group or, once it is empty, nothing.
+  if (rank.exit && rank.pid > 0) ::kill(-rank.pid, signal);
+}
+
+bool WorkerGroup::remnants_alive() const {
+  for (const auto& rank : m_ranks) {
+    if (rank.exit && rank.pid > 0 && ::kill(-rank.pid, 0) == 0) return true;
+  }
+  return false;
+}
+
 void WorkerGroup::close_pipes() { close_pipes(true); }
 
 void WorkerGroup::close_pipes(bool finish_lines) {

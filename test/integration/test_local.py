@@ -557,9 +557,10 @@ while true; do sleep 0.05; done
 """)
 
     def run_and_signal(self, sig, expected_code):
+        # The rank (sh) gets the signal and ends; its child, once it has.
         marks, ready, script = self.rank_script(
-            f'trap "echo rank-$RANK-INT >> {os.path.join(self.tmp, "marks")}; wait; exit 0" INT; '
-            f'trap "echo rank-$RANK-TERM >> {os.path.join(self.tmp, "marks")}; wait; exit 0" TERM')
+            f'trap "echo rank-$RANK-INT >> {os.path.join(self.tmp, "marks")}; exit 0" INT; '
+            f'trap "echo rank-$RANK-TERM >> {os.path.join(self.tmp, "marks")}; exit 0" TERM')
         p = self.start("local", "--nproc", "2", script)
         self.assertTrue(wait_for(lambda: len(read_words(ready)) == 4, 30), "ranks did not start")
         p.send_signal(sig)
@@ -576,6 +577,34 @@ while true; do sleep 0.05; done
 
     def test_sigterm_reaches_ranks_and_their_children(self):
         self.run_and_signal(signal.SIGTERM, 143)
+
+    def test_a_ranks_children_keep_running_while_it_handles_the_stop_signal(self):
+        # To the rank's process group, SIGTERM killed a DataLoader's workers while the rank
+        # saved its checkpoint (it then failed on them); torchrun signals the rank alone.
+        marks = os.path.join(self.tmp, "marks")
+        ready = os.path.join(self.tmp, "ready")
+        script = self.script("worker.py", f"""
+import os, signal, subprocess, sys, time
+worker = subprocess.Popen(["sleep", "300"])  # a worker: same process group, no handler
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+open({ready!r}, "a").write("ready\\n")
+while not stop:
+    time.sleep(0.05)
+time.sleep(0.5)  # saving a checkpoint, with the workers' help
+alive = worker.poll() is None
+open({marks!r}, "a").write("rank-%s-worker-%s\\n" % (os.environ["RANK"], "alive" if alive else "dead"))
+sys.exit(0)  # the worker is left running: it gets SIGTERM now, and is not waited for long
+""")
+        p = self.start("local", "--nproc", "2", "--grace", "60", PYTHON, script)
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30), "ranks did not start")
+        started = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 143, err)
+        self.assertEqual(sorted(read_words(marks)), ["rank-0-worker-alive", "rank-1-worker-alive"])
+        self.assertLess(time.monotonic() - started, 30, err)  # the workers ended on SIGTERM, not at --grace
+        self.assertNotIn("killing", err)
 
     def passed_on(self, sig, *extra):
         """dlrun gets `sig` while two ranks that trap it run; returns dlrun, its stderr and
@@ -778,15 +807,17 @@ while true; do sleep 0.05; done
             os.close(reader)
 
     def test_second_ctrl_c_kills_at_once(self):
-        marks, ready, script = self.rank_script("trap '' INT")
+        marks, ready, script = self.rank_script(
+            f'trap "echo rank-$RANK-INT >> {os.path.join(self.tmp, "marks")}" INT')
         p = self.start("local", "--nproc", "2", "--grace", "120", script)
         self.assertTrue(wait_for(lambda: len(read_words(ready)) == 4, 30))
         p.send_signal(signal.SIGINT)
-        # dlrun passed the first one on (the ranks' children took it), and the ranks, which
-        # ignore it, still run.
+        # dlrun passed the first one on to the ranks, which note it and still run (their
+        # children get it only once the ranks have ended).
         self.assertTrue(wait_for(lambda: len(read_words(marks)) == 2, 30), read_words(marks))
-        self.assertEqual(sorted(read_words(marks)), ["child-0-INT", "child-1-INT"])
-        self.assertIsNone(p.poll(), "dlrun ended although its ranks ignore SIGINT")
+        time.sleep(0.5)
+        self.assertEqual(sorted(read_words(marks)), ["rank-0-INT", "rank-1-INT"])
+        self.assertIsNone(p.poll(), "dlrun ended although its ranks go on")
         start = time.monotonic()
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)

@@ -39,7 +39,7 @@ nproc = 2
     CHECK(spec.workdir == "/jobs");
     CHECK(spec.scheduler == "local");
     CHECK(spec.max_restarts == 0);
-    CHECK(spec.grace == 10);
+    CHECK(spec.grace == 30);
   }
   TEST_CASE("every key") {
     auto spec = parse(R"(name = "big"

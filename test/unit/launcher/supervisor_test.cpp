@@ -41,6 +41,8 @@ class FakeGroup : public MemberGroup {
   void signal_running(int signal) override;
   void signal_leaders(int signal) override;
   void kill_all_groups() override {}
+  void signal_remnant(size_t index, int signal) override;
+  bool remnants_alive() const override;
   void close_pipes() override;
   void on_drained(std::function<void()> callback) override;
   size_t size() const override { return m_members.size(); }
@@ -75,6 +77,9 @@ struct FakeWorld {
   std::vector<std::vector<int>> signals;  // per attempt
   std::vector<std::vector<Member>> members;
   std::set<size_t> ignore_sigterm;       // members (by index) that ignore stop signals
+  std::set<size_t> remnants;             // members whose children outlive them (until cleared)
+  std::vector<std::pair<size_t, int>> remnant_signals;  // (member, signal) sent to those children
+  std::vector<int> to_leaders;           // stop signals sent to the members' own processes only
   bool ignore_stop_request = false;      // members do not answer SIGUSR1 with exit 75
   bool announce_stop_handling = true;    // each attempt writes RUN_DIR/handles-stop at its start
   std::string run_dir;
@@ -127,10 +132,25 @@ void FakeGroup::signal_running(int signal) {
 }
 
 void FakeGroup::signal_leaders(int signal) {
+  if (signal != dlrun::signals::k_stop_request) {
+    m_world.to_leaders.push_back(signal);
+    return signal_running(signal);  // as to a group: the fakes start no children
+  }
   signals.push_back(signal);
   m_world.signals.back().push_back(signal);
-  if (signal != dlrun::signals::k_stop_request || m_world.ignore_stop_request) return;
+  if (m_world.ignore_stop_request) return;
   for (size_t i = 0; i < m_members.size(); ++i) end(i, ExitStatus::exited(dlrun::exit_code::k_restart_me));
+}
+
+void FakeGroup::signal_remnant(size_t index, int signal) {
+  if (m_world.remnants.count(index)) m_world.remnant_signals.push_back({index, signal});
+}
+
+bool FakeGroup::remnants_alive() const {
+  for (size_t index : m_world.remnants) {
+    if (m_exits.at(index)) return true;
+  }
+  return false;
 }
 
 class FakeRunner : public ProcessRunner {
@@ -378,6 +398,35 @@ TEST_SUITE("launcher::Supervisor") {
     CHECK(finish(supervisor) == 4);
     CHECK(world.signals[0] == std::vector<int>{SIGTERM, SIGKILL});
     CHECK(world.attempts.size() == 1);
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "a stop signal goes to each rank's own process, what it started gets it once it ended") {
+    // To the process groups, it killed a DataLoader's workers while the rank saved a checkpoint.
+    world.ignore_sigterm = {0, 1};
+    world.remnants = {0, 1};
+    Plan j = job(2);
+    j.options.grace_seconds = 600;
+    Supervisor supervisor(j, runner());
+    supervisor.begin();
+    supervisor.handle_stop_signal(SIGTERM);
+    CHECK(world.to_leaders == std::vector<int>{SIGTERM});
+    CHECK(world.remnant_signals.empty());
+    world.current().end(0, ExitStatus::exited(0));
+    world.current().end(1, ExitStatus::exited(0));
+    for (int i = 0; i < 10; ++i) REQUIRE(supervisor.poll_once(std::chrono::milliseconds(20)));
+    CHECK(world.remnant_signals == std::vector<std::pair<size_t, int>>{{0, SIGTERM}, {1, SIGTERM}});
+    world.remnants.clear();  // they have ended too
+    CHECK(finish(supervisor) == 143);
+    CHECK(world.signals[0] == std::vector<int>{SIGTERM});  // no SIGKILL
+  }
+
+  TEST_CASE_FIXTURE(Fixture, "what ended ranks started is killed when the grace period is over") {
+    world.remnants = {0};
+    Supervisor supervisor(job(2), runner());  // a grace of 0.05 s
+    supervisor.begin();
+    supervisor.handle_stop_signal(SIGINT);
+    CHECK(finish(supervisor) == 130);
+    CHECK(world.remnant_signals == std::vector<std::pair<size_t, int>>{{0, SIGINT}});
   }
 
   TEST_CASE_FIXTURE(Fixture, "a second stop signal kills every rank at once") {

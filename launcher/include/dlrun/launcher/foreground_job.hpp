@@ -26,7 +26,7 @@ struct ForegroundCommand {
   std::string name;                // --name, else the program's file name
   std::vector<std::string> words;  // dlrun's words after the verb (--resume left out)
   std::string workdir;             // where it was started
-  double grace_seconds = 10;
+  double grace_seconds = 30;
   bool uses_gpus = false;
   bool remote = false;  // dlrun run: its ranks are on other hosts (it holds no GPU here)
 };

@@ -55,7 +55,7 @@ struct JobSpec {
   std::optional<RankRange> gpus;
   std::vector<std::string> gpu_ids;  // gpus = [0, 2]: these devices exactly
   int max_restarts = 0;
-  double grace = 10;
+  double grace = 30;
   double watchdog = 0;         // seconds without progress before a rank counts as hung; 0 = off
   std::string checkpoint_dir;  // absolute or empty (default: RUN_DIR/checkpoints)
   std::string log_dir;         // absolute or empty (default: RUN_DIR)

@@ -35,6 +35,11 @@ class MemberGroup {
   virtual void signal_leaders(int signal) = 0;
   // SIGKILL to every member's process group, also of members that ended.
   virtual void kill_all_groups() = 0;
+  // Sends `signal` to what is left of an ended member's process group (the children it
+  // started: a wrapper script's program, a DataLoader's workers), if anything is.
+  virtual void signal_remnant(size_t index, int signal) = 0;
+  // Whether an ended member's process group still has a process in it.
+  virtual bool remnants_alive() const = 0;
   // Stops reading output: what is still in the pipes is dropped (after a drain timeout, or
   // a stop signal then); a last line without its newline is passed on.
   virtual void close_pipes() = 0;

@@ -42,6 +42,7 @@ struct PlanOptions {
   GpuBinding gpu_binding = GpuBinding::rank;
   std::string master_addr = "127.0.0.1";
   std::optional<int> master_port;   // default: a free port, new for each restart
+  std::string run_id;               // TORCHELASTIC_RUN_ID (torchrun's --rdzv_id); default: the job's id
   std::string run_dir;              // default: $DLRUN_HOME/runs/<job id>
   std::string log_dir;              // rank-N.log here; default: the run directory
   // Also RUN_DIR/output.log: every rank's lines with their prefix, in the order they came, and
@@ -51,7 +52,7 @@ struct PlanOptions {
   bool prefix_enabled = true;
   std::optional<std::vector<int>> shown_ranks;  // --ranks: on the terminal; all are logged
   ColorMode color = ColorMode::automatic;
-  double grace_seconds = 10;
+  double grace_seconds = 30;
   int max_restarts = 0;
   int tail_lines = 20;              // stderr lines shown when a rank fails
   bool quiet = false;               // no informational lines from dlrun itself

@@ -107,6 +107,13 @@ class Supervisor {
   void stop_group(int signal);
   void signal_members(int signal);
   void on_grace_expired();
+  // SIGKILL to every running member's group; drains at once if only what ended members
+  // started was left.
+  void kill_members_now();
+  // Until what the ended members started has ended too (it got the stop signal), or the grace
+  // period ends.
+  void wait_for_remnants();
+  int remnant_signal() const;
   void begin_drain();
   void finish_attempt();
   void read_error_file_of(Failure& failure) const;
@@ -156,12 +163,14 @@ class Supervisor {
   boost::asio::steady_timer m_pass_timer;
   boost::asio::steady_timer m_watchdog_timer;
   boost::asio::steady_timer m_waiting_timer;
+  boost::asio::steady_timer m_remnant_timer;  // while what ended ranks started still runs
   bool m_waiting_watched = false;  // m_waiting_timer is armed
   bool m_said_waiting = false;     // this attempt's ranks were said to wait
   std::vector<std::optional<double>> m_waiting_cpu;  // each member's CPU seconds when it was armed
   std::optional<ResizeRequest> m_pending_resize;
   bool m_resize_restarts = false;  // the pending resize stops ranks that do not handle the stop request
   bool m_resize_killed = false;    // ranks asked to stop for it had not within the grace period
+  bool m_killing = false;          // SIGKILL sent this attempt: what ended ranks started is not waited for
   // Ranks of an earlier attempt said that they handle the stop request: the program does, and
   // ranks that have not said so yet are still starting (a resize then: try again, not refused).
   bool m_program_handles_stop = false;

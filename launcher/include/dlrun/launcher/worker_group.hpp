@@ -57,6 +57,8 @@ class WorkerGroup : public MemberGroup {
   void signal_leaders(int signal) override;
   // Their children must not outlive the job either.
   void kill_all_groups() override;
+  void signal_remnant(size_t index, int signal) override;
+  bool remnants_alive() const override;
   void close_pipes() override;
 
   size_t size() const override { return m_ranks.size(); }
