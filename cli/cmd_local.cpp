@@ -197,9 +197,12 @@ Command add_local_command(CLI::App& dlrun) {
   const std::pair<const char*, const char*> not_needed[] = {
       {"--rdzv-backend,--rdzv_backend", "torchrun's: taken, not needed (dlrun's own rendezvous)"},
       {"--rdzv-endpoint,--rdzv_endpoint", "torchrun's: taken, not needed (dlrun's own rendezvous)"},
-      {"--rdzv-id,--rdzv_id", "torchrun's: taken, not needed (the job's number names the run)"},
       {"--rdzv-conf,--rdzv_conf", "torchrun's: taken, not needed (dlrun's own rendezvous)"},
       {"--monitor-interval,--monitor_interval", "torchrun's: taken, not needed (dlrun learns of an exit at once)"}};
+  app->add_option("--rdzv-id,--rdzv_id", o.run_id,
+                  "torchrun's: the ranks' TORCHELASTIC_RUN_ID (default: the job's number)")
+      ->type_name("ID")
+      ->group(torchrun);
   for (const auto& [names, help] : not_needed) {
     app->add_option(names, args->ignored, help)->type_name("X")->group(torchrun);
   }
@@ -208,9 +211,7 @@ Command add_local_command(CLI::App& dlrun) {
   add_output_options(app, args->group);
   add_failure_options(app, args->group);
   app->footer(
-      "PROGRAM ending in .py runs with python3 from PATH (as under torchrun), unless it is "
-      "executable "
-      "with a #! line. torchrun's --nproc_per_node, --master_addr, --master_port, --max_restarts "
+      "PROGRAM ending in .py runs with python3 from PATH (as under torchrun; its #! line is not used). torchrun's --nproc_per_node, --master_addr, --master_port, --max_restarts "
       "work too, and its one-machine options are taken (--standalone, --nnodes 1, --rdzv_*).\n"
       "Every run is a job: dlrun status, logs, cancel and resize know it by the number it prints "
       "('dlrun: job 12: …'); after a stop or a failure, 'dlrun local --resume 12' runs it again in "

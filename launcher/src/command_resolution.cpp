@@ -25,17 +25,14 @@ std::string in_dir(const std::string& name, const std::string& working_dir) {
   return working_dir + "/" + std::string(rest);
 }
 
-// An executable regular file that starts with "#!" names its own interpreter.
-bool names_its_interpreter(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0)
-    return false;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char start[2] = {};
-  ssize_t n = ::read(fd, start, sizeof start);
-  ::close(fd);
-  return n == 2 && start[0] == '#' && start[1] == '!';
+// Whether a script's first lines read as Python (an import, a def): the hint then names python3.
+bool reads_as_python(std::string_view head) {
+  for (std::string_view word : {"import ", "from ", "def ", "class ", "if __name__"}) {
+    for (size_t at = head.find(word); at != std::string_view::npos; at = head.find(word, at + 1)) {
+      if (at == 0 || head[at - 1] == '\n') return true;
+    }
+  }
+  return false;
 }
 
 // A file that reads as text and has no #! line: exec refuses it (ENOEXEC; a shell would have
@@ -44,13 +41,19 @@ bool names_its_interpreter(const std::string& path) {
 void check_not_a_bare_script(const std::string& path, const std::string& name) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
-  char head[64];
+  char head[512];
   const ssize_t n = ::read(fd, head, sizeof head);
   ::close(fd);
   if (n < 1 || (n >= 2 && head[0] == '#' && head[1] == '!')) return;
-  for (ssize_t i = 0; i < n; ++i) {
+  for (ssize_t i = 0; i < std::min<ssize_t>(n, 64); ++i) {
     const unsigned char c = static_cast<unsigned char>(head[i]);
     if (!(c >= 0x20 && c < 0x7f) && c != '\n' && c != '\t' && c != '\r') return;  // not plain text
+  }
+  if (reads_as_python(std::string_view(head, static_cast<size_t>(n)))) {
+    throw ConfigError(fmt::format("program '{}' reads as a Python script, but its name does not end in .py and it "
+                                  "has no #! line, so exec cannot start it: put the interpreter before it "
+                                  "(python3 {}), or name it with .py",
+                                  name, name));
   }
   throw ConfigError(fmt::format("program '{}' is a script without a #! line, which exec cannot start: begin it "
                                 "with one such as #!/bin/sh, or put the interpreter before it (sh {})",
@@ -217,10 +220,9 @@ ProgramSpec resolve_command(const std::vector<std::string>& command, const std::
     check_not_a_bare_script(resolve_program(in_dir(name, working_dir), path_env), in_dir(name, working_dir));
     return {name, command, {}};
   }
+  // Always python3, as torchrun runs a script whatever its #! line says (a stale one named an
+  // interpreter that was not there, or one without torch).
   std::string script = locate_script(name, path_env, working_dir);
-  if (names_its_interpreter(in_dir(script, working_dir))) {
-    return {script.find('/') == std::string::npos ? "./" + script : script, command, {}};
-  }
   ProgramSpec python;
   try {
     python.path = resolve_program(k_python, path_env);

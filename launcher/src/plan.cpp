@@ -190,6 +190,7 @@ std::vector<Member> plan_local_members(const Plan& job, int restart_count) {
   std::vector<Member> members;
   for (auto& spec : plan_node_ranks(plan)) {
     if (options.watchdog_seconds > 0) spec.env[env::k_progress_file] = progress_file(job.run_dir, spec.rank);
+    if (!options.run_id.empty()) spec.env[env::k_torchelastic_run_id] = options.run_id;
     spec.env[env::k_min_world_size] = std::to_string(job.min_world_size > 0 ? job.min_world_size : job.world_size);
     spec.env[env::k_max_world_size] = std::to_string(job.max_world_size > 0 ? job.max_world_size : job.world_size);
     Member member;

@@ -114,11 +114,20 @@ class PythonPrograms(TorchrunTestCase):
         self.assertEqual(sorted(line.split()[-2] for line in r.stdout.splitlines()), ["0", "1"])
         self.assertNotIn("Exec format error", r.stderr)
 
-    def test_script_with_its_own_interpreter_runs_itself(self):
-        self.write("tool.py", "#!/bin/sh\necho shell $RANK\n", mode=0o755)
-        r = self.run_here("local", "--nproc", "1", "./tool.py")
+    def test_a_scripts_own_interpreter_line_is_not_used(self):
+        # As torchrun: python3 runs it whatever its #! line says (a stale one named an interpreter
+        # that was not there: exit 70; one without torch failed).
+        self.write("tool.py", "#!/opt/gone/bin/python\n" + SHOW, mode=0o755)
+        r = self.run_here("local", "--nproc", "1", "./tool.py", "x")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout, "[0] shell 0\n")
+        self.assertEqual(r.stdout, f"[0] {os.path.join(self.bin, 'python3')} 0 x\n")
+
+    def test_a_python_script_without_py_is_told_to_run_with_python3(self):
+        self.write("train", "import os\nprint(os.environ['RANK'])\n", mode=0o755)
+        r = self.run_here("local", "--nproc", "1", "./train")
+        self.assert_usage_error(r, "program './train' reads as a Python script, but its name does not end in .py and "
+                                   "it has no #! line, so exec cannot start it: put the interpreter before it "
+                                   "(python3 ./train), or name it with .py")
 
     def test_script_without_interpreter_says_how_to_name_one(self):
         # Before anything starts, as bad input (it was exit 70, a job recorded FAILED, and a
@@ -140,8 +149,9 @@ class PythonPrograms(TorchrunTestCase):
         # "unknown option '--standalone'").
         r = self.run_here("local", "--standalone", "--nnodes=1", "--node_rank", "0", "--nproc_per_node=2",
                           "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "--rdzv_id=x",
-                          "--monitor_interval", "1", "-q", "sh", "-c", "echo $RANK $WORLD_SIZE")
-        self.assertEqual((r.returncode, sorted(r.stdout.splitlines())), (0, ["[0] 0 2", "[1] 1 2"]), r.stderr)
+                          "--monitor_interval", "1", "-q", "sh", "-c", "echo $RANK $WORLD_SIZE $TORCHELASTIC_RUN_ID")
+        # --rdzv_id names the run for the ranks, as under torchrun (it was taken and dropped).
+        self.assertEqual((r.returncode, sorted(r.stdout.splitlines())), (0, ["[0] 0 2 x", "[1] 1 2 x"]), r.stderr)
         self.assert_usage_error(self.run_here("local", "--nnodes", "2", "--nproc", "2", "true"),
                                 "--nnodes 2: dlrun local runs on this machine; for several, dlrun run --hosts")
         self.assert_usage_error(self.run_here("local", "--node_rank=1", "--nproc", "2", "true"),

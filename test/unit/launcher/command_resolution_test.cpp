@@ -79,15 +79,20 @@ TEST_SUITE("launcher::CommandResolution") {
     CHECK(resolve_command({"./exec.py"}, s.path(), s.work()).argv ==
           std::vector<std::string>{"python3", "./exec.py"});
   }
-  TEST_CASE("an executable script with a #! line runs itself") {
+  TEST_CASE("a .py script runs with python3 whatever its #! line names, as under torchrun") {
     Scratch s;
-    s.write("own.py", "#!/bin/sh\necho hi\n", 0755);
+    s.write("own.py", "#!/opt/gone/bin/python\nprint(1)\n", 0755);
     auto program = resolve_command({"own.py", "x"}, s.path(), s.work());
-    CHECK(program.path == "./own.py");
-    CHECK(program.argv == std::vector<std::string>{"own.py", "x"});
-    // Not executable: the #! line cannot be used, python3 runs it.
-    s.write("plain.py", "#!/bin/sh\necho hi\n", 0644);
-    CHECK(resolve_command({"plain.py"}, s.path(), s.work()).argv.front() == "python3");
+    CHECK(program.path == s.path() + "/python3");
+    CHECK(program.argv == std::vector<std::string>{"python3", "own.py", "x"});
+  }
+  TEST_CASE("a Python script without .py and without a #! line is told to run with python3") {
+    Scratch s;
+    s.write("train", "# a model\nimport torch\nprint(1)\n", 0755);
+    CHECK_THROWS_WITH_AS(resolve_command({"./train"}, s.path(), s.work()),
+                         doctest::Contains("reads as a Python script, but its name does not end in .py and it has no "
+                                           "#! line, so exec cannot start it: put the interpreter before it (python3 "),
+                         dlrun::ConfigError);
   }
   TEST_CASE("a script not in the working directory is looked for in PATH") {
     Scratch s;
