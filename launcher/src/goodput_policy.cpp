@@ -108,15 +108,28 @@ PolicyConstraints policy_constraints(const std::vector<PolicyJob>& jobs, const P
     throw std::invalid_argument(fmt::format("running jobs hold at least {} GPUs, more than the {} there are",
                                             reserved, capacity));
   }
-  // Starving jobs, oldest first, must start while their MIN fits in what is left.
+  // Starving jobs, oldest first, must start while their MIN fits in what is left. The first
+  // that does not fit holds back every job that waits behind it (younger): they would take
+  // what the running jobs leave as they end, and it would never fit (a rigid 6-GPU job waited
+  // for good while elastic jobs that came later started at their MIN of 1).
   out.must_start.assign(n, false);
+  out.held_back.assign(n, false);
+  std::optional<double> blocked_age;
   for (int i : by_age) {
     const auto& job = jobs[i];
+    if (job.current != 0 || job.pinned) continue;
+    if (blocked_age && job.age_seconds < *blocked_age) {
+      out.held_back[i] = true;
+      continue;
+    }
+    if (job.age_seconds < settings.starvation_seconds) continue;
     const int least = allowed_gpus(job, true).front();
-    if (job.current == 0 && !job.pinned && job.age_seconds >= settings.starvation_seconds &&
-        reserved + least <= capacity) {
+    if (reserved + least <= capacity) {
       out.must_start[i] = true;
       reserved += least;
+    } else if (!blocked_age) {
+      blocked_age = job.age_seconds;
+      out.blocked = job.id;
     }
   }
   return out;
@@ -137,7 +150,7 @@ PolicyDecision decide_allocation(const std::vector<PolicyJob>& jobs, const Polic
     const auto& job = jobs[i];
     const int share = fair_share(job, capacity, n);
     std::vector<std::optional<PolicyScore>> next(capacity + 1);
-    auto allowed = allowed_gpus(job, must_start[i]);
+    auto allowed = constraints.held_back[i] ? std::vector<int>{0} : allowed_gpus(job, must_start[i]);
     for (auto it = allowed.rbegin(); it != allowed.rend(); ++it) {  // on a tie, more GPUs
       const int a = *it;
       if (a > capacity) continue;

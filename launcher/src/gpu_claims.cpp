@@ -411,25 +411,15 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
     log::warn("GPU claims: {}", weakness);
     m_warned = true;
   }
-  const auto others = held_claims(m_dir);
+  const auto before = held_claims(m_dir);
+  std::vector<std::string> claimed_now;
   for (const auto& gpu : gpus) {
     if (m_claims.count(gpu) || gpu.empty()) continue;
-    bool inside = false;
-    std::optional<GpuClaimHolder> elsewhere;
     const std::string key = m_keys.key(gpu);
-    for (const auto& holder : others) {
-      if (holder.gpu != key) continue;
-      if (of_job(holder, m_home, m_inside_job)) {
-        inside = true;
-      } else if (!of_store(holder, m_home) && !elsewhere) {
-        elsewhere = holder;
-      }
-    }
+    const bool inside = std::any_of(before.begin(), before.end(), [&](const GpuClaimHolder& holder) {
+      return holder.gpu == key && of_job(holder, m_home, m_inside_job);
+    });
     if (inside) continue;  // this run is inside the job that holds it, on that job's GPU
-    if (elsewhere) {
-      conflicts.push_back(*elsewhere);
-      conflicts.back().gpu = gpu;  // as this process numbers it
-    }
     // Made under a hidden name, written, locked, then put in place: a claim file in place is
     // locked until its holder lets go, and no one reads half of one.
     const std::string path = m_dir + "/" + name_of(key);
@@ -451,6 +441,21 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
       continue;
     }
     m_claims[gpu] = {fd, path};
+    claimed_now.push_back(gpu);
+  }
+  // Claimed first, looked at then: of two processes that claim a GPU at the same moment, the one
+  // that looks last sees both claims, so at least one of them sees the other (gpu_claims.hpp).
+  const auto after = claimed_now.empty() ? std::vector<GpuClaimHolder>{} : held_claims(m_dir);
+  for (const auto& gpu : claimed_now) {
+    const std::string key = m_keys.key(gpu);
+    for (const auto& holder : after) {
+      const bool own = holder.pid == ::getpid() && holder.uid == ::geteuid() && holder.job == m_job &&
+                       holder.home == m_home;
+      if (holder.gpu != key || own || of_job(holder, m_home, m_inside_job) || of_store(holder, m_home)) continue;
+      conflicts.push_back(holder);
+      conflicts.back().gpu = gpu;  // as this process numbers it
+      break;
+    }
   }
   return conflicts;
 }

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -156,9 +158,29 @@ int run_submitted_job(int64_t id, const Environment& env) {
   const std::string run_dir = queue.run_dir(id);
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  if (!wait_for_resources(queue, id, queue.capacity())) {
-    fs::remove(run_dir, ec);  // cancelled before it started: nothing in it (only if empty)
-    return 0;
+  // Its GPUs are claimed machine-wide while its ranks use them, so that other users' dlrun
+  // leaves them be (gpu_claims.hpp). Its GPUs come from the store: it runs inside no other
+  // job's, whatever DLRUN_JOB_ID the submitter's environment (a rank of another job) carried.
+  const auto claims_dir = gpu_claims_dir(env);
+  GpuClaims claims(claims_dir.value_or(""), dlrun_home(env), std::to_string(id), "",
+                   claims_dir ? GpuKeys::here() : GpuKeys{});
+  std::mt19937 jitter(std::random_device{}());
+  while (true) {
+    if (!wait_for_resources(queue, id, queue.capacity())) {
+      fs::remove(run_dir, ec);  // cancelled before it started: nothing in it (only if empty)
+      return 0;
+    }
+    record = store.get(id);
+    const auto shared = claims.hold(record->allocation.gpu_ids);
+    if (shared.empty()) break;
+    // Another user's dlrun chose the same GPUs at the same moment (each store sees the other's
+    // only once they are claimed): this job gives them back and waits for its next turn, with
+    // a random pause, so that the two do not meet again. Two trainings never share a GPU so.
+    claims.hold({});
+    const std::string why = fmt::format("{} at the moment it started: back in the queue", sharing_warning(shared));
+    log::warn("job {}: {}", id, why);
+    if (!store.requeue(id, why)) break;  // cancelled meanwhile: its record says so below
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 + jitter() % 800));
   }
   record = store.get(id);
   std::optional<JobSpec> parsed;
@@ -200,13 +222,6 @@ int run_submitted_job(int64_t id, const Environment& env) {
     };
     // The supervisor records its own new size: the store must not wait for the answer to reach
     // `dlrun resize` or the scheduler, which may be gone by then (Ctrl-C on a slow resize).
-    // Its GPUs are claimed machine-wide while its ranks use them, so that other users' dlrun
-    // leaves them be (gpu_claims.hpp).
-    // Its GPUs come from the store: it runs inside no other job's, whatever DLRUN_JOB_ID the
-    // submitter's environment (a rank of another job) carried.
-    const auto claims_dir = gpu_claims_dir(env);
-    GpuClaims claims(claims_dir.value_or(""), dlrun_home(env), std::to_string(id), "",
-                     claims_dir ? GpuKeys::here() : GpuKeys{});
     auto claim = [&claims](const std::vector<std::string>& gpu_ids) {
       if (auto shared = claims.hold(gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
     };

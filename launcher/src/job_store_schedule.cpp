@@ -31,6 +31,27 @@ void JobStore::write_allocation_locked(int64_t id, const Allocation& allocation,
   event.step();
 }
 
+bool JobStore::requeue(int64_t id, const std::string& reason) {
+  begin_immediate();
+  try {
+    Statement event(m_db, "INSERT INTO allocations (job, at, ranks, gpu_ids, cause) "
+                          "SELECT id, ?, 0, '', 'requeued' FROM jobs WHERE id = ? AND remote = 0 AND slurm = 0 "
+                          "AND state = 'RUNNING'");
+    event.bind(1, now_seconds()).bind(2, id);
+    event.step();
+    Statement s(m_db, "UPDATE jobs SET state = 'PENDING', ranks = 0, gpu_ids = '', started_at = 0, reason = ? "
+                      "WHERE id = ? AND state = 'RUNNING'");
+    s.bind(1, reason).bind(2, id);
+    s.step();
+    const bool changed = sqlite3_changes(m_db) > 0;
+    commit();
+    return changed;
+  } catch (...) {
+    rollback();
+    throw;
+  }
+}
+
 void JobStore::record_release_locked(int64_t id) {
   Statement event(m_db, "INSERT INTO allocations (job, at, ranks, gpu_ids, cause) "
                         "SELECT id, ?, 0, '', 'end' FROM jobs WHERE id = ? AND remote = 0 AND slurm = 0 "

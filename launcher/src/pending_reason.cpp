@@ -21,6 +21,11 @@ std::string goodput_reason(const QueueState& queue, const PolicyView* policy) {
     }
     return "waiting for the scheduler";
   }
+  if (policy->gpus == 0 && policy->held_back_by) {
+    return fmt::format("waiting for the scheduler (behind job {}, which has waited past starvation_seconds and "
+                       "starts first, once the jobs that run leave it room{})",
+                       *policy->held_back_by, elsewhere);
+  }
   if (policy->gpus == 0) {
     // GPUs the policy may not move: a pin, where releasing the pins would give this job GPUs
     // (say which, and how to release it); a job whose ranks have not said that they handle the
@@ -142,7 +147,7 @@ std::string pending_reason(const JobRecord& job, const QueueState& queue, const 
   if (job.submitted.request.goodput) return goodput_reason(queue, policy);
   if (job.submitted.request.remote) return "starting (its ranks run on other hosts)";
   // Jobs whose ranks run elsewhere hold no place in this machine's queue.
-  if (const int64_t head = queue_head(*queue.active); head >= 0 && head < job.id) {
+  if (const int64_t head = queue_head(*queue.active, job.submitted.request.uses_gpus); head >= 0 && head < job.id) {
     return fmt::format("behind job {} (fifo)", head);
   }
   std::string waiting = resources_reason(job.submitted.request, queue);

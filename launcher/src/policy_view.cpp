@@ -23,7 +23,7 @@ PolicyInput policy_input(const std::vector<JobRecord>& jobs, double now) {
   PolicyInput input;
   // A waiting fifo job starts only at the head of the queue (JobStore::try_start): room made
   // for one behind it would stay idle.
-  const int64_t head = queue_head(jobs);
+  const int64_t head = queue_head(jobs, true);
   for (const auto& job : jobs) {
     const auto& request = job.submitted.request;
     const bool pending = job.state == JobState::pending;
@@ -36,6 +36,10 @@ PolicyInput policy_input(const std::vector<JobRecord>& jobs, double now) {
     p.max_gpus = std::max(p.min_gpus, request.max_ranks);
     if (pending && !request.goodput) p.max_gpus = p.min_gpus;
     p.current = pending ? 0 : std::max(0, job.allocation.ranks);
+    // A `dlrun local` elastic job shrunk by dlrun resize keeps every GPU it started with (it grows
+    // back onto them): it holds them all, whatever its rank count (the scheduler gave their GPUs
+    // to a waiting job, whose start then failed every round).
+    if (!pending && !request.goodput) p.current = std::max(p.current, static_cast<int>(job.allocation.gpu_ids.size()));
     const double since = pending ? job.submitted_at : job.sized_since();
     p.age_seconds = since > 0 ? std::max(0.0, now - since) : 0;
     p.elastic = p.min_gpus < p.max_gpus &&
@@ -57,6 +61,7 @@ std::map<int64_t, PolicyView> policy_view(const std::vector<JobRecord>& jobs, in
   settings.capacity = gpu_capacity;
   try {
     auto decision = decide_allocation(input.jobs, settings);
+    const PolicyConstraints constraints = policy_constraints(input.jobs, settings);
     // What the pins hold back: the same decision with them released (a waiting job's reason
     // names a pin only where that would give it GPUs).
     std::vector<int> without_pins = decision.gpus;
@@ -70,10 +75,11 @@ std::map<int64_t, PolicyView> policy_view(const std::vector<JobRecord>& jobs, in
     for (size_t i = 0; i < input.jobs.size(); ++i) {
       const auto& job = input.jobs[i];
       const JobRecord& record = *input.records[i];
-      PolicyView v{decision.gpus[i], decision.speedup[i], !job.goodput.empty(), without_pins[i], false};
+      PolicyView v{decision.gpus[i], decision.speedup[i], !job.goodput.empty(), without_pins[i], false, std::nullopt};
       // (one at its MIN has nothing the policy could take back)
       v.cannot_be_resized = record.state == JobState::running && record.submitted.request.goodput &&
                             job.current > job.min_gpus && !job.pinned && !job.elastic;
+      if (constraints.held_back[i]) v.held_back_by = constraints.blocked;
       view[job.id] = v;
     }
   } catch (const std::invalid_argument&) {

@@ -658,14 +658,17 @@ class StatusColumns(JobsTestCase):
 
     def test_pending_jobs_say_why_they_wait(self):
         # Job a holds 2 of the 4 GPUs until the test opens its gate: b (4 GPUs) waits for
-        # them, c (CPU) waits behind b (FIFO).
+        # them, c (1 GPU) waits behind b (FIFO); d (CPU) does not: GPU and CPU jobs queue apart
+        # (it waited behind b with every CPU slot free).
         self.env["DLRUN_FAKE_GPUS"] = "4"
         gate = os.path.join(self.tmp, "gate")
         wait = f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
         a = self.submit(wait + '[resources]\ngpus = 2\n')
         self.wait_state(a, ("RUNNING",))
         b = self.submit('command = ["true"]\n[resources]\ngpus = 4\n')
-        c = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
+        c = self.submit('command = ["true"]\n[resources]\ngpus = 1\n')
+        d = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
+        self.assertEqual(self.wait_state(d, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
         self.assertEqual((self.status(b)["state"], self.status(b)["reason"]), ("PENDING", "waiting for 4 GPUs (2 free)"))
         self.assertEqual(self.status(c)["reason"], f"behind job {b} (fifo)")
         jobs = {j["id"]: j for j in json.loads(self.dlrun("status", "--json").stdout)}

@@ -47,7 +47,7 @@ PolicyScore brute_force(const std::vector<PolicyJob>& jobs, const PolicySettings
       if (!best || better(value, *best)) best = value;
       return;
     }
-    for (int a : allowed_gpus(jobs[i], must[i])) {
+    for (int a : c.held_back[i] ? std::vector<int>{0} : allowed_gpus(jobs[i], must[i])) {
       if (used + a > s.capacity) continue;
       PolicyScore next = value;
       next += job_score(jobs[i], a, fair_share(jobs[i], s.capacity, n), age_index[i], n, s);
@@ -170,6 +170,31 @@ TEST_SUITE("launcher::goodput_policy") {
     // ... and once it has waited past starvation_seconds it starts.
     big.age_seconds = 601;
     CHECK(decide_allocation({big, small1, small2}, s).gpus == std::vector<int>{4, 0, 0});
+  }
+
+  TEST_CASE("a starving job that does not fit yet holds back the jobs that came after it") {
+    // Four elastic jobs hold 8 GPUs at MIN 1 each; a rigid 6 cannot fit until two end. Jobs that
+    // came later took what the ended ones left, one GPU each, and it waited for good.
+    PolicySettings s;
+    s.capacity = 8;
+    s.starvation_seconds = 600;
+    std::vector<PolicyJob> jobs = {running(1, 1, 8, 2, 900), running(2, 1, 8, 2, 900), running(3, 1, 8, 2, 900),
+                                   running(4, 1, 8, 2, 900), pending(5, 6, 6, 700), pending(6, 1, 8, 30)};
+    jobs[4].elastic = false;
+    const PolicyConstraints c = policy_constraints(jobs, s);
+    CHECK(c.blocked == 5);
+    CHECK(c.held_back == std::vector<bool>{false, false, false, false, false, true});
+    CHECK(decide_allocation(jobs, s).gpus[5] == 0);
+    // Before job 5 starved, job 6 could start (two jobs running beat one waiting).
+    jobs[4].age_seconds = 100;
+    CHECK_FALSE(policy_constraints(jobs, s).blocked);
+    CHECK(decide_allocation(jobs, s).gpus[5] >= 1);
+    // Once two have ended, job 5 fits and must start: the others shrink for it.
+    jobs[4].age_seconds = 700;
+    jobs.erase(jobs.begin(), jobs.begin() + 2);
+    const auto decision = decide_allocation(jobs, s);
+    CHECK(decision.gpus[2] == 6);
+    CHECK(decision.gpus[3] == 0);
   }
 
   TEST_CASE("the restart penalty stops a job that just restarted from flapping") {

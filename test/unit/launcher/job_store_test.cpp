@@ -197,6 +197,33 @@ TEST_SUITE("launcher::JobStore") {
     CHECK(store.get(b)->state == JobState::running);
     CHECK(store.get(b)->run_dir == "/run/b");
   }
+  TEST_CASE("GPU jobs and CPU jobs queue apart: a CPU job does not wait behind a GPU job") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    Capacity capacity{1, 2};
+    int64_t wide = store.submit(job("wide", true, 2));  // never fits one GPU while it waits
+    int64_t cpu = store.submit(job("cpu", false, 2));
+    int64_t gpu = store.submit(job("gpu", true, 1));
+    CHECK_FALSE(store.try_start(wide, capacity, "/run/wide"));
+    CHECK(store.try_start(cpu, capacity, "/run/cpu"));
+    CHECK_FALSE(store.try_start(gpu, capacity, "/run/gpu"));  // behind wide
+  }
+  TEST_CASE("a started job given back to the queue waits again, its resources free") {
+    TempDir dir;
+    JobStore store(dir.path + "/jobs.db");
+    Capacity capacity{2, 4};
+    int64_t a = store.submit(job("a", true, 2));
+    REQUIRE(store.try_start(a, capacity, "/run/a"));
+    CHECK(store.requeue(a, "GPU 0 is in use by user bob's dlrun job 3"));
+    auto back = store.get(a);
+    CHECK(back->state == JobState::pending);
+    CHECK(back->allocation.gpu_ids.empty());
+    CHECK(back->reason == "GPU 0 is in use by user bob's dlrun job 3");
+    CHECK(store.try_start(a, capacity, "/run/a"));  // its GPUs were free again
+    store.finish(a, JobState::cancelled, 143, "by dlrun cancel");
+    CHECK_FALSE(store.requeue(a, "too late"));
+    CHECK(store.get(a)->state == JobState::cancelled);
+  }
   TEST_CASE("a grow takes neither this store's GPUs in use nor those another store's jobs hold") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");

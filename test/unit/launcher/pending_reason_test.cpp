@@ -22,22 +22,24 @@ TEST_SUITE("launcher::PendingReason") {
                                    record(3, JobState::pending, false, 1)};
     QueueState queue{&jobs, Capacity{4, 2}, false};
     CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for 4 GPUs (2 free)");
-    CHECK(pending_reason(jobs[2], queue, nullptr) == "behind job 2 (fifo)");
-    jobs[1].state = JobState::cancelled;
+    // A CPU job does not wait behind a GPU job: neither uses what the other waits for.
     CHECK(pending_reason(jobs[2], queue, nullptr) == "starting (its resources are free)");
     jobs.push_back(record(4, JobState::running, false, 2));
     CHECK(pending_reason(jobs[2], queue, nullptr) == "waiting for 1 CPU slot (0 free)");
+    jobs.push_back(record(5, JobState::pending, false, 1));
+    CHECK(pending_reason(jobs[4], queue, nullptr) == "behind job 3 (fifo)");
   }
   TEST_CASE("the head of the queue is the oldest pending job whose ranks run here") {
     std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "1"}),
                                    record(2, JobState::pending, true, 4),
                                    record(3, JobState::pending, false, 1)};
-    CHECK(queue_head(jobs) == 2);
+    CHECK(queue_head(jobs, true) == 2);
+    CHECK(queue_head(jobs, false) == 3);  // GPU jobs and CPU jobs queue apart
     jobs[1].submitted.request.remote = true;  // its ranks run on other hosts
-    CHECK(queue_head(jobs) == 3);
+    CHECK(queue_head(jobs, true) == -1);
     jobs[2].state = JobState::cancelled;
-    CHECK(queue_head(jobs) == -1);
-    CHECK(queue_head({}) == -1);
+    CHECK(queue_head(jobs, false) == -1);
+    CHECK(queue_head({}, true) == -1);
   }
   TEST_CASE("GPUs asked for by number wait for those in use") {
     std::vector<JobRecord> jobs = {record(1, JobState::running, true, 2, {"0", "1"}), record(2, JobState::pending, true, 2)};
@@ -74,7 +76,7 @@ TEST_SUITE("launcher::PendingReason") {
     CHECK(pending_reason(jobs[0], queue, nullptr) == "waiting for the scheduler (no GPU is free of other users' jobs; "
                                                      "GPUs 0,1 are in use by user ann's dlrun job 1 (pid 5))");
     queue.capacity.gpus_elsewhere.erase("1");
-    PolicyView none{0, 0, false};
+    PolicyView none{0, 0, false, 0, false, std::nullopt};
     CHECK(pending_reason(jobs[0], queue, &none) == "waiting for the scheduler (the policy gives it no GPU now; GPU 0 "
                                                    "is in use by user ann's dlrun job 1 (pid 5))");
     CHECK(pending_reason(jobs[0], queue, nullptr) == "waiting for the scheduler");
@@ -86,7 +88,7 @@ TEST_SUITE("launcher::PendingReason") {
     CHECK(pending_reason(jobs[0], queue, nullptr) == "waiting for the scheduler (none runs yet; its supervisor starts one)");
     queue.scheduler_running = true;
     CHECK(pending_reason(jobs[0], queue, nullptr) == "waiting for the scheduler");
-    PolicyView none{0, 0, false}, three{3, 1.2, true};
+    PolicyView none{0, 0, false, 0, false, std::nullopt}, three{3, 1.2, true, 0, false, std::nullopt};
     CHECK(pending_reason(jobs[0], queue, &none) == "waiting for the scheduler (the policy gives it no GPU now)");
     CHECK(pending_reason(jobs[0], queue, &three) == "waiting for the scheduler (the policy gives it 3 GPUs)");
     // A pin holds GPUs the policy may not move: the waiting job says which, and how to release it.
@@ -96,13 +98,13 @@ TEST_SUITE("launcher::PendingReason") {
     // Named only where releasing the pins would give the waiting job GPUs (it was named whenever
     // there was a pin, also where a job of fixed size held what the waiting one needed).
     CHECK(pending_reason(jobs[0], queue, &none) == "waiting for the scheduler (the policy gives it no GPU now)");
-    PolicyView pinned_out{0, 0, false, 2};
+    PolicyView pinned_out{0, 0, false, 2, false, std::nullopt};
     CHECK(pending_reason(jobs[0], queue, &pinned_out) ==
           "waiting for the scheduler (the policy gives it no GPU now; job 2 is pinned at 4 GPUs by dlrun resize "
           "(dlrun resize 2 auto releases it))");
     // A job the policy cannot shrink, as its ranks have not said that they handle the stop request.
     jobs[1].pinned = 0;
-    std::map<int64_t, PolicyView> views{{1, none}, {2, PolicyView{4, 1, false, 4, true}}};
+    std::map<int64_t, PolicyView> views{{1, none}, {2, PolicyView{4, 1, false, 4, true, std::nullopt}}};
     queue.policy = &views;
     CHECK(pending_reason(jobs[0], queue, &none) ==
           "waiting for the scheduler (the policy gives it no GPU now; job 2 holds 4 GPUs and cannot be resized: its "

@@ -15,7 +15,8 @@
 // algorithm. Constraints: a running job keeps between its MIN and MAX (it is never stopped);
 // a rigid or pinned job keeps what it has; a pending job gets 0 or MIN..MAX, and one that has
 // waited longer than `starvation_seconds` must get its MIN when the GPUs not held by rigid
-// and pinned jobs and running jobs' MINs allow (oldest first). Comparing the three parts
+// and pinned jobs and running jobs' MINs allow (oldest first); while the oldest such job does not
+// fit, no job younger than it may start (it gets what the running jobs leave). Comparing the three parts
 // in order (not one weighted sum) keeps "start whoever can start, oldest first" whatever the
 // utilities' scale. Pure, deterministic, thread-safe.
 
@@ -77,6 +78,10 @@ PolicyScore job_score(const PolicyJob& job, int gpus, int fair_share, int job_in
 struct PolicyConstraints {
   std::vector<int> age_index;
   std::vector<bool> must_start;
+  // Waiting jobs younger than the oldest starving job whose MIN does not fit (`blocked`): they
+  // may not start before it does.
+  std::vector<bool> held_back;
+  std::optional<int64_t> blocked;
 };
 PolicyConstraints policy_constraints(const std::vector<PolicyJob>& jobs, const PolicySettings& settings);
 

@@ -102,9 +102,11 @@ class GpuClaims {
   GpuClaims(GpuClaims&&) noexcept;
 
   // Holds exactly `gpus` from now on (claims the new ones, releases the rest). Returns, for the
-  // GPUs of `gpus` a job of another store holds too, one such holder each (the ranks share
-  // them; both claims stand). A GPU the job this process runs inside holds is neither claimed
-  // nor returned. Problems with the directory are warned about once, never thrown: claims are
+  // GPUs newly claimed that a job of another store holds too, one such holder each (both claims
+  // stand: the caller decides, a queued job gives them back and waits). Each new GPU is claimed
+  // before the others' claims are read, so of two processes that claim one at the same moment
+  // at least one is told of the other. A GPU the job this process runs inside holds is neither
+  // claimed nor returned. Problems with the directory are warned about once, never thrown: claims are
   // advisory.
   std::vector<GpuClaimHolder> hold(const std::vector<std::string>& gpus);
   // The GPUs this process holds a claim on now.

@@ -74,9 +74,10 @@ struct JobRecord {
   double sized_since() const { return std::max(started_at, resized_at); }
 };
 
-// The head of this machine's queue among `jobs`: the oldest pending job whose ranks run here
-// (not on other hosts), which JobStore::try_start starts first; -1 when none waits.
-int64_t queue_head(const std::vector<JobRecord>& jobs);
+// The head of this machine's queue of GPU jobs (`uses_gpus`) or of CPU jobs among `jobs`: the
+// oldest pending one whose ranks run here (not on other hosts), which JobStore::try_start
+// starts first; -1 when none waits. The two kinds queue apart (neither uses the other's).
+int64_t queue_head(const std::vector<JobRecord>& jobs, bool uses_gpus);
 
 // What a job's end leaves beside its state, exit code and reason.
 struct EndDetails {
@@ -181,6 +182,9 @@ class JobStore {
   // The same for a Slurm job whose sbatch has not answered yet (no Slurm id recorded): false
   // if it has one by now, or is not pending. Its submitter cancels what sbatch queued.
   bool cancel_unsubmitted(int64_t id, const std::string& reason, int exit_code);
+  // RUNNING → PENDING before its ranks started: its resources are free again and `reason` says
+  // why it waits. False if the job was not RUNNING.
+  bool requeue(int64_t id, const std::string& reason);
 
   // Running jobs whose supervisor died become FAILED ("lost") and free their resources;
   // pending jobs without a live supervisor are returned for adoption. Slurm jobs have

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "dlrun/launcher/goodput_policy.hpp"
@@ -24,6 +25,9 @@ struct PolicyView {
   // A running goodput job above its MIN, not pinned, that the policy may not shrink: its ranks
   // have not said that they handle the stop request (docs/elastic.md).
   bool cannot_be_resized = false;
+  // A waiting job that may not start before an older one that has starved and does not fit
+  // yet (goodput_policy.hpp): that job.
+  std::optional<int64_t> held_back_by;
 };
 
 // The predicted goodput at 0 … max_gpus GPUs from RUN_DIR/goodput-model.json; empty when
