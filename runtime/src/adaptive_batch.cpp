@@ -147,6 +147,10 @@ struct AdaptiveBatch::Impl {
   // before a decision not yet reported.
   at::Tensor loss_sum;
   bool loss_this_step = false;
+  // Steps in a row that trained fewer samples than the batch chosen (an epoch's short last one
+  // is one step), and whether that was said.
+  int short_steps = 0;
+  bool short_said = false;
   int64_t loss_steps = 0;
   double reported_loss_sum = 0;
   int64_t reported_loss_steps = 0;
@@ -917,6 +921,21 @@ void AdaptiveBatch::accumulated() {
 void AdaptiveBatch::step(int64_t samples) {
   Impl& d = *m_impl;
   if (samples < 0) samples = d.shape.global_batch;
+  if (samples > d.shape.global_batch) {
+    throw ConfigError(fmt::format(
+        "AdaptiveBatch::step: this step trained {} samples, more than the global batch AdaptiveBatch chose ({}): "
+        "take each step's batch with sampler.next(adaptive.global_batch()); the learning rate is scaled for that "
+        "batch",
+        samples, d.shape.global_batch));
+  }
+  d.short_steps = samples < d.shape.global_batch ? d.short_steps + 1 : 0;
+  if (d.short_steps >= 3 && !d.short_said) {
+    d.short_said = true;
+    log::warn("AdaptiveBatch: {} steps in a row trained fewer samples than the global batch it chose (this one {}, "
+              "not {}): does the loop take each step's batch with sampler.next(adaptive.global_batch())? The "
+              "learning rate is scaled for the batch chosen, and only an epoch's last step is short",
+              d.short_steps, samples, d.shape.global_batch);
+  }
   const double noise_start = d.resplit ? d.now() : 0.0;  // left out of a half's time
   d.observe_noise(samples);
   const double noise_seconds = d.resplit ? d.now() - noise_start : 0.0;

@@ -8,6 +8,7 @@
 #include <torch/serialize/output-archive.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/utils.h>
+#include <c10/util/Type.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
+#include <typeinfo>
 
 #include "checkpoint_manifest.hpp"
 #include "directory_lock.hpp"
@@ -120,6 +122,15 @@ struct PendingCopies {
     copies.clear();
   }
 };
+
+// The optimizer's class, as a checkpoint records it ("torch::optim::Adam").
+std::string optimizer_type(const torch::optim::Optimizer& optimizer) {
+  std::string name = c10::demangle(typeid(optimizer).name());
+  for (char& c : name) {
+    if (c == ' ' || c == '\n') c = '_';  // one word on its state line
+  }
+  return name;
+}
 
 // Where the optimizer's parameters live (its state must be there too); none if it has none.
 c10::optional<c10::Device> parameter_device(const torch::optim::Optimizer& optimizer) {
@@ -373,6 +384,9 @@ void Checkpoint::Impl::write_files(const fs::path& tmp, int64_t step,
     state += fmt::format("sampler.epoch {}\nsampler.position {}\nsampler.seed {}\nsampler.dataset_size {}\n",
                          s.epoch, s.position, s.seed, s.dataset_size);
   }
+  for (const auto& [name, optimizer] : optimizers) {
+    state += fmt::format("optimizer.{}.type {}\n", name, optimizer_type(*optimizer));
+  }
   for (const auto& [key, value] : values) state += fmt::format("value.{} {:.17g}\n", key, value);
   write_text(tmp / k_state_file, state);
   names.push_back(k_state_file);
@@ -517,6 +531,14 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
     }
     // Everything that can be read and checked before a tracked object changes is: a checkpoint
     // of another model, or of a program tracking other objects, leaves them all as they were.
+    for (const auto& [name, optimizer] : optimizers) {
+      // (Checkpoints of dlrun before 0.1 say nothing of it: LibTorch's load judges those.)
+      const auto saved = state.find("optimizer." + name + ".type");
+      if (saved == state.end() || saved->second == optimizer_type(*optimizer)) continue;
+      throw CheckpointError(fmt::format("optimizer '{}' was saved by a {}, and this program tracks a {} under that "
+                                        "name",
+                                        name, saved->second, optimizer_type(*optimizer)));
+    }
     PendingCopies weights;
     for (const auto& [name, module] : modules) {
       torch::serialize::InputArchive archive;

@@ -53,6 +53,55 @@ void broadcast_from_rank0(runtime::ContextState& state, const std::vector<at::Te
   }
 }
 
+// Whether every rank built the same model: the count, shapes and dtypes of its parameters and
+// buffers, folded into a few small whole numbers each rank sums with the others (with their
+// squares: all equal exactly when W·Σx² = (Σx)²). A rank whose model differs in dtype made the
+// initial broadcast wait for the collective timeout (10 min), or crash in Gloo.
+void check_same_model(Context& context, const std::vector<at::Tensor>& parameters,
+                      const std::vector<at::Tensor>& buffers) {
+  constexpr int64_t k_mod = 99991;  // keeps the squares' sums exact in a double
+  int64_t count = static_cast<int64_t>(parameters.size() % 997) * 100 + static_cast<int64_t>(buffers.size() % 97);
+  int64_t dtypes = 0, shapes = 0, frozen = 0;
+  int64_t i = 0;
+  std::vector<std::string> kinds;
+  auto fold = [&](const at::Tensor& t) {
+    ++i;
+    const auto type = static_cast<int64_t>(t.scalar_type()) + 1;
+    dtypes = (dtypes + i * type) % k_mod;
+    int64_t shape = t.dim() + 1;
+    for (int64_t d : t.sizes()) shape = (shape * 31 + d) % k_mod;
+    shapes = (shapes + i % 1000 * shape) % k_mod;
+    const std::string kind(c10::toString(t.scalar_type()));
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+  };
+  for (const auto& p : parameters) {
+    fold(p);
+    if (!p.requires_grad()) frozen = (frozen + i) % k_mod;
+  }
+  for (const auto& b : buffers) fold(b);
+  std::vector<double> values;
+  for (int64_t x : {count, dtypes, shapes, frozen}) {
+    values.push_back(static_cast<double>(x));
+    values.push_back(static_cast<double>(x) * static_cast<double>(x));
+  }
+  context.all_reduce_sum(values);
+  const double world = context.world_size();
+  const char* what[] = {"how many parameters and buffers it has", "their dtypes", "their shapes",
+                        "which parameters are frozen (requires_grad false)"};
+  std::vector<std::string> differ;
+  for (size_t k = 0; k < 4; ++k) {
+    if (world * values[2 * k + 1] != values[2 * k] * values[2 * k]) differ.push_back(what[k]);
+  }
+  if (differ.empty()) return;
+  int64_t numel = 0;
+  for (const auto& p : parameters) numel += p.numel();
+  throw ConfigError(fmt::format(
+      "DataParallel: the ranks built different models ({} differ): every rank must build the same model, with the "
+      "same dtypes, before making the DataParallel; rank {} has {} parameters ({} values) and {} buffers, of "
+      "dtype {}",
+      fmt::join(differ, ", "), context.rank(), parameters.size(), numel, buffers.size(), fmt::join(kinds, ", ")));
+}
+
 }  // namespace
 
 struct DataParallel::Impl {
@@ -69,12 +118,18 @@ struct DataParallel::Impl {
   bool unreduced = false;
   // A synced backward was prepared (prepare_backward) since the last step.
   bool prepared = false;
+  // Every parameter, and whether it was trainable when the DataParallel was made: the set the
+  // gradient buckets hold. One unfrozen later trained on each rank alone.
+  std::vector<at::Tensor> parameters;
+  std::vector<bool> trainable;
+  std::vector<std::string> names;  // from the module, when given one
 };
 
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, Context context,
                            DataParallelOptions options)
     : DataParallel(module->parameters(/*recurse=*/true), module->buffers(/*recurse=*/true),
                    std::move(context), options) {
+  for (const auto& item : module->named_parameters(/*recurse=*/true)) m_impl->names.push_back(item.key());
   m_impl->module = std::move(module);
 }
 
@@ -90,7 +145,10 @@ DataParallel::DataParallel(const std::vector<at::Tensor>& parameters,
   if (params.empty()) {
     throw ConfigError("DataParallel: the module has no parameters that require gradients");
   }
+  m_impl->parameters = parameters;
+  for (const auto& p : parameters) m_impl->trainable.push_back(p.requires_grad());
   if (!state.group) return;  // a world of one: gradients are already final
+  check_same_model(m_impl->context, parameters, buffers);
   broadcast_from_rank0(state, parameters, buffers);
   std::vector<size_t> caps{static_cast<size_t>(options.first_bucket_cap_bytes),
                            static_cast<size_t>(options.bucket_cap_bytes)};
@@ -130,6 +188,18 @@ void DataParallel::backward(const at::Tensor& loss) {
 }
 
 void DataParallel::prepare_backward() {
+  // (In a world of one there is nothing to average: a change is harmless.)
+  for (size_t i = 0; m_impl->reducer && i < m_impl->parameters.size(); ++i) {
+    if (m_impl->parameters[i].requires_grad() == m_impl->trainable[i]) continue;
+    const std::string name = i < m_impl->names.size() ? fmt::format("'{}'", m_impl->names[i]) : fmt::format("{}", i);
+    throw ConfigError(fmt::format(
+        "DataParallel: parameter {} was {} after the DataParallel was made; the set of parameters it averages is "
+        "fixed then, and {}: make a new DataParallel (and optimizer) after changing requires_grad, as with "
+        "PyTorch DDP",
+        name, m_impl->trainable[i] ? "frozen" : "unfrozen",
+        m_impl->trainable[i] ? "a frozen one would get no gradient" : "an unfrozen one would train on each rank alone "
+                                                                     "(the replicas drift apart)"));
+  }
   if (m_impl->reducer) m_impl->unreduced = !m_impl->sync;
   if (m_impl->reducer && m_impl->sync) {
     m_impl->prepared = true;

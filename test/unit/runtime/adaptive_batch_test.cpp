@@ -213,6 +213,23 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(adaptive.split({}).size() == 4);
   }
 
+  TEST_CASE("a step of more samples than the batch chosen is refused: its rate was scaled for another") {
+    dlrun::Context ctx = world_of_one();
+    auto model = make_model();
+    dlrun::DataParallel dp(model->ptr(), ctx);
+    torch::optim::SGD sgd((*model)->parameters(), torch::optim::SGDOptions(0.01));
+    dlrun::AdaptiveBatchOptions options;
+    options.initial_batch = 16;
+    dlrun::AdaptiveBatch adaptive(ctx, dp, sgd, options);
+    std::vector<int64_t> batch(32);
+    for (int i = 0; i < 32; ++i) batch[i] = i;
+    adaptive.backward(loss_of(**model, batch, 0, 1.0 / 32), true);
+    CHECK_THROWS_WITH_AS(adaptive.step(32),
+                         doctest::Contains("AdaptiveBatch::step: this step trained 32 samples, more than the global "
+                                           "batch AdaptiveBatch chose (16)"),
+                         dlrun::ConfigError);
+  }
+
   TEST_CASE("options that allow no batch are refused, saying which") {
     dlrun::Context ctx = world_of_one();
     auto model = make_model();

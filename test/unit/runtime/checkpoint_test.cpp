@@ -3,6 +3,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <torch/utils.h>
@@ -323,6 +324,35 @@ TEST_SUITE("runtime::Checkpoint") {
           std::string::npos);
     CHECK(message.find("; nothing was restored from it") != std::string::npos);
     CHECK(torch::equal(wide->weight, before));
+  }
+
+  TEST_CASE("an optimizer of another class under a saved one's name is refused before anything changes") {
+    // LibTorch's load failed on an internal assert (adam.cpp:67) after the model was restored.
+    TempDir dir;
+    torch::manual_seed(1);
+    auto net = std::make_shared<torch::nn::LinearImpl>(4, 1);
+    torch::optim::SGD sgd(net->parameters(), 0.1);
+    dlrun::Checkpoint saver(solo(), dir.path);
+    saver.track("model", net);
+    saver.track("opt", sgd);
+    saver.save(1);
+    auto other = std::make_shared<torch::nn::LinearImpl>(4, 1);
+    const auto before = other->weight.clone();
+    torch::optim::Adam adam(other->parameters(), 1e-3);
+    dlrun::Checkpoint loader(solo(), dir.path);
+    loader.track("model", other);
+    loader.track("opt", adam);
+    std::string message;
+    try {
+      loader.restore();
+    } catch (const dlrun::CheckpointError& e) {
+      message = e.what();
+    }
+    CAPTURE(message);
+    CHECK(message.find("optimizer 'opt' was saved by a torch::optim::SGD, and this program tracks a "
+                       "torch::optim::Adam under that name") != std::string::npos);
+    CHECK(message.find("; nothing was restored from it") != std::string::npos);
+    CHECK(torch::equal(other->weight, before));
   }
 
   TEST_CASE("a sampler of another data set is refused before anything changes") {

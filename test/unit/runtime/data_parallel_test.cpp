@@ -156,16 +156,59 @@ TEST_SUITE("runtime::DataParallel") {
       auto model = std::make_shared<torch::nn::LinearImpl>(4, ctx.rank() == 0 ? 2 : 3);
       try {
         dlrun::DataParallel dp(model, ctx);
-      } catch (const dlrun::CommunicationError& e) {
+      } catch (const dlrun::ConfigError& e) {
         messages[ctx.rank()] = e.what();
       }
     });
     for (const auto& message : messages) {
       CAPTURE(message);
-      CHECK(message.find("could not take the initial weights from rank 0") != std::string::npos);
+      CHECK(message.find("the ranks built different models (their shapes differ)") != std::string::npos);
       CHECK(message.find("every rank must build the same model") != std::string::npos);
       CHECK(message.find("Exception raised from") == std::string::npos);
       CHECK(message.find("frame #") == std::string::npos);
+    }
+  }
+
+  TEST_CASE("ranks whose models differ in dtype are told so at once (it waited for the collective timeout)") {
+    std::vector<std::string> messages(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      auto model = std::make_shared<torch::nn::LinearImpl>(4, 2);
+      if (ctx.rank() == 1) model->to(torch::kDouble);
+      try {
+        dlrun::DataParallel dp(model, ctx);
+      } catch (const dlrun::ConfigError& e) {
+        messages[ctx.rank()] = e.what();
+      }
+    });
+    CHECK(messages[0].find("(their dtypes differ)") != std::string::npos);
+    CHECK(messages[0].find("rank 0 has 2 parameters (10 values) and 0 buffers, of dtype Float") != std::string::npos);
+    CHECK(messages[1].find("rank 1 has 2 parameters (10 values) and 0 buffers, of dtype Double") != std::string::npos);
+  }
+
+  TEST_CASE("a parameter unfrozen after the DataParallel was made is refused: it would train on each rank alone") {
+    std::vector<std::string> messages(2);
+    dlrun::test::run_ranks(2, [&](dlrun::Context& ctx) {
+      struct Two : torch::nn::Module {
+        std::shared_ptr<torch::nn::LinearImpl> a, b;
+      };
+      auto two = std::make_shared<Two>();
+      two->a = two->register_module("a", std::make_shared<torch::nn::LinearImpl>(4, 4));
+      two->b = two->register_module("b", std::make_shared<torch::nn::LinearImpl>(4, 1));
+      for (auto& p : two->a->parameters()) p.set_requires_grad(false);
+      dlrun::DataParallel dp(two, ctx);
+      dp.backward(two->b->forward(two->a->forward(torch::ones({2, 4}))).sum());  // frozen: fine
+      for (auto& p : two->a->parameters()) p.set_requires_grad(true);
+      try {
+        dp.backward(two->b->forward(two->a->forward(torch::ones({2, 4}))).sum());
+      } catch (const dlrun::ConfigError& e) {
+        messages[ctx.rank()] = e.what();
+      }
+    });
+    for (const auto& message : messages) {
+      CAPTURE(message);
+      CHECK(message.find("DataParallel: parameter 'a.weight' was unfrozen after the DataParallel was made") !=
+            std::string::npos);
+      CHECK(message.find("make a new DataParallel (and optimizer) after changing requires_grad") != std::string::npos);
     }
   }
 
