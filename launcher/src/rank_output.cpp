@@ -155,6 +155,7 @@ void Terminal::end_progress(const void* owner, std::optional<Stream> stream) {
 RankOutput::RankOutput(Options options, int log_fd, Terminal& terminal)
     : m_options(std::move(options)), m_log_fd(log_fd), m_terminal(terminal) {
   read_log_end();
+  m_redraw_line_at[0] = m_redraw_line_at[1] = std::chrono::steady_clock::now();
 }
 
 RankOutput::~RankOutput() {
@@ -280,9 +281,10 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
 
 // An unfinished line that redraws itself is shown as it goes, on a live terminal.
 void RankOutput::show_pending(Stream stream) {
-  if (!m_options.shown || !m_terminal.live(stream)) return;
   const std::string_view pending = splitter(stream).pending_text();
   if (pending.find('\r') == std::string_view::npos) return;
+  if (!m_terminal.live(stream)) return pass_on_redraw(stream, pending);
+  if (!m_options.shown) return;
   const std::string_view shown = shown_segment(pending);
   if (shown.empty()) {
     m_terminal.end_progress(this);
@@ -291,6 +293,28 @@ void RankOutput::show_pending(Stream stream) {
   std::string line(stream == Stream::err ? m_options.err_prefix : m_options.out_prefix);
   line.append(shown.data(), shown.size());
   m_terminal.show_progress(stream, this, line);
+}
+
+void RankOutput::pass_on_redraw(Stream stream, std::string_view pending) {
+  auto& at = m_redraw_line_at[stream_index(stream)];
+  const auto now = std::chrono::steady_clock::now();
+  if (now - at < k_redraw_line_every) return;
+  // What a terminal would show now, as the live path shows it.
+  const std::string_view shown = shown_segment(pending);
+  if (shown.empty()) return;
+  at = now;
+  if (m_options.shown) {
+    m_batch.assign(stream == Stream::err ? m_options.err_prefix : m_options.out_prefix);
+    m_batch.append(shown.data(), shown.size());
+    m_batch += '\n';
+    m_terminal.write(stream, m_batch);
+  }
+  if (m_terminal.copying()) {
+    m_copy_batch.assign(m_options.copy_prefix);
+    m_copy_batch.append(shown.data(), shown.size());
+    m_copy_batch += '\n';
+    m_terminal.copy(m_copy_batch);
+  }
 }
 
 void RankOutput::on_data(Stream stream, std::string_view chunk) {

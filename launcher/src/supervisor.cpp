@@ -68,6 +68,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
     : m_job(job),
       m_runner(runner ? runner(m_io) : make_process_runner(m_io)),
       m_stop_signals(m_io, SIGINT, SIGTERM, SIGHUP),
+      m_job_control(m_io, SIGTSTP, SIGCONT),
       m_grace_timer(m_io),
       m_drain_timer(m_io),
       m_restart_timer(m_io),
@@ -145,6 +146,7 @@ void Supervisor::begin() {
   // After the runner's begin: its orphan guard is a fork, which a second thread must not precede.
   m_terminal.write_in_background();
   listen_for_signals();
+  listen_for_job_control();
   listen_for_resize();
   // A job runner blocks these until the handlers above exist; let them through now.
   listen_for_passed_signals();
@@ -252,6 +254,24 @@ void Supervisor::start_attempt() {
   hand_held_signals_to_new_ranks();
   // A child may have ended before the SIGCHLD listener saw it: look once now.
   asio::post(m_io, [this] { on_children_ended(); });
+}
+
+void Supervisor::listen_for_job_control() {
+  m_job_control.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    if (signal == SIGTSTP) {
+      // The ranks lead process groups of their own, which the terminal's Ctrl-Z does not reach:
+      // they kept computing while the shell said the job was stopped.
+      if (m_group) m_group->signal_running(SIGSTOP);
+      // Stopped as the shell expects, before kill() returns (a signal to oneself is delivered
+      // then); it returns once SIGCONT has come: the ranks go on, and the watchdog counts from
+      // now (its timer may come before the SIGCONT below is handled).
+      ::kill(::getpid(), SIGSTOP);
+    }
+    if (m_group) m_group->signal_running(SIGCONT);
+    m_resumed_at = std::chrono::steady_clock::now();
+    listen_for_job_control();
+  });
 }
 
 void Supervisor::listen_for_signals() {
@@ -788,6 +808,7 @@ void Supervisor::finish(int code) {
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
   if (m_job.on_end) m_job.on_end({code, m_stop_signal, m_summary, m_failed_rank});
   m_stop_signals.cancel();
+  m_job_control.clear();  // Ctrl-Z stops dlrun itself again while it ends
   m_resize_signal.cancel();
   m_watchdog_timer.cancel();
   m_waiting_timer.cancel();

@@ -149,7 +149,10 @@ void Supervisor::arm_watchdog() {
 void Supervisor::check_watchdog() {
   if (m_phase != Phase::running || m_failure || !m_group) return;
   const auto now_steady = std::chrono::steady_clock::now();
-  const double since_start = std::chrono::duration<double>(now_steady - m_attempt_started).count();
+  double since_start = std::chrono::duration<double>(now_steady - m_attempt_started).count();
+  // A job stopped with Ctrl-Z made no progress meanwhile: counted from when it went on.
+  const double since_resume =
+      m_resumed_at ? std::chrono::duration<double>(now_steady - *m_resumed_at).count() : since_start;
   const auto now_wall = std::filesystem::file_time_type::clock::now();
   const double limit = m_job.options.watchdog_seconds;
   std::vector<size_t> idle_members;  // past the limit
@@ -169,6 +172,7 @@ void Supervisor::check_watchdog() {
       any_reported = any_reported || age < since_start + 0.1;
       idle = std::min(idle, age);
     }
+    idle = std::min(idle, since_resume);
     if (idle >= limit) idle_members.push_back(i);
     if (idle >= limit - 2 * watchdog_period()) ++stalled;
   }

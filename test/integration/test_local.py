@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -465,6 +466,30 @@ echo "tty=$DLRUN_TTY"
         with open(os.path.join(self.run_dir(), "rank-0.log"), newline="") as f:
             self.assertEqual(f.read(), "\r 10%\r 20%\r100%\ntty=\n")  # the log keeps every byte
 
+    def test_a_long_progress_bar_shows_its_progress_when_not_on_a_terminal(self):
+        # Through a pipe (tee, a CI log) a bar over a whole epoch showed nothing until the
+        # epoch's end: its redraws are passed on as lines, one every 5 s at most.
+        gate = os.path.join(self.tmp, "gate")
+        script = self.script("bar.sh", f"""
+printf '\\r 10%%'
+sleep 6
+printf '\\r 50%%'
+while [ ! -e {gate} ]; do sleep 0.05; done
+printf '\\r100%%\\n'
+""")
+        p = self.start("local", "--nproc", "1", "-q", script)
+        lines = []
+        def read():
+            for line in iter(p.stdout.readline, ""):
+                lines.append(line)
+        reader = threading.Thread(target=read)
+        reader.start()
+        self.assertTrue(wait_for(lambda: "[0]  50%\n" in lines, 60), lines)
+        open(gate, "w").close()
+        reader.join(timeout=60)
+        self.assertEqual(p.wait(timeout=60), 0)
+        self.assertEqual(lines, ["[0]  50%\n", "[0] 100%\n"])
+
     def test_stdout_and_stderr_stay_apart(self):
         r = self.dlrun("local", "--nproc", "1", "-q", "sh", "-c", "echo to-out; echo to-err >&2")
         self.assertEqual(r.stdout, "[0] to-out\n")
@@ -805,6 +830,29 @@ while true; do sleep 0.05; done
             self.assertIn("job", text.splitlines()[-1])
         finally:
             os.close(reader)
+
+    def test_ctrl_z_stops_the_ranks_with_dlrun_and_fg_goes_on(self):
+        # The ranks lead process groups of their own, which the terminal's Ctrl-Z did not reach:
+        # they kept computing while the shell said the job was stopped. A pause longer than
+        # --watchdog is no hang.
+        ticks = os.path.join(self.tmp, "ticks")
+        script = self.script("tick.sh", f"i=0; while [ $i -lt 60 ]; do echo $i >> {ticks}; "
+                                        "touch \"$DLRUN_PROGRESS_FILE\"; i=$((i+1)); sleep 0.05; done\n")
+        p = self.start("local", "--nproc", "2", "--watchdog", "1", script)
+        self.assertTrue(wait_for(lambda: len(read_words(ticks)) >= 4, 30))
+        p.send_signal(signal.SIGTSTP)
+        def stopped(pid):
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "T"
+        self.assertTrue(wait_for(lambda: stopped(p.pid), 30), "dlrun did not stop")
+        time.sleep(0.5)
+        before = len(read_words(ticks))
+        time.sleep(2)  # longer than --watchdog
+        self.assertEqual(len(read_words(ticks)), before, "the ranks went on while dlrun was stopped")
+        p.send_signal(signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(len(read_words(ticks)), 120)
 
     def test_second_ctrl_c_kills_at_once(self):
         marks, ready, script = self.rank_script(

@@ -144,6 +144,10 @@ class RankOutput {
   void read_log_end();
   void take_line(Stream stream, std::string_view line);
   void show_pending(Stream stream);
+  // Not on a live terminal (a pipe, a CI log, output.log): a line that redraws itself is passed
+  // on as a line of its own at most every k_redraw_line_every, so its progress shows before it
+  // ends (a bar over a whole epoch showed nothing until the epoch's end).
+  void pass_on_redraw(Stream stream, std::string_view pending);
   LineSplitter& splitter(Stream stream) { return m_splitters[stream == Stream::err ? 1 : 0]; }
 
   Options m_options;
@@ -157,6 +161,11 @@ class RankOutput {
   std::string m_log_pending[2];  // per stream: bytes of an unfinished segment, not yet logged
   char m_log_last = '\n';          // the log's last byte ('\n' for an empty log)
   int m_log_partial_stream = -1;   // whose bytes end the log mid-line: 0 out, 1 err, 2 an earlier run
+  std::chrono::steady_clock::time_point m_redraw_line_at[2];  // per stream: the last redraw passed on as a line
 };
+
+// How often an unfinished line that redraws itself (a progress bar) is passed on as a line
+// where the output is no live terminal.
+inline constexpr std::chrono::seconds k_redraw_line_every{5};
 
 }  // namespace dlrun::launcher

@@ -95,6 +95,8 @@ class Supervisor {
   void start_attempt();
   bool agent_of_a_restart() const;
   void listen_for_signals();
+  // Ctrl-Z (SIGTSTP): the ranks stop with dlrun, and go on with it at SIGCONT (fg, bg).
+  void listen_for_job_control();
   // supervisor_signals.cpp: SIGUSR1, and a SIGUSR2 that is not `dlrun resize`'s, passed on to
   // the ranks; the job goes on.
   void listen_for_passed_signals();
@@ -145,6 +147,8 @@ class Supervisor {
   boost::asio::io_context m_io;
   std::unique_ptr<ProcessRunner> m_runner;
   boost::asio::signal_set m_stop_signals;
+  boost::asio::signal_set m_job_control;  // SIGTSTP, SIGCONT
+  std::optional<std::chrono::steady_clock::time_point> m_resumed_at;  // the last SIGCONT: the watchdog counts from it
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_drain_timer;
   boost::asio::steady_timer m_restart_timer;
