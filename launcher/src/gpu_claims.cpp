@@ -15,6 +15,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <tuple>
 #include <utility>
 
@@ -29,6 +30,7 @@ namespace dlrun::launcher {
 namespace {
 
 constexpr std::string_view k_prefix = "dlrun-gpu-";
+constexpr std::string_view k_want_prefix = "dlrun-want-";  // a waiting job's: its MIN, where a GPU's id goes
 constexpr size_t k_max_claim_bytes = 4096;
 constexpr size_t k_max_field = 256;
 
@@ -88,13 +90,13 @@ std::string random_hex() {
   }
 }
 
-std::string name_of(const std::string& gpu) {
-  return fmt::format("{}{}.{}.{}.{}", k_prefix, encode(gpu), ::geteuid(), ::getpid(), random_hex());
+std::string name_of(const std::string& gpu, std::string_view prefix = k_prefix) {
+  return fmt::format("{}{}.{}.{}.{}", prefix, encode(gpu), ::geteuid(), ::getpid(), random_hex());
 }
 
-std::optional<ClaimName> parse_name(std::string_view name) {
-  if (name.substr(0, k_prefix.size()) != k_prefix) return std::nullopt;
-  name.remove_prefix(k_prefix.size());
+std::optional<ClaimName> parse_name(std::string_view name, std::string_view prefix) {
+  if (name.substr(0, prefix.size()) != prefix) return std::nullopt;
+  name.remove_prefix(prefix.size());
   std::vector<std::string_view> parts;
   for (size_t start = 0;;) {
     const size_t dot = name.find('.', start);
@@ -203,19 +205,20 @@ void read_fields(int fd, GpuClaimHolder& holder) {
     const std::string key = line.substr(0, eq), value = line.substr(eq + 1, k_max_field);
     if (key == "job") holder.job = value;
     if (key == "home") holder.home = value;
+    if (key == "since") holder.since = std::atof(value.c_str());
   }
 }
 
 // Every claim held now in `dir`. A file whose owner is not the uid its name gives is no claim:
 // only its owner can write one in a user's name. A claim file is in place only once locked, so
 // one of this user's that is unlocked is a claim let go (its process ended): it is removed.
-std::vector<GpuClaimHolder> held_claims(const std::string& dir) {
+std::vector<GpuClaimHolder> held_claims(const std::string& dir, std::string_view prefix = k_prefix) {
   std::vector<GpuClaimHolder> claims;
   DIR* listing = ::opendir(dir.c_str());
   if (listing == nullptr) return claims;
   const uid_t me = ::geteuid();
   while (const dirent* entry = ::readdir(listing)) {
-    auto name = parse_name(entry->d_name);
+    auto name = parse_name(entry->d_name, prefix);
     if (!name) continue;
     const std::string path = dir + "/" + entry->d_name;
     const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -247,6 +250,29 @@ bool of_store(const GpuClaimHolder& holder, const std::string& home) {
 bool of_job(const GpuClaimHolder& holder, const std::string& home, const std::string& inside_job) {
   return !inside_job.empty() && holder.uid == ::geteuid() && holder.job == inside_job &&
          (holder.home.empty() || same_home(holder.home, home));
+}
+
+// Made under a hidden name, written, locked, then put in place: a claim file in place is locked
+// until its holder lets go, and no one reads half of one. The locked descriptor, or -1 with
+// `problem` said.
+int place_locked_file(const std::string& dir, const std::string& path, const std::string& text, std::string& problem) {
+  const std::string hidden = fmt::format("{}/.dlrun-claim-{}", dir, random_hex());
+  const int fd = ::open(hidden.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    problem = fmt::format("{}: {}", hidden, std::strerror(errno));
+    return -1;
+  }
+  ::fchmod(fd, 0644);  // readable by every user whatever the umask: that is what it is for
+  struct flock lock = whole_file(F_WRLCK);
+  if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
+      ::fcntl(fd, F_OFD_SETLK, &lock) != 0 ||
+      ::renameat2(AT_FDCWD, hidden.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+    problem = fmt::format("{}: {}", path, std::strerror(errno));
+    ::unlink(hidden.c_str());
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 std::string user_name(uid_t uid) {
@@ -420,24 +446,11 @@ std::vector<GpuClaimHolder> GpuClaims::hold(const std::vector<std::string>& gpus
       return holder.gpu == key && of_job(holder, m_home, m_inside_job);
     });
     if (inside) continue;  // this run is inside the job that holds it, on that job's GPU
-    // Made under a hidden name, written, locked, then put in place: a claim file in place is
-    // locked until its holder lets go, and no one reads half of one.
     const std::string path = m_dir + "/" + name_of(key);
-    const std::string hidden = fmt::format("{}/.dlrun-claim-{}", m_dir, random_hex());
-    const int fd = ::open(hidden.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    std::string problem;
+    const int fd = place_locked_file(m_dir, path, fmt::format("job={}\nhome={}\n", m_job, m_home), problem);
     if (fd < 0) {
-      warn(fmt::format("{}: {}", hidden, std::strerror(errno)));
-      continue;
-    }
-    ::fchmod(fd, 0644);  // readable by every user whatever the umask: that is what it is for
-    struct flock lock = whole_file(F_WRLCK);
-    const std::string text = fmt::format("job={}\nhome={}\n", m_job, m_home);
-    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
-        ::fcntl(fd, F_OFD_SETLK, &lock) != 0 ||
-        ::renameat2(AT_FDCWD, hidden.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
-      warn(fmt::format("{}: {}", path, std::strerror(errno)));
-      ::unlink(hidden.c_str());
-      ::close(fd);
+      warn(problem);
       continue;
     }
     m_claims[gpu] = {fd, path};
@@ -464,6 +477,47 @@ std::vector<std::string> GpuClaims::held() const {
   std::vector<std::string> gpus;
   for (const auto& [gpu, claim] : m_claims) gpus.push_back(gpu);
   return gpus;
+}
+
+GpuWant::GpuWant(const Environment& env, const std::string& job, int gpus, double since) {
+  const auto dir = gpu_claims_dir(env);
+  if (!dir || gpus < 1 || !ensure_dir(*dir).empty()) return;  // no claims: no one to ask
+  const std::string path = *dir + "/" + name_of(std::to_string(gpus), k_want_prefix);
+  std::string problem;
+  const int fd = place_locked_file(*dir, path,
+                                   fmt::format("job={}\nhome={}\nsince={:.3f}\n", job, dlrun_home(env), since), problem);
+  if (fd < 0) {
+    log::debug("GPU want not published: {}", problem);
+    return;
+  }
+  m_fd = fd;
+  m_path = path;
+}
+
+GpuWant::~GpuWant() {
+  if (m_fd < 0) return;
+  ::unlink(m_path.c_str());
+  ::close(m_fd);
+}
+
+GpuWant::GpuWant(GpuWant&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)), m_path(std::move(other.m_path)) {}
+
+std::vector<GpuWantHolder> gpu_wants_elsewhere(const Environment& env) {
+  std::vector<GpuWantHolder> wants;
+  const auto dir = gpu_claims_dir(env);
+  if (!dir) return wants;
+  const std::string home = dlrun_home(env);
+  for (auto& holder : held_claims(*dir, k_want_prefix)) {
+    if (holder.home.empty() || of_store(holder, home)) continue;
+    const auto gpus = whole_number<int>(holder.gpu);
+    if (!gpus || *gpus < 1) continue;
+    wants.push_back({*gpus, std::move(holder)});
+  }
+  std::sort(wants.begin(), wants.end(), [](const GpuWantHolder& a, const GpuWantHolder& b) {
+    return std::tie(a.holder.since, a.holder.uid, a.holder.home, a.holder.job) <
+           std::tie(b.holder.since, b.holder.uid, b.holder.home, b.holder.job);
+  });
+  return wants;
 }
 
 std::string sharing_warning(const std::vector<GpuClaimHolder>& conflicts) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -25,6 +26,7 @@
 #include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/gpu_discovery.hpp"
 #include "dlrun/launcher/job_spec.hpp"
+#include "dlrun/launcher/machine_share.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -186,6 +188,27 @@ GpuClaimsByGpu JobQueue::claims_elsewhere() const {
   if (!gpu_claims_dir(m_env)) return {};
   if (!m_gpu_keys) m_gpu_keys = GpuKeys::here();
   return gpu_claims_elsewhere(m_env, *m_gpu_keys);
+}
+
+std::vector<GpuWantHolder> JobQueue::gpu_wants_elsewhere() const { return launcher::gpu_wants_elsewhere(m_env); }
+
+int JobQueue::capacity_beside_others(int total, int least_here, double starvation_seconds) const {
+  const auto claims = claims_elsewhere();
+  MachineShareInput in;
+  in.total = total;
+  in.least_here = least_here;
+  std::set<std::pair<uid_t, std::string>> stores;
+  for (const auto& [id, holders] : claims) {
+    if (auto n = parse_int(id); n && *n >= 0 && *n < total) ++in.held_elsewhere;
+    for (const auto& holder : holders) stores.insert({holder.uid, holder.home});
+  }
+  const double now = now_seconds();
+  for (const auto& want : gpu_wants_elsewhere()) {
+    stores.insert({want.holder.uid, want.holder.home});
+    in.waiting.push_back({want.gpus, want.holder.since > 0 && now - want.holder.since >= starvation_seconds});
+  }
+  in.stores = 1 + static_cast<int>(stores.size());
+  return launcher::capacity_beside_others(in);
 }
 
 std::map<std::string, std::string> JobQueue::gpus_elsewhere() const {

@@ -45,8 +45,11 @@ constexpr auto k_running_check = std::chrono::seconds(5);
 // Waits for the job's turn. False when it was cancelled (or ended) meanwhile. A goodput job
 // is started by the scheduler (its state turns RUNNING, with the GPUs it chose); any other
 // starts itself, in order (try_start).
-bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity) {
+bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const Environment& env) {
   const sigset_t stop = stop_signal_set();
+  // While it waits for GPUs other users' jobs hold, it says so in the claims directory: their
+  // schedulers make room for it (machine_share.hpp).
+  std::optional<GpuWant> want;
   for (int poll = 0;; ++poll) {
     // Other stores' jobs take and release GPUs meanwhile (gpu_claims.hpp): look again each second.
     auto job = queue.store().get(id);
@@ -54,6 +57,15 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity) {
     // (A goodput job is started by the scheduler, which looks at them itself.)
     if (poll > 0 && poll % k_sweep_every == 0 && capacity.gpus > 0 && !job->submitted.request.goodput) {
       capacity.gpus_elsewhere = queue.gpus_elsewhere();
+    }
+    if (poll % k_sweep_every == 0 && job->submitted.request.uses_gpus && capacity.gpus > 0) {
+      const auto& request = job->submitted.request;
+      const bool first_in_line = request.goodput || queue_head(queue.store().list(false, 0), true) == id;
+      if (first_in_line && !queue.gpu_ids_elsewhere().empty()) {
+        if (!want) want.emplace(env, std::to_string(id), std::max(1, request.min_ranks), job->submitted_at);
+      } else {
+        want.reset();
+      }
     }
     if (job->submitted.request.goodput) {
       if (job->state != JobState::pending) return true;
@@ -166,7 +178,7 @@ int run_submitted_job(int64_t id, const Environment& env) {
                    claims_dir ? GpuKeys::here() : GpuKeys{});
   std::mt19937 jitter(std::random_device{}());
   while (true) {
-    if (!wait_for_resources(queue, id, queue.capacity())) {
+    if (!wait_for_resources(queue, id, queue.capacity(), env)) {
       fs::remove(run_dir, ec);  // cancelled before it started: nothing in it (only if empty)
       return 0;
     }

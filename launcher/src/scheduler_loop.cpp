@@ -58,6 +58,11 @@ std::string queue_signature(const std::vector<JobRecord>& jobs) {
 std::string elsewhere_signature(const JobQueue& queue) {
   std::string signature = "elsewhere:";
   for (const auto& gpu : queue.gpu_ids_elsewhere()) signature += gpu + ",";
+  // Their jobs that wait for GPUs: this store's jobs may make room for them (machine_share.hpp).
+  signature += "wants:";
+  for (const auto& want : queue.gpu_wants_elsewhere()) {
+    signature += fmt::format("{}:{}:{}:{},", want.holder.uid, want.holder.home, want.holder.job, want.gpus);
+  }
   return signature;
 }
 
@@ -102,6 +107,22 @@ class Scheduler {
     PolicySettings policy = settings.policy;
     policy.capacity = r.capacity.gpus_free_of_others(usage_of(jobs).gpus_in_use);  // less other stores' jobs
     if (r.input.jobs.empty() || policy.capacity <= 0) return;
+    // Other users' jobs that wait for GPUs this store's jobs hold get room, down to its fair share.
+    int least_here = 0;
+    for (const auto& job : r.input.jobs) {
+      if (job.current > 0 || job.pinned) least_here += allowed_gpus(job, false).front();
+    }
+    const int beside = m_queue.capacity_beside_others(r.capacity.gpus, least_here, policy.starvation_seconds);
+    if (beside < policy.capacity) {
+      if (beside != m_beside_said) {
+        log::info("{} other users' jobs wait for GPUs: this store's jobs use at most {} of the {} GPUs now", timestamp(),
+                  beside, r.capacity.gpus);
+      }
+      policy.capacity = beside;
+      m_beside_said = beside;
+    } else {
+      m_beside_said = -1;
+    }
     try {
       r.decision = decide_allocation(r.input.jobs, policy);
       // A change only the restart penalty holds back becomes worth it as the jobs age: look
@@ -225,6 +246,7 @@ class Scheduler {
   JobQueue m_queue;
   std::string m_said_blind;  // say_if_blind's last word
   double m_interval = 60;  // until the next round without a change of the queue
+  int m_beside_said = -1;  // the limit beside other users' waiting jobs last said, -1: none
 };
 
 // Sleeps `pause`; true when a stop signal came meanwhile.

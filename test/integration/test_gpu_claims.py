@@ -190,6 +190,46 @@ class OtherStores(DlrunTestCase):
         # queue may use, as a job's end does.
         self.assertTrue(wait_for(lambda: self.other_status(job)["state"] == "SUCCEEDED", 30), self.other_status(job))
 
+    def test_another_users_waiting_job_gets_room_from_an_elastic_job_that_holds_every_gpu(self):
+        # Each store schedules its own jobs: an elastic job of one user kept every GPU, and
+        # another user's job waited for good. A waiting job now says so in the claims
+        # directory, and the other store's scheduler shrinks its jobs for it, to its fair share.
+        gate = os.path.join(self.tmp, "gate")
+        rank = os.path.join(self.tmp, "rank.sh")
+        with open(rank, "w") as f:
+            f.write("#!/bin/sh\ntrap 'exit 75' USR1\n"
+                    '[ "$RANK" = 0 ] && : > "$DLRUN_RUN_DIR/handles-stop"\n'
+                    f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
+        os.chmod(rank, 0o755)
+        os.makedirs(self.home, exist_ok=True)
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[scheduler]\nrestart_seconds = 1\n")
+        job_file = os.path.join(self.tmp, "elastic.toml")
+        with open(job_file, "w") as f:
+            f.write(f'command = ["{rank}"]\n[resources]\ngpus = "1:2"\n')
+        r = self.dlrun("submit", "--parsable", job_file)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        mine = r.stdout.strip()
+        mine_status = lambda: json.loads(self.dlrun("status", mine, "--json").stdout)  # noqa: E731
+        self.assertTrue(wait_for(lambda: mine_status()["state"] == "RUNNING" and mine_status()["ranks"] == 2, 60),
+                        mine_status())
+        def claimed():
+            names = os.listdir(self.claims) if os.path.isdir(self.claims) else []
+            return [n for n in names if n.startswith("dlrun-gpu-")]
+        self.assertTrue(wait_for(lambda: len(claimed()) == 2, 60), claimed())  # its supervisor has them
+        theirs = self.submit_other('command = ["sh", "-c", "echo ran on $CUDA_VISIBLE_DEVICES"]\n'
+                                   '[resources]\ngpus = 1\n')
+        self.assertTrue(wait_for(lambda: self.other_status(theirs)["state"] == "SUCCEEDED", 90),
+                        (self.other_status(theirs), read(os.path.join(self.home, "scheduler.log"))))
+        self.assertIn("other users' jobs wait for GPUs: this store's jobs use at most 1 of the 2 GPUs now",
+                      read(os.path.join(self.home, "scheduler.log")))
+        self.assertEqual(mine_status()["state"], "RUNNING")
+        # Room made, and taken: the elastic job grows back once the other job has ended.
+        self.assertTrue(wait_for(lambda: mine_status()["ranks"] == 2, 90), mine_status())
+        open(gate, "w").close()
+        self.assertTrue(wait_for(lambda: mine_status()["state"] == "SUCCEEDED", 60), mine_status())
+        self.assertEqual([n for n in os.listdir(self.claims) if n.startswith("dlrun-want-")], [])
+
     def test_scheduler_log_says_what_started_a_round_that_moved_nothing(self):
         # A round that another store's claims started said "the queue changed".
         first = self.holding("1", name="first")

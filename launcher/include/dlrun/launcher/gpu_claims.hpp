@@ -54,6 +54,7 @@ struct GpuClaimHolder {
   uid_t uid = 0;
   std::string home;  // the holder's DLRUN_HOME, as its file says (describe() shows it printable)
   std::string job;   // its job number or id there
+  double since = 0;  // a want's: when its job was submitted (Unix seconds)
 };
 
 // "user bob's dlrun job 4 (pid 1234)"; "your dlrun job 4 of DLRUN_HOME=/other/home (pid 1234)"
@@ -125,5 +126,29 @@ class GpuClaims {
 
 // "user bob's dlrun job 4 (pid 1234) holds GPU 1; ..." one line per conflict, for a warning.
 std::string sharing_warning(const std::vector<GpuClaimHolder>& conflicts);
+
+// A pending GPU job's word to other stores' schedulers that it waits for GPUs they hold: a
+// locked file in the claims directory (dlrun-want-MIN.UID.PID.RANDOM, job, home and since in
+// it), gone when this object is (or the process). Other users' elastic jobs then shrink for it,
+// down to their fair share of the machine (docs/scheduling.md). Nothing when claims are off.
+class GpuWant {
+ public:
+  GpuWant(const Environment& env, const std::string& job, int gpus, double since);
+  ~GpuWant();
+  GpuWant(const GpuWant&) = delete;
+  GpuWant& operator=(const GpuWant&) = delete;
+  GpuWant(GpuWant&&) noexcept;
+
+ private:
+  int m_fd = -1;
+  std::string m_path;
+};
+
+struct GpuWantHolder {
+  int gpus = 0;           // the waiting job's MIN
+  GpuClaimHolder holder;  // whose (its gpu field: the same number)
+};
+// Other stores' pending jobs waiting for GPUs, oldest first.
+std::vector<GpuWantHolder> gpu_wants_elsewhere(const Environment& env);
 
 }  // namespace dlrun::launcher

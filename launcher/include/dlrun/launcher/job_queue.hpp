@@ -100,6 +100,11 @@ class JobQueue {
   std::map<std::string, std::string> gpus_elsewhere() const;
   // Only their ids: what changes as they are taken and let go, without looking up who.
   std::vector<std::string> gpu_ids_elsewhere() const;
+  // Other stores' jobs that wait for GPUs (gpu_claims.hpp's GpuWant), oldest first.
+  std::vector<GpuWantHolder> gpu_wants_elsewhere() const;
+  // How many of the machine's `total` GPUs this store's jobs may use beside other stores' jobs
+  // (machine_share.hpp): `least_here`, what its running jobs cannot give back.
+  int capacity_beside_others(int total, int least_here, double starvation_seconds) const;
 
  private:
   // The GPUs other stores' jobs hold, by this machine's GPU ids (their UUIDs looked up once).
