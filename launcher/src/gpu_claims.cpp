@@ -205,7 +205,6 @@ void read_fields(int fd, GpuClaimHolder& holder) {
     const std::string key = line.substr(0, eq), value = line.substr(eq + 1, k_max_field);
     if (key == "job") holder.job = value;
     if (key == "home") holder.home = value;
-    if (key == "since") holder.since = std::atof(value.c_str());
   }
 }
 
@@ -229,6 +228,9 @@ std::vector<GpuClaimHolder> held_claims(const std::string& dir, std::string_view
       if (::fcntl(fd, F_OFD_GETLK, &probe) == 0 && probe.l_type != F_UNLCK) {
         GpuClaimHolder holder{name->gpu, name->pid, name->uid, {}, {}};
         read_fields(fd, holder);
+        // When it was put in place (the rename): its owner cannot set that back, as a time
+        // written in the file, or its mtime, could be.
+        holder.since = static_cast<double>(st.st_ctim.tv_sec) + 1e-9 * static_cast<double>(st.st_ctim.tv_nsec);
         claims.push_back(std::move(holder));
       } else if (name->uid == me) {
         ::unlink(path.c_str());  // left by a dlrun killed with SIGKILL
@@ -479,13 +481,13 @@ std::vector<std::string> GpuClaims::held() const {
   return gpus;
 }
 
-GpuWant::GpuWant(const Environment& env, const std::string& job, int gpus, double since) {
+GpuWant::GpuWant(const Environment& env, const std::string& job, int gpus) {
   const auto dir = gpu_claims_dir(env);
   if (!dir || gpus < 1 || !ensure_dir(*dir).empty()) return;  // no claims: no one to ask
   const std::string path = *dir + "/" + name_of(std::to_string(gpus), k_want_prefix);
   std::string problem;
   const int fd = place_locked_file(*dir, path,
-                                   fmt::format("job={}\nhome={}\nsince={:.3f}\n", job, dlrun_home(env), since), problem);
+                                   fmt::format("job={}\nhome={}\n", job, dlrun_home(env)), problem);
   if (fd < 0) {
     log::debug("GPU want not published: {}", problem);
     return;

@@ -62,7 +62,7 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const En
       const auto& request = job->submitted.request;
       const bool first_in_line = request.goodput || queue_head(queue.store().list(false, 0), true) == id;
       if (first_in_line && !queue.gpu_ids_elsewhere().empty()) {
-        if (!want) want.emplace(env, std::to_string(id), std::max(1, request.min_ranks), job->submitted_at);
+        if (!want) want.emplace(env, std::to_string(id), std::max(1, request.min_ranks));
       } else {
         want.reset();
       }

@@ -54,7 +54,7 @@ struct GpuClaimHolder {
   uid_t uid = 0;
   std::string home;  // the holder's DLRUN_HOME, as its file says (describe() shows it printable)
   std::string job;   // its job number or id there
-  double since = 0;  // a want's: when its job was submitted (Unix seconds)
+  double since = 0;  // when the file was put in place (its ctime, which its owner cannot set back)
 };
 
 // "user bob's dlrun job 4 (pid 1234)"; "your dlrun job 4 of DLRUN_HOME=/other/home (pid 1234)"
@@ -128,12 +128,13 @@ class GpuClaims {
 std::string sharing_warning(const std::vector<GpuClaimHolder>& conflicts);
 
 // A pending GPU job's word to other stores' schedulers that it waits for GPUs they hold: a
-// locked file in the claims directory (dlrun-want-MIN.UID.PID.RANDOM, job, home and since in
-// it), gone when this object is (or the process). Other users' elastic jobs then shrink for it,
+// locked file in the claims directory (dlrun-want-MIN.UID.PID.RANDOM, job and home in it), gone
+// when this object is (or the process); how long it has waited for them counts from the file's
+// ctime. Other users' elastic jobs then shrink for it,
 // down to their fair share of the machine (docs/scheduling.md). Nothing when claims are off.
 class GpuWant {
  public:
-  GpuWant(const Environment& env, const std::string& job, int gpus, double since);
+  GpuWant(const Environment& env, const std::string& job, int gpus);
   ~GpuWant();
   GpuWant(const GpuWant&) = delete;
   GpuWant& operator=(const GpuWant&) = delete;
