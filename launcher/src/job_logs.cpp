@@ -171,6 +171,8 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
       log::info("job {} is PENDING: it has no output yet (dlrun logs -f {} waits for it)", id, id);
     return;
   }
+  // A wait with nothing printed read as a hang: said once, on stderr (stdout is the log's).
+  if (job->state == JobState::pending) log::info("job {} is PENDING: waiting for it to start", id);
   for (int polls = 1;; ++polls) {
     job = queue.store().get(id);
     const bool ended = is_terminal(job->state);

@@ -593,20 +593,21 @@ void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, 
   }
 }
 
-bool JobStore::cancel_pending(int64_t id, const std::string& reason, int exit_code) {
-  Statement s(m_db, "UPDATE jobs SET state = 'CANCELLED', reason = ?, ended_at = ?, exit_code = ? WHERE id = ? AND "
-                    "state = 'PENDING'");
+bool JobStore::cancel_where(int64_t id, const std::string& reason, int exit_code, const char* condition) {
+  Statement s(m_db, fmt::format("UPDATE jobs SET state = 'CANCELLED', reason = ?, ended_at = ?, exit_code = ? WHERE "
+                                "id = ? AND state = 'PENDING'{}",
+                                condition));
   s.bind(1, reason).bind(2, now_seconds()).bind(3, exit_code).bind(4, id);
   s.step();
   return sqlite3_changes(m_db) > 0;
 }
 
+bool JobStore::cancel_pending(int64_t id, const std::string& reason, int exit_code) {
+  return cancel_where(id, reason, exit_code, "");
+}
+
 bool JobStore::cancel_unsubmitted(int64_t id, const std::string& reason, int exit_code) {
-  Statement s(m_db, "UPDATE jobs SET state = 'CANCELLED', reason = ?, ended_at = ?, exit_code = ? WHERE id = ? AND "
-                    "state = 'PENDING' AND slurm = 1 AND slurm_id = 0");
-  s.bind(1, reason).bind(2, now_seconds()).bind(3, exit_code).bind(4, id);
-  s.step();
-  return sqlite3_changes(m_db) > 0;
+  return cancel_where(id, reason, exit_code, " AND slurm = 1 AND slurm_id = 0");
 }
 
 Orphans JobStore::sweep(double pending_grace_seconds) {

@@ -1,6 +1,7 @@
 #include "dlrun/data_parallel.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
@@ -213,10 +214,17 @@ void DataParallel::prepare_backward() {
       if (std::string_view(e.what_without_backtrace()).find("finished reduction in the prior iteration") ==
           std::string_view::npos)
         throw;
-      throw ConfigError(
-          "DataParallel: a parameter that requires a gradient got none in the last step (not used in the loss): "
+      // Name them where it can be told (a gradient never made): the user has to find them.
+      std::vector<std::string> none;
+      for (size_t i = 0; i < m_impl->parameters.size() && none.size() < 5; ++i) {
+        if (!m_impl->trainable[i] || m_impl->parameters[i].grad().defined()) continue;
+        none.push_back(i < m_impl->names.size() ? "'" + m_impl->names[i] + "'" : "number " + std::to_string(i));
+      }
+      throw ConfigError(fmt::format(
+          "DataParallel: a parameter that requires a gradient got none in the last step (not used in the loss{}): "
           "every trainable parameter must take part in every step; freeze one that does not "
-          "(C++ requires_grad(false), Python requires_grad_(False)) before making the DataParallel");
+          "(C++ requires_grad(false), Python requires_grad_(False)) before making the DataParallel",
+          none.empty() ? "" : fmt::format(": {}", fmt::join(none, ", "))));
     }
   }
 }

@@ -5,6 +5,7 @@ import json
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import sqlite3
@@ -212,9 +213,15 @@ nproc = 1
             self.assertEqual((r.returncode, r.stdout), (0, ""))
             self.assertIn(f"job {waiting} is PENDING: it has no output yet", r.stderr)
             self.assertIsNone(self.status(waiting)["elapsed_seconds"])
+            # Following it says it waits (nothing printed read as a hang), then follows.
+            follow = self.start("logs", "-f", str(waiting))
+            self.assertTrue(select.select([follow.stderr], [], [], 60)[0], "dlrun logs -f said nothing")
+            self.assertIn(f"job {waiting} is PENDING: waiting for it to start", follow.stderr.readline())
         finally:
             open(gate, "w").close()
         self.wait_state(waiting, ("SUCCEEDED",))
+        out, err = follow.communicate(timeout=60)
+        self.assertEqual(follow.returncode, 0, err)
 
     def test_status_table(self):
         job_id = self.submit(MINIMAL, "--wait")

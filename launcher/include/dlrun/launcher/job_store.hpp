@@ -194,6 +194,8 @@ class JobStore {
  private:
   class Statement;
   void exec(const char* sql);
+  // PENDING → CANCELLED where the job also meets `condition` (SQL after AND, or empty).
+  bool cancel_where(int64_t id, const std::string& reason, int exit_code, const char* condition);
   // WAL mode and the schema; SQLITE_OK or the failing statement's code (`error` says what).
   int open_schema(std::string& error);
   // The store's user_version (0: a store from before versions were kept); -1 if unreadable.
