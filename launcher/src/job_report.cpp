@@ -270,6 +270,10 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   add("policy_gpus", view ? Json(view->gpus) : Json());
   add("predicted_speedup", view && view->modelled ? Json(std::round(view->speedup * 1000) / 1000) : Json());
   add("pinned", pinned_of(job) ? Json(pinned_of(job)) : Json());
+  // How it is started and sized here; null for a job whose ranks run elsewhere (Slurm, ssh).
+  const bool here = !job.submitted.slurm && !job.submitted.request.remote;
+  add("policy", here ? Json(job.submitted.request.goodput ? "goodput" : "fifo") : Json());
+  add("owner_uid", job.submitted.owner_uid >= 0 ? Json(job.submitted.owner_uid) : Json());
   return out;
 }
 

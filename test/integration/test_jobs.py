@@ -285,6 +285,8 @@ nproc = 1
         self.assertEqual(jobs[a]["policy_gpus"], 3)
         self.assertGreater(jobs[a]["predicted_speedup"], 1.0)  # 3 GPUs beat its fair share of 2
         self.assertIsNone(jobs[b]["predicted_speedup"])  # no model: the neutral prediction
+        self.assertEqual((jobs[a]["policy"], jobs[b]["policy"]), ("goodput", "fifo"))
+        self.assertEqual(jobs[a]["owner_uid"], os.geteuid())
         self.assertRegex(self.table_row(a, env=env)["POLICY"], r"^3 \(\d+\.\dx\)$")
         details = self.dlrun("status", str(a), env=env).stdout
         self.assertIn("3 GPUs, predicted speedup", details)
