@@ -14,6 +14,7 @@ namespace dlrun::launcher {
 namespace {
 
 struct Stat {
+  long long parent = 0;
   long long group = 0;
   unsigned long long ticks = 0;  // utime + stime + cutime + cstime
 };
@@ -29,7 +30,7 @@ std::optional<Stat> read_stat(const std::string& pid) {
   std::istringstream rest(text.substr(close + 2));
   std::string skip;
   Stat stat;
-  rest >> skip >> skip >> stat.group;  // fields 3 (state), 4 (ppid), 5 (pgrp)
+  rest >> skip >> stat.parent >> stat.group;  // fields 3 (state), 4 (ppid), 5 (pgrp)
   for (int field = 6; field < 14; ++field) rest >> skip;
   unsigned long long ticks[4] = {};  // fields 14 to 17
   for (auto& value : ticks) rest >> value;
@@ -50,6 +51,19 @@ std::optional<double> cpu_seconds(pid_t pid) {
   const auto stat = read_stat(std::to_string(pid));
   if (!stat) return std::nullopt;
   return seconds(stat->ticks);
+}
+
+std::vector<pid_t> children_in_group(pid_t group, pid_t parent) {
+  std::vector<pid_t> found;
+  if (group <= 0) return found;
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(::opendir("/proc"), ::closedir);
+  if (!proc) return found;
+  while (const dirent* entry = ::readdir(proc.get())) {
+    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+    const auto stat = read_stat(entry->d_name);
+    if (stat && stat->group == group && stat->parent == parent) found.push_back(static_cast<pid_t>(std::atol(entry->d_name)));
+  }
+  return found;
 }
 
 std::optional<double> group_cpu_seconds(pid_t group) {

@@ -69,6 +69,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_runner(runner ? runner(m_io) : make_process_runner(m_io)),
       m_stop_signals(m_io, SIGINT, SIGTERM, SIGHUP),
       m_job_control(m_io, SIGTSTP, SIGCONT),
+      m_stop_self_timer(m_io),
       m_grace_timer(m_io),
       m_drain_timer(m_io),
       m_restart_timer(m_io),
@@ -259,17 +260,28 @@ void Supervisor::start_attempt() {
 void Supervisor::listen_for_job_control() {
   m_job_control.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (ec) return;
+    const unsigned seen = ++m_job_control_seen;
     if (signal == SIGTSTP) {
       // The ranks lead process groups of their own, which the terminal's Ctrl-Z does not reach:
       // they kept computing while the shell said the job was stopped.
       if (m_group) m_group->signal_running(SIGSTOP);
-      // Stopped as the shell expects, before kill() returns (a signal to oneself is delivered
-      // then); it returns once SIGCONT has come: the ranks go on, and the watchdog counts from
-      // now (its timer may come before the SIGCONT below is handled).
-      ::kill(::getpid(), SIGSTOP);
+      // dlrun stops a moment later, unless a SIGCONT came meanwhile (a `kill -TSTP; kill -CONT`
+      // handled in the other order left the job stopped for good).
+      m_stop_self_timer.expires_after(std::chrono::milliseconds(20));
+      m_stop_self_timer.async_wait([this, seen](const boost::system::error_code& ec) {
+        if (ec || seen != m_job_control_seen) return;
+        // Stopped as the shell expects, before kill() returns (a signal to oneself is delivered
+        // then); it returns once SIGCONT has come: the ranks go on, and the watchdog counts from
+        // now (its timer may come before that SIGCONT is handled).
+        ::kill(::getpid(), SIGSTOP);
+        if (m_group) m_group->signal_running(SIGCONT);
+        m_resumed_at = std::chrono::steady_clock::now();
+      });
+    } else {
+      m_stop_self_timer.cancel();
+      if (m_group) m_group->signal_running(SIGCONT);
+      m_resumed_at = std::chrono::steady_clock::now();
     }
-    if (m_group) m_group->signal_running(SIGCONT);
-    m_resumed_at = std::chrono::steady_clock::now();
     listen_for_job_control();
   });
 }
@@ -475,8 +487,10 @@ void Supervisor::wait_for_remnants() {
   m_remnant_timer.expires_after(std::chrono::milliseconds(50));
   m_remnant_timer.async_wait([this](const boost::system::error_code& ec) {
     if (ec || m_phase != Phase::stopping || !m_group) return;
-    if (m_group->remnants_alive()) return wait_for_remnants();
-    begin_drain();
+    if (!m_group->remnants_alive()) return begin_drain();
+    // What an orphan that ended meanwhile had started is an orphan now: its turn.
+    for (size_t i = 0; i < m_group->size(); ++i) m_group->signal_remnant(i, remnant_signal());
+    wait_for_remnants();
   });
 }
 
@@ -809,6 +823,7 @@ void Supervisor::finish(int code) {
   if (m_job.on_end) m_job.on_end({code, m_stop_signal, m_summary, m_failed_rank});
   m_stop_signals.cancel();
   m_job_control.clear();  // Ctrl-Z stops dlrun itself again while it ends
+  m_stop_self_timer.cancel();
   m_resize_signal.cancel();
   m_watchdog_timer.cancel();
   m_waiting_timer.cancel();

@@ -177,9 +177,13 @@ void WorkerGroup::kill_all_groups() {
 
 void WorkerGroup::signal_remnant(size_t index, int signal) {
   const Rank& rank = m_ranks.at(index);
-  // An ended leader's pid stays taken while its group has a process (the kernel keeps a
-  // group's id in use), so this reaches that group or, once it is empty, nothing.
-  if (rank.exit && rank.pid > 0) ::kill(-rank.pid, signal);
+  if (!rank.exit || rank.pid <= 0) return;
+  // What the ended rank left is this process's now (its subreaper): each such orphan gets the
+  // signal once, and what it started only once it has ended in turn (a wrapper's program keeps
+  // its DataLoader workers while it saves a checkpoint).
+  for (pid_t orphan : children_in_group(rank.pid, ::getpid())) {
+    if (m_remnants_signalled.insert(orphan).second) ::kill(orphan, signal);
+  }
 }
 
 bool WorkerGroup::remnants_alive() const {

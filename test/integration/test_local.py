@@ -621,15 +621,21 @@ alive = worker.poll() is None
 open({marks!r}, "a").write("rank-%s-worker-%s\\n" % (os.environ["RANK"], "alive" if alive else "dead"))
 sys.exit(0)  # the worker is left running: it gets SIGTERM now, and is not waited for long
 """)
-        p = self.start("local", "--nproc", "2", "--grace", "60", PYTHON, script)
-        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30), "ranks did not start")
-        started = time.monotonic()
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=60)
-        self.assertEqual(p.returncode, 143, err)
-        self.assertEqual(sorted(read_words(marks)), ["rank-0-worker-alive", "rank-1-worker-alive"])
-        self.assertLess(time.monotonic() - started, 30, err)  # the workers ended on SIGTERM, not at --grace
-        self.assertNotIn("killing", err)
+        # Run as the rank, and under a wrapper that SIGTERM ends at once (its program gets the
+        # signal then, and its worker only once that program has ended).
+        for command in ([PYTHON, script], ["sh", "-c", f"{PYTHON} {script}; echo after"]):
+            for path in (marks, ready):
+                if os.path.exists(path):
+                    os.remove(path)
+            p = self.start("local", "--nproc", "2", "--grace", "60", *command)
+            self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30), "ranks did not start")
+            started = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 143, err)
+            self.assertEqual(sorted(read_words(marks)), ["rank-0-worker-alive", "rank-1-worker-alive"], command)
+            self.assertLess(time.monotonic() - started, 30, err)  # the workers ended on SIGTERM, not at --grace
+            self.assertNotIn("killing", err)
 
     def passed_on(self, sig, *extra):
         """dlrun gets `sig` while two ranks that trap it run; returns dlrun, its stderr and

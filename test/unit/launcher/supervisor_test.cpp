@@ -143,7 +143,10 @@ void FakeGroup::signal_leaders(int signal) {
 }
 
 void FakeGroup::signal_remnant(size_t index, int signal) {
-  if (m_world.remnants.count(index)) m_world.remnant_signals.push_back({index, signal});
+  // Once each, as the real group signals each orphan once.
+  const auto& sent = m_world.remnant_signals;
+  const bool before = std::any_of(sent.begin(), sent.end(), [&](const auto& s) { return s.first == index; });
+  if (m_world.remnants.count(index) && m_exits.at(index) && !before) m_world.remnant_signals.push_back({index, signal});
 }
 
 bool FakeGroup::remnants_alive() const {

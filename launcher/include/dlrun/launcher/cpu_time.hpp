@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <optional>
+#include <vector>
 
 namespace dlrun::launcher {
 
@@ -14,5 +15,8 @@ std::optional<double> cpu_seconds(pid_t pid);
 // The same summed over the processes of a process group (a rank and what it started: a
 // `sh train.sh`, `conda run` or DataLoader workers); nullopt when none is left.
 std::optional<double> group_cpu_seconds(pid_t group);
+// The processes of process group `group` whose parent is `parent` (what an ended rank left:
+// orphans its supervisor, their subreaper, took over).
+std::vector<pid_t> children_in_group(pid_t group, pid_t parent);
 
 }  // namespace dlrun::launcher

@@ -35,8 +35,9 @@ class MemberGroup {
   virtual void signal_leaders(int signal) = 0;
   // SIGKILL to every member's process group, also of members that ended.
   virtual void kill_all_groups() = 0;
-  // Sends `signal` to what is left of an ended member's process group (the children it
-  // started: a wrapper script's program, a DataLoader's workers), if anything is.
+  // Sends `signal` to what an ended member left running in its process group: the processes it
+  // started whose parent has ended (a wrapper script's program; a DataLoader's workers only
+  // once that program has ended too), each once.
   virtual void signal_remnant(size_t index, int signal) = 0;
   // Whether an ended member's process group still has a process in it.
   virtual bool remnants_alive() const = 0;

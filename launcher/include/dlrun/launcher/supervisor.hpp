@@ -148,6 +148,8 @@ class Supervisor {
   std::unique_ptr<ProcessRunner> m_runner;
   boost::asio::signal_set m_stop_signals;
   boost::asio::signal_set m_job_control;  // SIGTSTP, SIGCONT
+  boost::asio::steady_timer m_stop_self_timer;  // Ctrl-Z: dlrun stops after its ranks
+  unsigned m_job_control_seen = 0;              // SIGTSTPs and SIGCONTs handled
   std::optional<std::chrono::steady_clock::time_point> m_resumed_at;  // the last SIGCONT: the watchdog counts from it
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_drain_timer;

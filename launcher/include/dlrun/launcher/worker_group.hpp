@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,6 +93,7 @@ class WorkerGroup : public MemberGroup {
   std::map<pid_t, size_t> m_index_of_pid;
   std::function<void()> m_on_drained;
   std::shared_ptr<bool> m_alive;  // read handlers check it: the group may be gone
+  std::set<pid_t> m_remnants_signalled;  // orphans of ended ranks already given the stop signal
 };
 
 }  // namespace dlrun::launcher
