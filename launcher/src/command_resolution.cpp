@@ -35,6 +35,22 @@ bool reads_as_python(std::string_view head) {
   return false;
 }
 
+// The first bytes of a file (up to 512), or empty.
+std::string head_of(const std::string& path) {
+  char head[512];
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  const ssize_t n = ::read(fd, head, sizeof head);
+  ::close(fd);
+  return n > 0 ? std::string(head, static_cast<size_t>(n)) : std::string();
+}
+
+std::string python_hint(const std::string& name) {
+  return fmt::format("program '{}' reads as a Python script, but its name does not end in .py and it has no #! line, "
+                     "so exec cannot start it: put the interpreter before it (python3 {}), or name it with .py",
+                     name, name);
+}
+
 // A file that reads as text and has no #! line: exec refuses it (ENOEXEC; a shell would have
 // guessed /bin/sh). Said before anything starts, as bad input. A binary, or a file another
 // binfmt handler may take, is left to exec.
@@ -49,12 +65,7 @@ void check_not_a_bare_script(const std::string& path, const std::string& name) {
     const unsigned char c = static_cast<unsigned char>(head[i]);
     if (!(c >= 0x20 && c < 0x7f) && c != '\n' && c != '\t' && c != '\r') return;  // not plain text
   }
-  if (reads_as_python(std::string_view(head, static_cast<size_t>(n)))) {
-    throw ConfigError(fmt::format("program '{}' reads as a Python script, but its name does not end in .py and it "
-                                  "has no #! line, so exec cannot start it: put the interpreter before it "
-                                  "(python3 {}), or name it with .py",
-                                  name, name));
-  }
+  if (reads_as_python(std::string_view(head, static_cast<size_t>(n)))) throw ConfigError(python_hint(name));
   throw ConfigError(fmt::format("program '{}' is a script without a #! line, which exec cannot start: begin it "
                                 "with one such as #!/bin/sh, or put the interpreter before it (sh {})",
                                 name, name));
@@ -118,6 +129,8 @@ std::optional<std::string> not_a_program(const std::string& path, const std::str
   if (shown.size() > 5 && shown.compare(shown.size() - 5, 5, ".toml") == 0) {
     return fmt::format("'{}' is not a program; a job file runs with dlrun submit {}", shown, shown);
   }
+  // Not executable, and a chmod +x would not do either (it was suggested first).
+  if (const std::string head = head_of(path); head.rfind("#!", 0) != 0 && reads_as_python(head)) return python_hint(shown);
   return std::nullopt;
 }
 

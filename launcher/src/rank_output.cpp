@@ -260,12 +260,16 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
   // A bar's redraws show as their last state; a bar that cleared itself shows nothing.
   const std::string_view line = shown_segment(raw);
   if (line.empty() && !raw.empty()) return;
-  if (m_options.shown) {
+  // Its last state was passed on already as a redraw (no live terminal): not twice.
+  std::string& said = m_redraw_said[stream_index(stream)];
+  const bool repeated = !said.empty() && line == said;
+  said.clear();
+  if (m_options.shown && !repeated) {
     m_batch += stream == Stream::err ? m_options.err_prefix : m_options.out_prefix;
     m_batch.append(line.data(), line.size());
     m_batch += '\n';
   }
-  if (m_terminal.copying()) {
+  if (m_terminal.copying() && !repeated) {
     m_copy_batch += m_options.copy_prefix;
     m_copy_batch.append(line.data(), line.size());
     m_copy_batch += '\n';
@@ -303,6 +307,7 @@ void RankOutput::pass_on_redraw(Stream stream, std::string_view pending) {
   const std::string_view shown = shown_segment(pending);
   if (shown.empty()) return;
   at = now;
+  m_redraw_said[stream_index(stream)].assign(shown.data(), shown.size());
   if (m_options.shown) {
     m_batch.assign(stream == Stream::err ? m_options.err_prefix : m_options.out_prefix);
     m_batch.append(shown.data(), shown.size());

@@ -123,6 +123,19 @@ class Scheduler {
     } else {
       m_beside_said = -1;
     }
+    // A job that starves changes what the policy must do: the next round comes then, not an
+    // interval later (a waiting job got room 30 s after its starvation_seconds).
+    double next_starving = m_interval;
+    for (const auto& job : r.input.jobs) {
+      if (job.current == 0 && job.age_seconds < policy.starvation_seconds) {
+        next_starving = std::min(next_starving, policy.starvation_seconds - job.age_seconds);
+      }
+    }
+    for (const auto& want : m_queue.gpu_wants_elsewhere()) {
+      const double waited = now_seconds() - want.holder.since;
+      if (waited < policy.starvation_seconds) next_starving = std::min(next_starving, policy.starvation_seconds - waited);
+    }
+    m_interval = std::min(m_interval, std::max(1.0, next_starving + 0.1));
     try {
       r.decision = decide_allocation(r.input.jobs, policy);
       // A change only the restart penalty holds back becomes worth it as the jobs age: look

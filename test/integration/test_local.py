@@ -475,6 +475,7 @@ printf '\\r 10%%'
 sleep 6
 printf '\\r 50%%'
 while [ ! -e {gate} ]; do sleep 0.05; done
+printf '\\r 50%%\\n'
 printf '\\r100%%\\n'
 """)
         p = self.start("local", "--nproc", "1", "-q", script)
@@ -488,6 +489,7 @@ printf '\\r100%%\\n'
         open(gate, "w").close()
         reader.join(timeout=60)
         self.assertEqual(p.wait(timeout=60), 0)
+        # The first line's last state was passed on already: not twice.
         self.assertEqual(lines, ["[0]  50%\n", "[0] 100%\n"])
 
     def test_stdout_and_stderr_stay_apart(self):

@@ -93,6 +93,10 @@ TEST_SUITE("launcher::CommandResolution") {
                          doctest::Contains("reads as a Python script, but its name does not end in .py and it has no "
                                            "#! line, so exec cannot start it: put the interpreter before it (python3 "),
                          dlrun::ConfigError);
+    // Not executable either: the same hint at once (chmod +x was suggested first, which would not do).
+    s.write("eval", "def main():\n    pass\n", 0644);
+    CHECK_THROWS_WITH_AS(resolve_command({"./eval"}, s.path(), s.work()),
+                         doctest::Contains("program './eval' reads as a Python script"), dlrun::ConfigError);
   }
   TEST_CASE("a script not in the working directory is looked for in PATH") {
     Scratch s;

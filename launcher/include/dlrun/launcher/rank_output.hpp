@@ -162,6 +162,7 @@ class RankOutput {
   char m_log_last = '\n';          // the log's last byte ('\n' for an empty log)
   int m_log_partial_stream = -1;   // whose bytes end the log mid-line: 0 out, 1 err, 2 an earlier run
   std::chrono::steady_clock::time_point m_redraw_line_at[2];  // per stream: the last redraw passed on as a line
+  std::string m_redraw_said[2];  // per stream: that redraw, until its line ends
 };
 
 // How often an unfinished line that redraws itself (a progress bar) is passed on as a line
