@@ -45,7 +45,9 @@ std::string dlrun_home(const Environment& env) {
   // A relative XDG_STATE_HOME is ignored, as the XDG specification says (it named another
   // store in every directory dlrun was run from).
   if (auto state = get("XDG_STATE_HOME"); !state.empty() && state.front() == '/') return state + "/dlrun";
-  if (auto home = get("HOME"); !home.empty()) return home + "/.local/state/dlrun";
+  // A HOME that is no directory (HOME=/nonexistent, as nobody's and many services' are) is none:
+  // the run was refused for a run directory it could not make, where torchrun runs.
+  if (auto home = get("HOME"); !home.empty() && fs::is_directory(home)) return home + "/.local/state/dlrun";
   // No HOME (cron, a service, env -i): the home the user database gives, when it is theirs.
   if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && pw->pw_dir[0] == '/') {
     struct stat st {};

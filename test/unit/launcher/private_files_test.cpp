@@ -1,4 +1,5 @@
 #include "dlrun/launcher/private_files.hpp"
+#include "dlrun/launcher/run_dir.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,6 +39,14 @@ std::string refusal(const fs::path& home) {
 }  // namespace
 
 TEST_SUITE("launcher::PrivateFiles") {
+  TEST_CASE("the store is under HOME when HOME is a directory, elsewhere when it names none") {
+    TempDir tmp;
+    CHECK(dlrun_home({{"HOME", tmp.root.string()}}) == tmp.root.string() + "/.local/state/dlrun");
+    // HOME=/nonexistent (nobody's, many services'): the run was refused for want of a run directory.
+    const std::string none = (tmp.root / "nonexistent").string();
+    CHECK(dlrun_home({{"HOME", none}}).rfind(none, 0) != 0);
+    CHECK(dlrun_home({{"HOME", none}, {"DLRUN_HOME", "/x/store"}}) == "/x/store");
+  }
   TEST_CASE("a store is its user's own: missing, a directory of theirs, or their link to one") {
     TempDir tmp;
     CHECK(refusal(tmp.root / "missing") == "");
