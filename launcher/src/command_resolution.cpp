@@ -55,17 +55,13 @@ std::string python_hint(const std::string& name) {
 // guessed /bin/sh). Said before anything starts, as bad input. A binary, or a file another
 // binfmt handler may take, is left to exec.
 void check_not_a_bare_script(const std::string& path, const std::string& name) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  char head[512];
-  const ssize_t n = ::read(fd, head, sizeof head);
-  ::close(fd);
-  if (n < 1 || (n >= 2 && head[0] == '#' && head[1] == '!')) return;
-  for (ssize_t i = 0; i < std::min<ssize_t>(n, 64); ++i) {
+  const std::string head = head_of(path);
+  if (head.empty() || head.rfind("#!", 0) == 0) return;
+  for (size_t i = 0; i < std::min<size_t>(head.size(), 64); ++i) {
     const unsigned char c = static_cast<unsigned char>(head[i]);
     if (!(c >= 0x20 && c < 0x7f) && c != '\n' && c != '\t' && c != '\r') return;  // not plain text
   }
-  if (reads_as_python(std::string_view(head, static_cast<size_t>(n)))) throw ConfigError(python_hint(name));
+  if (reads_as_python(head)) throw ConfigError(python_hint(name));
   throw ConfigError(fmt::format("program '{}' is a script without a #! line, which exec cannot start: begin it "
                                 "with one such as #!/bin/sh, or put the interpreter before it (sh {})",
                                 name, name));

@@ -44,6 +44,20 @@ double seconds(unsigned long long ticks) {
   return per_second > 0 ? static_cast<double>(ticks) / static_cast<double>(per_second) : 0.0;
 }
 
+// Calls `each(pid, stat)` for every process of process group `group` /proc lists; false when
+// /proc cannot be read.
+template <typename Each>
+bool for_each_in_group(pid_t group, Each each) {
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(::opendir("/proc"), ::closedir);
+  if (!proc) return false;
+  while (const dirent* entry = ::readdir(proc.get())) {
+    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;  // a process's directory
+    const auto stat = read_stat(entry->d_name);
+    if (stat && stat->group == group) each(static_cast<pid_t>(std::atol(entry->d_name)), *stat);
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<double> cpu_seconds(pid_t pid) {
@@ -56,29 +70,20 @@ std::optional<double> cpu_seconds(pid_t pid) {
 std::vector<pid_t> children_in_group(pid_t group, pid_t parent) {
   std::vector<pid_t> found;
   if (group <= 0) return found;
-  std::unique_ptr<DIR, int (*)(DIR*)> proc(::opendir("/proc"), ::closedir);
-  if (!proc) return found;
-  while (const dirent* entry = ::readdir(proc.get())) {
-    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
-    const auto stat = read_stat(entry->d_name);
-    if (stat && stat->group == group && stat->parent == parent) found.push_back(static_cast<pid_t>(std::atol(entry->d_name)));
-  }
+  for_each_in_group(group, [&](pid_t pid, const Stat& stat) {
+    if (stat.parent == parent) found.push_back(pid);
+  });
   return found;
 }
 
 std::optional<double> group_cpu_seconds(pid_t group) {
   if (group <= 0) return std::nullopt;
-  std::unique_ptr<DIR, int (*)(DIR*)> proc(::opendir("/proc"), ::closedir);
-  if (!proc) return std::nullopt;
   unsigned long long ticks = 0;
   bool any = false;
-  while (const dirent* entry = ::readdir(proc.get())) {
-    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;  // a process's directory
-    const auto stat = read_stat(entry->d_name);
-    if (!stat || stat->group != group) continue;
-    ticks += stat->ticks;
+  for_each_in_group(group, [&](pid_t, const Stat& stat) {
+    ticks += stat.ticks;
     any = true;
-  }
+  });
   if (!any) return std::nullopt;
   return seconds(ticks);
 }

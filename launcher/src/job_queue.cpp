@@ -192,7 +192,8 @@ GpuClaimsByGpu JobQueue::claims_elsewhere() const {
 
 std::vector<GpuWantHolder> JobQueue::gpu_wants_elsewhere() const { return launcher::gpu_wants_elsewhere(m_env); }
 
-int JobQueue::capacity_beside_others(int total, int least_here, double starvation_seconds) const {
+int JobQueue::capacity_beside_others(int total, int least_here, double starvation_seconds,
+                                     const std::vector<GpuWantHolder>& wants) const {
   const auto claims = claims_elsewhere();
   MachineShareInput in;
   in.total = total;
@@ -203,7 +204,7 @@ int JobQueue::capacity_beside_others(int total, int least_here, double starvatio
     for (const auto& holder : holders) stores.insert({holder.uid, holder.home});
   }
   const double now = now_seconds();
-  for (const auto& want : gpu_wants_elsewhere()) {
+  for (const auto& want : wants) {
     stores.insert({want.holder.uid, want.holder.home});
     in.waiting.push_back({want.gpus, want.holder.since > 0 && now - want.holder.since >= starvation_seconds});
   }

@@ -60,8 +60,10 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const En
     }
     if (poll % k_sweep_every == 0 && job->submitted.request.uses_gpus && capacity.gpus > 0) {
       const auto& request = job->submitted.request;
+      // (A fifo job's count of them was read just above; a goodput job keeps none.)
+      const bool others_hold = request.goodput ? !queue.gpu_ids_elsewhere().empty() : !capacity.gpus_elsewhere.empty();
       const bool first_in_line = request.goodput || queue_head(queue.store().list(false, 0), true) == id;
-      if (first_in_line && !queue.gpu_ids_elsewhere().empty()) {
+      if (first_in_line && others_hold) {
         if (!want) want.emplace(env, std::to_string(id), std::max(1, request.min_ranks));
       } else {
         want.reset();

@@ -112,7 +112,8 @@ class Scheduler {
     for (const auto& job : r.input.jobs) {
       if (job.current > 0 || job.pinned) least_here += allowed_gpus(job, false).front();
     }
-    const int beside = m_queue.capacity_beside_others(r.capacity.gpus, least_here, policy.starvation_seconds);
+    const auto wants = m_queue.gpu_wants_elsewhere();
+    const int beside = m_queue.capacity_beside_others(r.capacity.gpus, least_here, policy.starvation_seconds, wants);
     if (beside < policy.capacity) {
       if (beside != m_beside_said) {
         log::info("{} other users' jobs wait for GPUs: this store's jobs use at most {} of the {} GPUs now", timestamp(),
@@ -131,7 +132,7 @@ class Scheduler {
         next_starving = std::min(next_starving, policy.starvation_seconds - job.age_seconds);
       }
     }
-    for (const auto& want : m_queue.gpu_wants_elsewhere()) {
+    for (const auto& want : wants) {
       const double waited = now_seconds() - want.holder.since;
       if (waited < policy.starvation_seconds) next_starving = std::min(next_starving, policy.starvation_seconds - waited);
     }

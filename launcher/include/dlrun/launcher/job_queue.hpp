@@ -103,8 +103,10 @@ class JobQueue {
   // Other stores' jobs that wait for GPUs (gpu_claims.hpp's GpuWant), oldest first.
   std::vector<GpuWantHolder> gpu_wants_elsewhere() const;
   // How many of the machine's `total` GPUs this store's jobs may use beside other stores' jobs
-  // (machine_share.hpp): `least_here`, what its running jobs cannot give back.
-  int capacity_beside_others(int total, int least_here, double starvation_seconds) const;
+  // and `wants` (gpu_wants_elsewhere(); machine_share.hpp): `least_here`, what its running jobs
+  // cannot give back.
+  int capacity_beside_others(int total, int least_here, double starvation_seconds,
+                             const std::vector<GpuWantHolder>& wants) const;
 
  private:
   // The GPUs other stores' jobs hold, by this machine's GPU ids (their UUIDs looked up once).
