@@ -8,7 +8,9 @@
 #include <cctype>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -66,6 +68,14 @@ void refuse_an_ambiguous_name(launcher::JobQueue& queue, const std::string& name
                                 named.size(), name, fmt::join(named, ", "), verb));
 }
 
+void say_ended(int64_t id, launcher::JobState state, bool had_ended) {
+  if (had_ended) {
+    std::cout << "Job " << id << " had already ended (" << launcher::to_string(state) << ")\n";
+  } else {
+    std::cout << "Job " << id << " " << launcher::to_string(state) << "\n";
+  }
+}
+
 int run_cancel(const CancelArgs& args) {
   const int signal = args.signal.empty() ? 0 : parse_passed_signal(args.signal);
   launcher::JobQueue queue(launcher::current_environment());
@@ -73,12 +83,23 @@ int run_cancel(const CancelArgs& args) {
   // Every job named is tried, in order, whatever became of the ones before (an unknown one
   // first left the rest running); the worst outcome is the exit code, each failure said as it
   // comes. A name means the newest of its jobs that has not ended, if one has not.
+  // Running jobs are all sent their stop signal first, then waited for: they stop together
+  // (one grace period, not one after the other), and the scheduler cannot grow a job named
+  // later into the GPUs of one that has already stopped.
   int code = 0;
+  auto failed = [&](const Error& e) {
+    std::cout.flush();
+    log::error("{}", e.what());
+    code = worse(code, e.exit_code());
+  };
+  std::vector<launcher::JobQueue::CancelUnderWay> under_way;
+  std::set<int64_t> named;
   for (const auto& job : args.jobs) {
     try {
       const launcher::JobRef ref = launcher::parse_job_ref(job);
       if (!ref.number) refuse_an_ambiguous_name(queue, ref.text, verb);
       const int64_t id = launcher::job_number(queue.store(), ref, verb, launcher::NamedJob::active_first);
+      if (!named.insert(id).second) continue;  // named twice: once is enough
       if (signal) {
         queue.send_signal(id, signal);
         // Its supervisor passes it on; a rank that has set no handler for it yet gets it once it
@@ -89,17 +110,23 @@ int run_cancel(const CancelArgs& args) {
         continue;
       }
       auto before = queue.store().get(id);
-      auto state = queue.cancel(id, args.force);
-      if (before && launcher::is_terminal(before->state)) {
-        std::cout << "Job " << id << " had already ended (" << launcher::to_string(state) << ")\n";
+      auto begun = queue.begin_cancel(id, args.force);
+      if (auto* state = std::get_if<launcher::JobState>(&begun)) {
+        say_ended(id, *state, before && launcher::is_terminal(before->state));
       } else {
-        std::cout << "Job " << id << " " << launcher::to_string(state) << "\n";
+        under_way.push_back(std::get<launcher::JobQueue::CancelUnderWay>(begun));
       }
     } catch (const Error& e) {
       if (args.jobs.size() == 1) throw;
-      std::cout.flush();
-      log::error("{}", e.what());
-      code = worse(code, e.exit_code());
+      failed(e);
+    }
+  }
+  for (const auto& cancel : under_way) {
+    try {
+      say_ended(cancel.id, queue.finish_cancel(cancel), false);
+    } catch (const Error& e) {
+      if (args.jobs.size() == 1) throw;
+      failed(e);
     }
   }
   return code;
@@ -124,7 +151,8 @@ Command add_cancel_command(CLI::App& dlrun) {
       ->type_name("SIG")
       ->excludes(force);
   app->footer("A name means the newest job of that name that has not ended, if any has not. Every job named is "
-              "tried, in order; the exit code is the worst outcome. Exit codes: 0 every job named is cancelled (or "
+              "tried, in order; running jobs are all signalled before any is waited for, so they stop together. The "
+              "exit code is the worst outcome. Exit codes: 0 every job named is cancelled (or "
               "had already ended), or was signalled; 1 a job could not be stopped, or signalled (it is not "
               "running); 2 no such job, or another user's; with --signal, 75 a job was changing its size, try "
               "again (docs/exit-codes.md).");

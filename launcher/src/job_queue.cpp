@@ -608,6 +608,12 @@ void JobQueue::send_signal(int64_t id, int signal) {
 }
 
 JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
+  auto begun = begin_cancel(id, force, why);
+  if (auto* state = std::get_if<JobState>(&begun)) return *state;
+  return finish_cancel(std::get<CancelUnderWay>(begun));
+}
+
+std::variant<JobState, JobQueue::CancelUnderWay> JobQueue::begin_cancel(int64_t id, bool force, const std::string& why) {
   auto job = m_store.get(id);
   if (!job) throw ConfigError(fmt::format("no job {} (dlrun status --all lists every job)", id));
   if (is_terminal(job->state)) return job->state;
@@ -635,34 +641,47 @@ JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
   } catch (const ConfigError& e) {
     log::warn("job {}: its grace period cannot be read ({}): cancelling it with {} s", id, e.what(), grace);
   }
-  const ProcessIdentity supervisor = job->supervisor;
-  write_cancel_note(job->run_dir, why.rfind("by ", 0) == 0 ? why.substr(3) : why, supervisor.pid);
-  // What could not be done is said (exit 1), and the job's state is left as it is: its ranks
-  // may run, so its slots are not handed on.
-  auto not_stopped = [&](const std::string& why) {
-    return Error(fmt::format("job {}: {}; the job is left {}", id, why, to_string(job->state)), 1);
-  };
-  auto signal_supervisor = [&](int sig) {
-    if (supervisor.alive() && ::kill(supervisor.pid, sig) != 0 && errno != ESRCH) {
-      throw not_stopped(fmt::format("cannot signal its supervisor (pid {}): {}", supervisor.pid, std::strerror(errno)));
-    }
-  };
-  signal_supervisor(force ? SIGKILL : SIGTERM);
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(force ? 5.0 : grace + 5.0));
-  while (std::chrono::steady_clock::now() < deadline) {
+  CancelUnderWay cancel{id, force, why, grace, job->supervisor, {}};
+  write_cancel_note(job->run_dir, why.rfind("by ", 0) == 0 ? why.substr(3) : why, cancel.supervisor.pid);
+  signal_cancelled_supervisor(cancel, force ? SIGKILL : SIGTERM);
+  cancel.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                            std::chrono::duration<double>(force ? 5.0 : grace + 5.0));
+  return cancel;
+}
+
+// What could not be done is said (exit 1), and the job's state is left as it is: its ranks
+// may run, so its slots are not handed on.
+Error JobQueue::not_stopped(int64_t id, const std::string& why) {
+  auto job = m_store.get(id);
+  return Error(fmt::format("job {}: {}; the job is left {}", id, why, job ? to_string(job->state) : "as it was"), 1);
+}
+
+void JobQueue::signal_cancelled_supervisor(const CancelUnderWay& cancel, int sig) {
+  const ProcessIdentity& supervisor = cancel.supervisor;
+  if (supervisor.alive() && ::kill(supervisor.pid, sig) != 0 && errno != ESRCH) {
+    throw not_stopped(cancel.id,
+                      fmt::format("cannot signal its supervisor (pid {}): {}", supervisor.pid, std::strerror(errno)));
+  }
+}
+
+JobState JobQueue::finish_cancel(const CancelUnderWay& cancel) {
+  const int64_t id = cancel.id;
+  const ProcessIdentity& supervisor = cancel.supervisor;
+  const bool force = cancel.force;
+  const std::string& why = cancel.why;
+  std::optional<JobRecord> job;
+  while (std::chrono::steady_clock::now() < cancel.deadline) {
     job = m_store.get(id);
     if (is_terminal(job->state)) return job->state;  // the supervisor stopped the ranks and said how
     if (!supervisor.alive()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (supervisor.alive()) {
-    log::warn("job {} did not stop within {} s: killing it", id, grace + 5.0);
-    signal_supervisor(SIGKILL);  // its orphan guard then kills the ranks' process groups
+    log::warn("job {} did not stop within {} s: killing it", id, cancel.grace + 5.0);
+    signal_cancelled_supervisor(cancel, SIGKILL);  // its orphan guard then kills the ranks' process groups
     for (int i = 0; i < 250 && supervisor.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (supervisor.alive()) {
-      throw not_stopped(fmt::format("its supervisor (pid {}) is still alive after SIGKILL", supervisor.pid));
+      throw not_stopped(id, fmt::format("its supervisor (pid {}) is still alive after SIGKILL", supervisor.pid));
     }
   }
   // The supervisor is gone without a word: its guard kills the ranks. Whatever still carries
@@ -678,7 +697,7 @@ JobState JobQueue::cancel(int64_t id, bool force, const std::string& why) {
     left = processes_with_token(token);
   }
   if (!left.empty()) {
-    throw not_stopped(fmt::format("{} of its processes (pid {}) could not be stopped", left.size(), left.front()));
+    throw not_stopped(id, fmt::format("{} of its processes (pid {}) could not be stopped", left.size(), left.front()));
   }
   m_store.finish(id, JobState::cancelled, exit_code::k_signal_base + SIGKILL,
                  force ? why + " --force (killed)" : why + " (killed: it did not stop in time)");

@@ -1142,6 +1142,27 @@ class Cancel(JobsTestCase):
         self.assertIn("no job numbered or named 'nosuchname'", r.stderr)
         self.assertEqual([self.status(j)["state"] for j in (one, two)], ["CANCELLED", "CANCELLED"])
 
+    def test_running_jobs_named_together_are_signalled_before_any_is_waited_for(self):
+        # They were cancelled one after the other: each waited out the one before (a grace
+        # period each), and the scheduler could grow a later one into an earlier one's GPUs.
+        # Each job's ranks stop only once the other job has its stop signal too (or after 20 s).
+        self.env["DLRUN_CPU_SLOTS"] = "2"
+        ready = os.path.join(self.tmp, "ready")
+        ids = []
+        for me, other in (("a", "b"), ("b", "a")):
+            got, seen = os.path.join(self.tmp, f"got-{me}"), os.path.join(self.tmp, f"got-{other}")
+            result = os.path.join(self.tmp, f"result-{me}")
+            script = (f"trap 'touch {got}; i=0; while [ ! -e {seen} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; "
+                      f"if [ -e {seen} ]; then echo together > {result}; else echo alone > {result}; fi; exit 0' TERM; "
+                      f"echo x >> {ready}; while true; do sleep 0.05; done")
+            ids.append(self.submit(f'name = "{me}"\ncommand = ["sh", "-c", "{script}"]\n[resources]\nnproc = 1\n'))
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 60))
+        r = self.dlrun("cancel", str(ids[0]), str(ids[1]), str(ids[0]))
+        self.assertEqual((r.returncode, r.stdout), (0, f"Job {ids[0]} CANCELLED\nJob {ids[1]} CANCELLED\n"), r.stderr)
+        for me in ("a", "b"):
+            with open(os.path.join(self.tmp, f"result-{me}")) as f:
+                self.assertEqual(f.read().strip(), "together", me)
+
     def test_a_name_means_its_newest_job_that_has_not_ended(self):
         # A newer job of the name, cancelled while it waited, hid the older one that runs:
         # "Job 2 had already ended", and the running one went on.

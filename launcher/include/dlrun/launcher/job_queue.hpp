@@ -11,6 +11,7 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <map>
@@ -18,13 +19,16 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/host_list.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/job_store.hpp"
 #include "dlrun/launcher/policy_view.hpp"
+#include "dlrun/launcher/process_identity.hpp"
 #include "dlrun/launcher/rank_env.hpp"
 
 namespace dlrun::launcher {
@@ -86,6 +90,22 @@ class JobQueue {
   // `why`: the reason a pending job is recorded with (a running one says how it stopped).
   JobState cancel(int64_t id, bool force, const std::string& why = "by dlrun cancel");
 
+  // cancel() in two halves, for several jobs at once: begin_cancel() ends a pending job (and a
+  // Slurm job) at once and returns its state, or sends a running job's supervisor its stop
+  // signal and returns what finish_cancel() then waits for. Every job named gets its signal
+  // before any is waited for: the jobs stop together, in the longest grace period rather than
+  // their sum, and none is grown into GPUs another of them gives back meanwhile.
+  struct CancelUnderWay {
+    int64_t id = 0;
+    bool force = false;
+    std::string why;
+    double grace = 0;
+    ProcessIdentity supervisor;
+    std::chrono::steady_clock::time_point deadline;  // SIGKILL to the supervisor then
+  };
+  std::variant<JobState, CancelUnderWay> begin_cancel(int64_t id, bool force, const std::string& why = "by dlrun cancel");
+  JobState finish_cancel(const CancelUnderWay& cancel);
+
   // Sends SIGUSR1 or SIGUSR2 to a running job's ranks, which go on running (their program
   // decides what it means: a checkpoint before a deadline, say): through its supervisor, which
   // passes it on (a Slurm job: scancel --signal to its batch step, dlrun's). ConfigError for no
@@ -127,6 +147,8 @@ class JobQueue {
   void refresh_slurm_jobs();
   void refresh_slurm_job(const JobRecord& job);
   JobState cancel_slurm(const JobRecord& job, bool force);
+  Error not_stopped(int64_t id, const std::string& why);
+  void signal_cancelled_supervisor(const CancelUnderWay& cancel, int sig);
 
   Environment m_env;
   std::string m_home;
