@@ -104,6 +104,14 @@ void ensure_port_free(const std::string& address, int port) {
     throw ConfigError(fmt::format("--master-port {}: not a TCP port (1-65535)", port));
   }
   int result = try_bind(address, port);
+  // Rank 0's store (torch's TCPStore, the runtime's) listens on every address of the machine:
+  // a program listening on the port at another one (127.0.0.2, the LAN's) is in its way too.
+  if (result >= 0 && try_bind("0.0.0.0", port) == -EADDRINUSE) {
+    throw ConfigError(fmt::format(
+        "--master-port {}: port is already in use on another address of this machine (rank 0 listens on all of "
+        "them); choose another or leave out --master-port to let dlrun pick a free one",
+        port));
+  }
   if (result >= 0) return;
   if (result == -EADDRINUSE) {
     throw ConfigError(fmt::format(
