@@ -149,6 +149,7 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
   for (const auto& h : options.hosts) {
     contact.push_back(!options.iface.empty() || h.local ? outward : reached_from(h));
   }
+  contact = contacts_all_can_reach(std::move(contact));
 
   std::vector<int> slots;
   std::vector<std::string> names;

@@ -93,4 +93,18 @@ std::string rendezvous_bind_address(const std::vector<std::string>& contacts) {
   return same ? contacts[0] : "0.0.0.0";
 }
 
+bool is_loopback_address(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "::1" || address == "localhost";
+}
+
+std::vector<std::string> contacts_all_can_reach(std::vector<std::string> contacts) {
+  auto outside = std::find_if(contacts.begin(), contacts.end(), [](const std::string& c) { return !is_loopback_address(c); });
+  if (outside == contacts.end()) return contacts;
+  const std::string address = *outside;
+  for (auto& c : contacts) {
+    if (is_loopback_address(c)) c = address;
+  }
+  return contacts;
+}
+
 }  // namespace dlrun::launcher

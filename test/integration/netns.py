@@ -77,24 +77,32 @@ class Cluster:
         os.makedirs("/run/sshd", exist_ok=True)
 
     def start_sshd(self, i):
-        config = os.path.join(self.tmp, f"sshd_config_{i}")
+        self._start_sshd(i, self.addresses[i], 22, ["ip", "netns", "exec", self.namespaces[i]])
+
+    def start_loopback_sshd(self, port):
+        """An sshd of this machine (no namespace) at 127.0.0.1:port, as a host that an ssh alias
+        or user@localhost reaches over loopback; stopped with the cluster. Its key is "lo"."""
+        self._start_sshd("lo", "127.0.0.1", port, [])
+
+    def _start_sshd(self, key, address, port, prefix):
+        config = os.path.join(self.tmp, f"sshd_config_{key}")
         with open(config, "w") as f:
-            f.write(f"Port 22\nListenAddress {self.addresses[i]}\nHostKey {self.tmp}/host_key\n"
-                    f"AuthorizedKeysFile {self.tmp}/authorized_keys\nPidFile {self.tmp}/sshd_{i}.pid\n"
+            f.write(f"Port {port}\nListenAddress {address}\nHostKey {self.tmp}/host_key\n"
+                    f"AuthorizedKeysFile {self.tmp}/authorized_keys\nPidFile {self.tmp}/sshd_{key}.pid\n"
                     "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
                     "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nLogLevel ERROR\n")
-        self.sshd[i] = subprocess.Popen(["ip", "netns", "exec", self.namespaces[i], "/usr/sbin/sshd", "-D", "-e",
-                                         "-f", config], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.sshd[key] = subprocess.Popen([*prefix, "/usr/sbin/sshd", "-D", "-e", "-f", config],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # It answers as soon as it is up; the limit is for a machine busy with other work (two
         # cores under load took more than 10 s once).
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            r = run("ssh", "-F", self.ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=2",
-                    self.addresses[i], "true", check=False)
+            r = run("ssh", "-F", self.ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=2", "-p", str(port),
+                    address, "true", check=False)
             if r.returncode == 0:
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"sshd on {self.addresses[i]} did not come up")
+        raise RuntimeError(f"sshd on {address}:{port} did not come up")
 
     def stop_sshd(self, i):
         proc = self.sshd.pop(i, None)

@@ -106,6 +106,28 @@ class AcrossHosts(ClusterTestCase):
         self.assertEqual(sorted(line.split("] ", 1)[1] for line in r.stdout.splitlines()),
                          [f"0 2 {a[0]}", f"1 2 {a[0]}"])
 
+    def test_this_machine_reached_over_ssh_by_loopback_gives_the_others_a_master_they_reach(self):
+        # An ssh alias for 127.0.0.1 (or user@localhost, or a name /etc/hosts maps to 127.0.1.1)
+        # as node 0: its ranks got MASTER_ADDR=127.0.0.1 and GLOO_SOCKET_IFNAME=lo, and the
+        # other hosts' ranks waited for torch's store timeout.
+        port = 20000 + os.getpid() % 20000
+        self.cluster.start_loopback_sshd(port)
+        config = os.path.join(self.tmp, "ssh_config")
+        with open(config, "w") as f:
+            f.write(f"Host me\n  HostName 127.0.0.1\n  Port {port}\n\n")
+            with open(self.cluster.ssh_config) as base:
+                f.write(base.read())
+        args = self.run_args(["me:1", self.host(0)], "sh", "-c", "echo $RANK $MASTER_ADDR")
+        args[args.index("--ssh-config") + 1] = config
+        r = self.dlrun(*args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        here = self.cluster.addresses[0].rsplit(".", 1)[0] + ".1"  # this machine on the bridge
+        self.assertEqual(sorted(line.split("] ", 1)[1] for line in r.stdout.splitlines()), [f"0 {here}", f"1 {here}"])
+        args[-1] = f"{PYTHON} {os.path.join(DATA, 'allreduce.py')}"
+        r = self.dlrun(*args, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual(len([line for line in r.stdout.splitlines() if "sum 3 expected 3" in line]), 2, r.stdout)
+
     def test_hostfile_and_this_machine_without_ssh(self):
         hostfile = os.path.join(self.tmp, "hosts")
         with open(hostfile, "w") as f:

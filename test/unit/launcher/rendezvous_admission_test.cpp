@@ -80,4 +80,12 @@ TEST_SUITE("launcher::RendezvousAdmission") {
     CHECK(rendezvous_bind_address({"10.0.0.1", "192.168.1.5"}) == "0.0.0.0");
     CHECK(rendezvous_bind_address({}) == "0.0.0.0");
   }
+  TEST_CASE("a host reached over loopback takes the outside address when other hosts come from outside") {
+    using V = std::vector<std::string>;
+    CHECK(contacts_all_can_reach({"127.0.0.1", "10.77.0.1"}) == V{"10.77.0.1", "10.77.0.1"});
+    CHECK(contacts_all_can_reach({"10.0.0.1", "127.0.1.1", "192.168.1.5"}) == V{"10.0.0.1", "10.0.0.1", "192.168.1.5"});
+    CHECK(contacts_all_can_reach({"127.0.0.1", "127.0.0.1"}) == V{"127.0.0.1", "127.0.0.1"});  // this machine alone
+    CHECK(contacts_all_can_reach({"::1", "10.0.0.2"}) == V{"10.0.0.2", "10.0.0.2"});
+    CHECK(contacts_all_can_reach({}).empty());
+  }
 }

@@ -93,4 +93,13 @@ class RefusalLog {
 // interface (0.0.0.0).
 std::string rendezvous_bind_address(const std::vector<std::string>& contacts);
 
+// The address each host is to reach the rendezvous at, from the address each reaches this
+// machine at: a host that reaches it over loopback is this machine (an ssh alias for
+// 127.0.0.1, user@localhost, a name /etc/hosts maps to 127.0.1.1), and where other hosts reach
+// it from outside, it takes the first outside address too. Its agent's address is what the
+// others get as MASTER_ADDR (node 0's) and what Gloo and NCCL bind to: 127.0.0.1 there left
+// every other host's ranks unable to meet.
+std::vector<std::string> contacts_all_can_reach(std::vector<std::string> contacts);
+bool is_loopback_address(const std::string& address);
+
 }  // namespace dlrun::launcher
