@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/cluster_job.hpp"
 #include "dlrun/launcher/gpu_selection.hpp"
 #include "dlrun/error.hpp"
@@ -29,6 +30,7 @@ struct RunArgs {
   std::string hostfile;
   std::string ssh_options;
   std::string gpu_ids;
+  std::vector<std::string> env;
 };
 
 int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
@@ -57,6 +59,7 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     text << file.rdbuf();
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);
   }
+  c.job_env = launcher::forwarded_environment(launcher::current_environment(), args.env);
   launcher::raise_fd_limit();
   // Held until the Supervisor's handlers exist (it lets them through): a Ctrl-C while the hosts
   // are checked killed dlrun outright, and the job was recorded as lost.
@@ -97,11 +100,23 @@ Command add_run_command(CLI::App& dlrun) {
                   "MASTER_ADDR for every rank (default: the address rank 0's host reaches this machine from)");
   app->add_option("--iface", c.iface, "Serve the rendezvous on this interface's address (default: the route to each host)")
       ->type_name("NAME");
+  app->add_option("-x,--env", args->env,
+                  "Give the ranks on every host this variable: NAME=VALUE, NAME (as this shell has it) or PREFIX* "
+                  "(quoted: 'WANDB_*'); may be repeated. This shell's NCCL_* go without it; other variables stay "
+                  "here (horovodrun's -x)")
+      ->type_name("NAME[=VALUE]")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_option("--ssh-config", c.ssh.config_file, "ssh client configuration file (ssh -F)")->type_name("FILE");
   // One word per --ssh-option: without expected(1) the words after it, the program's too, were taken.
-  app->add_option("--ssh-option", c.ssh.options, "An ssh option (ssh -o), may be repeated")
-      ->type_name("OPTION")
-      ->allow_extra_args(false);
+  app->add_option("--ssh-option", c.ssh.options,
+                  "One ssh option, as ssh -o takes it (ServerAliveInterval=5); repeat --ssh-option for each. It "
+                  "comes before dlrun's own (ConnectTimeout, ServerAliveInterval), so it wins; BatchMode stays yes")
+      ->type_name("KEY=VALUE")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_option("--connect-timeout", c.ssh.connect_timeout_seconds, "Seconds to wait for each host's ssh")
       ->type_name("SECONDS")
       ->check(duration_check())

@@ -192,6 +192,11 @@ std::vector<std::string> program_words(const CLI::App& app, const Trailing& trai
     for (size_t i = 1; i < words.size() && program == 0; ++i) {
       if (names_a_program(words[i])) program = i;
     }
+    // One of dlrun's own options after it (`-y 1 --ssh-config cfg ./train`): the unknown one is
+    // dlrun's, misspelled or missing, and what follows is no program's (cfg was taken for one).
+    for (size_t i = 1; i < program; ++i) {
+      if (looks_like_option(words[i]) && app.get_option_no_throw(words[i].substr(0, words[i].find('=')))) program = 0;
+    }
     const std::string bare = words.front().substr(0, words.front().find('='));
     if (program > 0 && message.find("did you mean") == std::string::npos &&
         message.find("torchrun's") == std::string::npos && !other_launchers_spelling(bare)) {

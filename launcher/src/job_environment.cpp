@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cctype>
 
+#include <fmt/format.h>
+
+#include "dlrun/error.hpp"
+
 #include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
@@ -70,6 +74,49 @@ Environment exported_by_name(const Environment& env, const std::vector<std::stri
     }
   }
   return named;
+}
+
+std::optional<std::string> reserved_env(const std::string& name) {
+  static const std::vector<std::string> per_rank = per_rank_variables();
+  if (name == env::k_checkpoint_dir) {
+    return fmt::format("env '{}' is set by dlrun: use checkpoint_dir = \"...\" for the job's checkpoint directory",
+                       name);
+  }
+  if (std::binary_search(per_rank.begin(), per_rank.end(), name)) {
+    return fmt::format("env '{}' is set by dlrun for each rank (docs/channels.md): remove it from [env]", name);
+  }
+  return std::nullopt;
+}
+
+Environment forwarded_environment(const Environment& here, const std::vector<std::string>& given) {
+  Environment out = exported_by_name(here, {"NCCL_*"});
+  for (const auto& item : given) {
+    const auto equals = item.find('=');
+    const std::string name = item.substr(0, equals);
+    const bool pattern = !name.empty() && name.back() == '*';
+    if (!valid_export_pattern(name) || (pattern && equals != std::string::npos)) {
+      throw ConfigError(fmt::format("-x {}: give NAME=VALUE, NAME (as this shell has it), or PREFIX* (every variable "
+                                    "of this shell that starts so); names are letters, digits and _",
+                                    item));
+    }
+    if (!pattern) {
+      if (auto why = reserved_env(name); why || name == env::k_supervisor_id) {
+        throw ConfigError(fmt::format("-x {}: dlrun sets {} for each rank (docs/channels.md)", item, name));
+      }
+    }
+    if (equals != std::string::npos) {
+      out[name] = item.substr(equals + 1);
+    } else if (pattern) {
+      for (const auto& [key, value] : exported_by_name(here, {name})) {
+        if (!reserved_env(key)) out[key] = value;  // exported_by_name leaves out DLRUN_SUPERVISOR_ID
+      }
+    } else if (auto it = here.find(name); it != here.end()) {
+      out[name] = it->second;
+    } else {
+      throw ConfigError(fmt::format("-x {}: not set in this shell (give -x {}=VALUE, or export it first)", name, name));
+    }
+  }
+  return out;
 }
 
 }  // namespace dlrun::launcher

@@ -130,7 +130,10 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   cluster.plan.log_dir = log_dir;
   cluster.job_id = std::to_string(id);
   // What the job file gives the ranks reaches them on every host (ssh carries no environment).
-  cluster.job_env = exported_by_name(env, spec.export_env);
+  // As dlrun run -x: what export_env names, and the submitter's NCCL_* (kept by default).
+  auto exported = spec.export_env;
+  exported.push_back("NCCL_*");
+  cluster.job_env = exported_by_name(env, exported);
   for (const auto& [key, value] : spec.env) cluster.job_env[key] = value;
   cluster.job_env[env::k_checkpoint_dir] = env.at(env::k_checkpoint_dir);
   cluster.plan.color = ColorMode::never;

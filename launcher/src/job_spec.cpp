@@ -410,20 +410,6 @@ void parse_resources(Checker& check, const toml::node* node, JobSpec& spec) {
   }
 }
 
-// Why [env] may not set `name`, or none: dlrun sets it for each rank (plan_node_ranks), and a
-// value in [env] would be overridden without a word.
-std::optional<std::string> reserved_env(const std::string& name) {
-  static const std::vector<std::string> per_rank = per_rank_variables();
-  if (name == env::k_checkpoint_dir) {
-    return fmt::format("env '{}' is set by dlrun: use checkpoint_dir = \"...\" for the job's checkpoint directory",
-                       name);
-  }
-  if (std::binary_search(per_rank.begin(), per_rank.end(), name)) {
-    return fmt::format("env '{}' is set by dlrun for each rank (docs/channels.md): remove it from [env]", name);
-  }
-  return std::nullopt;
-}
-
 void parse_env(Checker& check, const toml::node* node, JobSpec& spec, bool stored) {
   if (!node) return;
   const toml::table* table = node->as_table();

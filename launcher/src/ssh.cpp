@@ -20,11 +20,14 @@ std::vector<std::string> ssh_argv(const SshSettings& ssh, const std::string& hos
   std::vector<std::string> argv = {ssh.program};
   if (!ssh.config_file.empty()) argv.insert(argv.end(), {"-F", ssh.config_file});
   int timeout = std::max(1, static_cast<int>(ssh.connect_timeout_seconds));
-  for (std::string option : {std::string("BatchMode=yes"), fmt::format("ConnectTimeout={}", timeout),
-                             std::string("ServerAliveInterval=1"), std::string("ServerAliveCountMax=3")}) {
+  // ssh takes the first value it is given of each: never a password prompt (BatchMode), then
+  // the user's options, then dlrun's defaults, which theirs replace.
+  argv.insert(argv.end(), {"-o", "BatchMode=yes"});
+  for (const auto& option : ssh.options) argv.insert(argv.end(), {"-o", option});
+  for (std::string option : {fmt::format("ConnectTimeout={}", timeout), std::string("ServerAliveInterval=1"),
+                             std::string("ServerAliveCountMax=3")}) {
     argv.insert(argv.end(), {"-o", option});
   }
-  for (const auto& option : ssh.options) argv.insert(argv.end(), {"-o", option});
   argv.push_back(host);
   return argv;
 }

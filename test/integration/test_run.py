@@ -128,6 +128,23 @@ class AcrossHosts(ClusterTestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertEqual(len([line for line in r.stdout.splitlines() if "sum 3 expected 3" in line]), 2, r.stdout)
 
+    def test_x_gives_every_host_the_variables_it_names_and_nccl_ones_go_without_it(self):
+        # Only the first host (this machine's shell) had them; the others' ranks ran with
+        # dlrun's guess of the interface and without NCCL_DEBUG (horovodrun's -x).
+        self.env.update({"NCCL_DEBUG": "INFO", "MYVAR": "hello", "WANDB_MODE": "offline", "GLOO_SOCKET_IFNAME": "eth0",
+                         "UNNAMED": "stays"})
+        args = self.run_args([self.host(0), self.host(1)], "-x", "MYVAR", "-x", "FOO=a b", "-x", "WANDB_*",
+                             "--env", "GLOO_SOCKET_IFNAME", "sh", "-c",
+                             'echo "$RANK $NCCL_DEBUG $MYVAR $FOO $WANDB_MODE $GLOO_SOCKET_IFNAME ${UNNAMED:-none}"')
+        r = self.dlrun(*args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(line.split("] ", 1)[1] for line in r.stdout.splitlines()),
+                         ["0 INFO hello a b offline eth0 none", "1 INFO hello a b offline eth0 none"])
+        for bad, said in (("RANK=1", "dlrun sets RANK"), ("NOT_SET_HERE", "not set in this shell")):
+            r = self.dlrun(*self.run_args([self.host(0)], "-x", bad, "true"))
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(said, r.stderr)
+
     def test_hostfile_and_this_machine_without_ssh(self):
         hostfile = os.path.join(self.tmp, "hosts")
         with open(hostfile, "w") as f:

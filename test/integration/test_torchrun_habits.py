@@ -359,6 +359,10 @@ class UsageErrors(TorchrunTestCase):
             (["local", "--nproc", "2", "--epochs", "1", "--lr=0.1", "true", "x"],
              "unknown option '--epochs': an option of true goes after it: true --epochs 1 --lr=0.1", "local"),
             (["local", "--nproc", "2", "--epochs", "1"], "unknown option '--epochs'; put '--' before", "local"),
+            # dlrun's own options after it: a dlrun option, and the value of one was taken for the
+            # program ("an option of cfg/x goes after it: cfg/x -y 1 --ssh-config").
+            (["run", "--hosts", "a:1", "-y", "1", "--ssh-config", "cfg/x", "./train"], "unknown option '-y'; put '--'",
+             "run"),
             # torchrun's options dlrun has no counterpart of: what it does instead.
             (["local", "--nproc", "2", "--no_python", "true"],
              "unknown option '--no_python': torchrun's; in dlrun a program that is not a .py file runs as it is: "

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "dlrun/error.hpp"
+
 using namespace dlrun::launcher;
 
 TEST_SUITE("launcher::job_environment") {
@@ -42,5 +44,27 @@ TEST_SUITE("launcher::job_environment") {
       CAPTURE(bad);
       CHECK_FALSE(valid_export_pattern(bad));
     }
+  }
+  TEST_CASE("dlrun run -x: NAME=VALUE, NAME, PREFIX*, and this shell's NCCL_* without it") {
+    Environment here = {{"PATH", "/bin"}, {"NCCL_DEBUG", "INFO"}, {"NCCL_IB_DISABLE", "1"}, {"WANDB_PROJECT", "p"},
+                        {"WANDB_MODE", "offline"}, {"SECRET", "s"}, {"DLRUN_SUPERVISOR_ID", "1-2"}};
+    CHECK(forwarded_environment(here, {}) == Environment{{"NCCL_DEBUG", "INFO"}, {"NCCL_IB_DISABLE", "1"}});
+    auto out = forwarded_environment(here, {"FOO=bar=baz", "SECRET", "WANDB_*", "NCCL_DEBUG=WARN", "EMPTY="});
+    CHECK(out.at("FOO") == "bar=baz");
+    CHECK(out.at("SECRET") == "s");
+    CHECK(out.at("WANDB_PROJECT") == "p");
+    CHECK(out.at("WANDB_MODE") == "offline");
+    CHECK(out.at("NCCL_DEBUG") == "WARN");
+    CHECK(out.at("EMPTY").empty());
+    CHECK(out.count("PATH") == 0);
+    CHECK(forwarded_environment(here, {"*"}).count("DLRUN_SUPERVISOR_ID") == 0);
+    CHECK(forwarded_environment(here, {"*"}).count("PATH") == 1);
+    CHECK_THROWS_WITH_AS(forwarded_environment(here, {"MISSING"}), doctest::Contains("not set in this shell"),
+                         dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(forwarded_environment(here, {"RANK=3"}), doctest::Contains("dlrun sets RANK"), dlrun::ConfigError);
+    CHECK_THROWS_AS(forwarded_environment(here, {"DLRUN_SUPERVISOR_ID"}), dlrun::ConfigError);
+    CHECK_THROWS_AS(forwarded_environment(here, {"1BAD=x"}), dlrun::ConfigError);
+    CHECK_THROWS_AS(forwarded_environment(here, {"A*=x"}), dlrun::ConfigError);
+    CHECK_THROWS_AS(forwarded_environment(here, {"=x"}), dlrun::ConfigError);
   }
 }

@@ -6,6 +6,7 @@
 // passwords live. A job file names more with export_env (names, NAME_PREFIX*, or "*").
 // DLRUN_SUPERVISOR_ID is never kept: a job submitted from a rank is not that rank's.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,5 +31,16 @@ Environment sbatch_environment(const Environment& submitter, const std::vector<s
 // Only what export_env names of `env` (not what is kept by default): what a job's ranks on
 // other hosts get of it (the paths and the rest belong to each host).
 Environment exported_by_name(const Environment& env, const std::vector<std::string>& export_env);
+
+// Why a job's environment may not set `name`, or none: dlrun sets it for each rank
+// (plan_node_ranks), and a value given for it would be overridden without a word.
+std::optional<std::string> reserved_env(const std::string& name);
+
+// What `dlrun run -x` gives the ranks on every host besides dlrun's own variables: each
+// NAME=VALUE as given; each NAME, PREFIX* or * as this shell (`here`) has it; and this shell's
+// NCCL_* (as the DeepSpeed launcher sends them), which a run on one machine would have given
+// every rank. ConfigError for a bad name, one dlrun sets for each rank, or a NAME this shell
+// does not have.
+Environment forwarded_environment(const Environment& here, const std::vector<std::string>& given);
 
 }  // namespace dlrun::launcher
