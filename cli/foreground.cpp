@@ -48,13 +48,6 @@ std::vector<std::string> kept_words() {
   return words;
 }
 
-// The program's name as a job name: train.py, not the python3 that runs it.
-std::string default_name(const std::vector<std::string>& command) {
-  if (command.empty()) return "job";
-  const launcher::ShownProgram program = launcher::shown_program(command);
-  return launcher::job_name_from(program.module ? program.word : fs::path(program.word).filename().string());
-}
-
 // An option of dlrun's at the front of a command line, with its value if it takes one.
 struct LeadingOption {
   const CLI::Option* option = nullptr;
@@ -209,7 +202,7 @@ std::unique_ptr<launcher::ForegroundJob> start_foreground(const ForegroundArgs& 
   command.origin = origin;
   command.name = !args.name.empty() ? args.name
                  : resume           ? resume->name
-                                    : default_name(options.command);
+                                    : launcher::default_job_name(options.command);
   // A bare --resume ran dlrun again with the job's words: they stay what the job keeps, without
   // the display options given for this one time.
   command.words = args.resumed_alone && resume ? resume->words : kept_words();

@@ -1,5 +1,9 @@
 #include "dlrun/launcher/job_ref.hpp"
 
+#include <filesystem>
+
+#include "dlrun/launcher/command_resolution.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -104,6 +108,12 @@ int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb, Na
   }
   throw ConfigError(
       fmt::format("no job numbered or named '{}' (dlrun status --all lists every job)", job.text));
+}
+
+std::string default_job_name(const std::vector<std::string>& command) {
+  if (command.empty()) return "job";
+  const ShownProgram program = shown_program(command);
+  return job_name_from(program.module ? program.word : std::filesystem::path(program.word).filename().string());
 }
 
 }  // namespace dlrun::launcher

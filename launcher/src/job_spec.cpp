@@ -627,7 +627,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   }
   parse_command(check, root.get("command"), spec);
   if (spec.name.empty() && !spec.command.empty()) {
-    spec.name = job_name_from(std::filesystem::path(spec.command[0]).filename().string());
+    spec.name = default_job_name(spec.command);
   }
   spec.workdir = check.directory(root.get("workdir"), "workdir");
   if (spec.workdir.empty()) spec.workdir = std::filesystem::path(base_dir).lexically_normal().string();

@@ -339,6 +339,9 @@ sbatch_options = ["--qos=high", "--exclusive"]
           "3");
     // A name taken from the program is made one (job_name_from), not refused.
     CHECK(parse("command = [\"./a\\nb\"]\n[resources]\nnproc = 1\n").name == "a_b");
+    // The script an interpreter runs, as dlrun local names it (dlrun init --python's job was "python3").
+    CHECK(parse("command = [\"python3\", \"-u\", \"src/train.py\"]\n[resources]\nnproc = 1\n").name == "train.py");
+    CHECK(parse("command = [\"python3\", \"-m\", \"pkg.train\"]\n[resources]\nnproc = 1\n").name == "pkg.train");
   }
   TEST_CASE("the sharing policy: goodput for elastic GPU jobs unless said, and only where it can act") {
     const std::string head = "command = [\"x\"]\n";

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dlrun::launcher {
 
@@ -36,6 +37,10 @@ std::optional<std::string> job_name_problem(std::string_view name);
 // so does a leading '-' or '.', it is cut at 128 bytes, and a number gets "job-" before it
 // ("my train.sh" -> "my_train.sh", "123" -> "job-123", "" -> "job").
 std::string job_name_from(std::string_view program_name);
+
+// A job's name when none is given: its program's (train.py, not the python3 that runs it; the
+// module of python3 -m pkg.train), as job_name_from makes it. "job" for no command.
+std::string default_job_name(const std::vector<std::string>& command);
 
 // Throws ConfigError for a `--name` job_name_problem finds fault with.
 void check_job_name(std::string_view name);
