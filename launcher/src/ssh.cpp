@@ -10,9 +10,11 @@
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
+#include "dlrun/launcher/escaped_processes.hpp"
 #include "dlrun/launcher/exit_status.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "dlrun/protocol.hpp"
 
 namespace dlrun::launcher {
 
@@ -67,11 +69,16 @@ std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSe
   auto path_it = env.find("PATH");
   std::string ssh_path = resolve_program(ssh.program, path_it == env.end() ? "" : path_it->second);
   std::vector<Probe> probes;
+  // What a probe's ssh starts (a ProxyCommand, in a session of its own) carries this mark,
+  // by which it is found and killed when the probe is given up (escaped_processes.hpp).
+  const std::string token = fmt::format("{}-probe", supervisor_token(ProcessIdentity::self()));
+  Environment probe_env = env;
+  probe_env[env::k_supervisor_id] = token;
   for (const auto& host : hosts) {
     if (host.local) continue;
     auto argv = ssh_argv(ssh, host.name);
     argv.push_back("true");
-    Probe probe{&host, spawn_process({ssh_path, argv, env, "", std::nullopt}), "", std::nullopt};
+    Probe probe{&host, spawn_process({ssh_path, argv, probe_env, "", std::nullopt}), "", std::nullopt};
     await_exec(probe.process, ssh.program);
     probes.push_back(std::move(probe));
   }
@@ -103,6 +110,7 @@ std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSe
     }
   }
   std::vector<std::string> failures;
+  bool given_up = false;
   for (auto& p : probes) {
     for (int fd : {p.process.stdout_fd, p.process.stderr_fd}) {
       if (fd >= 0) ::close(fd);
@@ -112,6 +120,7 @@ std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSe
       int status = 0;
       ::kill(-p.process.pid, SIGKILL);
       ::waitpid(p.process.pid, &status, 0);
+      given_up = true;
       failures.push_back(fmt::format("{}: no answer within {:g} s", p.host->name, ssh.connect_timeout_seconds + 5));
       continue;
     }
@@ -122,6 +131,7 @@ std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSe
     if (newline != std::string::npos) error = error.substr(newline + 1);  // ssh's last word is its reason
     failures.push_back(fmt::format("{}: {}", p.host->name, error.empty() ? "ssh " + exit.describe() : error));
   }
+  if (given_up || !failures.empty()) kill_processes_with_token(token);
   return failures;
 }
 

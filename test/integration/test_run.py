@@ -535,6 +535,20 @@ while [ ! -s {marks} ] || [ $(wc -l < {marks}) -lt 3 ]; do sleep 0.05; done
                        "--ssh-option=BatchMode=yes", "sh", "-c", "echo ok")
         self.assertEqual((r.returncode, r.stdout), (0, "[localhost:0] ok\n"), r.stderr)
 
+    def test_a_host_check_given_up_leaves_nothing_of_its_ssh_behind(self):
+        # A host behind a ProxyCommand that never answers: the probe's ssh gave up (or was
+        # killed) after the connect timeout, and its ProxyCommand lived on, its parent 1.
+        marker = f"{37 + os.getpid() % 1000}.25"
+        config = os.path.join(self.tmp, "ssh_config")
+        with open(config, "w") as f:
+            f.write(f"Host stalled\n  ProxyCommand sh -c 'sleep {marker}; exec true'\n  StrictHostKeyChecking no\n"
+                    "  UserKnownHostsFile /dev/null\n")
+        r = self.dlrun("run", "--hosts", "stalled:1", "--ssh-config", config, "--connect-timeout", "1", "true")
+        self.assertEqual(r.returncode, 69, r.stderr)
+        self.assertIn("stalled: ", r.stderr)
+        self.assertTrue(wait_for(lambda: not processes(lambda argv: argv[:2] == ["sleep", marker]), 10),
+                        "the ProxyCommand outlived the check")
+
     def test_quiet_leaves_only_warnings_and_errors(self):
         r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "--max-restarts", "1",
                        "sh", "-c", "[ $DLRUN_RESTART_COUNT = 1 ] || exit 3")
