@@ -132,6 +132,7 @@ int run_agent(const AgentOptions& options, const Environment& env) {
   if (auto shared = claims.hold(job.gpu_ids); !shared.empty()) log::warn("{}", sharing_warning(shared));
   Supervisor supervisor(job);
   int code = supervisor.run();
+  client.report_end(code);
   return code;
 }
 

@@ -200,10 +200,20 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
     }
     return members;
   };
-  job.ended_before_joining = [&options, server_ptr, dlrun_there](size_t node, const ExitStatus& status) {
+  job.host_lost = [&options, server_ptr, dlrun_there](size_t node, const ExitStatus& status) {
     std::string why;
-    if (node >= options.hosts.size() || server_ptr->joined(static_cast<int>(node))) return why;
+    if (node >= options.hosts.size()) return why;
     const Host& host = options.hosts[node];
+    if (server_ptr->joined(static_cast<int>(node))) {
+      // ssh's 255 is also what a rank's own 255 comes out as: the agent's word tells them apart.
+      if (host.local || status.signaled || status.code != 255 || server_ptr->reported_end(static_cast<int>(node), 1.0)) {
+        return why;
+      }
+      return fmt::format("lost host {} (node {}): its ssh session ended (exit 255) while its ranks ran, without a word "
+                         "from its dlrun agent: the connection broke (the machine, its network) or the agent was "
+                         "killed; its ranks there stop with the agent (its orphan guard)",
+                         host.name, node);
+    }
     const std::string there = host.local ? self_path() : dlrun_there;
     if (status.success()) {
       why = fmt::format("what ran there ended with code 0 before it joined the job: {} there is not dlrun's agent",

@@ -140,4 +140,11 @@ void RendezvousClient::watch(std::function<void(int)> on_stop) {
   });
 }
 
+void RendezvousClient::report_end(int code) {
+  if (m_fd < 0) return;
+  const std::string line = fmt::format("END {}\n", code);
+  ssize_t ignored = ::send(m_fd, line.data(), line.size(), MSG_NOSIGNAL);  // a launcher gone has no use for it
+  (void)ignored;
+}
+
 }  // namespace dlrun::launcher

@@ -12,11 +12,13 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/rendezvous.hpp"
+#include "dlrun/launcher/text.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -109,6 +111,18 @@ bool RendezvousServer::joined(int node) {
   return m_joins.count(node) > 0;
 }
 
+std::optional<int> RendezvousServer::reported_end(int node, double wait_seconds) {
+  const double until = now() + wait_seconds;
+  for (;;) {
+    {
+      std::lock_guard lock(m_mutex);
+      if (auto it = m_ends.find(node); it != m_ends.end()) return it->second;
+    }
+    if (now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 void RendezvousServer::new_round(int round) {
   std::lock_guard lock(m_mutex);
   m_round = round;
@@ -116,6 +130,7 @@ void RendezvousServer::new_round(int round) {
   m_round_complete = false;
   m_round_failed = false;
   m_joins.clear();
+  m_ends.clear();
   m_signals_to_pass.clear();  // the last round's: its ranks are gone
   for (auto& [fd, node] : m_node_of_fd) ::shutdown(fd, SHUT_RDWR);  // the old round's agents
 }
@@ -203,6 +218,10 @@ void RendezvousServer::refuse(int fd, const std::string& reason, bool busy) {
 }
 
 void RendezvousServer::handle_line(int fd, const std::string& line) {
+  if (auto node = m_node_of_fd.find(fd); node != m_node_of_fd.end() && line.rfind("END ", 0) == 0) {
+    if (auto code = parse_int(line.substr(4))) m_ends[node->second] = *code;
+    return;
+  }
   auto join = parse_join(line);
   std::string refusal;
   if (!join) {

@@ -315,8 +315,8 @@ void Supervisor::on_children_ended() {
     const Member& member = m_group->member(index);
     const ExitStatus& status = *m_group->exit_status(index);
     log::debug("{} (pid {}) {}", member.name, m_group->pid(index), status.describe());
-    if (m_phase == Phase::running && !m_failure && m_job.ended_before_joining) {
-      if (std::string why = m_job.ended_before_joining(index, status); !why.empty()) {
+    if (m_phase == Phase::running && !m_failure && m_job.host_lost) {
+      if (std::string why = m_job.host_lost(index, status); !why.empty()) {
         log::error("{}", why);
         m_failure = Failure{SIZE_MAX, ExitStatus::exited(exit_code::k_unavailable), why, {}, {}};
         m_failure->said = true;

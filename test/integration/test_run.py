@@ -269,6 +269,13 @@ exec sleep 300
         self.assertEqual(len(read_pids(pids)), 1)
         self.assertTrue(wait_for(lambda: not any(pid_alive(p) for p in read_pids(pids)), 30), "a rank survived")
 
+    def test_a_ranks_own_exit_255_is_not_a_lost_host(self):
+        r = self.dlrun(*self.run_args([self.host(0), self.host(1)], "sh", "-c", '[ "$RANK" = 1 ] && exit 255; sleep 300'),
+                       timeout=120)
+        self.assertEqual(r.returncode, 255, r.stderr)
+        self.assertIn(f"dlrun[{self.cluster.addresses[1]}]: error: rank 1 exited with code 255", r.stderr)
+        self.assertNotIn("lost host", r.stderr)
+
     def test_host_killed_mid_run_stops_the_others(self):
         pids = os.path.join(self.tmp, "pids")
         script = self.script("sleep.sh", f"echo $$ >> {pids}\nexec sleep 300\n")
@@ -279,8 +286,10 @@ exec sleep 300
             self.cluster.kill_host(1)
             out, err = p.communicate(timeout=60)
             self.assertLess(time.monotonic() - start, 30)
-            self.assertNotEqual(p.returncode, 0)
-            self.assertIn(f"host {self.cluster.addresses[1]} (node 1)", err)
+            # It read "host … exited with code 255; it wrote nothing to stderr" and exit 255,
+            # which a rank's own exit 255 also reads as.
+            self.assertEqual(p.returncode, 69, err)
+            self.assertIn(f"lost host {self.cluster.addresses[1]} (node 1): its ssh session ended (exit 255)", err)
             self.assertTrue(wait_for(lambda: not any(pid_alive(pid) for pid in read_pids(pids)), 10))
         finally:
             kill_quietly(read_pids(pids))

@@ -118,10 +118,12 @@ struct Plan {
   // Makes each attempt's processes. Empty: one process per local rank, see
   // plan_local_members(). `dlrun run` plans one ssh session per host instead.
   std::function<std::vector<Member>(int restart_count)> planner;
-  // `dlrun run`: why a member failed before its host's agent joined the job (so no rank ran
-  // there), also when it exited with 0 (what ran there was not dlrun's agent), or empty when it
-  // joined. Such a failure ends the attempt with exit_code::k_unavailable.
-  std::function<std::string(size_t member, const ExitStatus& status)> ended_before_joining;
+  // `dlrun run`: why a member's end means its host is lost, or empty when it does not: it
+  // failed before its host's agent joined the job (so no rank ran there), also when it exited
+  // with 0 (what ran there was not dlrun's agent), or its ssh session broke while its ranks ran
+  // (exit 255 without the agent's word). Such a failure ends the attempt with
+  // exit_code::k_unavailable.
+  std::function<std::string(size_t member, const ExitStatus& status)> host_lost;
   // What dlrun calls a member in messages ("rank", "host").
   std::string member_noun = "rank";
   // Passes a stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) on to the members; SIGKILL always goes

@@ -78,6 +78,10 @@ class RendezvousServer {
   void new_round(int round);
   // Whether `node`'s agent joined this round.
   bool joined(int node);
+  // The exit code `node`'s agent said it ends with this round (RendezvousClient::report_end),
+  // waiting up to `wait_seconds` for it; nullopt when it said none: it was killed, or its
+  // connection broke.
+  std::optional<int> reported_end(int node, double wait_seconds);
   // Sends SIGNAL to every agent of this round; before they have all joined, with their
   // assignments. False when the round failed (hosts missing at the join timeout): it reaches no
   // one, and the agents that joined are let go (their join fails, they end).
@@ -123,6 +127,7 @@ class RendezvousServer {
   std::map<int, std::string> m_buffers;  // fd → partial line
   std::map<int, int> m_node_of_fd;       // joined agents of this round
   std::map<int, JoinRequest> m_joins;    // node → its request
+  std::map<int, int> m_ends;             // node → the exit code its agent reported
   RendezvousLimits m_limits;
   PendingConnections m_pending{1, 0};    // connections that have not joined (set by start)
   RefusalLog m_refusals;
@@ -147,6 +152,9 @@ class RendezvousClient {
   // Watches the connection on a thread: `on_stop(signal)` runs (once) for a SIGNAL line,
   // or with SIGTERM when the launcher is gone or silent too long.
   void watch(std::function<void(int signal)> on_stop);
+  // Tells the launcher the exit code this agent ends with, so that an ssh session that ends
+  // without it reads as a lost host, not as the ranks' own exit code.
+  void report_end(int code);
 
  private:
   std::string read_line(double timeout_seconds);
