@@ -150,12 +150,14 @@ int main(int argc, char** argv) {
     size_t start = 0;
     do {
       size_t end = message.find('\n', start);
-      std::cerr << "dlrun: error: " << message.substr(start, end - start) << "\n";
+      // An agent's says which host it is on ("dlrun[node2]: error: …"): its words reach the
+      // launcher's terminal among the other hosts'.
+      std::cerr << dlrun::log::prefix() << "error: " << message.substr(start, end - start) << "\n";
       start = end == std::string::npos ? end : end + 1;
     } while (start != std::string::npos);
     return e.exit_code();
   } catch (const std::exception& e) {
-    std::cerr << "dlrun: error: internal: " << e.what() << "\n";
+    std::cerr << dlrun::log::prefix() << "error: internal: " << e.what() << "\n";
     return dlrun::exit_code::k_internal;
   }
 }

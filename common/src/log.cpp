@@ -75,6 +75,8 @@ void set_sink(std::function<void(std::string_view line)> sink) {
 
 void set_prefix(const std::string& prefix) { line_prefix() = prefix + ": "; }
 
+std::string prefix() { return line_prefix(); }
+
 void write(Level level, std::string_view message) {
   std::string line = line_prefix();
   line += label(level);

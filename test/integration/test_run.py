@@ -575,8 +575,9 @@ while [ ! -s {marks} ] || [ $(wc -l < {marks}) -lt 3 ]; do sleep 0.05; done
         r = self.dlrun("run", "--hosts", "localhost:2", "--gpu-ids", "1,7", "--run-dir", self.run_dir(), "true",
                        env=env)
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("host localhost (node 0) exited with code 2; last 1 line of its stderr", r.stderr)
-        self.assertIn("  | dlrun: error: --gpu-ids 1,7: GPU 7 does not exist: this machine has 4 GPUs (0,1,2,3)\n",
+        # The agent says it as its own, with its host (it read "dlrun: error: …", quoted again after).
+        self.assertIn("host localhost (node 0) exited with code 2 (what it said is above", r.stderr)
+        self.assertIn("dlrun[localhost]: error: --gpu-ids 1,7: GPU 7 does not exist: this machine has 4 GPUs (0,1,2,3)\n",
                       r.stderr)
         r = self.dlrun("run", "--hosts", "localhost:3", "--gpu-ids", "0,1", "true", env=env)
         self.assertEqual((r.returncode, r.stderr),

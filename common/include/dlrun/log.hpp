@@ -21,6 +21,8 @@ void set_level(Level level);
 void init_from_env();
 // What starts each line, "dlrun" by default; agents use "dlrun[host]".
 void set_prefix(const std::string& prefix);
+// What starts each line now, with its ": " ("dlrun: ", "dlrun[node2]: ").
+std::string prefix();
 bool enabled(Level level);
 void write(Level level, std::string_view message);
 // Where whole lines go instead of straight to stderr (e.g. behind the ranks' output that a
