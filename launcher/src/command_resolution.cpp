@@ -146,7 +146,9 @@ std::string find_in_path(const std::string& name, const std::string& path_env,
       }
       throw ConfigError(fmt::format("program '{}' not found in PATH", name));
     }
-    if (auto why = not_a_program(here, name)) throw ConfigError(*why);
+    if (auto why = not_a_program(here, name)) {
+      throw ConfigError(fmt::format("program '{}' not found in PATH; {}", name, *why));
+    }
     if (::access(here.c_str(), X_OK) != 0) {
       throw ConfigError(fmt::format("program '{}' not found in PATH; the one in {} is not executable: chmod +x {}, "
                                     "then write ./{}",

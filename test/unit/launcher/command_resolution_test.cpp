@@ -166,17 +166,19 @@ TEST_SUITE("launcher::CommandResolution") {
     s.write("ddp.py", "print(1)\n");
     CHECK(refused("ddp") == "program 'ddp' not found in PATH; the Python script in " + s.work() + " is ddp.py");
     fs::create_directories(s.dir / "build");
-    CHECK(refused("build") == "'build' is a directory, not a program: name the program in it (build/PROGRAM)");
+    // A bare name is looked for in PATH; that it is a directory here comes second.
+    CHECK(refused("build") == "program 'build' not found in PATH; 'build' is a directory, not a program: name the "
+                              "program in it (build/PROGRAM)");
     CHECK(refused("./build/") == "'./build/' is a directory, not a program: name the program in it (build/PROGRAM)");
     fs::create_directories(s.dir / "pkg");
     s.write("pkg/__init__.py", "");
     CHECK(refused("pkg") ==
-          "'pkg' is a directory, a Python package: run it as a module, -m pkg (or -m pkg.train for a module in it)");
+          "program 'pkg' not found in PATH; 'pkg' is a directory, a Python package: run it as a module, -m pkg (or -m pkg.train for a module in it)");
     s.write("train.cpp", "int main() {}\n");
     CHECK(refused("./train.cpp") == "'./train.cpp' is source code, not a program: build it, and run the program "
                                     "the build makes");
     s.write("job.toml", "");
-    CHECK(refused("job.toml") == "'job.toml' is not a program; a job file runs with dlrun submit job.toml");
+    CHECK(refused("job.toml") == "program 'job.toml' not found in PATH; 'job.toml' is not a program; a job file runs with dlrun submit job.toml");
     s.write("tool", "#!/bin/sh\n");  // not executable
     CHECK(refused("tool") == "program 'tool' not found in PATH; the one in " + s.work() +
                                  " is not executable: chmod +x tool, then write ./tool");
