@@ -149,7 +149,7 @@ std::vector<Host> parse_hostfile(std::string_view text, const std::string& path)
       if (w.rfind("slots=", 0) == 0) {
         auto slots = parse_int(w.substr(6));
         if (!slots || *slots < 1) {
-          throw ConfigError(fmt::format("{}:{}: '{}': slots must be at least 1", path, line_number, w));
+          throw ConfigError(fmt::format("{}:{}: '{}': slots must be a whole number, at least 1", path, line_number, w));
         }
         host.slots = *slots;
       } else if (w.rfind("max_slots=", 0) != 0 && w.rfind("max-slots=", 0) != 0) {
@@ -157,6 +157,7 @@ std::vector<Host> parse_hostfile(std::string_view text, const std::string& path)
       }
     }
     hosts.push_back(host);
+    check_unique(hosts, fmt::format("{}:{}", path, line_number));  // names the line that repeats a host
   }
   check_unique(hosts, path);
   return hosts;

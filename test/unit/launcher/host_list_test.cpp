@@ -71,11 +71,13 @@ TEST_SUITE("launcher::HostList") {
     CHECK(hosts[0].slots == 2);
   }
   TEST_CASE("hostfile errors carry the line") {
-    CHECK_THROWS_WITH_AS(parse_hostfile("a slots=2\nb slots=zero\n", "hosts"), "hosts:2: 'slots=zero': slots must be at least 1",
+    CHECK_THROWS_WITH_AS(parse_hostfile("a slots=2\nb slots=zero\n", "hosts"), "hosts:2: 'slots=zero': slots must be a whole number, at least 1",
                          dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(parse_hostfile("a cpus=2\n", "hosts"), "hosts:1: unknown word 'cpus=2' (expected: HOST slots=N)",
                          dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(parse_hostfile("# nothing\n", "hosts"), "hosts: no hosts given", dlrun::ConfigError);
+    CHECK_THROWS_WITH_AS(parse_hostfile("a slots=2\nb\n\nA slots=1\n", "hosts"),
+                         "hosts:4: host 'A' is listed twice; give it once with all its slots", dlrun::ConfigError);
   }
   TEST_CASE("local names run without ssh") {
     auto hosts = parse_host_list("localhost:2,127.0.0.1,me,10.0.0.5,other");
