@@ -508,7 +508,16 @@ int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostr
 
 void JobQueue::sweep() {
   refresh_slurm_jobs();
-  Orphans orphans = m_store.sweep();
+  Orphans orphans;
+  try {
+    orphans = m_store.sweep();
+  } catch (const StoreUnavailable& e) {
+    // Putting the store right waits for a later command; this one goes on with what it reads
+    // (dlrun status under a lock held past the busy timeout failed with 70).
+    if (!m_sweep_said) log::warn("{} (jobs whose supervisor died are put right later)", e.what());
+    m_sweep_said = true;
+    return;
+  }
   for (int64_t id : orphans.marked_lost) {
     // What its runtime last measured, as the supervisor would have kept it.
     auto job = m_store.get(id);
@@ -556,12 +565,23 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
                       : Clock::time_point::max();
   auto delay = std::chrono::milliseconds(20);
   int sweeps = 0;
+  bool store_said = false;
   while (true) {
-    auto job = m_store.get(id);
-    if (!job) throw ConfigError(fmt::format("no job {}", id));
-    if (is_terminal(job->state)) return 0;
-    if (Clock::now() >= deadline) return k_timed_out;
-    if (job->submitted.slurm && job->slurm_id > 0) refresh_slurm_job(*job);
+    // A store that cannot be read or written for a while (locked, a full disk) is waited out:
+    // the job goes on, and so does the wait (it ended with 70 while the job succeeded).
+    try {
+      auto job = m_store.get(id);
+      if (!job) throw ConfigError(fmt::format("no job {}", id));
+      if (is_terminal(job->state)) return 0;
+      if (Clock::now() >= deadline) return k_timed_out;
+      if (job->submitted.slurm && job->slurm_id > 0) refresh_slurm_job(*job);
+      if (++sweeps % 25 == 0) sweep();
+      store_said = false;
+    } catch (const StoreUnavailable& e) {
+      if (Clock::now() >= deadline) return k_timed_out;
+      if (!store_said) log::warn("{}; waiting for job {} goes on", e.what(), id);
+      store_said = true;
+    }
     if (interrupt) {
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count();
       timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
@@ -570,7 +590,6 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
       std::this_thread::sleep_for(delay);
     }
     delay = std::min(delay * 2, std::chrono::milliseconds(200));
-    if (++sweeps % 25 == 0) sweep();
   }
 }
 

@@ -152,7 +152,9 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   const std::string reason = code == 0         ? ""
                              : cancelled_by ? "by " + *cancelled_by
                                             : fmt::format("dlrun run exited with code {}", code);
-  queue.store().finish(id, state_after(code, stopped), code, reason, {std::nullopt, read_job_metrics(run_dir)});
+  write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
+    queue.store().finish(id, state_after(code, stopped), code, reason, {std::nullopt, read_job_metrics(run_dir)});
+  });
   return code;
 }
 
@@ -272,20 +274,32 @@ int run_submitted_job(int64_t id, const Environment& env) {
     // A goodput job keeps a scheduler alive while it runs (one killed is replaced); the store's
     // record of a resize whose requester died midway is put right.
     auto next_check = std::chrono::steady_clock::now() + k_running_check;
+    bool store_said = false;
     while (supervisor.poll_once(std::chrono::milliseconds(500))) {
       if (std::chrono::steady_clock::now() < next_check) continue;
       next_check = std::chrono::steady_clock::now() + k_running_check;
-      if (!changing_size && undo_abandoned_resize(queue, id, run_dir, running)) {
-        log::warn("job {}: a resize was left unfinished (its requester ended before recording it): the job's "
-                  "allocation is {} rank{} again",
-                  id, running.ranks, running.ranks == 1 ? "" : "s");
+      try {
+        if (!changing_size && undo_abandoned_resize(queue, id, run_dir, running)) {
+          log::warn("job {}: a resize was left unfinished (its requester ended before recording it): the job's "
+                    "allocation is {} rank{} again",
+                    id, running.ranks, running.ranks == 1 ? "" : "s");
+        }
+        if (goodput) queue.ensure_scheduler();
+        store_said = false;
+      } catch (const StoreUnavailable& e) {
+        // Checks of a running job wait for the next round; its ranks go on (a store locked past
+        // the busy timeout failed the job).
+        if (!store_said) log::warn("job {}: {}", id, e.what());
+        store_said = true;
       }
-      if (goodput) queue.ensure_scheduler();
     }
     supervisor.end();
     claims.hold({});  // its ranks have ended: their GPUs are free before the store says so
     const int code = supervisor.exit_code();
-    store.finish(id, state_after(code, supervisor.stop_signal() != 0), code, supervisor.summary(), {supervisor.failed_rank(), read_job_metrics(run_dir)});
+    write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
+      store.finish(id, state_after(code, supervisor.stop_signal() != 0), code, supervisor.summary(),
+                   {supervisor.failed_rank(), read_job_metrics(run_dir)});
+    });
     // Its GPUs go to the goodput jobs left, if any; started with this job's environment only
     // when it is one of them (the others' supervisors start one with theirs).
     if (goodput) queue.ensure_scheduler();
@@ -296,7 +310,9 @@ int run_submitted_job(int64_t id, const Environment& env) {
     // Exit 2 says "nothing was submitted"; this job was, and could not start (its program or
     // working directory gone by then): dlrun could not start a process, 70.
     const int code = e.exit_code() == exit_code::k_usage ? exit_code::k_internal : e.exit_code();
-    store.finish(id, JobState::failed, code, e.what(), {std::nullopt, read_job_metrics(run_dir)});
+    write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
+      store.finish(id, JobState::failed, code, e.what(), {std::nullopt, read_job_metrics(run_dir)});
+    });
     return code;
   }
 }

@@ -14,6 +14,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/text.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/protocol.hpp"
 #include "job_store_statement.hpp"
 
@@ -295,9 +296,47 @@ void JobStore::exec(const char* sql) {
   char* error = nullptr;
   int rc = sqlite3_exec(m_db, sql, nullptr, nullptr, &error);
   if (rc != SQLITE_OK) {
-    std::string message = error ? error : sqlite3_errstr(rc);
     sqlite3_free(error);
-    throw Error(fmt::format("job store {}: {}", m_path, message));
+    throw_store_error(m_db, rc, fmt::format("job store {}", m_path));
+  }
+}
+
+void write_when_store_takes_it(const std::string& what, const std::function<void()>& write, double every_seconds,
+                               double for_seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                             std::chrono::duration<double>(for_seconds));
+  bool said = false;
+  for (;;) {
+    try {
+      write();
+      if (said) log::info("{}: recorded", what);
+      return;
+    } catch (const StoreUnavailable& e) {
+      if (std::chrono::steady_clock::now() >= until) throw;
+      if (!said) {
+        log::warn("{}: cannot be recorded now ({}); trying again every {:g} s", what, e.what(), every_seconds);
+        said = true;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(every_seconds));
+    }
+  }
+}
+
+void throw_store_error(sqlite3* db, int rc, const std::string& where) {
+  const std::string message = db && sqlite3_errcode(db) == rc ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      throw StoreUnavailable(fmt::format("{}: {}: another process has held it for more than 30 s (a dlrun stopped "
+                                         "with Ctrl-Z, an open sqlite3 shell); try again once it lets go",
+                                         where, message));
+    case SQLITE_FULL:
+      throw StoreUnavailable(fmt::format("{}: {}: free some space on its file system (DLRUN_HOME), then try again",
+                                         where, message));
+    case SQLITE_IOERR:
+      throw StoreUnavailable(fmt::format("{}: {}", where, message));
+    default:
+      throw Error(fmt::format("{}: {}", where, message));
   }
 }
 

@@ -20,8 +20,8 @@ namespace dlrun::launcher {
 class JobStore::Statement {
  public:
   Statement(sqlite3* db, const std::string& sql) : m_db(db) {
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &m_stmt, nullptr) != SQLITE_OK) {
-      throw Error(fmt::format("job store: {} (in: {})", sqlite3_errmsg(db), sql));
+    if (int rc = sqlite3_prepare_v2(db, sql.c_str(), -1, &m_stmt, nullptr); rc != SQLITE_OK) {
+      throw_store_error(db, rc, fmt::format("job store (in: {})", sql));
     }
   }
   ~Statement() { sqlite3_finalize(m_stmt); }
@@ -42,7 +42,7 @@ class JobStore::Statement {
     int rc = sqlite3_step(m_stmt);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw Error(fmt::format("job store: {}", sqlite3_errmsg(m_db)));
+    throw_store_error(m_db, rc, "job store");
   }
   int64_t int64(int col) { return sqlite3_column_int64(m_stmt, col); }
   double real(int col) { return sqlite3_column_double(m_stmt, col); }
@@ -54,7 +54,7 @@ class JobStore::Statement {
 
  private:
   void check(int rc) {
-    if (rc != SQLITE_OK) throw Error(fmt::format("job store: {}", sqlite3_errmsg(m_db)));
+    if (rc != SQLITE_OK) throw_store_error(m_db, rc, "job store");
   }
   sqlite3* m_db;
   sqlite3_stmt* m_stmt = nullptr;

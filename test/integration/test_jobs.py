@@ -897,6 +897,45 @@ class CrashSafety(JobsTestCase):
         db = sqlite3.connect(os.path.join(self.home, "jobs.db"))
         self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
 
+    def test_a_job_that_ends_while_the_store_is_full_is_recorded_once_there_is_room(self):
+        # Its supervisor failed to record the end, exited 70, and the job read FAILED, "lost: its
+        # ranks were killed with it" (they had succeeded); a dlrun wait on it failed with 70.
+        disk = os.path.join(self.tmp, "disk")
+        os.makedirs(disk)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", disk],
+                          stderr=subprocess.DEVNULL).returncode != 0:
+            self.skipTest("needs to mount a tmpfs (root)")
+        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        self.env["DLRUN_HOME"] = os.path.join(disk, "home")
+        gate = os.path.join(self.tmp, "gate")
+        job_id = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done; echo done"]\n'
+                             '[resources]\nnproc = 1\n')
+        self.wait_state(job_id, ("RUNNING",))
+        waiter = subprocess.Popen([DLRUN, "wait", str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=self.env)
+        self.procs_to_kill.append(waiter.pid)
+        filler = os.path.join(disk, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        open(gate, "w").close()
+        time.sleep(3)  # the job has ended by now, and its end could not be recorded
+        self.assertIsNone(waiter.poll(), "dlrun wait gave up on a full store")
+        # Its sweep cannot write: it says what it reads (exit 5: running).
+        self.assertEqual(self.status(job_id)["state"], "RUNNING")
+        os.unlink(filler)
+        out, err = waiter.communicate(timeout=60)
+        self.assertEqual(waiter.returncode, 0, err)
+        job = self.wait_state(job_id, ("SUCCEEDED", "FAILED"))
+        self.assertEqual((job["state"], job["exit_code"]), ("SUCCEEDED", 0), job)
+        logs = self.dlrun("logs", str(job_id)).stdout
+        self.assertIn("done", logs)
+        self.assertIn(f"job {job_id}'s end: cannot be recorded now", logs)
+
     def test_a_submit_killed_at_any_moment_leaves_no_job_waiting_for_another_command(self):
         # The supervisor records the job: no job exists without one, so every job the store
         # knows runs to its end by itself. Read the store directly: a dlrun command would

@@ -154,6 +154,7 @@ class JobQueue {
   std::string m_home;
   JobStore m_store;
   std::set<int64_t> m_unreachable_said;  // Slurm jobs whose unanswered query was warned about
+  bool m_sweep_said = false;               // a sweep the store refused was warned about
 };
 
 // The body of `dlrun _supervise ID`: claim, wait for resources, run, record.

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/allocation_event.hpp"
 #include "dlrun/launcher/job_metrics.hpp"
 #include "dlrun/launcher/job_ref.hpp"
@@ -20,6 +22,24 @@
 #include "dlrun/launcher/scheduling_policy.hpp"
 
 namespace dlrun::launcher {
+
+// The store could not be read or written now, though it is a store: another process holds
+// its lock past the busy timeout (30 s), the disk is full, an I/O error. The same call may
+// succeed later; a job's supervisor keeps what it has to record until it does. Exit 75 (try
+// again) where it ends a command.
+class StoreUnavailable : public Error {
+ public:
+  explicit StoreUnavailable(const std::string& message) : Error(message, exit_code::k_temp_failure) {}
+};
+// Throws StoreUnavailable for a transient SQLite result code (BUSY, LOCKED, FULL, IOERR), Error
+// otherwise; `where` starts the message ("job store /h/jobs.db").
+[[noreturn]] void throw_store_error(sqlite3* db, int rc, const std::string& where);
+// Calls `write` until the store takes it: while it throws StoreUnavailable, says so once
+// (naming `what`) and tries again every `every_seconds`, for at most `for_seconds`; then, or for
+// any other error, the exception goes on. For what only this process can record (a job's end:
+// a supervisor that gave up would leave its job to be called lost).
+void write_when_store_takes_it(const std::string& what, const std::function<void()>& write, double every_seconds = 5,
+                               double for_seconds = 3600);
 
 enum class JobState { pending, running, rescaling, succeeded, failed, cancelled };
 
