@@ -67,7 +67,7 @@ int run_submit(const SubmitArgs& args) {
   } else {
     std::cout << "Submitted job " << id << " (dlrun status " << id << ", dlrun logs " << id << " -f)" << std::endl;
   }
-  queue.sweep();
+  queue.sweep(false);
   if (!args.wait) return 0;
   // --parsable keeps standard output to the id alone.
   std::ostream& out = args.parsable ? std::cerr : std::cout;

@@ -137,21 +137,34 @@ JobQueue::JobQueue(const Environment& env)
 
 std::string JobQueue::run_dir(int64_t id) const { return fmt::format("{}/jobs/{}", m_home, id); }
 
+Environment JobQueue::slurm_environment(const JobRecord& job) const {
+  Environment env = m_env;
+  if (!env.count("SLURM_CONF")) {
+    const Environment submitted = decode_environment(job.submitted.environment);
+    if (auto conf = submitted.find("SLURM_CONF"); conf != submitted.end()) env[conf->first] = conf->second;
+  }
+  return env;
+}
+
 JobState JobQueue::cancel_slurm(const JobRecord& job, bool force) {
   // A controller that does not answer at once (busy, just started) fails scancel now and then:
   // tried again for a few seconds, unless the job has ended meanwhile (the cancel went through).
+  // A controller that does not answer at all makes each Slurm command wait out its
+  // MessageTimeout (20 s): the tries end after 10 s of them, not after five (it took minutes).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (int attempt = 1;; ++attempt) {
     try {
-      slurm_cancel(job.slurm_id, force, m_env);
+      slurm_cancel(job.slurm_id, force, slurm_environment(job));
       break;
     } catch (const Error& e) {
       refresh_slurm_job(*m_store.get(job.id));
       if (auto now = m_store.get(job.id); now && is_terminal(now->state)) return now->state;
-      if (attempt == 5) {
-        // The job's sbatch ran with the submitter's SLURM_CONF; a shell without it asks no controller.
-        const bool no_conf = !m_env.count("SLURM_CONF") && std::string_view(e.what()).find("controller") != std::string_view::npos;
-        if (!no_conf) throw;
-        throw Error(fmt::format("{} (SLURM_CONF is not set here: set it as it was when the job was submitted)", e.what()),
+      if (attempt == 5 || std::chrono::steady_clock::now() >= give_up) {
+        // The job's sbatch ran with the submitter's SLURM_CONF (kept with jobs since
+        // 2026-11-29); a shell without it asks the default controller.
+        if (slurm_environment(job).count("SLURM_CONF")) throw;
+        throw Error(fmt::format("{} (SLURM_CONF is not set here: if the job was submitted with one, set it as it was)",
+                                e.what()),
                     e.exit_code());
       }
       log::debug("{} (trying again)", e.what());
@@ -308,6 +321,9 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind) {
   job.base_dir = fs::path(job.spec_path).parent_path().string();
   Environment stored = job_environment(m_env, spec.export_env);
   stored[env::k_umask] = started_umask_text();
+  // Which Slurm the job went to: a later dlrun wait, status or cancel from a shell without it
+  // asked no controller (and waited for good).
+  if (auto conf = m_env.find("SLURM_CONF"); conf != m_env.end() && spec.on_slurm()) stored[conf->first] = conf->second;
   job.environment = encode_environment(stored);
   job.slurm = spec.on_slurm();
   job.owner_uid = static_cast<int>(::geteuid());
@@ -359,7 +375,7 @@ void JobQueue::refresh_slurm_jobs() {
 }
 
 void JobQueue::refresh_slurm_job(const JobRecord& job) {
-  const SlurmAnswer answer = slurm_query(job.slurm_id, m_env);
+  const SlurmAnswer answer = slurm_query(job.slurm_id, slurm_environment(job));
   if (!answer.info && !answer.gone) {
     // Slurm could not be asked (a controller restarting, scontrol missing from PATH): the job's
     // state stays as last seen. Ending it here made a live job FAILED for good, and `dlrun
@@ -506,8 +522,8 @@ int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostr
   }
 }
 
-void JobQueue::sweep() {
-  refresh_slurm_jobs();
+void JobQueue::sweep(bool ask_slurm) {
+  if (ask_slurm) refresh_slurm_jobs();
   Orphans orphans;
   try {
     orphans = m_store.sweep();
@@ -575,7 +591,7 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
       if (is_terminal(job->state)) return 0;
       if (Clock::now() >= deadline) return k_timed_out;
       if (job->submitted.slurm && job->slurm_id > 0) refresh_slurm_job(*job);
-      if (++sweeps % 25 == 0) sweep();
+      if (++sweeps % 25 == 0) sweep(false);  // the job waited for is asked about above
       store_said = false;
     } catch (const StoreUnavailable& e) {
       if (Clock::now() >= deadline) return k_timed_out;
@@ -617,7 +633,7 @@ void JobQueue::send_signal(int64_t id, int signal) {
     throw Error(fmt::format("job {} is {}: only a running job's ranks can be signalled", id, to_string(job->state)),
                 1);
   }
-  if (job->submitted.slurm) return slurm_signal(job->slurm_id, signal, m_env);
+  if (job->submitted.slurm) return slurm_signal(job->slurm_id, signal, slurm_environment(*job));
   const ProcessIdentity supervisor = job->supervisor;
   if (!supervisor.alive() || ::kill(supervisor.pid, signal) != 0) {
     throw Error(fmt::format("job {}: cannot signal its supervisor (pid {}): {}", id, supervisor.pid,

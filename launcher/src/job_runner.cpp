@@ -75,7 +75,7 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const En
     } else if (queue.store().try_start(id, capacity, queue.run_dir(id))) {
       return true;
     }
-    if (poll % k_sweep_every == k_sweep_every - 1) queue.sweep();
+    if (poll % k_sweep_every == k_sweep_every - 1) queue.sweep(false);
     timespec timeout{0, 100 * 1000 * 1000};
     int sig = ::sigtimedwait(&stop, nullptr, &timeout);
     if (sig > 0) {

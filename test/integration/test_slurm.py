@@ -96,6 +96,17 @@ class OnSlurm(DlrunTestCase):
         self.assertEqual(self.status(r.stdout.strip())["state"], "FAILED")
         self.assertEqual(self.dlrun("status", r.stdout.strip()).returncode, 1)
 
+    def test_a_job_keeps_the_slurm_conf_it_was_submitted_with(self):
+        # A wait from a shell without SLURM_CONF (another CI step) asked the default controller,
+        # said it could not, and waited for good.
+        r = self.dlrun("submit", "--parsable", self.job(["sh", "-c", "exit 7"]))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = r.stdout.strip()
+        without = {k: v for k, v in self.env.items() if k != "SLURM_CONF"}
+        r = self.dlrun("wait", "--timeout", "120", job_id, env=without, timeout=180)
+        self.assertEqual(r.returncode, 7, r.stderr)
+        self.assertNotIn("cannot ask Slurm", r.stderr)
+
     def test_signal_then_cancel_a_running_job(self):
         marks = os.path.join(self.tmp, "marks")
         ready = os.path.join(self.tmp, "ready")

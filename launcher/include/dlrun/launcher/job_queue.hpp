@@ -64,8 +64,10 @@ class JobQueue {
   // The sbatch script a Slurm job file would be submitted with (dlrun submit --dry-run).
   std::string sbatch_script(const std::string& job_file, const std::string& kind = {});
 
-  // Fixes the store after crashes (see above); adopts orphaned pending jobs.
-  void sweep();
+  // Fixes the store after crashes (see above); adopts orphaned pending jobs. With `ask_slurm`,
+  // also asks Slurm how its jobs stand (dlrun status); commands about other jobs leave it out
+  // (a local submit waited 20 s for a controller that did not answer, about a job it never touched).
+  void sweep(bool ask_slurm = true);
   // Starts `dlrun _schedule` (detached, with this queue's environment) when a goodput job is
   // pending or running and no live scheduler holds the lease (scheduler_loop.hpp). Called by
   // jobs' supervisors (with the environment the job was submitted with) only.
@@ -147,6 +149,9 @@ class JobQueue {
   void refresh_slurm_jobs();
   void refresh_slurm_job(const JobRecord& job);
   JobState cancel_slurm(const JobRecord& job, bool force);
+  // This process's environment for asking Slurm about `job`, with the SLURM_CONF it was
+  // submitted with when this shell has none.
+  Environment slurm_environment(const JobRecord& job) const;
   Error not_stopped(int64_t id, const std::string& why);
   void signal_cancelled_supervisor(const CancelUnderWay& cancel, int sig);
 
