@@ -481,10 +481,44 @@ void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
   }
 }
 
+// Whether sbatch --time takes `text`: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
+// DAYS-HOURS, DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS, or UNLIMITED / INFINITE.
+bool slurm_time_limit(std::string_view text) {
+  std::string upper(text);
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (upper == "UNLIMITED" || upper == "INFINITE") return true;
+  auto digits = [](std::string_view part) {
+    return !part.empty() && part.size() <= 9 &&
+           std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); });
+  };
+  if (const auto dash = text.find('-'); dash != std::string_view::npos) {
+    if (!digits(text.substr(0, dash))) return false;
+    text.remove_prefix(dash + 1);
+  }
+  int fields = 0;
+  for (size_t start = 0;; ++fields) {
+    const size_t colon = text.find(':', start);
+    if (!digits(text.substr(start, colon == std::string_view::npos ? std::string_view::npos : colon - start))) return false;
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  return fields < 3;
+}
+
 void parse_slurm_keys(Checker& check, const toml::table& table, JobSpec& spec) {
   SlurmSpec& slurm = spec.slurm;
   if (auto v = check.string(table.get("partition"), "partition", k_max_name_bytes)) slurm.partition = *v;
-  if (auto v = check.string(table.get("time_limit"), "time_limit", k_max_name_bytes)) slurm.time_limit = *v;
+  if (auto v = check.string(table.get("time_limit"), "time_limit", k_max_name_bytes)) {
+    if (slurm_time_limit(*v)) {
+      slurm.time_limit = *v;
+    } else {
+      // sbatch refused it with exit 69, which reads as "Slurm is down, try again".
+      check.error(table.get("time_limit")->source(),
+                  fmt::format("time_limit \"{}\" is not a time Slurm takes: MINUTES (\"90\"), \"HH:MM:SS\", "
+                              "\"DAYS-HH:MM:SS\" (\"2-00:00:00\"), or \"UNLIMITED\"",
+                              v->substr(0, 64)));
+    }
+  }
   if (auto v = check.string(table.get("account"), "account", k_max_name_bytes)) slurm.account = *v;
   if (auto v = check.integer(table.get("nodes"), "nodes", 1, 100000)) slurm.nodes = *v;
   if (auto v = check.integer(table.get("ranks_per_node"), "ranks_per_node", 1, 100000)) slurm.ranks_per_node = *v;

@@ -269,6 +269,14 @@ sbatch_options = ["--qos=high", "--exclusive"]
     CHECK(error_of("command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\nkind = \"local\"\npartition = \"gpu\"\n") ==
           "job.toml:6:13: 'partition' is for kind = \"slurm\"");
     CHECK(parse_job_spec("command = [\"x\"]\n", "job.toml", "/jobs", "slurm").on_slurm());
+    // sbatch's --time forms, checked at submit (sbatch refused the rest: exit 69, "try again").
+    const std::string slurm = "command = [\"x\"]\n[scheduler]\nkind = \"slurm\"\ntime_limit = ";
+    for (const char* ok : {"90", "30:00", "01:00:00", "2-0", "2-12:30", "2-12:30:00", "unlimited", "INFINITE"}) {
+      CHECK_MESSAGE(parse(slurm + "\"" + ok + "\"\n").slurm.time_limit == ok, ok);
+    }
+    for (const char* bad : {"forever", "", "1:2:3:4", "1h", "-5", "2-", "1::2", "2-1-1"}) {
+      CHECK_MESSAGE(error_of(slurm + "\"" + bad + "\"\n").find("is not a time Slurm takes") != std::string::npos, bad);
+    }
   }
   TEST_CASE("TOML syntax errors carry the position") {
     std::string e = error_of("command = [\"x\"\n");
