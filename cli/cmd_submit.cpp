@@ -3,12 +3,15 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <iostream>
+#include <optional>
 #include <memory>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "group_options.hpp"
 #include "job_end.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/exit_status.hpp"
@@ -28,6 +31,8 @@ struct SubmitArgs {
   bool detach_on_interrupt = false;
   int tail = 20;
   std::string scheduler;
+  std::string name;
+  std::optional<double> timeout;
 };
 
 // SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting: the job is cancelled (as by dlrun cancel), or left
@@ -48,6 +53,22 @@ int interrupted(launcher::JobQueue& queue, int64_t id, int sig, const SubmitArgs
   return exit_code::k_signal_base + sig;
 }
 
+// --timeout passed before the job ended: as timeout(1) would have it, the job is cancelled (or
+// left running with --detach-on-interrupt) and the exit code is 124.
+int timed_out(launcher::JobQueue& queue, int64_t id, const SubmitArgs& args, std::ostream& out) {
+  if (args.detach_on_interrupt) {
+    out << fmt::format("--timeout {:g} s passed: job {} goes on (--detach-on-interrupt): dlrun status {}, dlrun "
+                       "cancel {}\n",
+                       *args.timeout, id, id, id)
+        << std::flush;
+    return exit_code::k_timeout;
+  }
+  out << fmt::format("--timeout {:g} s passed: cancelling job {}\n", *args.timeout, id) << std::flush;
+  queue.cancel(id, false, fmt::format("by dlrun submit --wait --timeout {:g}", *args.timeout));
+  print_job_end(queue, id, args.tail, out);
+  return exit_code::k_timeout;
+}
+
 int run_submit(const SubmitArgs& args) {
   launcher::JobQueue queue(launcher::current_environment());
   if (args.dry_run) {
@@ -61,7 +82,7 @@ int run_submit(const SubmitArgs& args) {
   const sigset_t passed = launcher::passed_signal_set();
   sigorset(&stop, &stop, &passed);
   if (args.wait) ::sigprocmask(SIG_BLOCK, &stop, nullptr);
-  int64_t id = queue.submit(args.job_file, args.scheduler);
+  int64_t id = queue.submit(args.job_file, args.scheduler, args.name);
   if (args.parsable) {
     std::cout << id << std::endl;
   } else {
@@ -71,7 +92,12 @@ int run_submit(const SubmitArgs& args) {
   if (!args.wait) return 0;
   // --parsable keeps standard output to the id alone.
   std::ostream& out = args.parsable ? std::cerr : std::cout;
-  while (int sig = queue.wait(id, &stop)) {
+  std::optional<double> left = args.timeout;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                              std::chrono::duration<double>(args.timeout.value_or(0)));
+  while (int sig = queue.wait(id, &stop, left)) {
+    if (sig == launcher::JobQueue::k_timed_out) return timed_out(queue, id, args, out);
+    if (left) left = std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
     if (sig != SIGUSR1 && sig != SIGUSR2) return interrupted(queue, id, sig, args, out);
     try {
       queue.send_signal(id, sig);
@@ -111,6 +137,16 @@ Command add_submit_command(CLI::App& dlrun) {
       ->capture_default_str()
       ->check(CLI::Range(0, 100000))
       ->needs(wait);
+  app->add_option("--timeout", args->timeout,
+                  "With --wait: cancel the job if it has not ended after SECONDS (left running with "
+                  "--detach-on-interrupt), and exit with 124")
+      ->type_name("SECONDS")
+      ->check(duration_check())
+      ->needs(wait);
+  app->add_option("--name", args->name,
+                  "The job's name, instead of the file's (one job file, a name per CI run: dlrun wait, logs and "
+                  "cancel take it)")
+      ->type_name("NAME");
   app->add_option("--scheduler", args->scheduler, "Override [scheduler] kind: local, ssh or slurm")
       ->check(CLI::IsMember({"local", "ssh", "slurm"}));
   app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it (nothing to wait for)")

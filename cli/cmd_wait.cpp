@@ -27,7 +27,7 @@
 namespace dlrun::cli {
 namespace {
 
-constexpr int k_timed_out_code = 124;  // as timeout(1)
+constexpr int k_timed_out_code = exit_code::k_timeout;
 
 struct WaitArgs {
   std::vector<std::string> jobs;

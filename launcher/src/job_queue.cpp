@@ -307,9 +307,11 @@ std::string JobQueue::sbatch_script(const std::string& job_file, const std::stri
   return render_sbatch_script(spec, sbatch_input(spec, "ID"));
 }
 
-int64_t JobQueue::submit(const std::string& job_file, const std::string& kind) {
+int64_t JobQueue::submit(const std::string& job_file, const std::string& kind, const std::string& name) {
+  if (!name.empty()) check_job_name(name);
   std::string text;
   JobSpec spec = read_job_file(job_file, kind, text);
+  if (!name.empty()) spec.name = name;
   // The scheduler and the clean-up read config.toml in the background, where a mistake would
   // hold a goodput job (and the fifo jobs behind it) without a word to its submitter.
   read_scheduler_settings(m_home);

@@ -394,6 +394,20 @@ class WaitReport(JobsTestCase):
     FAILING = ('command = ["sh", "-c", "if [ $RANK = 1 ]; then i=1; while [ $i -le 30 ]; do echo line $i; '
                'i=$((i + 1)); done; echo oops >&2; exit 3; fi; sleep 30"]\n[resources]\nnproc = 2\n')
 
+    def test_a_timeout_cancels_the_job_and_exits_124_and_a_name_may_be_given(self):
+        # CI had to wrap it in timeout(1); one job file named one job for every run of a matrix.
+        path = self.job_file('command = ["sleep", "60"]\n[resources]\nnproc = 1\n')
+        r = self.dlrun("submit", "--wait", "--timeout", "1", "--name", "ci-7", path)
+        self.assertEqual(r.returncode, 124, r.stderr)
+        self.assertIn("--timeout 1 s passed: cancelling job", r.stdout)
+        job = self.status("ci-7")
+        self.assertEqual((job["state"], job["reason"]), ("CANCELLED", "by dlrun submit --wait --timeout 1"))
+        r = self.dlrun("submit", "--wait", "--timeout", "1", "--detach-on-interrupt", "--parsable", path)
+        self.assertEqual(r.returncode, 124, r.stderr)
+        self.assertEqual(self.status(r.stdout.strip())["state"], "RUNNING")
+        self.assertEqual(self.dlrun("submit", "--timeout", "1", path).returncode, 2)
+        self.assertEqual(self.dlrun("submit", "--name", "a b", path).returncode, 2)
+
     def test_a_failure_names_the_rank_its_code_and_shows_the_end_of_its_log(self):
         r = self.dlrun("submit", "--wait", self.job_file(self.FAILING))
         self.assertEqual(r.returncode, 3, r.stderr)

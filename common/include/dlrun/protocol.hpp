@@ -117,6 +117,8 @@ inline constexpr int k_temp_failure = 75;
 // Other hosts could not be used: unreachable over ssh, or they never joined the
 // rendezvous (EX_UNAVAILABLE).
 inline constexpr int k_unavailable = 69;
+// `dlrun wait --timeout`, `dlrun submit --wait --timeout`: the time given passed first, as timeout(1).
+inline constexpr int k_timeout = 124;
 // dlrun itself failed (could not spawn, internal error).
 inline constexpr int k_internal = 70;  // EX_SOFTWARE
 // Shell convention for a process ended by a signal: 128 + signal number.

@@ -60,7 +60,8 @@ class JobQueue {
   // Checks the job file (ConfigError with FILE:LINE:COL on any problem) and whether it
   // could ever run here, records it and starts its supervisor (or hands it to Slurm with
   // sbatch). `kind` overrides [scheduler] kind. Returns the job id.
-  int64_t submit(const std::string& job_file, const std::string& kind = {});
+  // `name` overrides the file's (dlrun submit --name: one file, a name per CI run).
+  int64_t submit(const std::string& job_file, const std::string& kind = {}, const std::string& name = {});
   // The sbatch script a Slurm job file would be submitted with (dlrun submit --dry-run).
   std::string sbatch_script(const std::string& job_file, const std::string& kind = {});
 
