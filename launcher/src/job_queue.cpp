@@ -584,6 +584,7 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
   auto delay = std::chrono::milliseconds(20);
   int sweeps = 0;
   bool store_said = false;
+  bool never_said = false;
   while (true) {
     // A store that cannot be read or written for a while (locked, a full disk) is waited out:
     // the job goes on, and so does the wait (it ended with 70 while the job succeeded).
@@ -592,7 +593,18 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
       if (!job) throw ConfigError(fmt::format("no job {}", id));
       if (is_terminal(job->state)) return 0;
       if (Clock::now() >= deadline) return k_timed_out;
-      if (job->submitted.slurm && job->slurm_id > 0) refresh_slurm_job(*job);
+      if (job->submitted.slurm && job->slurm_id > 0) {
+        refresh_slurm_job(*job);
+        // Said once, as dlrun status says it: a wait with nothing printed read as a hang.
+        if (auto now = m_store.get(id); now && now->state == JobState::pending && !never_said) {
+          if (const std::string never = slurm_never_hint(now->reason); !never.empty()) {
+            log::warn("job {} (Slurm job {}) waits for {}: {}, so it will not start as it is (dlrun cancel {}, and "
+                      "submit what the partition allows)",
+                      id, now->slurm_id, now->reason, never, id);
+            never_said = true;
+          }
+        }
+      }
       if (++sweeps % 25 == 0) sweep(false);  // the job waited for is asked about above
       store_said = false;
     } catch (const StoreUnavailable& e) {

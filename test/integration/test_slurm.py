@@ -190,6 +190,10 @@ class OnSlurm(DlrunTestCase):
                             self.dlrun("status", job_id).stdout)
             self.assertIn("it asks for more nodes than its partition allows, so it will not start as it is",
                           self.dlrun("status", job_id).stdout)
+            # A wait says it once (it waited in silence), and goes on waiting.
+            r = self.dlrun("wait", "--timeout", "3", job_id)
+            self.assertEqual(r.returncode, 124, r.stderr)
+            self.assertEqual(r.stderr.count("so it will not start as it is"), 1, r.stderr)
         finally:
             self.dlrun("cancel", job_id, timeout=180)
 
