@@ -105,6 +105,15 @@ void require_logs(const JobRecord& job, const std::string& dir) {
                                 dir == job.run_dir ? "run directory" : "log directory", dir));
 }
 
+// The end of a followed job, on stderr, where it did not succeed: a log that just stops read as
+// a success (a lost job's log says nothing of its end).
+void say_end(const JobRecord& job) {
+  if (job.state == JobState::succeeded) return;
+  log::warn("job {} {}{}{}", job.id, to_string(job.state),
+            job.exit_code ? fmt::format(" with exit code {}", *job.exit_code) : std::string(),
+            job.reason.empty() ? std::string() : ": " + job.reason);
+}
+
 // Whether following should stop: what is written no longer reaches anyone.
 bool gone(const std::ostream& out, const std::function<bool()>& reader_gone) {
   return !out || (reader_gone && reader_gone());
@@ -119,8 +128,10 @@ void follow_foreground(JobQueue& queue, const JobRecord& job, Follow follow, std
     return;
   }
   for (int polls = 1;; ++polls) {
-    const bool ended = is_terminal(queue.store().get(job.id)->state);
+    const auto now = queue.store().get(job.id);
+    const bool ended = is_terminal(now->state);
     logs.copy(out, ended);
+    if (ended) say_end(*now);
     if (ended || gone(out, reader_gone)) return;
     std::this_thread::sleep_for(k_poll);
     if (polls % k_polls_per_sweep == 0) queue.sweep();
@@ -180,6 +191,8 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
     if (ended && job->run_dir.empty()) {
       // Cancelled while it waited: nothing printed would read as an empty log.
       log::info("job {} is {} and never started: it has no output", id, to_string(job->state));
+    } else if (ended) {
+      say_end(*job);
     }
     if (ended || gone(out, reader_gone)) return;
     std::this_thread::sleep_for(k_poll);

@@ -314,6 +314,13 @@ nproc = 1
         job_id = self.submit(text)
         r = self.dlrun("logs", "-f", "--rank", "0", str(job_id), timeout=60)
         self.assertEqual(r.stdout, "tick 1\ntick 2\ntick 3\n")
+        self.assertNotIn("SUCCEEDED", r.stderr)
+        # A job that did not succeed says so at the end (its log just stopped, as a success's).
+        job_id = self.submit('command = ["sh", "-c", "echo tick; exit 3"]\n[resources]\nnproc = 1\n')
+        for args in (["--rank", "0"], []):
+            r = self.dlrun("logs", "-f", *args, str(job_id), timeout=60)
+            self.assertIn("tick", r.stdout)
+            self.assertIn(f"job {job_id} FAILED with exit code 3: rank 0 exited with code 3", r.stderr)
 
     def test_following_ends_when_its_reader_is_gone(self):
         # logs -f JOB | grep -m1 MARK, status --watch | head: a CI step waiting for a line must
