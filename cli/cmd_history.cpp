@@ -92,14 +92,15 @@ int run_history(const HistoryArgs& args) {
                     title, run_dir, exists ? "has no metrics" : "does not exist"));
   }
   const int replicas = points.back().replicas ? static_cast<int>(*points.back().replicas) : 0;
-  std::cout << title << ": " << run_dir << "\n"
-            << launcher::history_summary(points, launcher::predicted_goodput(run_dir, replicas));
   if (!args.svg.empty()) {
-    // Whole or not at all: a failed write leaves an earlier picture there as it was.
+    // Whole or not at all: a failed write leaves an earlier picture there as it was. Written
+    // first: a path that cannot be written is the error, without the history printed before it.
     write_svg(args.svg, launcher::render_history_svg(
                             points, title + ": batch size, goodput and noise scale over time"));
-    std::cout << "Wrote " << args.svg << "\n";
   }
+  std::cout << title << ": " << run_dir << "\n"
+            << launcher::history_summary(points, launcher::predicted_goodput(run_dir, replicas));
+  if (!args.svg.empty()) std::cout << "Wrote " << args.svg << "\n";
   return 0;
 }
 

@@ -420,7 +420,18 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
   if (info->state == JobState::running) m_store.mark_running(job.id, info->started_at);
   if (is_terminal(info->state)) {
     if (job.started_at <= 0) m_store.mark_running(job.id, info->started_at);
-    m_store.finish(job.id, info->state, info->exit_code, info->reason, {std::nullopt, read_job_metrics(job.run_dir)});
+    // The batch step's supervisor says which rank failed and how, where Slurm says only
+    // NonZeroExitCode (or JobLaunchFailure for a step killed once it had launched).
+    std::optional<int> failed_rank;
+    std::string reason = info->reason;
+    if (const auto record = job.run_dir.empty() ? std::nullopt : read_run_record(job.run_dir);
+        record && record->state != "running" && record->state != "rescaling") {
+      failed_rank = record->failed_rank;
+      const bool generic = reason.empty() || reason == "NonZeroExitCode" || reason == "JobLaunchFailure" ||
+                           reason.rfind("Slurm: ", 0) == 0;
+      if (generic && info->state == JobState::failed && !record->reason.empty()) reason = record->reason;
+    }
+    m_store.finish(job.id, info->state, info->exit_code, reason, {failed_rank, read_job_metrics(job.run_dir)});
   }
 }
 

@@ -259,7 +259,8 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   add("ended_at", time_or_null(job.ended_at));
   // null for a job that never started, as the table's "-" (0 read as "started, 0 s ago").
   add("elapsed_seconds", job.started_at > 0 ? Json(std::round(elapsed(job, now) * 1000) / 1000) : Json());
-  add("global_batch", number_or_null(metrics.global_batch));
+  // A batch is a count of samples: 64, not 64.0 (which a script's string compare took for another).
+  add("global_batch", metrics.global_batch ? Json(static_cast<int64_t>(std::llround(*metrics.global_batch))) : Json());
   add("samples_per_sec", number_or_null(metrics.samples_per_sec));
   add("goodput", number_or_null(metrics.goodput));
   add("noise_scale", number_or_null(metrics.noise_scale));

@@ -245,6 +245,13 @@ size_t dlrun_error_message(std::string_view line) {
 
 bool is_dlrun_error(std::string_view line) { return dlrun_error_message(line) != std::string_view::npos; }
 
+std::string dlrun_error_text(std::string_view line) {
+  const size_t at = dlrun_error_message(line);
+  if (at == std::string_view::npos) return {};
+  const std::string_view message = line.substr(at);
+  return std::string(message.substr(0, message.find("; ")));
+}
+
 std::optional<int> rank_in_dlrun_error(std::string_view line) {
   constexpr std::string_view k_rank = "rank ";
   const size_t at = dlrun_error_message(line);

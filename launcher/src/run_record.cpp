@@ -26,6 +26,8 @@ void write_run_record(const std::string& run_dir, const RunRecord& record) {
       {"command", record.command},
   };
   if (record.exit_code) json["exit_code"] = *record.exit_code;
+  if (!record.reason.empty()) json["reason"] = record.reason;
+  if (record.failed_rank) json["failed_rank"] = *record.failed_rank;
   // A command line or path need not be UTF-8: such bytes are written as U+FFFD.
   const std::string text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   write_file_atomically(run_dir + "/job.json", text);
@@ -48,6 +50,10 @@ std::optional<RunRecord> read_run_record(const std::string& run_dir) {
     record.command = json.value("command", std::vector<std::string>{});
     if (json.contains("exit_code") && json["exit_code"].is_number_integer()) {
       record.exit_code = json["exit_code"].get<int>();
+    }
+    record.reason = json.value("reason", "");
+    if (json.contains("failed_rank") && json["failed_rank"].is_number_integer()) {
+      record.failed_rank = json["failed_rank"].get<int>();
     }
     return record;
   } catch (const nlohmann::json::exception&) {

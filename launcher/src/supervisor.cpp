@@ -783,6 +783,10 @@ void Supervisor::record(const std::string& state, std::optional<int> code) {
   record.updated_at = utc_iso8601(std::time(nullptr));
   record.command = m_job.program.argv;
   record.exit_code = code;
+  if (code && *code != 0) {
+    record.reason = m_summary;
+    record.failed_rank = m_failed_rank;
+  }
   try {
     write_run_record(m_job.run_dir, record);
   } catch (const Error& e) {
@@ -814,7 +818,12 @@ void Supervisor::finish(int code) {
     if (m_job.member_noun == "rank" && !m_job.planner) {
       m_failed_rank = m_group->member(m_failure->index).spec.rank;
     } else if (m_job.member_noun != "rank") {
-      m_failed_rank = rank_in_dlrun_error(m_group->first_dlrun_error(m_failure->index));
+      const std::string said = m_group->first_dlrun_error(m_failure->index);
+      m_failed_rank = rank_in_dlrun_error(said);
+      // The agent's words name the rank and how it ended, the member's exit only the host.
+      if (m_failed_rank && m_failure->reason.empty()) {
+        m_summary = fmt::format("{} ({})", dlrun_error_text(said), m_group->member(m_failure->index).name);
+      }
     }
   }
   m_phase = Phase::done;

@@ -93,7 +93,11 @@ class OnSlurm(DlrunTestCase):
         r = self.dlrun("submit", "--wait", "--parsable",
                        self.job(["sh", "-c", "if [ $RANK = 1 ]; then exit 3; fi; sleep 60"]), timeout=180)
         self.assertEqual(r.returncode, 3, r.stderr)
-        self.assertEqual(self.status(r.stdout.strip())["state"], "FAILED")
+        job = self.status(r.stdout.strip())
+        self.assertEqual(job["state"], "FAILED")
+        # Which rank, as a local job says it (Slurm says NonZeroExitCode; failed_rank was null).
+        self.assertEqual(job["failed_rank"], 1, job)
+        self.assertIn("rank 1", job["reason"])
         self.assertEqual(self.dlrun("status", r.stdout.strip()).returncode, 1)
 
     def test_a_job_keeps_the_slurm_conf_it_was_submitted_with(self):

@@ -106,6 +106,8 @@ class Terminal {
 bool is_dlrun_error(std::string_view line);
 // The rank such a line says failed ("dlrun[a]: error: rank 5 exited …" -> 5), if it says one.
 std::optional<int> rank_in_dlrun_error(std::string_view line);
+// Such a line's message up to its first "; " ("rank 5 exited with code 6"), or empty.
+std::string dlrun_error_text(std::string_view line);
 
 class RankOutput {
  public:

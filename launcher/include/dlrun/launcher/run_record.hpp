@@ -21,6 +21,8 @@ struct RunRecord {
   std::string updated_at;  // ISO 8601, UTC
   std::vector<std::string> command;
   std::optional<int> exit_code;  // once the job has ended
+  std::string reason;               // once it has ended other than well: why ("rank 1 exited with code 7")
+  std::optional<int> failed_rank;   // the rank that failed, where one did
 };
 
 // Throws SystemError when the file cannot be written.
