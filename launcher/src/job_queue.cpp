@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -535,6 +536,21 @@ int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostr
   }
 }
 
+namespace {
+// The newest modification time (Unix seconds) of the files directly in `dir`, if any.
+std::optional<double> last_write_in(const std::string& dir) {
+  std::optional<double> newest;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    struct stat st;
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const double at = static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
+    if (!newest || at > *newest) newest = at;
+  }
+  return newest;
+}
+}  // namespace
+
 void JobQueue::sweep(bool ask_slurm) {
   if (ask_slurm) refresh_slurm_jobs();
   Orphans orphans;
@@ -552,6 +568,9 @@ void JobQueue::sweep(bool ask_slurm) {
     auto job = m_store.get(id);
     const std::string dir = job && !job->run_dir.empty() ? job->run_dir : run_dir(id);
     if (auto metrics = read_job_metrics(dir); !metrics.empty()) m_store.set_final_metrics(id, metrics);
+    // Its end is near the last thing written there (output.log, job.json, a rank's log): the
+    // sweep that noticed may come hours later (after a reboot), and its elapsed time read so.
+    if (auto last = last_write_in(dir)) m_store.set_lost_end(id, *last);
   }
   for (int64_t id : orphans.pending_without_supervisor) {
     auto job = m_store.get(id);

@@ -517,6 +517,12 @@ void JobStore::set_final_metrics(int64_t id, const MetricsSnapshot& metrics) {
   s.step();
 }
 
+void JobStore::set_lost_end(int64_t id, double at) {
+  Statement s(m_db, "UPDATE jobs SET ended_at = ? WHERE id = ? AND state = 'FAILED' AND ? > started_at AND ? < ended_at");
+  s.bind(1, at).bind(2, id).bind(3, at).bind(4, at);
+  s.step();
+}
+
 bool JobStore::set_slurm_id(int64_t id, int64_t slurm_id, const std::string& run_dir) {
   {
     Statement s(m_db, "UPDATE jobs SET slurm_id = ?, run_dir = ?, ranks = max_ranks WHERE id = ? AND state = 'PENDING'");

@@ -1018,9 +1018,15 @@ class CrashSafety(JobsTestCase):
         pid = supervisor_pid(job_id, self.home)
         self.assertIsNotNone(pid)
         os.kill(pid, signal.SIGKILL)
+        # No dlrun command for a while (a machine rebooting): its end is when it died, not when
+        # a sweep noticed.
+        killed = time.time()
+        time.sleep(5)
         job = self.wait_state(job_id, ("FAILED",), timeout=30)
         self.assertIn("lost", job["reason"])
         self.assertEqual(job["exit_code"], 70)  # as submit --wait exits for it (was null)
+        ended = calendar.timegm(time.strptime(job["ended_at"][:19], "%Y-%m-%dT%H:%M:%S"))
+        self.assertLess(ended, killed + 3, job)
         self.assertTrue(wait_for(lambda: not any(pid_alive(p) for p in read_pids(pids)), 5), "ranks survived")
         # Its slots are free again.
         self.submit(MINIMAL, "--wait")

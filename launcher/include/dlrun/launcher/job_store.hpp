@@ -196,6 +196,9 @@ class JobStore {
               const EndDetails& details = {});
   // The metrics of a job that ended without its supervisor's word (a lost one).
   void set_final_metrics(int64_t id, const MetricsSnapshot& metrics);
+  // When a lost job ended, as its run directory tells it (the sweep that noticed came later):
+  // `at` if it lies between its start and the end recorded.
+  void set_lost_end(int64_t id, double at);
   // PENDING → CANCELLED in one step, with the exit code a cancelled job gets (128 + the
   // signal that cancelled it); false if the job was not pending.
   bool cancel_pending(int64_t id, const std::string& reason, int exit_code);
