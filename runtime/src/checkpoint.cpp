@@ -396,6 +396,7 @@ void Checkpoint::Impl::write_files(const fs::path& tmp, int64_t step,
 fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& values) {
   // A negative step made "step--00000000003", which restore() never finds: a fresh start.
   if (step < 0) throw ConfigError(fmt::format("Checkpoint::save: the step must be 0 or more, not {}", step));
+  if (m_impl->context.state().agreed_stop) m_impl->context.state().saved_after_stop = true;
   for (const auto& [key, value] : values) check_name(key, "Checkpoint::save (a value's name)");
   const fs::path final_dir = m_impl->dir / dir_name(step);
   std::string failure;

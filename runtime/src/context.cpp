@@ -141,6 +141,15 @@ bool Context::stop_requested() const {
   return m_state->agreed_stop;
 }
 int Context::exit_code() const {
+  if (m_state->agreed_stop && !m_state->saved_after_stop && !m_state->said_unsaved_stop && is_main()) {
+    // The restart goes back to the last checkpoint and trains its steps again: an AdaptDL
+    // script, whose checkpoint was automatic, stopped so and repeated samples in silence.
+    m_state->said_unsaved_stop = true;
+    log::warn("the ranks stop to restart (exit {}) with no checkpoint saved since the stop was agreed: they go back "
+              "to the last one saved and train the steps since it again; save one when stop_requested() is true, "
+              "before exiting (docs/runtime.md)",
+              exit_code::k_restart_me);
+  }
   return m_state->agreed_stop ? exit_code::k_restart_me : exit_code::k_success;
 }
 void Context::request_stop() {

@@ -36,6 +36,8 @@ struct ContextState {
   c10::intrusive_ptr<c10d::ProcessGroup> group;  // null for a world of one
   std::atomic<bool> local_stop{false};           // request_stop() on this rank
   bool agreed_stop = false;                      // all ranks know; set by a stop vote
+  bool saved_after_stop = false;                 // a Checkpoint was saved since agreed_stop
+  bool said_unsaved_stop = false;                // exit_code() warned of a stop without one
   bool uses_signals = true;                      // false in ranks-as-threads tests
   std::string progress_file;                     // DLRUN_PROGRESS_FILE (the launcher's watchdog)
   std::shared_ptr<ShmAllreduce> shm;             // all ranks on this host, CPU: gradient allreduce

@@ -15,7 +15,7 @@ import unittest
 
 import test_elastic_training as elastic_tests
 import test_runtime as runtime_tests
-from harness import BUILD_DIR, SOURCE_DIR, DlrunTestCase, wait_for
+from harness import BUILD_DIR, DLRUN, SOURCE_DIR, DlrunTestCase, wait_for
 from slurm_cluster import free_port
 
 PYTHON = "/usr/bin/python3"  # Debian's, whose torch the module is built against
@@ -479,6 +479,32 @@ class Errors(DlrunTestCase):
                 print("caught", issubclass(dlrun.EnvironmentError, dlrun.Error))
             """)
         self.assertEqual(out, "caught True\n")
+
+    def test_a_stop_without_a_checkpoint_saved_since_is_said(self):
+        # The restart went back to the last checkpoint and trained its steps again, in silence
+        # (an AdaptDL script's checkpoint was automatic).
+        script = os.path.join(self.tmp, "stop.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent("""
+                import sys, torch, dlrun
+                ctx = dlrun.init()
+                model = dlrun.DataParallel(torch.nn.Linear(2, 1))
+                ckpt = dlrun.Checkpoint([model])
+                ckpt.save(step=1)
+                ctx.request_stop()
+                assert ctx.poll_stop()
+                if sys.argv[1] == "save":
+                    ckpt.save(step=2)
+                code = ctx.exit_code()
+                print("exit", code, ctx.exit_code())
+                """))
+        warning = "with no checkpoint saved since the stop was agreed"
+        for how, said in (("nosave", 1), ("save", 0)):
+            r = subprocess.run([DLRUN, "local", "--nproc", "1", "--run-dir", os.path.join(self.tmp, how), PYTHON, script,
+                                how], capture_output=True, text=True, env=self.env, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("exit 75 75", r.stdout)
+            self.assertEqual(r.stderr.count(warning), said, r.stderr)
 
     def test_a_second_ctrl_c_ends_a_script_run_on_its_own(self):
         # After dlrun.init() Ctrl-C asks the loop to stop; a script that does not ask (or takes
