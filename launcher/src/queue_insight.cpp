@@ -2,6 +2,7 @@
 
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/pending_reason.hpp"
+#include "dlrun/launcher/run_retention.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/log.hpp"
@@ -22,6 +23,13 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   } catch (const ConfigError& e) {
     static std::string said;  // once per process (dlrun status --watch redraws)
     if (said != e.what()) log::warn("{} (what the goodput policy would give is shown under the default settings)", e.what());
+    said = e.what();
+  }
+  try {
+    (void)read_retention_settings(queue.home());  // the daily clean-up waits for it to be fixed
+  } catch (const ConfigError& e) {
+    static std::string said;
+    if (said != e.what()) log::warn("{} (old run directories are not removed until it is fixed)", e.what());
     said = e.what();
   }
   insight.policy =

@@ -541,6 +541,11 @@ class Retention(DlrunTestCase):
         r = self.dlrun("clean")
         self.assertEqual(r.returncode, 2)
         self.assertIn("config.toml:2:8: 'days' must be from 0 (never) to 36500", r.stderr)
+        # dlrun status says so, as docs/jobs.md says, and lists the jobs (it said nothing).
+        r = self.dlrun("status")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("config.toml:2:8: 'days' must be from 0 (never) to 36500 (old run directories are not removed",
+                      r.stderr)
 
 
 if __name__ == "__main__":
