@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "dlrun/log.hpp"
 #include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/cluster_job.hpp"
+#include "dlrun/launcher/foreground_job.hpp"
 #include "dlrun/launcher/gpu_selection.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/process.hpp"
@@ -60,6 +62,19 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);
   }
   c.job_env = launcher::forwarded_environment(launcher::current_environment(), args.env);
+  if (args.foreground.resumed_alone) {
+    // Its own command line again, whose hostfile is read anew: a file edited since changes the
+    // world size, which the checkpoint takes, but the user should know.
+    int world = 0;
+    for (const auto& h : c.hosts) world += h.slots;
+    const auto target = launcher::find_resume_target(launcher::current_environment(), args.foreground.resume,
+                                                     launcher::JobOrigin::run);
+    if (target.ranks > 0 && target.ranks != world) {
+      log::warn("job {} ran {} rank{}; {} now gives {}: it resumes with {} (its checkpoint is restored at any size)",
+                target.id, target.ranks, target.ranks == 1 ? "" : "s",
+                app.count("--hostfile") ? "its hostfile " + args.hostfile : std::string("--hosts"), world, world);
+    }
+  }
   launcher::raise_fd_limit();
   // Held until the Supervisor's handlers exist (it lets them through): a Ctrl-C while the hosts
   // are checked killed dlrun outright, and the job was recorded as lost.

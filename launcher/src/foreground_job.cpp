@@ -195,6 +195,7 @@ ResumeTarget find_resume_target(const Environment& env, const std::string& text,
   target.run_dir = job->run_dir;
   target.workdir = job->submitted.base_dir;
   target.words = decode_foreground_words(job->submitted.spec_text);
+  target.ranks = job->allocation.ranks;
   return target;
 }
 

@@ -558,6 +558,20 @@ while [ ! -s {marks} ] || [ $(wc -l < {marks}) -lt 3 ]; do sleep 0.05; done
         self.assertTrue(wait_for(lambda: not processes(lambda argv: argv[:2] == ["sleep", marker]), 10),
                         "the ProxyCommand outlived the check")
 
+    def test_a_resume_whose_hostfile_changed_says_the_new_size(self):
+        # The hostfile is read again: an edit since changed the world size without a word.
+        hostfile = os.path.join(self.tmp, "hosts")
+        with open(hostfile, "w") as f:
+            f.write("localhost slots=2\n")
+        r = self.dlrun("run", "-q", "--hostfile", hostfile, "--name", "hf", "--run-dir", self.run_dir(), "sh", "-c",
+                       "exit 3")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        with open(hostfile, "w") as f:
+            f.write("localhost slots=1\n")
+        r = self.dlrun("run", "-q", "--resume", "hf")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn(f"ran 2 ranks; its hostfile {hostfile} now gives 1: it resumes with 1", r.stderr)
+
     def test_quiet_leaves_only_warnings_and_errors(self):
         r = self.dlrun("run", "-q", "--hosts", "localhost:1", "--run-dir", self.run_dir(), "--max-restarts", "1",
                        "sh", "-c", "[ $DLRUN_RESTART_COUNT = 1 ] || exit 3")

@@ -38,6 +38,7 @@ struct ResumeTarget {
   std::string run_dir;
   std::vector<std::string> words;  // its command line, to run again when none is given
   std::string workdir;
+  int ranks = 0;  // what it last ran with
 };
 
 // The command line a foreground job keeps (its spec_text) and back. Throws ConfigError for
