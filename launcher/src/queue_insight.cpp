@@ -7,6 +7,8 @@
 #include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/log.hpp"
 
+#include <set>
+
 namespace dlrun::launcher {
 
 QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRecord>& jobs) {
@@ -15,22 +17,32 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   state.active = &jobs;
   state.capacity = queue.capacity();
   insight.gpus_elsewhere = state.capacity.gpus_elsewhere;
-  // A mistake in config.toml does not hide the user's jobs: it is said, and the policy's view
-  // is the default settings' (the scheduler itself waits for the file to be fixed).
+  // A mistake in config.toml does not hide the user's jobs: it is said, once (dlrun status
+  // --watch redraws), and the policy's view is the default settings' (the scheduler itself, and
+  // the daily clean-up, wait for the file to be fixed).
   PolicySettings settings;
+  std::string scheduler_error, retention_error;
   try {
     settings = read_scheduler_settings(queue.home()).policy;
   } catch (const ConfigError& e) {
-    static std::string said;  // once per process (dlrun status --watch redraws)
-    if (said != e.what()) log::warn("{} (what the goodput policy would give is shown under the default settings)", e.what());
-    said = e.what();
+    scheduler_error = e.what();
   }
   try {
-    (void)read_retention_settings(queue.home());  // the daily clean-up waits for it to be fixed
+    (void)read_retention_settings(queue.home());
   } catch (const ConfigError& e) {
-    static std::string said;
-    if (said != e.what()) log::warn("{} (old run directories are not removed until it is fixed)", e.what());
-    said = e.what();
+    retention_error = e.what();
+  }
+  static std::set<std::string> said;
+  auto say = [](const std::string& error, const char* what) {
+    if (error.empty() || !said.insert(error + what).second) return;
+    log::warn("{} ({})", error, what);
+  };
+  if (scheduler_error == retention_error) {  // one mistake in the file, both readers stopped at it
+    say(scheduler_error, "the goodput policy is shown under the default settings; old run directories are not "
+                         "removed until it is fixed");
+  } else {
+    say(scheduler_error, "what the goodput policy would give is shown under the default settings");
+    say(retention_error, "old run directories are not removed until it is fixed");
   }
   insight.policy =
       policy_view(jobs, state.capacity.gpus_free_of_others(usage_of(jobs).gpus_in_use), now, settings);

@@ -268,26 +268,19 @@ class BadInput(DlrunTestCase):
 
     def test_busy_master_port(self):
         import socket
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        try:
-            self.assert_usage_error(["local", "--nproc", "1", "--master-port", str(port), "true"],
-                                    f"--master-port {port}: port is already in use")
-        finally:
-            s.close()
-        # Listening at another address of the machine: rank 0's store, which listens on all of
-        # them, failed to start in every rank (it was let through).
-        s = socket.socket()
-        s.bind(("127.0.0.2", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        try:
-            self.assert_usage_error(["local", "--nproc", "1", "--master-port", str(port), "true"],
-                                    f"--master-port {port}: port is already in use on another address of this machine")
-        finally:
-            s.close()
+        # Also a port listened on at another address of the machine only: rank 0's store, which
+        # listens on all of them, failed to start in every rank (it was let through).
+        for address, said in (("127.0.0.1", "port is already in use"),
+                              ("127.0.0.2", "port is already in use on another address of this machine")):
+            s = socket.socket()
+            s.bind((address, 0))
+            s.listen()
+            port = s.getsockname()[1]
+            try:
+                self.assert_usage_error(["local", "--nproc", "1", "--master-port", str(port), "true"],
+                                        f"--master-port {port}: {said}")
+            finally:
+                s.close()
 
     def test_master_addr_not_of_this_machine(self):
         # 192.0.2.0/24 is for documentation: no machine has it (was exit 70 and a failed job).

@@ -66,6 +66,15 @@ class ClusterTestCase(DlrunTestCase):
     def host(self, i, slots=1):
         return f"{self.cluster.addresses[i]}:{slots}"
 
+    def run_args_with_alias(self, alias, hosts, *args):
+        """run_args() with an ssh configuration that also has `alias` (a Host block) in it."""
+        config = os.path.join(self.tmp, "ssh_config")
+        with open(config, "w") as f, open(self.cluster.ssh_config) as base:
+            f.write(alias + "\n" + base.read())
+        args = self.run_args(hosts, *args)
+        args[args.index("--ssh-config") + 1] = config
+        return args
+
 
 class AcrossHosts(ClusterTestCase):
     def test_gloo_allreduce_across_three_hosts(self):
@@ -93,13 +102,8 @@ class AcrossHosts(ClusterTestCase):
     def test_a_host_named_only_in_the_ssh_configuration(self):
         # An alias (or a host behind a ProxyJump) does not resolve here: dlrun looked it up
         # itself to find where the host reaches the rendezvous, and refused it (exit 2).
-        config = os.path.join(self.tmp, "ssh_config")
-        with open(config, "w") as f:
-            f.write(f"Host trainer-a\n  HostName {self.cluster.addresses[0]}\n\n")
-            with open(self.cluster.ssh_config) as base:
-                f.write(base.read())
-        args = self.run_args(["trainer-a:1", self.host(1)], "sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR")
-        args[args.index("--ssh-config") + 1] = config
+        args = self.run_args_with_alias(f"Host trainer-a\n  HostName {self.cluster.addresses[0]}\n",
+                                        ["trainer-a:1", self.host(1)], "sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR")
         r = self.dlrun(*args)
         self.assertEqual(r.returncode, 0, r.stderr)
         a = self.cluster.addresses
@@ -112,13 +116,8 @@ class AcrossHosts(ClusterTestCase):
         # other hosts' ranks waited for torch's store timeout.
         port = 20000 + os.getpid() % 20000
         self.cluster.start_loopback_sshd(port)
-        config = os.path.join(self.tmp, "ssh_config")
-        with open(config, "w") as f:
-            f.write(f"Host me\n  HostName 127.0.0.1\n  Port {port}\n\n")
-            with open(self.cluster.ssh_config) as base:
-                f.write(base.read())
-        args = self.run_args(["me:1", self.host(0)], "sh", "-c", "echo $RANK $MASTER_ADDR")
-        args[args.index("--ssh-config") + 1] = config
+        args = self.run_args_with_alias(f"Host me\n  HostName 127.0.0.1\n  Port {port}\n", ["me:1", self.host(0)],
+                                        "sh", "-c", "echo $RANK $MASTER_ADDR")
         r = self.dlrun(*args)
         self.assertEqual(r.returncode, 0, r.stderr)
         here = self.cluster.addresses[0].rsplit(".", 1)[0] + ".1"  # this machine on the bridge
