@@ -62,12 +62,13 @@ class ReadmeCommands(DlrunTestCase):
                 f.write(text)
             os.chmod(path, mode)
         self.env["DLRUN_FAKE_GPUS"] = "4"
+        self.env["WANDB_API_KEY"] = "readme"  # what the README's -x line sends
         self.last_job = None
 
     def words(self, command):
         words = shlex.split(command)
         words = ["./train" if w == "build/examples/fashion_mnist/fashion_mnist" else w for w in words]
-        words = ["localhost:4" if w == "node1:4,node2:4" else w for w in words]
+        words = ["localhost:4" if w == "node1:4,node2:4" else w.replace("$CI_JOB_ID", "7") for w in words]
         if words[:3] == ["dlrun", "submit", "--scheduler"] and "slurm" in words:
             words.insert(2, "--dry-run")
         if self.last_job is not None:
