@@ -138,10 +138,15 @@ JobQueue::JobQueue(const Environment& env)
 
 std::string JobQueue::run_dir(int64_t id) const { return fmt::format("{}/jobs/{}", m_home, id); }
 
-Environment JobQueue::slurm_environment(const JobRecord& job) const {
+Environment JobQueue::slurm_environment(const JobRecord& job) {
   Environment env = m_env;
   if (!env.count("SLURM_CONF")) {
-    const Environment submitted = decode_environment(job.submitted.environment);
+    // A listing leaves the environment out (job_list_columns): the job's own record has it.
+    std::string blob = job.submitted.environment;
+    if (blob.empty()) {
+      if (auto full = m_store.get(job.id)) blob = full->submitted.environment;
+    }
+    const Environment submitted = decode_environment(blob);
     if (auto conf = submitted.find("SLURM_CONF"); conf != submitted.end()) env[conf->first] = conf->second;
   }
   return env;
@@ -513,8 +518,15 @@ int64_t JobQueue::start_supervised(const NewJob& job) {
   std::string answer = spawn_detached({"_supervise", "--new"}, job.environment, &bytes);
   auto id = parse_int(trim(answer));
   if (!id) {
+    const std::string said(trim(answer));
+    constexpr std::string_view k_unavailable = "unavailable: ";
+    if (said.rfind(k_unavailable, 0) == 0) {
+      throw StoreUnavailable(fmt::format("nothing was submitted: {}", said.substr(k_unavailable.size())));
+    }
+    constexpr std::string_view k_error = "error: ";
     throw SpawnError(fmt::format("the job's supervisor did not record it{}",
-                                 answer.empty() ? std::string() : ": " + std::string(trim(answer))));
+                                 said.empty() ? std::string()
+                                              : ": " + (said.rfind(k_error, 0) == 0 ? said.substr(k_error.size()) : said)));
   }
   return *id;
 }
@@ -530,6 +542,9 @@ int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostr
     int64_t id = queue.store().submit(*job, ProcessIdentity::self());
     answer << id << "\n";
     return id;
+  } catch (const StoreUnavailable& e) {
+    answer << "unavailable: " << e.what() << "\n";  // submit says it as "try again" (75)
+    return 0;
   } catch (const Error& e) {
     answer << "error: " << e.what() << "\n";
     return 0;
@@ -537,17 +552,12 @@ int64_t record_new_job(const Environment& env, std::string_view bytes, std::ostr
 }
 
 namespace {
-// The newest modification time (Unix seconds) of the files directly in `dir`, if any.
-std::optional<double> last_write_in(const std::string& dir) {
-  std::optional<double> newest;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    struct stat st;
-    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    const double at = static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
-    if (!newest || at > *newest) newest = at;
-  }
-  return newest;
+// When the job's supervisor last said it was alive: job.json's time, which it sets every 10 s
+// while the job runs (Supervisor::keep_alive_mark).
+std::optional<double> last_alive_mark(const std::string& dir) {
+  struct stat st;
+  if (::lstat((dir + "/job.json").c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
 }
 }  // namespace
 
@@ -568,9 +578,9 @@ void JobQueue::sweep(bool ask_slurm) {
     auto job = m_store.get(id);
     const std::string dir = job && !job->run_dir.empty() ? job->run_dir : run_dir(id);
     if (auto metrics = read_job_metrics(dir); !metrics.empty()) m_store.set_final_metrics(id, metrics);
-    // Its end is near the last thing written there (output.log, job.json, a rank's log): the
-    // sweep that noticed may come hours later (after a reboot), and its elapsed time read so.
-    if (auto last = last_write_in(dir)) m_store.set_lost_end(id, *last);
+    // Its end is within 10 s of its supervisor's last sign of life: the sweep that noticed may
+    // come hours later (after a reboot), and its elapsed time read so.
+    if (auto last = last_alive_mark(dir)) m_store.set_lost_end(id, *last);
   }
   for (int64_t id : orphans.pending_without_supervisor) {
     auto job = m_store.get(id);
@@ -754,6 +764,14 @@ JobState JobQueue::finish_cancel(const CancelUnderWay& cancel) {
     if (is_terminal(job->state)) return job->state;  // the supervisor stopped the ranks and said how
     if (!supervisor.alive()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (supervisor.alive() && processes_with_token(supervisor_token(supervisor)).empty()) {
+    // Its ranks have ended; the supervisor waits for the store to take the job's end (locked, a
+    // full disk): killing it lost that end (a job that succeeded read FAILED, lost).
+    throw Error(fmt::format("job {}: its ranks have ended, and its supervisor (pid {}) waits to record how (the job "
+                            "store cannot be written now); dlrun status {} says it once the store can be written",
+                            id, supervisor.pid, id),
+                exit_code::k_temp_failure);
   }
   if (supervisor.alive()) {
     log::warn("job {} did not stop within {} s: killing it", id, cancel.grace + 5.0);

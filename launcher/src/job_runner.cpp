@@ -152,8 +152,9 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   const std::string reason = code == 0         ? ""
                              : cancelled_by ? "by " + *cancelled_by
                                             : fmt::format("dlrun run exited with code {}", code);
+  const double ended = now_seconds();
   write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
-    queue.store().finish(id, state_after(code, stopped), code, reason, {std::nullopt, read_job_metrics(run_dir)});
+    queue.store().finish(id, state_after(code, stopped), code, reason, {std::nullopt, read_job_metrics(run_dir), ended});
   });
   return code;
 }
@@ -296,9 +297,10 @@ int run_submitted_job(int64_t id, const Environment& env) {
     supervisor.end();
     claims.hold({});  // its ranks have ended: their GPUs are free before the store says so
     const int code = supervisor.exit_code();
+    const double ended = now_seconds();  // what a late record keeps, not when the store took it
     write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
       store.finish(id, state_after(code, supervisor.stop_signal() != 0), code, supervisor.summary(),
-                   {supervisor.failed_rank(), read_job_metrics(run_dir)});
+                   {supervisor.failed_rank(), read_job_metrics(run_dir), ended});
     });
     // Its GPUs go to the goodput jobs left, if any; started with this job's environment only
     // when it is one of them (the others' supervisors start one with theirs).
@@ -310,8 +312,9 @@ int run_submitted_job(int64_t id, const Environment& env) {
     // Exit 2 says "nothing was submitted"; this job was, and could not start (its program or
     // working directory gone by then): dlrun could not start a process, 70.
     const int code = e.exit_code() == exit_code::k_usage ? exit_code::k_internal : e.exit_code();
+    const double ended = now_seconds();
     write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
-      store.finish(id, JobState::failed, code, e.what(), {std::nullopt, read_job_metrics(run_dir)});
+      store.finish(id, JobState::failed, code, e.what(), {std::nullopt, read_job_metrics(run_dir), ended});
     });
     return code;
   }

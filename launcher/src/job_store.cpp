@@ -626,7 +626,7 @@ void JobStore::finish(int64_t id, JobState state, std::optional<int> exit_code, 
                       "WHERE id = ? AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')");
     s.bind(1, to_string(state));
     if (exit_code) s.bind(2, *exit_code); else s.bind_null(2);
-    s.bind(3, reason).bind(4, now_seconds());
+    s.bind(3, reason).bind(4, details.ended_at.value_or(now_seconds()));
     if (details.failed_rank) s.bind(5, *details.failed_rank); else s.bind_null(5);
     bind_metrics(s, 6, details.metrics);
     s.bind(10, id);

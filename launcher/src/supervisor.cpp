@@ -1,6 +1,7 @@
 #include "dlrun/launcher/supervisor.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -79,6 +80,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_watchdog_timer(m_io),
       m_waiting_timer(m_io),
       m_remnant_timer(m_io),
+      m_alive_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
   m_stop_signals.add(SIGQUIT);  // the constructor takes three at most
   m_terminal.set_live(Stream::out, live_terminal(STDOUT_FILENO, m_job.base_env));
@@ -156,6 +158,7 @@ void Supervisor::begin() {
   sigorset(&stop, &stop, &passed);
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   record("running", std::nullopt);
+  keep_alive_mark();
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
     // The program as the user named it: train.py, not the python3 that runs it; python3 -m pkg.
     const auto& command = m_job.options.command.empty() ? m_job.program.argv : m_job.options.command;
@@ -794,6 +797,19 @@ void Supervisor::record(const std::string& state, std::optional<int> code) {
   }
 }
 
+// Every 10 s while the job runs, job.json's time is set to now: a supervisor killed outright
+// (SIGKILL, a reboot) leaves the job's end there, give or take 10 s, which the sweep that finds
+// it lost records (it took its own time: hours later after a reboot).
+void Supervisor::keep_alive_mark() {
+  if (m_job.run_dir.empty()) return;
+  m_alive_timer.expires_after(std::chrono::seconds(10));
+  m_alive_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || m_phase == Phase::done) return;
+    ::utimensat(AT_FDCWD, (m_job.run_dir + "/job.json").c_str(), nullptr, 0);
+    keep_alive_mark();
+  });
+}
+
 void Supervisor::count_restart() {
   ++m_restart_count;
   if (m_job.on_restart) m_job.on_restart({m_restart_count, m_failures_restarted, m_resizes, m_requested_restarts});
@@ -827,6 +843,7 @@ void Supervisor::finish(int code) {
     }
   }
   m_phase = Phase::done;
+  m_alive_timer.cancel();
   drop_held_signals("the job ended first");
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
   if (m_job.on_end) m_job.on_end({code, m_stop_signal, m_summary, m_failed_rank});

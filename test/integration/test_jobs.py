@@ -929,7 +929,7 @@ class CrashSafety(JobsTestCase):
         self.addCleanup(subprocess.run, ["umount", "-l", disk])
         self.env["DLRUN_HOME"] = os.path.join(disk, "home")
         gate = os.path.join(self.tmp, "gate")
-        job_id = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done; echo done"]\n'
+        job_id = self.submit(f'grace = 1\ncommand = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done; echo done"]\n'
                              '[resources]\nnproc = 1\n')
         self.wait_state(job_id, ("RUNNING",))
         waiter = subprocess.Popen([DLRUN, "wait", str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -944,8 +944,17 @@ class CrashSafety(JobsTestCase):
             except OSError:
                 pass
         open(gate, "w").close()
+        ended = time.time()
         time.sleep(3)  # the job has ended by now, and its end could not be recorded
         self.assertIsNone(waiter.poll(), "dlrun wait gave up on a full store")
+        # What must write says so and asks to try again (it exited 70); a cancel leaves the
+        # supervisor that holds the job's end alone (it killed it: the job read FAILED, lost).
+        r = self.dlrun("submit", self.job_file(MINIMAL))
+        self.assertEqual(r.returncode, 75, r.stderr)
+        self.assertIn("nothing was submitted: job store", r.stderr)
+        r = self.dlrun("cancel", str(job_id))
+        self.assertEqual(r.returncode, 75, r.stderr)
+        self.assertIn("its ranks have ended, and its supervisor", r.stderr)
         # Its sweep cannot write: it says what it reads (exit 5: running).
         self.assertEqual(self.status(job_id)["state"], "RUNNING")
         os.unlink(filler)
@@ -953,6 +962,9 @@ class CrashSafety(JobsTestCase):
         self.assertEqual(waiter.returncode, 0, err)
         job = self.wait_state(job_id, ("SUCCEEDED", "FAILED"))
         self.assertEqual((job["state"], job["exit_code"]), ("SUCCEEDED", 0), job)
+        # Its end is when it ended, not when the store took it (a 6 s job read 0:52).
+        recorded_end = calendar.timegm(time.strptime(job["ended_at"][:19], "%Y-%m-%dT%H:%M:%S"))
+        self.assertLess(recorded_end, ended + 3, job)
         logs = self.dlrun("logs", str(job_id)).stdout
         self.assertIn("done", logs)
         self.assertIn(f"job {job_id}'s end: cannot be recorded now", logs)

@@ -103,10 +103,13 @@ class OnSlurm(DlrunTestCase):
     def test_a_job_keeps_the_slurm_conf_it_was_submitted_with(self):
         # A wait from a shell without SLURM_CONF (another CI step) asked the default controller,
         # said it could not, and waited for good.
-        r = self.dlrun("submit", "--parsable", self.job(["sh", "-c", "exit 7"]))
+        r = self.dlrun("submit", "--parsable", self.job(["sh", "-c", "sleep 2; exit 7"]))
         self.assertEqual(r.returncode, 0, r.stderr)
         job_id = r.stdout.strip()
         without = {k: v for k, v in self.env.items() if k != "SLURM_CONF"}
+        for args in (("status",), ("status", job_id)):  # its listing left the job's environment out
+            r = self.dlrun(*args, env=without)
+            self.assertNotIn("cannot ask Slurm", r.stderr)
         r = self.dlrun("wait", "--timeout", "120", job_id, env=without, timeout=180)
         self.assertEqual(r.returncode, 7, r.stderr)
         self.assertNotIn("cannot ask Slurm", r.stderr)

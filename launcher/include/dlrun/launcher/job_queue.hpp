@@ -152,7 +152,7 @@ class JobQueue {
   JobState cancel_slurm(const JobRecord& job, bool force);
   // This process's environment for asking Slurm about `job`, with the SLURM_CONF it was
   // submitted with when this shell has none.
-  Environment slurm_environment(const JobRecord& job) const;
+  Environment slurm_environment(const JobRecord& job);
   Error not_stopped(int64_t id, const std::string& why);
   void signal_cancelled_supervisor(const CancelUnderWay& cancel, int sig);
 

@@ -103,6 +103,7 @@ int64_t queue_head(const std::vector<JobRecord>& jobs, bool uses_gpus);
 struct EndDetails {
   std::optional<int> failed_rank;
   MetricsSnapshot metrics;  // the last ones it wrote (smoothed as dlrun status shows them)
+  std::optional<double> ended_at;  // when it ended (Unix seconds), if not now: an end the store took late
 };
 
 // What sweep() found: pending jobs that lost (or never got) their supervisor.

@@ -170,6 +170,8 @@ class Supervisor {
   boost::asio::steady_timer m_watchdog_timer;
   boost::asio::steady_timer m_waiting_timer;
   boost::asio::steady_timer m_remnant_timer;  // while what ended ranks started still runs
+  boost::asio::steady_timer m_alive_timer;    // touches job.json: when a lost job ended, give or take
+  void keep_alive_mark();
   bool m_waiting_watched = false;  // m_waiting_timer is armed
   bool m_said_waiting = false;     // this attempt's ranks were said to wait
   std::vector<std::optional<double>> m_waiting_cpu;  // each member's CPU seconds when it was armed
