@@ -175,6 +175,15 @@ bool is_shell(std::string_view name) { return name == "sh" || name == "bash" || 
 ShownProgram shown_program(const std::vector<std::string>& command) {
   auto named = [](const std::string& word) { return ShownProgram{word, false, {}}; };
   if (command.empty()) return named({});
+  // env [NAME=VALUE…] PROGRAM…: the program env runs (a job file's ["/usr/bin/env", "python3", "train.py"]).
+  if (const std::string_view head = std::string_view(command.front()).substr(command.front().rfind('/') + 1);
+      head == "env") {
+    size_t i = 1;
+    while (i < command.size() && command[i].find('=') != std::string::npos && command[i][0] != '-') ++i;
+    if (i < command.size() && command[i][0] != '-') {
+      return shown_program(std::vector<std::string>(command.begin() + static_cast<long>(i), command.end()));
+    }
+  }
   const std::string& first = command.front();
   const std::string_view name = std::string_view(first).substr(first.rfind('/') + 1);
   const bool python = is_python(name);

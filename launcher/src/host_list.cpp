@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <limits>
 #include <cctype>
 #include <optional>
 #include <utility>
@@ -149,7 +150,8 @@ std::vector<Host> parse_hostfile(std::string_view text, const std::string& path)
       if (w.rfind("slots=", 0) == 0) {
         auto slots = parse_int(w.substr(6));
         if (!slots || *slots < 1) {
-          throw ConfigError(fmt::format("{}:{}: '{}': slots must be a whole number, at least 1", path, line_number, w));
+          throw ConfigError(fmt::format("{}:{}: '{}': slots must be a whole number from 1 to {}", path, line_number, w,
+                                        std::numeric_limits<int>::max()));
         }
         host.slots = *slots;
       } else if (w.rfind("max_slots=", 0) != 0 && w.rfind("max-slots=", 0) != 0) {

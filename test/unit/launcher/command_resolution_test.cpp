@@ -52,6 +52,10 @@ TEST_SUITE("launcher::CommandResolution") {
     CHECK(shown_program(V{"/usr/bin/python3", "-u", "ddp.py", "--lr", "1"}).word == "ddp.py");
     CHECK(shown_program(V{"python3.11", "-X", "dev", "-W", "ignore", "train.py"}).word == "train.py");
     CHECK(shown_program(V{"bash", "-e", "-o", "pipefail", "run.sh"}).word == "run.sh");
+    CHECK(shown_program(V{"/usr/bin/env", "python3", "train.py"}).word == "train.py");
+    CHECK(shown_program(V{"env", "A=1", "B=2", "./train", "--lr", "1"}).word == "./train");
+    CHECK(shown_program(V{"env", "-i", "./train"}).word == "env");  // env's own options: left as they are
+    CHECK(shown_program(V{"env"}).word == "env");
     CHECK(shown_program(V{"sh", "-c", "exit 3"}).word == "sh");
     CHECK(shown_program(V{"python3"}).word == "python3");
     CHECK(shown_program(V{"./train", "x.py"}).word == "./train");

@@ -71,7 +71,7 @@ TEST_SUITE("launcher::HostList") {
     CHECK(hosts[0].slots == 2);
   }
   TEST_CASE("hostfile errors carry the line") {
-    CHECK_THROWS_WITH_AS(parse_hostfile("a slots=2\nb slots=zero\n", "hosts"), "hosts:2: 'slots=zero': slots must be a whole number, at least 1",
+    CHECK_THROWS_WITH_AS(parse_hostfile("a slots=2\nb slots=zero\n", "hosts"), "hosts:2: 'slots=zero': slots must be a whole number from 1 to 2147483647",
                          dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(parse_hostfile("a cpus=2\n", "hosts"), "hosts:1: unknown word 'cpus=2' (expected: HOST slots=N)",
                          dlrun::ConfigError);
