@@ -62,6 +62,10 @@ int run_run(RunArgs& args, CLI::App& app, const Trailing& trailing) {
     c.hosts = launcher::parse_hostfile(text.str(), args.hostfile);
   }
   c.job_env = launcher::forwarded_environment(launcher::current_environment(), args.env);
+  for (const auto& pattern : launcher::unmatched_env_patterns(launcher::current_environment(), args.env)) {
+    log::warn("-x {}: no variable of this shell starts with {}: nothing forwarded for it", pattern,
+              pattern.substr(0, pattern.size() - 1));
+  }
   if (args.foreground.resumed_alone) {
     // Its own command line again, whose hostfile is read anew: a file edited since changes the
     // world size, which the checkpoint takes, but the user should know.

@@ -119,4 +119,18 @@ Environment forwarded_environment(const Environment& here, const std::vector<std
   return out;
 }
 
+std::vector<std::string> unmatched_env_patterns(const Environment& here, const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  for (const auto& item : given) {
+    if (item.empty() || item.back() != '*' || item.find('=') != std::string::npos) continue;
+    const std::string prefix = item.substr(0, item.size() - 1);
+    const bool any = std::any_of(here.begin(), here.end(), [&](const auto& kv) {
+      return kv.first.compare(0, prefix.size(), prefix) == 0 && !reserved_env(kv.first) &&
+             kv.first != env::k_supervisor_id;
+    });
+    if (!any && std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  return out;
+}
+
 }  // namespace dlrun::launcher

@@ -437,7 +437,7 @@ void JobQueue::refresh_slurm_job(const JobRecord& job) {
                            reason.rfind("Slurm: ", 0) == 0;
       if (generic && info->state == JobState::failed && !record->reason.empty()) reason = record->reason;
     }
-    m_store.finish(job.id, info->state, info->exit_code, reason, {failed_rank, read_job_metrics(job.run_dir)});
+    m_store.finish(job.id, info->state, info->exit_code, reason, {failed_rank, read_job_metrics(job.run_dir), std::nullopt});
   }
 }
 

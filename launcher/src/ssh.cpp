@@ -59,7 +59,31 @@ std::optional<std::string> address_seen_by(const Host& host, const SshSettings& 
   return words.front();
 }
 
+void check_ssh_options(const SshSettings& ssh, const std::string& host, const Environment& env) {
+  if (ssh.options.empty() && ssh.config_file.empty()) return;
+  auto path_it = env.find("PATH");
+  const std::string ssh_path = resolve_program(ssh.program, path_it == env.end() ? "" : path_it->second);
+  auto argv = ssh_argv(ssh, host);
+  argv.insert(argv.begin() + 1, "-G");
+  const CommandResult result = run_and_capture(ssh_path, argv, env, 10);
+  if (result.status.success()) return;
+  std::string error(trim(result.err));
+  auto newline = error.rfind('\n');
+  if (newline != std::string::npos) error = error.substr(newline + 1);
+  std::string given;
+  for (const auto& option : ssh.options) given += fmt::format(" --ssh-option {}", shell_quote(option));
+  if (!ssh.config_file.empty()) given += " --ssh-config " + shell_quote(ssh.config_file);
+  throw ConfigError(fmt::format("ssh refuses{}: {} (checked with ssh -G; nothing was started)", given,
+                                error.empty() ? "ssh " + result.status.describe() : error));
+}
+
 std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSettings& ssh, const Environment& env) {
+  for (const auto& host : hosts) {
+    if (!host.local) {
+      check_ssh_options(ssh, host.name, env);
+      break;
+    }
+  }
   struct Probe {
     const Host* host;
     SpawnedProcess process;

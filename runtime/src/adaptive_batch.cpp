@@ -1008,6 +1008,8 @@ std::string AdaptiveBatch::checkpoint_state() const {
   s.progress = d.stats.progress;
   s.base_lr = d.base_lr;
   s.batch_cap = d.backoff_cap;
+  s.fall_rate = d.fall_rate;
+  s.fall_goodput = d.fall_goodput;
   s.noise = d.noise.serialize();
   s.profile = d.profile.serialize();
   return runtime::format_adaptive_state(s);
@@ -1048,6 +1050,11 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.next_replan = d.stats.step + d.options.replan_every;
   d.reset_costs();
   d.forget_trend();
+  // The loss's last fall stands for now until one is measured here (scaled by the goodput the
+  // model predicts now against then, as after a switch): without it the floor could not judge
+  // for two decision intervals at one batch, and goodput alone grew the batch meanwhile.
+  d.fall_rate = s.fall_rate;
+  d.fall_goodput = s.fall_goodput;
   d.divergence.forget();
   d.loss_sum = at::Tensor();
   d.loss_steps = 0;
@@ -1059,6 +1066,17 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.interval_begin = d.train_seconds;
   d.interval_start = d.now();  // the first line's seconds: from here, not the construction
   d.interval_samples = 0;
+  // What the checkpoint knows, readable before the first step (stats() read 0 for the noise
+  // scale and 1 for the gain until then, and the efficiency until the first metrics line).
+  const double scale =
+      static_cast<double>(d.shape.global_batch) / static_cast<double>(d.options.initial_batch);
+  d.stats.gain = d.noise.gain(scale);
+  d.stats.lr_factor = lr_factor(d.rule, d.stats.gain, scale);
+  d.stats.noise_scale = d.noise.noise_scale();
+  d.stats.grad_sqr = d.noise.sqr();
+  d.stats.grad_var = d.noise.var();
+  d.stats.efficiency = runtime::efficiency(d.stats.noise_scale, static_cast<double>(d.options.initial_batch),
+                                           static_cast<double>(d.shape.global_batch), d.efficiency_model);
   d.prepare_step();
 }
 

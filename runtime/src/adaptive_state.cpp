@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -26,6 +27,9 @@ std::string format_adaptive_state(const AdaptiveState& s) {
                                 k_header, s.global_batch, s.world_size, s.step, s.progress);
   for (double lr : s.base_lr) out += fmt::format("base_lr {:.17g}\n", lr);
   if (s.batch_cap > 0) out += fmt::format("batch_cap {}\n", s.batch_cap);  // only then: older readers know no such key
+  if (s.fall_rate >= 0 && s.fall_goodput > 0) {  // likewise
+    out += fmt::format("fall_rate {:.17g}\nfall_goodput {:.17g}\n", s.fall_rate, s.fall_goodput);
+  }
   out += "[noise]\n" + s.noise;
   if (!s.noise.empty() && s.noise.back() != '\n') out += '\n';
   out += "[profile]\n" + s.profile;
@@ -71,6 +75,10 @@ AdaptiveState parse_adaptive_state(const std::string& text) {
       s.progress = to_double(key, value);
     } else if (key == "base_lr") {
       s.base_lr.push_back(to_double(key, value));
+    } else if (key == "fall_rate") {
+      s.fall_rate = to_double(key, value);
+    } else if (key == "fall_goodput") {
+      s.fall_goodput = to_double(key, value);
     } else if (key == "batch_cap") {
       s.batch_cap = std::max<int64_t>(0, static_cast<int64_t>(to_double(key, value)));
     } else {
@@ -78,6 +86,10 @@ AdaptiveState parse_adaptive_state(const std::string& text) {
     }
   }
   if (!have_batch) throw std::invalid_argument("no positive global_batch");
+  if (!(s.fall_rate >= 0 && s.fall_goodput > 0 && std::isfinite(s.fall_rate) && std::isfinite(s.fall_goodput))) {
+    s.fall_rate = -1;  // one without the other, or not finite: none
+    s.fall_goodput = 0;
+  }
   return s;
 }
 

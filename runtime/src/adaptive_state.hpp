@@ -16,6 +16,10 @@ struct AdaptiveState {
   double progress = 0;
   std::vector<double> base_lr;  // per optimizer parameter group
   int64_t batch_cap = 0;        // the largest batch allowed since the loss ran away (0: none)
+  // The training loss's last measured fall per second and the goodput the model predicted
+  // then (the noise floor's trend, carried over a restart; fall_rate < 0: none measured).
+  double fall_rate = -1;
+  double fall_goodput = 0;
   std::string noise;            // GradientNoiseScale::serialize()
   std::string profile;          // ThroughputProfile::serialize()
 };

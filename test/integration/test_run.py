@@ -543,6 +543,14 @@ while [ ! -s {marks} ] || [ $(wc -l < {marks}) -lt 3 ]; do sleep 0.05; done
                        "--ssh-option=BatchMode=yes", "sh", "-c", "echo ok")
         self.assertEqual((r.returncode, r.stdout), (0, "[localhost:0] ok\n"), r.stderr)
 
+    def test_an_ssh_option_that_ssh_refuses_is_a_usage_error_not_an_unreachable_host(self):
+        # A misspelt option made every host "unreachable" (exit 69), as if the network were down.
+        r = self.dlrun("run", "--hosts", "nosuch.invalid:1", "--ssh-option", "ServerAliveIntervl=5", "true")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("ssh refuses --ssh-option ServerAliveIntervl=5: ", r.stderr)
+        self.assertIn("Bad configuration option", r.stderr)
+        self.assertNotIn("cannot reach", r.stderr)
+
     def test_a_host_check_given_up_leaves_nothing_of_its_ssh_behind(self):
         # A host behind a ProxyCommand that never answers: the probe's ssh gave up (or was
         # killed) after the connect timeout, and its ProxyCommand lived on, its parent 1.

@@ -67,4 +67,10 @@ TEST_SUITE("launcher::job_environment") {
     CHECK_THROWS_AS(forwarded_environment(here, {"A*=x"}), dlrun::ConfigError);
     CHECK_THROWS_AS(forwarded_environment(here, {"=x"}), dlrun::ConfigError);
   }
+  TEST_CASE("dlrun run -x PREFIX*: the patterns that forward nothing are named") {
+    Environment here = {{"WANDB_MODE", "offline"}, {"RANK", "0"}, {"DLRUN_SUPERVISOR_ID", "1-2"}};
+    CHECK(unmatched_env_patterns(here, {"WANDB_*", "A=1", "NAME"}).empty());
+    CHECK(unmatched_env_patterns(here, {"WANDX_*", "WANDX_*", "RANK*", "DLRUN_SUPER*"}) ==
+          std::vector<std::string>{"WANDX_*", "RANK*", "DLRUN_SUPER*"});
+  }
 }

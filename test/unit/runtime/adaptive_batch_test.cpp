@@ -857,6 +857,18 @@ TEST_SUITE("runtime::AdaptiveBatch") {
     CHECK(restored.front() == grown.back());
     CHECK(*std::min_element(restored.begin(), restored.end()) == grown.back());
     CHECK(*std::min_element(unfloored.begin(), unfloored.end()) < grown.back());
+    // The loss's last fall is in the checkpoint: the floor judges at the first decision after
+    // the restore (it waited for two intervals at one batch, and goodput alone decided).
+    CHECK(grown_state.find("fall_rate ") != std::string::npos);
+    const auto [first, first_stats, first_state] = run_with(true, Loss::passed, grown_state, 25, 0.0);
+    CHECK(first_stats.noise_floor > 0);
+    // And what it knew is readable before the first step (stats() read 0 and 1 until then).
+    const auto [none, none_stats, none_state] = run_with(true, Loss::passed, grown_state, 0, 0.0);
+    CHECK(none_stats.noise_scale == doctest::Approx(grown_stats.noise_scale));
+    CHECK(none_stats.noise_scale > 0);
+    CHECK(none_stats.gain == doctest::Approx(grown_stats.gain));
+    CHECK(none_stats.lr_factor == doctest::Approx(grown_stats.lr_factor));
+    CHECK(none_stats.step == grown_stats.step);
   }
 
   TEST_CASE("a training loss that runs away is warned of once: 10x its lowest, or not finite") {

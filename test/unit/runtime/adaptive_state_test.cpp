@@ -30,6 +30,15 @@ TEST_SUITE("runtime::AdaptiveState") {
     CHECK(dlrun::runtime::format_adaptive_state(s).find("batch_cap") == std::string::npos);
     s.batch_cap = 256;
     CHECK(dlrun::runtime::parse_adaptive_state(dlrun::runtime::format_adaptive_state(s)).batch_cap == 256);
+    // The loss's trend: written only once measured, read back whole or not at all.
+    CHECK(dlrun::runtime::format_adaptive_state(s).find("fall_rate") == std::string::npos);
+    CHECK(back.fall_rate < 0);
+    s.fall_rate = 0.0125;
+    s.fall_goodput = 812.5;
+    const AdaptiveState trend = dlrun::runtime::parse_adaptive_state(dlrun::runtime::format_adaptive_state(s));
+    CHECK(trend.fall_rate == 0.0125);
+    CHECK(trend.fall_goodput == 812.5);
+    CHECK(dlrun::runtime::parse_adaptive_state("dlrun-adaptive 1\nglobal_batch 8\nfall_rate 0.5\n").fall_rate < 0);
   }
 
   TEST_CASE("malformed text is refused with what is wrong") {

@@ -43,4 +43,8 @@ std::optional<std::string> reserved_env(const std::string& name);
 // does not have.
 Environment forwarded_environment(const Environment& here, const std::vector<std::string>& given);
 
+// The PREFIX* items of `given` that match no variable of `here` (a typo, or a shell that lacks
+// them): forwarded_environment passes nothing for them, which the user should hear.
+std::vector<std::string> unmatched_env_patterns(const Environment& here, const std::vector<std::string>& given);
+
 }  // namespace dlrun::launcher

@@ -29,7 +29,12 @@ std::optional<std::string> address_seen_by(const Host& host, const SshSettings& 
 // `word` quoted for a POSIX shell (the remote side of ssh runs one).
 std::string shell_quote(const std::string& word);
 
-// Runs `ssh HOST true` for every remote host at once; returns "host: ssh's error" for
+// ConfigError when ssh refuses the user's --ssh-option or -F file (a misspelt option, a bad
+// value): `ssh -G` reads them without connecting, so a typo is not reported as every host being
+// unreachable. Nothing to check (no options, no file): returns at once.
+void check_ssh_options(const SshSettings& ssh, const std::string& host, const Environment& env);
+
+// Runs `ssh HOST true` for every remote host at once (after check_ssh_options); returns "host: ssh's error" for
 // each host that cannot be reached (empty: all reachable).
 std::vector<std::string> check_hosts(const std::vector<Host>& hosts, const SshSettings& ssh,
                                      const Environment& env);
