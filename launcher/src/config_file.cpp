@@ -23,14 +23,14 @@ toml::table parse_config(std::string_view text, const std::string& path) {
     config_error(path, e.source(), std::string(e.description()));
   }
   // A misspelt table would be read by no part: its settings would be ignored without a word.
-  static const std::vector<std::string> k_tables = {"scheduler", "retention"};
+  static const std::vector<std::string> k_tables = {"scheduler", "retention", "queue"};
   for (const auto& [key, value] : root) {
     const std::string name(key.str());
     if (std::find(k_tables.begin(), k_tables.end(), name) != k_tables.end()) continue;
     const auto close = closest_match(name, k_tables);
     config_error(path, key.source(),
-                 fmt::format("unknown {} '{}'{}: the file has [scheduler] (docs/scheduling.md) "
-                             "and [retention] (docs/jobs.md)",
+                 fmt::format("unknown {} '{}'{}: the file has [scheduler] (docs/scheduling.md), "
+                             "[retention] and [queue] (docs/jobs.md)",
                              value.is_table() ? "table" : "key", name,
                              close ? fmt::format(" (did you mean [{}]?)", *close) : ""));
   }

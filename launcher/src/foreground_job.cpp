@@ -340,7 +340,7 @@ void ForegroundJob::attach(Plan& plan) {
     try {
       m_store->queue.store().finish(*m_number, state_after(end.exit_code, end.stop_signal != 0),
                                     end.exit_code, end.summary,
-                                    {end.failed_rank, read_job_metrics(run_dir)});
+                                    {end.failed_rank, read_job_metrics(run_dir), std::nullopt});
       m_ended = true;
     } catch (const std::exception& e) {
       log::warn("job {}: its end could not be recorded: {}", m_job_id, e.what());

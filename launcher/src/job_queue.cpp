@@ -35,6 +35,7 @@
 #include "dlrun/launcher/foreground_job.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
+#include "dlrun/launcher/queue_settings.hpp"
 #include "dlrun/launcher/run_retention.hpp"
 #include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/launcher/slurm.hpp"
@@ -194,13 +195,23 @@ Capacity JobQueue::capacity() const {
   GpuInventory gpus = discover_gpus();
   capacity.gpus = gpus.count;
   if (capacity.gpus > 0) capacity.gpus_elsewhere = gpus_elsewhere();
-  capacity.cpu_slots = usable_cores();
+  capacity.cpu_slots = cpu_slots();
+  return capacity;
+}
+
+int JobQueue::cpu_slots() const {
+  try {
+    if (auto n = read_queue_settings(m_home).cpu_slots) return *n;
+  } catch (const ConfigError&) {
+    // A mistake in the file: dlrun submit refuses it and dlrun status says it; a supervisor
+    // counts as if the file did not say (a job that waits is not failed for it).
+  }
   if (auto it = m_env.find(env::k_cpu_slots); it != m_env.end()) {
     auto n = parse_int(it->second);
     if (!n || *n < 1) throw ConfigError(fmt::format("{}={}: expected a number of CPU slots (1 or more)", env::k_cpu_slots, it->second));
-    capacity.cpu_slots = *n;
+    return *n;
   }
-  return capacity;
+  return usable_cores();
 }
 
 GpuClaimsByGpu JobQueue::claims_elsewhere() const {
@@ -322,6 +333,12 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind, c
   // hold a goodput job (and the fifo jobs behind it) without a word to its submitter.
   read_scheduler_settings(m_home);
   read_retention_settings(m_home);
+  const QueueSettings queue_settings = read_queue_settings(m_home);
+  if (auto it = m_env.find(env::k_cpu_slots); it != m_env.end() && queue_settings.cpu_slots &&
+                                              it->second != std::to_string(*queue_settings.cpu_slots)) {
+    log::warn("{}={} is not what this store counts: {}/config.toml's [queue] cpu_slots = {} is, for every job",
+              env::k_cpu_slots, it->second, m_home, *queue_settings.cpu_slots);
+  }
   NewJob job;
   job.name = spec.name;
   job.spec_text = text;
@@ -561,7 +578,7 @@ std::optional<double> last_alive_mark(const std::string& dir) {
 }
 }  // namespace
 
-void JobQueue::sweep(bool ask_slurm) {
+int JobQueue::sweep(bool ask_slurm) {
   if (ask_slurm) refresh_slurm_jobs();
   Orphans orphans;
   try {
@@ -571,7 +588,7 @@ void JobQueue::sweep(bool ask_slurm) {
     // (dlrun status under a lock held past the busy timeout failed with 70).
     if (!m_sweep_said) log::warn("{} (jobs whose supervisor died are put right later)", e.what());
     m_sweep_said = true;
-    return;
+    return 0;
   }
   for (int64_t id : orphans.marked_lost) {
     // What its runtime last measured, as the supervisor would have kept it.
@@ -589,6 +606,7 @@ void JobQueue::sweep(bool ask_slurm) {
   // Not the goodput scheduler: a job's supervisor starts it, with the environment the job was
   // submitted with (a `dlrun status` from another shell would give it that shell's: another
   // LD_LIBRARY_PATH for NVML, no DLRUN_FAKE_GPUS, and it would see other GPUs than the job).
+  return orphans.pending;
 }
 
 void JobQueue::ensure_scheduler() {

@@ -42,6 +42,13 @@ constexpr int k_sweep_every = 10;  // polls between sweeps of the queue
 // unfinished?
 constexpr auto k_running_check = std::chrono::seconds(5);
 
+// A stop signal that came within `seconds` (0: none).
+int wait_for_stop_signal(const sigset_t& stop, double seconds) {
+  timespec timeout{static_cast<time_t>(seconds), static_cast<long>((seconds - static_cast<time_t>(seconds)) * 1e9)};
+  const int sig = ::sigtimedwait(&stop, nullptr, &timeout);
+  return sig > 0 ? sig : 0;
+}
+
 // Waits for the job's turn. False when it was cancelled (or ended) meanwhile. A goodput job
 // is started by the scheduler (its state turns RUNNING, with the GPUs it chose); any other
 // starts itself, in order (try_start).
@@ -50,10 +57,31 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const En
   // While it waits for GPUs other users' jobs hold, it says so in the claims directory: their
   // schedulers make room for it (machine_share.hpp).
   std::optional<GpuWant> want;
+  std::optional<int64_t> version;
+  int next_sweep = k_sweep_every;
+  int full_every = k_sweep_every;
   for (int poll = 0;; ++poll) {
+    // Only what another process changed in the store can start it (a job that ended, a cancel,
+    // the scheduler's choice), and for a GPU job other stores' GPU claims, looked at each
+    // second: between those, a poll reads one number and takes no lock. (A CPU job looks anyway
+    // every 5 s.)
+    if (poll % full_every != 0) {
+      const int64_t now = queue.store().changes_by_others();
+      if (version == now) {
+        if (const int sig = wait_for_stop_signal(stop, 0.1)) {
+          queue.store().cancel_pending(id, fmt::format("by {} to its supervisor", signal_name(sig)),
+                                       exit_code::k_signal_base + sig);
+          return false;
+        }
+        continue;
+      }
+    }
+    version = queue.store().changes_by_others();
     // Other stores' jobs take and release GPUs meanwhile (gpu_claims.hpp): look again each second.
     auto job = queue.store().get(id);
     if (!job || is_terminal(job->state)) return false;
+    full_every = job->submitted.request.uses_gpus ? k_sweep_every : 5 * k_sweep_every;
+    if (!job->submitted.request.uses_gpus) capacity.cpu_slots = queue.cpu_slots();
     // (A goodput job is started by the scheduler, which looks at them itself.)
     if (poll > 0 && poll % k_sweep_every == 0 && capacity.gpus > 0 && !job->submitted.request.goodput) {
       capacity.gpus_elsewhere = queue.gpus_elsewhere();
@@ -75,10 +103,13 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const En
     } else if (queue.store().try_start(id, capacity, queue.run_dir(id))) {
       return true;
     }
-    if (poll % k_sweep_every == k_sweep_every - 1) queue.sweep(false);
-    timespec timeout{0, 100 * 1000 * 1000};
-    int sig = ::sigtimedwait(&stop, nullptr, &timeout);
-    if (sig > 0) {
+    if (poll >= next_sweep) {
+      // Between them the waiting jobs' supervisors sweep about once a second (each read every
+      // active job: 100 waiting jobs each sweeping every second used a fifth of a core).
+      const int waiting = queue.sweep(false);
+      next_sweep = poll + k_sweep_every * std::clamp(waiting, 1, 10);
+    }
+    if (const int sig = wait_for_stop_signal(stop, 0.1)) {
       queue.store().cancel_pending(id, fmt::format("by {} to its supervisor", signal_name(sig)),
                                    exit_code::k_signal_base + sig);
       return false;

@@ -464,6 +464,11 @@ Usage JobStore::usage_locked() {
   return usage;
 }
 
+int64_t JobStore::changes_by_others() {
+  Statement s(m_db, "PRAGMA data_version");
+  return s.step() ? s.int64(0) : 0;
+}
+
 std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capacity, const std::string& run_dir) {
   begin_immediate();
   try {
@@ -659,12 +664,16 @@ Orphans JobStore::sweep(double pending_grace_seconds) {
   Orphans orphans;
   std::vector<JobRecord> active;
   {
-    Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING','RUNNING','RESCALING') AND slurm = 0", k_job_columns));
+    // A listing's columns: the sweep needs no job file or environment (kilobytes a job, read by
+    // every waiting job's supervisor).
+    Statement s(m_db, fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING','RUNNING','RESCALING') AND slurm = 0",
+                                  job_list_columns()));
     while (s.step()) active.push_back(read_row(s));
   }
   double now = now_seconds();
   const int me = static_cast<int>(::geteuid());
   for (const auto& job : active) {
+    if (job.state == JobState::pending) ++orphans.pending;
     // Another user's job is theirs to recover: a supervisor started here would run it as this
     // user, and /proc may hide their processes. (A store is its user's alone, check_own_home():
     // this holds should one be shared all the same.)

@@ -2,6 +2,7 @@
 
 #include "dlrun/launcher/job_queue.hpp"
 #include "dlrun/launcher/pending_reason.hpp"
+#include "dlrun/launcher/queue_settings.hpp"
 #include "dlrun/launcher/run_retention.hpp"
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/scheduler_settings.hpp"
@@ -32,6 +33,12 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   } catch (const ConfigError& e) {
     retention_error = e.what();
   }
+  std::string queue_error;
+  try {
+    (void)read_queue_settings(queue.home());
+  } catch (const ConfigError& e) {
+    queue_error = e.what();
+  }
   static std::set<std::string> said;
   auto say = [](const std::string& error, const char* what) {
     if (error.empty() || !said.insert(error + what).second) return;
@@ -43,6 +50,9 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   } else {
     say(scheduler_error, "what the goodput policy would give is shown under the default settings");
     say(retention_error, "old run directories are not removed until it is fixed");
+  }
+  if (queue_error != scheduler_error && queue_error != retention_error) {
+    say(queue_error, "CPU jobs are counted against DLRUN_CPU_SLOTS or the usable cores until it is fixed");
   }
   insight.policy =
       policy_view(jobs, state.capacity.gpus_free_of_others(usage_of(jobs).gpus_in_use), now, settings);

@@ -48,7 +48,7 @@ std::string never_fits(const ResourceRequest& request, const Capacity& capacity)
   if (request.remote) return {};
   if (!request.uses_gpus) {
     if (request.min_ranks > capacity.cpu_slots) {
-      return fmt::format("needs {} CPU slots, this machine has {} (set DLRUN_CPU_SLOTS to allow more)",
+      return fmt::format("needs {} CPU slots, this machine has {} (cpu_slots in config.toml's [queue], or DLRUN_CPU_SLOTS, allows more)",
                          request.min_ranks, capacity.cpu_slots);
     }
     return {};

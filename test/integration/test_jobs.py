@@ -827,6 +827,40 @@ class Scheduling(JobsTestCase):
         b = self.wait_state(second, ("SUCCEEDED",))
         self.assertGreaterEqual(b["started_at"], a["ended_at"])
 
+    def test_config_cpu_slots_count_for_every_job_whatever_the_submitting_shell_says(self):
+        # DLRUN_CPU_SLOTS is read from each submitter's shell: a shell with its own count put
+        # 6 ranks on 2 cores, and dlrun status gave a waiting job another reason in each shell.
+        # [queue] cpu_slots in config.toml is one count for the whole store.
+        os.makedirs(self.home, exist_ok=True)
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[queue]\ncpu_slots = 2\n")
+        gate = os.path.join(self.tmp, "gate")
+        first = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                            '[resources]\nnproc = 2\n')
+        self.wait_state(first, ("RUNNING",))
+        other_shell = dict(self.env, DLRUN_CPU_SLOTS="6")
+        r = self.dlrun("submit", "--parsable", self.job_file('command = ["true"]\n[resources]\nnproc = 2\n', "b.toml"),
+                       env=other_shell)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("DLRUN_CPU_SLOTS=6 is not what this store counts: ", r.stderr)
+        second = int(r.stdout)
+        # Its supervisor has looked at the queue several times meanwhile (it started at once before).
+        time.sleep(2)
+        for env in (self.env, other_shell):
+            job = self.status(second, env=env)
+            self.assertEqual(job["state"], "PENDING")
+            self.assertEqual(job["reason"], "waiting for 2 CPU slots (0 free)")
+        open(gate, "w").close()
+        a = self.wait_state(first, ("SUCCEEDED",))
+        b = self.wait_state(second, ("SUCCEEDED",))
+        self.assertGreaterEqual(b["started_at"], a["ended_at"])
+        # A mistake in [queue] is refused at submit, with its line.
+        with open(os.path.join(self.home, "config.toml"), "w") as f:
+            f.write("[queue]\ncpu_slots = 0\n")
+        r = self.dlrun("submit", self.job_file('command = ["true"]\n[resources]\nnproc = 1\n', "c.toml"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("config.toml:2:13: 'cpu_slots' must be a whole number of CPU ranks from 1 to 65536", r.stderr)
+
     def test_a_one_gpu_job_runs_on_the_gpu_it_was_given(self):
         # The allocation is a list of GPU ids: GPU "0" is not a count of none, nor "2" a count
         # of two.

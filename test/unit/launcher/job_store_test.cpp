@@ -110,7 +110,7 @@ TEST_SUITE("launcher::JobStore") {
     MetricsSnapshot metrics;
     metrics.global_batch = 512;
     metrics.samples_per_sec = 1234.5;
-    store.finish(id, JobState::failed, 3, "rank 1 exited with code 3", {1, metrics});
+    store.finish(id, JobState::failed, 3, "rank 1 exited with code 3", {1, metrics, std::nullopt});
     auto r = store.get(id);
     CHECK((r->restarts == 1 && r->resizes == 3 && r->requested_restarts == 2));
     CHECK(r->failed_rank == 1);
@@ -449,7 +449,7 @@ TEST_SUITE("launcher::JobStore foreground") {
     JobStore store(dir.path + "/jobs.db");
     int64_t run = store.record_foreground(foreground("train", false), ProcessIdentity::self());
     CHECK_FALSE(store.reopen(run, ProcessIdentity::self(), "{}"));
-    store.finish(run, JobState::cancelled, 130, "stopped by SIGINT", {1, {}});
+    store.finish(run, JobState::cancelled, 130, "stopped by SIGINT", {1, {}, std::nullopt});
     CHECK(store.reopen(run, ProcessIdentity::self(), R"({"command_line":["x"]})"));
     auto record = store.get(run);
     CHECK(record->state == JobState::running);

@@ -45,7 +45,7 @@ TEST_SUITE("launcher::scheduler_settings") {
     const std::string typo = "[schedular]\nfairness = 0.5\n";
     CHECK_THROWS_WITH_AS(parse_scheduler_settings(typo, "c.toml"),
                          "c.toml:1:2: unknown table 'schedular' (did you mean [scheduler]?): the file has "
-                         "[scheduler] (docs/scheduling.md) and [retention] (docs/jobs.md)",
+                         "[scheduler] (docs/scheduling.md), [retention] and [queue] (docs/jobs.md)",
                          dlrun::ConfigError);
     CHECK_THROWS_WITH_AS(dlrun::launcher::parse_retention_settings(typo, "c.toml"),
                          doctest::Contains("unknown table 'schedular'"), dlrun::ConfigError);

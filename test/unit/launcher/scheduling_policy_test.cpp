@@ -50,7 +50,7 @@ TEST_SUITE("launcher::SchedulingPolicy") {
   TEST_CASE("requests that can never fit say why") {
     CHECK(never_fits(gpus(5, 5), machine) == "needs 5 GPUs, this machine has 4");
     CHECK(never_fits(cpus(9, 9), machine) ==
-          "needs 9 CPU slots, this machine has 8 (set DLRUN_CPU_SLOTS to allow more)");
+          "needs 9 CPU slots, this machine has 8 (cpu_slots in config.toml's [queue], or DLRUN_CPU_SLOTS, allows more)");
     ResourceRequest missing{true, 1, 1, {"7"}};
     CHECK(never_fits(missing, machine) == "asks for GPU 7, this machine has 4 GPUs (0 to 3)");
     CHECK(never_fits(gpus(2, 8), machine).empty());

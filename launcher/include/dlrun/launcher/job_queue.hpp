@@ -68,7 +68,8 @@ class JobQueue {
   // Fixes the store after crashes (see above); adopts orphaned pending jobs. With `ask_slurm`,
   // also asks Slurm how its jobs stand (dlrun status); commands about other jobs leave it out
   // (a local submit waited 20 s for a controller that did not answer, about a job it never touched).
-  void sweep(bool ask_slurm = true);
+  // Returns how many of this machine's jobs wait (0 when the store could not be read now).
+  int sweep(bool ask_slurm = true);
   // Starts `dlrun _schedule` (detached, with this queue's environment) when a goodput job is
   // pending or running and no live scheduler holds the lease (scheduler_loop.hpp). Called by
   // jobs' supervisors (with the environment the job was submitted with) only.
@@ -118,6 +119,9 @@ class JobQueue {
 
   // This machine's resources for the local scheduler.
   Capacity capacity() const;
+  // CPU ranks at once: config.toml's [queue] cpu_slots, else DLRUN_CPU_SLOTS, else the usable
+  // cores (queue_settings.hpp). Read anew at each call (a waiting job sees the file change).
+  int cpu_slots() const;
   // The GPUs other stores' jobs hold now, each with who holds it (Capacity::gpus_elsewhere;
   // gpu_claims.hpp), without counting the GPUs again.
   std::map<std::string, std::string> gpus_elsewhere() const;

@@ -110,6 +110,7 @@ struct EndDetails {
 struct Orphans {
   std::vector<int64_t> pending_without_supervisor;
   std::vector<int64_t> marked_lost;
+  int pending = 0;  // this machine's jobs that wait (those of other users too)
 };
 
 class JobStore {
@@ -130,6 +131,11 @@ class JobStore {
 
   // Makes `me` the job's supervisor unless a live one has it. False: someone else does.
   bool claim(int64_t id, const ProcessIdentity& me);
+  // A number that changes whenever another connection (another dlrun process) commits a change
+  // to the store: SQLite's data_version, read without taking the write lock. A waiting job
+  // looks at the queue again only when it changed (or now and then): each look at it takes
+  // the lock, and a sweep of hundreds of waiting jobs used a third of a core doing so.
+  int64_t changes_by_others();
   // If the job is the oldest pending one and its resources are free: RUNNING with them.
   std::optional<Allocation> try_start(int64_t id, const Capacity& capacity, const std::string& run_dir);
   // Restarts after failures, restarts at a new size, and restarts the ranks asked for.
