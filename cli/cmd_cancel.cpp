@@ -79,6 +79,10 @@ void say_ended(int64_t id, launcher::JobState state, bool had_ended) {
 int run_cancel(const CancelArgs& args) {
   const int signal = args.signal.empty() ? 0 : parse_passed_signal(args.signal);
   launcher::JobQueue queue(launcher::current_environment());
+  // A job whose supervisor was killed (kill -9 of dlrun local) read RUNNING, and its cancel
+  // wrote "CANCELLED by dlrun cancel (killed …)" of ranks long dead: it is put right first, as
+  // dlrun status would (FAILED, lost), and then said to have ended.
+  queue.sweep(false);
   const char* verb = signal ? "signal" : "cancel";
   // Every job named is tried, in order, whatever became of the ones before (an unknown one
   // first left the rest running); the worst outcome is the exit code, each failure said as it

@@ -160,6 +160,9 @@ std::string resume_hint(JobOrigin origin, const std::string& job_id) {
 
 ResumeTarget find_resume_target(const Environment& env, const std::string& text, JobOrigin origin) {
   JobQueue queue(env);
+  // A job whose dlrun was killed outright reads RUNNING until a sweep finds its supervisor dead:
+  // --resume said "it has not ended (dlrun cancel stops it)" of a job with no rank left.
+  queue.sweep(false);
   const JobRef ref = parse_job_ref(text);
   std::optional<JobRecord> job =
       ref.number ? queue.store().get(*ref.number) : queue.store().find_by_name(text);
@@ -343,7 +346,11 @@ void ForegroundJob::attach(Plan& plan) {
                                     {end.failed_rank, read_job_metrics(run_dir), std::nullopt});
       m_ended = true;
     } catch (const std::exception& e) {
-      log::warn("job {}: its end could not be recorded: {}", m_job_id, e.what());
+      // Its run directory's job.json says how it ended: the next dlrun command that sweeps the
+      // store (dlrun status) records that, not "lost".
+      log::warn("job {}: its end could not be recorded now: {} (the next dlrun status records it from {}/job.json)",
+                m_job_id, e.what(), run_dir);
+      m_ended = true;  // not "ended with an error before its ranks did" (the destructor's), a second time
     }
     if (end.exit_code != 0 && !quiet) {
       const auto step = newest_checkpoint(run_dir);

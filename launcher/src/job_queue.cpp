@@ -582,13 +582,34 @@ int JobQueue::sweep(bool ask_slurm) {
   if (ask_slurm) refresh_slurm_jobs();
   Orphans orphans;
   try {
-    orphans = m_store.sweep();
+    // A supervisor that could not write the store at its job's end (a full disk) said how it
+    // ended in the run directory: that, not "lost" (a job whose ranks all succeeded read FAILED).
+    orphans = m_store.sweep(3.0, [](const JobRecord& job) -> std::optional<JobStore::RecordedEnd> {
+      if (job.run_dir.empty()) return std::nullopt;
+      const auto record = read_run_record(job.run_dir);
+      if (!record || !record->exit_code) return std::nullopt;
+      std::string upper = record->state;
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      const auto state = parse_job_state(upper);
+      if (!state || !is_terminal(*state)) return std::nullopt;
+      std::optional<double> at;
+      struct stat info {};
+      if (::stat((fs::path(job.run_dir) / "job.json").c_str(), &info) == 0) {
+        at = static_cast<double>(info.st_mtim.tv_sec) + static_cast<double>(info.st_mtim.tv_nsec) * 1e-9;
+      }
+      return JobStore::RecordedEnd{*state, *record->exit_code, record->reason, record->failed_rank, at};
+    });
   } catch (const StoreUnavailable& e) {
     // Putting the store right waits for a later command; this one goes on with what it reads
     // (dlrun status under a lock held past the busy timeout failed with 70).
     if (!m_sweep_said) log::warn("{} (jobs whose supervisor died are put right later)", e.what());
     m_sweep_said = true;
     return 0;
+  }
+  for (int64_t id : orphans.ended_unrecorded) {
+    auto job = m_store.get(id);
+    const std::string dir = job && !job->run_dir.empty() ? job->run_dir : run_dir(id);
+    if (auto metrics = read_job_metrics(dir); !metrics.empty()) m_store.set_final_metrics(id, metrics);
   }
   for (int64_t id : orphans.marked_lost) {
     // What its runtime last measured, as the supervisor would have kept it.

@@ -660,7 +660,7 @@ bool JobStore::cancel_unsubmitted(int64_t id, const std::string& reason, int exi
   return cancel_where(id, reason, exit_code, " AND slurm = 1 AND slurm_id = 0");
 }
 
-Orphans JobStore::sweep(double pending_grace_seconds) {
+Orphans JobStore::sweep(double pending_grace_seconds, const EndReader& recorded_end) {
   Orphans orphans;
   std::vector<JobRecord> active;
   {
@@ -684,6 +684,13 @@ Orphans JobStore::sweep(double pending_grace_seconds) {
         orphans.pending_without_supervisor.push_back(job.id);
       }
       continue;
+    }
+    if (recorded_end) {
+      if (auto end = recorded_end(job)) {
+        finish(job.id, end->state, end->exit_code, end->reason, {end->failed_rank, {}, end->ended_at});
+        orphans.ended_unrecorded.push_back(job.id);
+        continue;
+      }
     }
     // 70, as submit --wait exits for it: dlrun itself failed.
     finish(job.id, JobState::failed, exit_code::k_internal,

@@ -345,17 +345,33 @@ bool process_handles_signal(pid_t pid, int signal) {
   return status && status_handles_signal(*status, signal);
 }
 
+namespace {
+// Before main: nothing has installed a handler yet.
+const bool g_hangup_ignored = [] {
+  struct sigaction action {};
+  return ::sigaction(SIGHUP, nullptr, &action) == 0 && !(action.sa_flags & SA_SIGINFO) &&
+         action.sa_handler == SIG_IGN;
+}();
+}  // namespace
+
+bool hangup_ignored() { return g_hangup_ignored; }
+
+std::vector<int> stop_signals() {
+  if (g_hangup_ignored) return {SIGINT, SIGTERM, SIGQUIT};
+  return {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+}
+
 sigset_t stop_signal_set() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
+  for (int sig : stop_signals()) sigaddset(&set, sig);
   return set;
 }
 
 bool stop_signal_pending() {
   sigset_t pending;
   if (::sigpending(&pending) != 0) return false;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+  for (int sig : stop_signals()) {
     if (sigismember(&pending, sig)) return true;
   }
   return false;
@@ -364,7 +380,7 @@ bool stop_signal_pending() {
 int take_pending_stop_signal() {
   sigset_t pending;
   if (::sigpending(&pending) != 0) return 0;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+  for (int sig : stop_signals()) {
     if (!sigismember(&pending, sig)) continue;
     sigset_t one;
     sigemptyset(&one);

@@ -68,7 +68,7 @@ bool live_terminal(int fd, const Environment& env) {
 Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
     : m_job(job),
       m_runner(runner ? runner(m_io) : make_process_runner(m_io)),
-      m_stop_signals(m_io, SIGINT, SIGTERM, SIGHUP),
+      m_stop_signals(m_io, SIGINT, SIGTERM, SIGQUIT),
       m_job_control(m_io, SIGTSTP, SIGCONT),
       m_stop_self_timer(m_io),
       m_grace_timer(m_io),
@@ -82,7 +82,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_remnant_timer(m_io),
       m_alive_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
-  m_stop_signals.add(SIGQUIT);  // the constructor takes three at most
+  if (!hangup_ignored()) m_stop_signals.add(SIGHUP);  // under nohup, ignored as nohup asks
   m_terminal.set_live(Stream::out, live_terminal(STDOUT_FILENO, m_job.base_env));
   m_terminal.set_live(Stream::err, live_terminal(STDERR_FILENO, m_job.base_env));
   // Tells the ranks that their progress bars reach a terminal although their stderr is a pipe.
@@ -406,9 +406,11 @@ void Supervisor::handle_stop_signal(int signal) {
   if (m_stop_signal) {
     // A second SIGTERM soon after the first is the same request, not an impatient user: Slurm
     // signals every step of a job, and srun passes the signal on to its tasks again (the grace
-    // period was lost to it). Ctrl-C twice still kills at once.
-    if (signal == SIGTERM && m_stop_signal == SIGTERM &&
-        std::chrono::steady_clock::now() - m_stop_signal_at < k_same_sigterm) {
+    // period was lost to it). Ctrl-C twice still kills at once, but not two SIGINTs of one
+    // event, within 0.1 s (`timeout -s INT` signals dlrun and its process group: both arrive).
+    const auto since = std::chrono::steady_clock::now() - m_stop_signal_at;
+    if ((signal == SIGTERM && m_stop_signal == SIGTERM && since < k_same_sigterm) ||
+        (signal == SIGINT && m_stop_signal == SIGINT && since < k_same_sigint)) {
       return;
     }
     log::warn("got {} again: killing all {}s now", signal_name(signal), m_job.member_noun);

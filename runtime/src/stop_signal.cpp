@@ -11,11 +11,16 @@ namespace {
 volatile std::sig_atomic_t g_pending = 0;
 volatile std::sig_atomic_t g_count = 0;
 volatile std::sig_atomic_t g_asked = 0;
-// The handlers of SIGTERM and SIGINT before install() (Python's KeyboardInterrupt, a user's own).
-struct sigaction g_previous[2];
+// The handlers of SIGTERM, SIGINT and SIGHUP before install() (Python's KeyboardInterrupt, a
+// user's own). SIGHUP is a stop as SIGTERM is: dlrun passes on the hang-up of the terminal it
+// was started from (an ssh session that dropped), and a rank that died of it lost every step
+// since its last checkpoint.
+struct sigaction g_previous[3];
 
-// SIGTERM's or SIGINT's handler before install().
-const struct sigaction& previous_of(int signal) { return g_previous[signal == SIGINT ? 1 : 0]; }
+// SIGTERM's, SIGINT's or SIGHUP's handler before install().
+const struct sigaction& previous_of(int signal) {
+  return g_previous[signal == SIGINT ? 1 : signal == SIGHUP ? 2 : 0];
+}
 
 // Its default action, at once: it is blocked while the handler runs, so it takes effect as the
 // handler returns. sigaction and raise are async-signal-safe (POSIX).
@@ -69,6 +74,7 @@ void install() {
     action.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(SIGTERM, &action, &g_previous[0]);
     sigaction(SIGINT, &action, &g_previous[1]);
+    sigaction(SIGHUP, &action, &g_previous[2]);
     sigaction(SIGUSR1, &action, nullptr);
   }
 }
@@ -91,18 +97,18 @@ void clear() {
 }
 
 namespace {
-constexpr int k_default_during[2] = {SIGTERM, SIGINT};
+constexpr int k_default_during[3] = {SIGTERM, SIGINT, SIGHUP};
 }
 
 DefaultActionScope::DefaultActionScope() {
   struct sigaction action {};
   action.sa_handler = SIG_DFL;
   sigemptyset(&action.sa_mask);
-  for (int i = 0; i < 2; ++i) sigaction(k_default_during[i], &action, &m_old[i]);
+  for (int i = 0; i < 3; ++i) sigaction(k_default_during[i], &action, &m_old[i]);
 }
 
 DefaultActionScope::~DefaultActionScope() {
-  for (int i = 0; i < 2; ++i) sigaction(k_default_during[i], &m_old[i], nullptr);
+  for (int i = 0; i < 3; ++i) sigaction(k_default_during[i], &m_old[i], nullptr);
 }
 
 }  // namespace dlrun::runtime::stop_signal

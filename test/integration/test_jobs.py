@@ -952,6 +952,40 @@ class CrashSafety(JobsTestCase):
         db = sqlite3.connect(os.path.join(self.home, "jobs.db"))
         self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
 
+    def test_a_dlrun_local_that_ends_while_the_store_is_full_is_recorded_as_it_ended(self):
+        # dlrun local cannot wait an hour at the user's terminal for room: it said "its end could
+        # not be recorded" and exited, and the next sweep called the job lost: FAILED 70, "its
+        # ranks were killed with it", of ranks that had all succeeded. Its run directory's job.json
+        # says how it ended; the sweep records that.
+        disk = os.path.join(self.tmp, "disk")
+        os.makedirs(disk)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", disk],
+                          stderr=subprocess.DEVNULL).returncode != 0:
+            self.skipTest("needs to mount a tmpfs (root)")
+        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        self.env["DLRUN_HOME"] = os.path.join(disk, "home")
+        run_dir = os.path.join(self.tmp, "run")
+        gate = os.path.join(self.tmp, "gate")
+        p = self.start("local", "--nproc", "1", "--run-dir", run_dir, "sh", "-c",
+                       f"while [ ! -e {gate} ]; do sleep 0.05; done; echo done")
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "job.json")), 30))
+        filler = os.path.join(disk, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        open(gate, "w").close()
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(err.count("its end could not be recorded"), 1, err)
+        self.assertIn("its end could not be recorded now", err)
+        os.unlink(filler)
+        job = self.status(1)
+        self.assertEqual((job["state"], job["exit_code"]), ("SUCCEEDED", 0), job)
+
     def test_a_job_that_ends_while_the_store_is_full_is_recorded_once_there_is_room(self):
         # Its supervisor failed to record the end, exited 70, and the job read FAILED, "lost: its
         # ranks were killed with it" (they had succeeded); a dlrun wait on it failed with 70.

@@ -843,6 +843,23 @@ while true; do sleep 0.05; done
         finally:
             os.close(reader)
 
+    def test_under_nohup_a_hang_up_is_nothing_to_dlrun_or_its_ranks(self):
+        # nohup ignores SIGHUP; dlrun put its own handler in place, stopped the job on the
+        # terminal's hang-up and passed it on: the ranks died with what they had not saved.
+        ready = os.path.join(self.tmp, "ready")
+        gate = os.path.join(self.tmp, "gate")
+        script = self.script("r.sh", f"echo $RANK >> {ready}\nwhile [ ! -e {gate} ]; do sleep 0.05; done\necho done $RANK\n")
+        p = self.start("local", "-q", "--nproc", "2", script,
+                       preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        self.assertTrue(wait_for(lambda: len(read_words(ready)) == 2, 30), "ranks did not start")
+        p.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        open(gate, "w").close()
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(sorted(out.splitlines()), ["[0] done 0", "[1] done 1"], err)
+        self.assertNotIn("SIGHUP", err)
+
     def test_ctrl_z_stops_the_ranks_with_dlrun_and_fg_goes_on(self):
         # The ranks lead process groups of their own, which the terminal's Ctrl-Z did not reach:
         # they kept computing while the shell said the job was stopped. A pause longer than

@@ -6,6 +6,7 @@ retention (dlrun clean)."""
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -227,6 +228,31 @@ while :; do sleep 0.05; done
         record = json.loads(self.dlrun("status", "1", "--json").stdout)
         self.assertEqual(record["state"], "FAILED")
         self.assertIn("lost", record["reason"])
+
+
+    def test_a_job_whose_dlrun_was_killed_is_lost_for_cancel_and_resume_without_status_first(self):
+        # --resume said "job 1 is RUNNING: it has not ended (dlrun cancel 1 stops it)", and that
+        # cancel recorded "CANCELLED by dlrun cancel (killed: …)" of ranks long dead: only dlrun
+        # status put such a job right.
+        for verb in ("cancel", "resume"):
+            with self.subTest(verb=verb):
+                shutil.rmtree(self.home, ignore_errors=True)
+                p = self.start("local", "--nproc", "1", "sh", "-c", "touch $DLRUN_RUN_DIR/up; sleep 60")
+                self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.home, "runs", "1", "up")), 30))
+                p.kill()
+                p.communicate()
+                if verb == "cancel":
+                    r = self.dlrun("cancel", "1")
+                    self.assertNotIn("CANCELLED", r.stdout + r.stderr)
+                else:
+                    r = self.dlrun("local", "--resume", "1", "-q", "--nproc", "1", "true")
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                record = json.loads(self.dlrun("status", "1", "--json").stdout)
+                if verb == "cancel":
+                    self.assertEqual(record["state"], "FAILED")
+                    self.assertIn("lost", record["reason"])
+                else:
+                    self.assertEqual(record["state"], "SUCCEEDED")
 
 
 class Resume(DlrunTestCase):

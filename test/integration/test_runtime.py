@@ -174,12 +174,14 @@ class ElasticResume(ExampleCase):
         self.assertEqual(resumed, stops[:1], out1)
         first_stop, second_stop = int(stops[0]), int(stops[1])
 
-        # Run 2: 1 rank, from run 1's checkpoint; stopped again mid-way.
+        # Run 2: 1 rank, from run 1's checkpoint; stopped again mid-way, by SIGHUP (the
+        # terminal it was started from hung up: an ssh session that dropped). The rank died of
+        # it, with every step since its last checkpoint.
         run2 = self.start("local", "--nproc", "1", *self.gated_args())
         self.hold_at(run2, second_stop + 15)
-        os.kill(run2.pid, signal.SIGTERM)
+        os.kill(run2.pid, signal.SIGHUP)
         code, out2, err2 = self.finish(run2)
-        self.assertEqual(code, 143, out2 + err2)
+        self.assertEqual(code, 129, out2 + err2)
         self.assertRegex(out2, rf"\[0\] resumed from step {second_stop} .*saved by 2 rank\(s\); now 1 rank\(s\)")
         third_stop = int(re.search(r"\[0\] stopped after step (\d+)", out2).group(1))
         self.assertEqual(third_stop, second_stop + 16)

@@ -5,7 +5,7 @@
 // needs no store. Context is a cheap handle: copies share one state, which lives as long as
 // the last copy. DataParallel, ElasticSampler and Checkpoint keep a copy.
 //
-// Stop requests: SIGTERM, SIGINT or SIGUSR1 to any rank (or request_stop()) set a local flag.
+// Stop requests: SIGTERM, SIGINT, SIGHUP or SIGUSR1 to any rank (or request_stop()) set a local flag.
 // DataParallel::step() reduces it together with the step's gradients, so every rank sees
 // stop_requested() turn true after the same step; checkpoint then and return exit_code()
 // (75, exit_code::k_restart_me: "resume me from the checkpoint"). See docs/runtime.md.
@@ -42,7 +42,7 @@ struct InitOptions {
   Backend backend = Backend::automatic;
   // The rank's device (Context::device()); cpu or cuda here overrides DLRUN_DEVICE.
   DeviceKind device = DeviceKind::automatic;
-  // Install the SIGTERM/SIGINT/SIGUSR1 stop handlers.
+  // Install the SIGTERM/SIGINT/SIGHUP/SIGUSR1 stop handlers.
   bool handle_signals = true;
   // When every rank is on this host and gradients are on the CPU, average them through
   // shared memory instead of Gloo's sockets (docs/runtime.md). DLRUN_SHM_ALLREDUCE=0 turns it

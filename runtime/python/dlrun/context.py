@@ -22,7 +22,7 @@ class Context:
     backend ('gloo', 'nccl', or 'none' for a world of one), device ('cpu' or 'cuda:N': where
     this rank's model and batches belong).
 
-    SIGTERM, SIGINT or SIGUSR1 to any rank (dlrun sends SIGTERM to stop or resize a job) is a
+    SIGTERM, SIGINT, SIGHUP or SIGUSR1 to any rank (dlrun sends SIGTERM to stop or resize a job) is a
     stop request. It travels with the next step's gradients, so stop_requested() turns true on
     every rank after the same step: save a checkpoint then and exit with exit_code() (75, "resume
     me from the checkpoint").

@@ -110,6 +110,7 @@ struct EndDetails {
 struct Orphans {
   std::vector<int64_t> pending_without_supervisor;
   std::vector<int64_t> marked_lost;
+  std::vector<int64_t> ended_unrecorded;  // recorded now as their run directory says they ended
   int pending = 0;  // this machine's jobs that wait (those of other users too)
 };
 
@@ -216,10 +217,19 @@ class JobStore {
   // why it waits. False if the job was not RUNNING.
   bool requeue(int64_t id, const std::string& reason);
 
-  // Running jobs whose supervisor died become FAILED ("lost") and free their resources;
-  // pending jobs without a live supervisor are returned for adoption. Slurm jobs have
-  // no supervisor here and are left alone.
-  Orphans sweep(double pending_grace_seconds = 3.0);
+  // Running jobs whose supervisor died become FAILED ("lost") and free their resources, unless
+  // `recorded_end` knows how they ended (their run directory's job.json: a supervisor that
+  // ended while the store could not be written); pending jobs without a live supervisor are
+  // returned for adoption. Slurm jobs have no supervisor here and are left alone.
+  struct RecordedEnd {
+    JobState state;
+    int exit_code;
+    std::string reason;
+    std::optional<int> failed_rank;
+    std::optional<double> ended_at;
+  };
+  using EndReader = std::function<std::optional<RecordedEnd>(const JobRecord&)>;
+  Orphans sweep(double pending_grace_seconds = 3.0, const EndReader& recorded_end = {});
 
  private:
   class Statement;

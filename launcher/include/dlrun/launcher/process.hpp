@@ -82,8 +82,14 @@ bool status_handles_signal(std::string_view status, int signal);
 bool process_handles_signal(pid_t pid, int signal);
 
 // SIGINT, SIGTERM, SIGHUP and SIGQUIT: what asks a dlrun process to stop (blocked until its handlers
-// exist, then waited for or handled).
+// exist, then waited for or handled). SIGHUP only when dlrun was not started with it ignored:
+// under `nohup` (or a shell's disown -h) a hang-up of the terminal is nothing to dlrun, as it is
+// to any program run so (it stopped the job, and ranks lost their steps since a checkpoint).
 sigset_t stop_signal_set();
+// The stop signals above, in order (SIGHUP left out under nohup).
+std::vector<int> stop_signals();
+// Whether dlrun was started with SIGHUP ignored (read before main, before any handler).
+bool hangup_ignored();
 // Whether a stop signal is pending (blocked, and sent meanwhile); it stays pending.
 bool stop_signal_pending();
 // A stop signal that is pending (blocked, and sent meanwhile), taken: it will not be delivered

@@ -201,6 +201,7 @@ class Supervisor {
   int m_stop_signal = 0;       // signal that asked dlrun to stop, 0 if none
   std::chrono::steady_clock::time_point m_stop_signal_at;  // when it came
   static constexpr std::chrono::seconds k_same_sigterm{2};  // a SIGTERM again within it: the same request
+  static constexpr std::chrono::milliseconds k_same_sigint{100};  // a SIGINT again within it: the same one
   int m_late_signal = 0;       // one that came once the attempt was ending anyway (a failure, all exited)
   bool m_restart_requested = false;
   int m_quick_requests = 0;    // restarts asked for in a row, each soon after its start
