@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "dlrun/error.hpp"
 
@@ -19,6 +20,52 @@ bool write_all(int fd, std::string_view data) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+namespace {
+bool disk_full(int error) { return error == ENOSPC || error == EDQUOT || error == EFBIG; }
+
+// Writes what it can; the count written. -1: an error other than a full disk (errno).
+ssize_t write_until_full(int fd, std::string_view data, int& error) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n == 0 ? ENOSPC : errno;
+      return disk_full(error) ? static_cast<ssize_t>(done) : -1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  error = 0;
+  return static_cast<ssize_t>(done);
+}
+}  // namespace
+
+bool write_log_text(int fd, std::string_view data, LogGap& gap) {
+  if (data.empty()) return true;
+  int error = 0;
+  if (gap.lost > 0) {
+    const std::string marker = fmt::format("{}[dlrun: {} bytes of output lost here: {}]\n", gap.mid_line ? "\n" : "",
+                                           gap.lost, std::strerror(gap.error));
+    const ssize_t n = write_until_full(fd, marker, error);
+    if (n < 0) return false;
+    if (static_cast<size_t>(n) < marker.size()) {  // still full
+      if (n > 0) gap.mid_line = marker[static_cast<size_t>(n) - 1] != '\n';
+      gap.lost += data.size();
+      return true;
+    }
+    gap.lost = 0;
+    gap.mid_line = false;
+  }
+  const ssize_t n = write_until_full(fd, data, error);
+  if (n < 0) return false;
+  if (n > 0) gap.mid_line = data[static_cast<size_t>(n) - 1] != '\n';
+  if (static_cast<size_t>(n) < data.size()) {
+    gap.lost += data.size() - static_cast<size_t>(n);
+    gap.error = error;
   }
   return true;
 }

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -36,6 +37,16 @@ struct OutputWriter::State {
   bool abandoned = false;
   bool direct = false;  // no thread could be started: write() writes itself
   std::set<int> failed;
+  // A file (output.log) that a full disk interrupts goes on once there is room, with a line that
+  // says what was lost (fd_io.hpp); a pipe or terminal whose write fails is given up. Touched
+  // by the one thread that writes.
+  std::map<int, LogGap> gaps;
+
+  bool put(int fd, std::string_view text) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return write_log_text(fd, text, gaps[fd]);
+    return write_all(fd, text);
+  }
 
   void run() {
     std::unique_lock lock(mutex);
@@ -52,7 +63,7 @@ struct OutputWriter::State {
       writing = true;
       writing_fd = fd;
       lock.unlock();
-      const bool ok = write_all(fd, text);
+      const bool ok = put(fd, text);
       lock.lock();
       writing = false;
       bytes -= text.size();
@@ -97,7 +108,7 @@ bool OutputWriter::write(int fd, std::string_view text) {
     }
   }
   if (m_state->direct) {
-    if (write_all(fd, text)) return true;
+    if (m_state->put(fd, text)) return true;
     m_state->failed.insert(fd);
     return false;
   }

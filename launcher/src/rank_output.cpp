@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "dlrun/launcher/carriage_return.hpp"
 #include "dlrun/launcher/fd_io.hpp"
@@ -167,9 +168,18 @@ RankOutput::~RankOutput() {
 
 void RankOutput::write_log(std::string_view data) {
   if (!data.empty()) m_log_last = data.back();
-  if (m_log_fd >= 0 && !write_all(m_log_fd, data)) {
-    ::close(m_log_fd);  // disk full or similar: keep the terminal going
+  if (m_log_fd < 0) return;
+  // A full disk drops what it cannot take, says so in the log once there is room, and the log
+  // goes on (it stopped for the rest of the run); another error gives the log up.
+  if (!write_log_text(m_log_fd, data, m_log_gap)) {
+    ::close(m_log_fd);
     m_log_fd = -1;
+    return;
+  }
+  if (m_log_gap.lost > 0 && !m_log_gap.said) {
+    m_log_gap.said = true;
+    log::warn("cannot write {}: {}: its output is kept out of it until there is room (a line there will say how much)",
+              m_options.log_name.empty() ? "a rank's log" : m_options.log_name, std::strerror(m_log_gap.error));
   }
 }
 
@@ -192,6 +202,7 @@ void RankOutput::read_log_end() {
     last = '\n';  // opened write-only: taken as ending a line
   }
   m_log_last = last;
+  m_log_gap.mid_line = last != '\n';
   m_log_partial_stream = ends_segment(last) ? -1 : k_earlier_run;
 }
 

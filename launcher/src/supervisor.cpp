@@ -206,6 +206,7 @@ void Supervisor::start_attempt() {
       out.shown = std::find(shown.begin(), shown.end(), member.spec.rank) != shown.end();
     }
     out.tail_lines = static_cast<size_t>(std::max(0, options.tail_lines));
+    out.log_name = member.log_path;
     int fd = -1;
     if (!member.log_path.empty()) {
       fd = ::open(member.log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -470,6 +470,56 @@ echo "tty=$DLRUN_TTY"
         with open(os.path.join(self.run_dir(), "rank-0.log"), newline="") as f:
             self.assertEqual(f.read(), "\r 10%\r 20%\r100%\ntty=\n")  # the log keeps every byte
 
+    def test_logs_go_on_after_the_disk_was_full_and_say_what_was_lost(self):
+        # One write that failed for a full disk stopped the rank's log and output.log for the
+        # rest of the run, without a word.
+        disk = os.path.join(self.tmp, "disk")
+        os.makedirs(disk)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", disk],
+                          stderr=subprocess.DEVNULL).returncode != 0:
+            self.skipTest("needs to mount a tmpfs (root)")
+        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        run_dir = os.path.join(disk, "run")
+        gates = [os.path.join(self.tmp, f"gate{i}") for i in (1, 2)]
+        said = os.path.join(self.tmp, "said")
+        script = self.script("chat.sh", f"""echo before
+while [ ! -e {gates[0]} ]; do sleep 0.05; done
+for i in $(seq 3000); do echo during $i; done
+touch {said}
+while [ ! -e {gates[1]} ]; do sleep 0.05; done
+echo after
+""")
+        p = self.start("local", "--nproc", "1", "--run-dir", run_dir, script)
+        log = os.path.join(run_dir, "rank-0.log")
+        def logged():
+            if not os.path.exists(log):
+                return False
+            with open(log) as f:
+                return "before" in f.read()
+        self.assertTrue(wait_for(logged, 30))
+        filler = os.path.join(disk, "filler")
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096) > 0:
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+        open(gates[0], "w").close()
+        self.assertTrue(wait_for(lambda: os.path.exists(said), 30))
+        time.sleep(0.5)  # dlrun has read and tried to log what the rank wrote
+        os.unlink(filler)
+        open(gates[1], "w").close()
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("[0] after", out)
+        self.assertIn(f"cannot write {log}: No space left on device", err)
+        for name in ("rank-0.log", "output.log"):
+            with open(os.path.join(run_dir, name)) as f:
+                text = f.read()
+            self.assertRegex(text, r"before\n(.*\n)*\[dlrun: \d+ bytes of output lost here: No space left on device\]\n", name)
+            self.assertIn("after", text.split("bytes of output lost here")[-1], name)
+
     def test_a_long_progress_bar_shows_its_progress_when_not_on_a_terminal(self):
         # Through a pipe (tee, a CI log) a bar over a whole epoch showed nothing until the
         # epoch's end: its redraws are passed on as lines, one every 5 s at most.

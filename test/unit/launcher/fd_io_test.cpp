@@ -1,6 +1,7 @@
 #include "dlrun/launcher/fd_io.hpp"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -59,5 +60,33 @@ TEST_SUITE("launcher::fd_io") {
     CHECK_THROWS_AS(write_file_atomically(target.string(), "text"), dlrun::SystemError);
     CHECK(read_file((target / "inside").string()) == std::optional<std::string>("kept"));
     CHECK(dir.entries() == 1);
+  }
+
+  TEST_CASE("a log that a full disk interrupts drops what it cannot take and says so once there is room") {
+    TempDir dir;
+    const std::string path = (dir.path / "rank-0.log").string();
+    const int file = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int full = ::open("/dev/full", O_WRONLY);
+    REQUIRE(file >= 0);
+    REQUIRE(full >= 0);
+    const int fd = ::dup(file);
+    LogGap gap;
+    CHECK(write_log_text(fd, "line 1\nhalf", gap));
+    CHECK(gap.lost == 0);
+    ::dup2(full, fd);  // the disk is full now
+    CHECK(write_log_text(fd, " of line 2\n", gap));
+    CHECK(write_log_text(fd, "line 3\n", gap));
+    CHECK(gap.lost == 18);
+    CHECK(gap.error == ENOSPC);
+    ::dup2(file, fd);  // room again
+    CHECK(write_log_text(fd, "line 4\n", gap));
+    CHECK(gap.lost == 0);
+    CHECK(read_file(path) ==
+          std::optional<std::string>("line 1\nhalf\n[dlrun: 18 bytes of output lost here: No space left on device]\nline 4\n"));
+    // Another error (a closed file) gives it up.
+    ::close(fd);
+    CHECK_FALSE(write_log_text(fd, "x", gap));
+    ::close(file);
+    ::close(full);
   }
 }

@@ -2,6 +2,7 @@
 // Whole reads and writes on file descriptors and small files, retried on EINTR: one place
 // for the loops that dlrun's pipes, /proc files and its own small files need. Thread-safe.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,6 +11,19 @@ namespace dlrun::launcher {
 
 // False when the reader is gone (EPIPE) or another error stops it.
 bool write_all(int fd, std::string_view data);
+
+// A log file that a full disk interrupts (ENOSPC, EDQUOT): what cannot be written is counted
+// and dropped, and the first write that goes through again starts with a line that says how
+// much was lost there ("[dlrun: 5123 bytes of output lost here: No space left on device]").
+// Logs used to stop for the rest of the run at the first full disk, without a word.
+struct LogGap {
+  uint64_t lost = 0;     // bytes dropped since the last write that went through
+  int error = 0;         // why
+  bool mid_line = false;  // the file ends inside a line (the marker starts a new one)
+  bool said = false;     // the caller has warned of it (once a run)
+};
+// False only for another error than a full disk: the file is to be given up.
+bool write_log_text(int fd, std::string_view data, LogGap& gap);
 // Whether nothing written to `fd` can reach a reader any more: a pipe whose reading end is
 // closed, a terminal hung up. False for files, and while it cannot tell.
 bool reader_gone(int fd);

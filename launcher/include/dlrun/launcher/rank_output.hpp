@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "dlrun/launcher/fd_io.hpp"
 #include "dlrun/launcher/line_splitter.hpp"
 #include "dlrun/launcher/output_writer.hpp"
 
@@ -117,6 +118,7 @@ class RankOutput {
     std::string copy_prefix;  // uncoloured, for the Terminal's copy (output.log)
     bool shown = true;       // false: log file only (see --ranks)
     size_t tail_lines = 20;
+    std::string log_name;    // for a warning that the log cannot be written ("rank 0's log")
   };
 
   // Takes ownership of log_fd (may be -1: no log), opened for appending; readable too, it tells
@@ -162,6 +164,7 @@ class RankOutput {
   std::string m_copy_batch;
   std::string m_log_pending[2];  // per stream: bytes of an unfinished segment, not yet logged
   char m_log_last = '\n';          // the log's last byte ('\n' for an empty log)
+  LogGap m_log_gap;                // what a full disk kept out of the log since it last took a write
   int m_log_partial_stream = -1;   // whose bytes end the log mid-line: 0 out, 1 err, 2 an earlier run
   std::chrono::steady_clock::time_point m_redraw_line_at[2];  // per stream: the last redraw passed on as a line
   std::string m_redraw_said[2];  // per stream: that redraw, until its line ends
