@@ -287,7 +287,7 @@ JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& 
 SbatchInput JobQueue::sbatch_input(const JobSpec& spec, const std::string& id) const {
   std::string run = fmt::format("{}/jobs/{}", m_home, id);
   std::string logs = spec.log_dir.empty() ? run : fmt::format("{}/{}", spec.log_dir, id);
-  return {self_executable(), id, run, logs, spec.checkpoint_dir.empty() ? run + "/checkpoints" : spec.checkpoint_dir};
+  return {self_executable(), id, run, logs, checkpoint_dir_of(spec, id, run)};
 }
 
 std::string JobQueue::log_dir(int64_t id, const JobSpec& spec) const {
@@ -300,6 +300,31 @@ std::string JobQueue::log_dir(const JobRecord& job) const {
     return log_dir(job.id, submitted_spec(job));
   } catch (const ConfigError&) {
     return run_dir(job.id);
+  }
+}
+
+void JobQueue::warn_of_shared_checkpoint_dir(const JobSpec& spec) {
+  if (spec.checkpoint_dir.empty() || spec.checkpoint_dir.find("{job_id}") != std::string::npos) return;
+  try {
+    for (const auto& listed : m_store.list(false, 0)) {
+      if (is_terminal(listed.state) || listed.submitted.origin != JobOrigin::submit) continue;
+      const auto job = m_store.get(listed.id);
+      if (!job) continue;
+      std::string theirs;
+      try {
+        theirs = checkpoint_dir_of(submitted_spec(*job), std::to_string(job->id),
+                                   job->run_dir.empty() ? run_dir(job->id) : job->run_dir);
+      } catch (const Error&) {
+        continue;  // a job file this dlrun does not read: its own supervisor says so
+      }
+      if (theirs != spec.checkpoint_dir) continue;
+      log::warn("checkpoint_dir {} is job {}'s ({}, {}) too: the two go on from each other's checkpoints. Where "
+                "that is not meant, give each job its own: checkpoint_dir = \"…/{{job_id}}\" (docs/job-toml.md)",
+                spec.checkpoint_dir, job->id, job->name, to_string(job->state));
+      return;
+    }
+  } catch (const StoreUnavailable&) {
+    // Submitting says so when it writes.
   }
 }
 
@@ -360,6 +385,7 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind, c
   if (auto why = never_fits(job.request, capacity()); !why.empty()) {
     throw ConfigError(fmt::format("{}: job '{}' can never run here: it {}", job_file, spec.name, why));
   }
+  warn_of_shared_checkpoint_dir(spec);
   if (!job.slurm) return start_supervised(job);  // the supervisor records it
   int64_t id = m_store.submit(job);
   submit_to_slurm(id, spec);

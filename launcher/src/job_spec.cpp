@@ -692,9 +692,30 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
   if (auto v = check.duration(root.get("grace"), "grace")) spec.grace = *v;
   if (auto v = check.duration(root.get("watchdog"), "watchdog")) spec.watchdog = *v;
   spec.checkpoint_dir = check.directory(root.get("checkpoint_dir"), "checkpoint_dir");
+  for (size_t open = spec.checkpoint_dir.find('{'); open != std::string::npos;
+       open = spec.checkpoint_dir.find('{', open + 1)) {
+    if (spec.checkpoint_dir.compare(open, 8, "{job_id}") == 0) continue;
+    const size_t close = spec.checkpoint_dir.find('}', open);
+    check.error(root.get("checkpoint_dir")->source(),
+                fmt::format("'checkpoint_dir' = \"{}\": {} is not known here; {{job_id}} is the job's number (a "
+                            "directory per job from one job file)",
+                            spec.checkpoint_dir, spec.checkpoint_dir.substr(open, close == std::string::npos
+                                                                                      ? std::string::npos
+                                                                                      : close - open + 1)));
+    break;
+  }
   spec.log_dir = check.directory(root.get("log_dir"), "log_dir");
   check.finish();
   return spec;
+}
+
+std::string checkpoint_dir_of(const JobSpec& spec, const std::string& job_id, const std::string& run_dir) {
+  if (spec.checkpoint_dir.empty()) return run_dir + "/checkpoints";
+  std::string dir = spec.checkpoint_dir;
+  for (size_t at = dir.find("{job_id}"); at != std::string::npos; at = dir.find("{job_id}", at + job_id.size())) {
+    dir.replace(at, 8, job_id);
+  }
+  return dir;
 }
 
 }  // namespace dlrun::launcher

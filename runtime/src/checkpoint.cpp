@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <typeinfo>
@@ -258,6 +259,16 @@ void check_directory(const fs::path& dir) {
 }
 
 // Each line's first field and the rest of the line after the blanks that follow it.
+// DLRUN_JOB_ID when it is one word (empty outside dlrun).
+std::string this_job() {
+  const char* id = std::getenv("DLRUN_JOB_ID");
+  if (!id || !*id) return {};
+  for (const char* c = id; *c; ++c) {
+    if (std::isspace(static_cast<unsigned char>(*c))) return {};
+  }
+  return id;
+}
+
 Values read_state(const fs::path& path) {
   Values values;
   std::string content;
@@ -379,6 +390,8 @@ void Checkpoint::Impl::write_files(const fs::path& tmp, int64_t step,
   }
   std::string state = fmt::format("step {}\nworld_size {}\nrestart_count {}\ndlrun_version {}\n", step,
                                   context.world_size(), context.restart_count(), k_version);
+  // Which dlrun job saved it: a job that resumes from another job's checkpoint is told so.
+  if (const std::string job = this_job(); !job.empty()) state += fmt::format("job_id {}\n", job);
   if (sampler) {
     const SamplerState s = sampler->state();
     state += fmt::format("sampler.epoch {}\nsampler.position {}\nsampler.seed {}\nsampler.dataset_size {}\n",
@@ -523,6 +536,7 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
     info.step = std::stoll(state_value(state, "step", "step"));
     info.saved_world_size = std::stoi(state_value(state, "world_size", "world size"));
     info.saved_restart_count = std::stoi(state_value(state, "restart_count", "restart count"));
+    if (auto job = state.find("job_id"); job != state.end()) info.saved_by_job = job->second;
     for (const auto& [key, value] : state) {
       if (key.rfind("value.", 0) != 0) continue;
       // from_chars: std::stod refused a subnormal (1e-310), which left the checkpoint unreadable.
@@ -630,6 +644,15 @@ std::optional<CheckpointInfo> Checkpoint::restore() {
   }
   if (chosen < 0) return std::nullopt;
   CheckpointInfo info = m_impl->load(m_impl->dir / dir_name(chosen));
+  if (m_impl->context.is_main() && !info.saved_by_job.empty() && !this_job().empty() &&
+      info.saved_by_job != this_job()) {
+    // Sweep jobs made from one job file share its checkpoint_dir: the second "resumed" the first's
+    // last step, trained nothing, and reported the first's accuracy as its own.
+    log::warn("resumed from the checkpoint of step {} that job {} saved in {}: this is job {}. Jobs that share a "
+              "checkpoint directory go on from each other's steps; where that is not meant, give each its own "
+              "(checkpoint_dir = \"ckpt/{{job_id}}\" in job.toml, or --checkpoint-dir)",
+              info.step, info.saved_by_job, m_impl->dir.string(), this_job());
+  }
   log::debug("rank {}: resumed from {} (step {}, saved by {} ranks)", m_impl->context.rank(),
              info.path.string(), info.step, info.saved_world_size);
   return info;

@@ -827,6 +827,36 @@ class Scheduling(JobsTestCase):
         b = self.wait_state(second, ("SUCCEEDED",))
         self.assertGreaterEqual(b["started_at"], a["ended_at"])
 
+    def test_one_job_file_gives_each_job_its_own_checkpoint_dir_with_job_id(self):
+        # A sweep's jobs from one job file shared its checkpoint_dir: the second "resumed" the
+        # first's last step and reported its accuracy. {job_id} makes a directory per job; a
+        # directory that a job not ended uses too is warned of at submit.
+        path = self.job_file('checkpoint_dir = "ck/{job_id}"\ncommand = ["sh", "-c", "echo $DLRUN_CHECKPOINT_DIR"]\n'
+                             '[resources]\nnproc = 1\n', "sweep.toml")
+        ids = []
+        for _ in range(2):
+            r = self.dlrun("submit", "--parsable", path)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("too", r.stderr)
+            ids.append(int(r.stdout))
+        for job_id in ids:
+            self.assertEqual(self.wait_state(job_id, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
+            self.assertEqual(self.dlrun("logs", str(job_id), "--rank", "0").stdout,
+                             os.path.join(self.tmp, "ck", str(job_id)) + "\n")
+        r = self.dlrun("submit", self.job_file('checkpoint_dir = "ck/{jobid}"\ncommand = ["true"]\n'
+                                               '[resources]\nnproc = 1\n', "typo.toml"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("{jobid} is not known here; {job_id} is the job's number", r.stderr)
+        gate = os.path.join(self.tmp, "gate")
+        shared = self.job_file(f'checkpoint_dir = "shared"\ncommand = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                               '[resources]\nnproc = 1\n', "shared.toml")
+        first = int(self.dlrun("submit", "--parsable", shared).stdout)
+        r = self.dlrun("submit", "--parsable", shared)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"checkpoint_dir {os.path.join(self.tmp, 'shared')} is job {first}'s", r.stderr)
+        open(gate, "w").close()
+        self.wait_state(int(r.stdout), ("SUCCEEDED",))
+
     def test_config_cpu_slots_count_for_every_job_whatever_the_submitting_shell_says(self):
         # DLRUN_CPU_SLOTS is read from each submitter's shell: a shell with its own count put
         # 6 ranks on 2 cores, and dlrun status gave a waiting job another reason in each shell.

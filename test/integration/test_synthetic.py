@@ -304,6 +304,8 @@ class History(SyntheticCase):
             self.assertEqual(code, 0, out[-2000:] + err[-3000:])
             if epochs == "2":
                 time.sleep(3)  # between the runs: not the run's time
+        # The second run is another job: it is told whose checkpoint it goes on from.
+        self.assertRegex(err, r"resumed from the checkpoint of step \d+ that job 1 saved in .*: this is job 2\.")
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             lines = [json.loads(line) for line in f]
         own = sum(line["seconds"] for line in lines)

@@ -56,6 +56,7 @@ struct CheckpointInfo {
   int64_t step = 0;
   int saved_world_size = 1;
   int saved_restart_count = 0;
+  std::string saved_by_job;  // DLRUN_JOB_ID of the job that saved it (empty: not known)
   std::map<std::string, double> values;  // what save() was given
 };
 

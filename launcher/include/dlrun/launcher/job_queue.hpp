@@ -122,6 +122,9 @@ class JobQueue {
   // CPU ranks at once: config.toml's [queue] cpu_slots, else DLRUN_CPU_SLOTS, else the usable
   // cores (queue_settings.hpp). Read anew at each call (a waiting job sees the file change).
   int cpu_slots() const;
+  // Warns when another job that has not ended uses the checkpoint directory `spec` names: the
+  // two would resume from each other's checkpoints (a job file submitted twice, a sweep).
+  void warn_of_shared_checkpoint_dir(const JobSpec& spec);
   // The GPUs other stores' jobs hold now, each with who holds it (Capacity::gpus_elsewhere;
   // gpu_claims.hpp), without counting the GPUs again.
   std::map<std::string, std::string> gpus_elsewhere() const;

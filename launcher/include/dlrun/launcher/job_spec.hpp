@@ -57,7 +57,7 @@ struct JobSpec {
   int max_restarts = 0;
   double grace = 30;
   double watchdog = 0;         // seconds without progress before a rank counts as hung; 0 = off
-  std::string checkpoint_dir;  // absolute or empty (default: RUN_DIR/checkpoints)
+  std::string checkpoint_dir;  // absolute or empty (default: RUN_DIR/checkpoints); may hold {job_id}
   std::string log_dir;         // absolute or empty (default: RUN_DIR)
   std::string scheduler = "local";
   // [scheduler] policy; when not given: goodput for an elastic local GPU job (gpus =
@@ -88,6 +88,11 @@ struct JobSpec {
 JobSpec parse_job_spec(std::string_view text, const std::string& path, const std::string& base_dir,
                        const std::string& kind_override = {}, bool stored = false,
                        const std::optional<std::string>& home = std::nullopt);
+
+// The job's checkpoint directory: checkpoint_dir with each {job_id} replaced by the job's number
+// (one job file, a directory per job: a sweep's jobs resumed from each other's checkpoints), or
+// RUN_DIR/checkpoints.
+std::string checkpoint_dir_of(const JobSpec& spec, const std::string& job_id, const std::string& run_dir);
 
 // The keys accepted at the top level and in each table, for messages and docs.
 const std::vector<std::string>& job_spec_keys(std::string_view table);
