@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -49,18 +50,36 @@ int run_wait(const WaitArgs& args, bool has_timeout) {
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  int code = 0;
+  // Each job's end is said in the order named; at --timeout or a signal, every job that has
+  // ended is said too (those named after the first still running were never said). The exit
+  // code is that of the first named that did not succeed.
+  std::vector<bool> said(ids.size(), false);
+  auto say_ended = [&] {
+    for (size_t j = 0; j < ids.size(); ++j) {
+      if (said[j]) continue;
+      auto job = queue.store().get(ids[j]);
+      if (!job || !launcher::is_terminal(job->state)) continue;
+      said[j] = true;
+      if (!args.quiet) print_job_end(queue, ids[j], args.tail, std::cout);
+    }
+  };
   for (size_t i = 0; i < ids.size(); ++i) {
+    if (said[i]) continue;
     std::optional<double> left;
     if (has_timeout) left = std::max(0.0, args.timeout - std::chrono::duration<double>(Clock::now() - start).count());
     const int sig = queue.wait(ids[i], &stop, left);
+    if (sig == 0) {
+      said[i] = true;
+      if (!args.quiet) print_job_end(queue, ids[i], args.tail, std::cout);
+      continue;
+    }
+    say_ended();
     std::vector<std::string> going_on;
-    for (size_t j = i; j < ids.size() && sig != 0; ++j) {
-      auto job = queue.store().get(ids[j]);
-      if (job && !launcher::is_terminal(job->state)) going_on.push_back(std::to_string(ids[j]));
+    for (size_t j = 0; j < ids.size(); ++j) {
+      if (!said[j]) going_on.push_back(std::to_string(ids[j]));
     }
     // (Every job left may have ended just as the time ran out or the signal came: then their
-    // ends are said below, as if it had not.)
+    // ends are said above, as if it had not.)
     if (!going_on.empty()) {
       const std::string jobs = fmt::format("job{} {}", going_on.size() == 1 ? "" : "s", fmt::join(going_on, ", "));
       if (sig == launcher::JobQueue::k_timed_out) {
@@ -73,14 +92,15 @@ int run_wait(const WaitArgs& args, bool has_timeout) {
                                going_on.size() == 1 ? "it" : "them");
       return exit_code::k_signal_base + sig;
     }
-    if (!args.quiet) print_job_end(queue, ids[i], args.tail, std::cout);
-    auto job = queue.store().get(ids[i]);
-    if (code == 0 && job && job->state != launcher::JobState::succeeded) {
-      code = job->exit_code.value_or(exit_code::k_internal);
-      if (code == 0) code = 1;  // not SUCCEEDED, whatever it recorded
+  }
+  for (const int64_t id : ids) {
+    auto job = queue.store().get(id);
+    if (job && job->state != launcher::JobState::succeeded) {
+      const int code = job->exit_code.value_or(exit_code::k_internal);
+      return code == 0 ? 1 : code;  // not SUCCEEDED, whatever it recorded
     }
   }
-  return code;
+  return 0;
 }
 
 }  // namespace

@@ -125,6 +125,7 @@ void follow_foreground(JobQueue& queue, const JobRecord& job, Follow follow, std
   PrefixedLogs logs = foreground_logs(job);
   if (follow == Follow::no) {
     logs.copy(out, true);
+    if (is_terminal(job.state)) say_end(job);
     return;
   }
   for (int polls = 1;; ++polls) {
@@ -180,6 +181,8 @@ void copy_job_log(JobQueue& queue, int64_t id, int rank, Follow follow, std::ost
     // Nothing printed and nothing to wait for would read as an empty log.
     if (job->state == JobState::pending)
       log::info("job {} is PENDING: it has no output yet (dlrun logs -f {} waits for it)", id, id);
+    // How it ended, when not well, as -f says it (on stderr: stdout is the log's).
+    if (is_terminal(job->state)) say_end(*job);
     return;
   }
   // A wait with nothing printed read as a hang: said once, on stderr (stdout is the log's).

@@ -254,11 +254,23 @@ std::vector<std::string> JobQueue::gpu_ids_elsewhere() const {
   return ids;
 }
 
+namespace {
+// What relative paths in a job file are relative to: its directory; for one that is no file
+// (a pipe, <(…), /dev/stdin) the directory it is submitted from (the job ran in /proc/PID/fd).
+std::string job_file_dir(const std::string& job_file) {
+  struct stat st {};
+  if (::stat(job_file.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return fs::current_path().string();
+  return fs::absolute(fs::path(job_file)).parent_path().string();
+}
+}  // namespace
+
 JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& kind, std::string& text) {
   std::error_code probe;
   if (std::filesystem::is_directory(job_file, probe)) {
+    std::string dir = job_file;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     throw ConfigError(fmt::format("{} is a directory: give its job file (e.g. {}/job.toml)", job_file,
-                                  job_file == "/" ? "" : job_file));
+                                  dir == "/" ? "" : dir));
   }
   std::ifstream file(job_file);
   if (!file) throw ConfigError(fmt::format("cannot read job file {}: {}", job_file, std::strerror(errno)));
@@ -266,8 +278,7 @@ JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& 
   text.resize(k_max_job_file_bytes + 1);
   file.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(file.gcount()));
-  std::string base_dir = fs::absolute(fs::path(job_file)).parent_path().string();
-  JobSpec spec = parse_job_spec(text, job_file, base_dir, kind);
+  JobSpec spec = parse_job_spec(text, job_file, job_file_dir(job_file), kind);
   std::error_code ec;
   if (!spec.on_slurm() && !fs::is_directory(spec.workdir, ec)) {
     throw ConfigError(fmt::format("{}: workdir {} is not a directory", job_file, spec.workdir));
@@ -368,7 +379,7 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind, c
   job.name = spec.name;
   job.spec_text = text;
   job.spec_path = fs::absolute(fs::path(job_file)).string();
-  job.base_dir = fs::path(job.spec_path).parent_path().string();
+  job.base_dir = job_file_dir(job_file);
   Environment stored = job_environment(m_env, spec.export_env);
   stored[env::k_umask] = started_umask_text();
   // Which Slurm the job went to: a later dlrun wait, status or cancel from a shell without it
@@ -688,8 +699,9 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
                       : Clock::time_point::max();
   auto delay = std::chrono::milliseconds(20);
   int sweeps = 0;
-  bool store_said = false;
-  bool never_said = false;
+  // Said once per job and command (a dlrun wait of several jobs calls this in slices).
+  bool& store_said = m_wait_store_said;
+  bool never_said = m_never_start_said.count(id) > 0;
   while (true) {
     // A store that cannot be read or written for a while (locked, a full disk) is waited out:
     // the job goes on, and so does the wait (it ended with 70 while the job succeeded).
@@ -707,6 +719,7 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
                       "submit what the partition allows)",
                       id, now->slurm_id, now->reason, never, id);
             never_said = true;
+            m_never_start_said.insert(id);
           }
         }
       }

@@ -321,6 +321,11 @@ nproc = 1
             r = self.dlrun("logs", "-f", *args, str(job_id), timeout=60)
             self.assertIn("tick", r.stdout)
             self.assertIn(f"job {job_id} FAILED with exit code 3: rank 0 exited with code 3", r.stderr)
+        # Without -f too, once it has ended (only -f said it).
+        for args in (["--rank", "0"], []):
+            r = self.dlrun("logs", *args, str(job_id), timeout=60)
+            self.assertIn("tick", r.stdout)
+            self.assertIn(f"job {job_id} FAILED with exit code 3: rank 0 exited with code 3", r.stderr)
 
     def test_following_ends_when_its_reader_is_gone(self):
         # logs -f JOB | grep -m1 MARK, status --watch | head: a CI step waiting for a line must
@@ -620,6 +625,19 @@ class Wait(JobsTestCase):
         r = self.dlrun("wait", str(job))
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_at_the_timeout_every_job_that_ended_is_said(self):
+        # Only the jobs named before the first still running were said: a failure after it, and
+        # jobs already ended, got no line.
+        gate = os.path.join(self.tmp, "gate")
+        running = self.gated(gate)
+        failed = self.submit('command = ["sh", "-c", "exit 6"]\n[resources]\nnproc = 1\n')
+        self.wait_state(failed, ("FAILED",))
+        r = self.dlrun("wait", "--timeout", "1", str(running), str(failed))
+        self.assertEqual(r.returncode, 124, r.stderr)
+        self.assertRegex(r.stdout, rf"^Job {failed} \(sh\) FAILED after \d+:\d\d with exit code 6: ")
+        self.assertIn(f"job {running} not ended after --timeout 1 s", r.stderr)
+        open(gate, "w").close()
+
     def test_an_unknown_job_is_said_before_any_waiting(self):
         gate = os.path.join(self.tmp, "gate")
         job = self.gated(gate)
@@ -826,6 +844,18 @@ class Scheduling(JobsTestCase):
         a = self.wait_state(first, ("SUCCEEDED",))
         b = self.wait_state(second, ("SUCCEEDED",))
         self.assertGreaterEqual(b["started_at"], a["ended_at"])
+
+    def test_a_job_file_from_a_pipe_runs_where_it_was_submitted(self):
+        # <(…) is /dev/fd/63: the job ran in /proc/PID/fd, and a relative program was looked
+        # for in /dev/fd.
+        r = subprocess.run(["bash", "-c", f"{DLRUN} submit --wait <(printf 'command = [\"sh\", \"-c\", \"pwd\"]\\n"
+                            "[resources]\\nnproc = 1\\n')"], cwd=self.tmp, env=self.env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        job_id = int(r.stdout.split()[2])
+        self.assertEqual(self.dlrun("logs", str(job_id), "--rank", "0").stdout, os.path.realpath(self.tmp) + "\n")
+        r = self.dlrun("submit", self.tmp + "/")
+        self.assertIn(f"give its job file (e.g. {self.tmp}/job.toml)", r.stderr)
 
     def test_one_job_file_gives_each_job_its_own_checkpoint_dir_with_job_id(self):
         # A sweep's jobs from one job file shared its checkpoint_dir: the second "resumed" the
