@@ -25,6 +25,7 @@ namespace {
 
 struct SubmitArgs {
   std::string job_file;
+  std::string resume;  // --resume JOB
   bool parsable = false;
   bool wait = false;
   bool dry_run = false;
@@ -70,6 +71,10 @@ int timed_out(launcher::JobQueue& queue, int64_t id, const SubmitArgs& args, std
 }
 
 int run_submit(const SubmitArgs& args) {
+  if (args.job_file.empty() == args.resume.empty()) {
+    throw ConfigError(args.resume.empty() ? "give the job file (dlrun submit job.toml), or --resume JOB"
+                                          : "--resume JOB queues that job again from its own job file: give no other");
+  }
   launcher::JobQueue queue(launcher::current_environment());
   if (args.dry_run) {
     std::cout << queue.sbatch_script(args.job_file, args.scheduler);
@@ -82,9 +87,16 @@ int run_submit(const SubmitArgs& args) {
   const sigset_t passed = launcher::passed_signal_set();
   sigorset(&stop, &stop, &passed);
   if (args.wait) ::sigprocmask(SIG_BLOCK, &stop, nullptr);
-  int64_t id = queue.submit(args.job_file, args.scheduler, args.name);
+  int64_t resumed = 0;
+  const int64_t id =
+      args.resume.empty() ? queue.submit(args.job_file, args.scheduler, args.name) : queue.resubmit(args.resume, args.name, &resumed);
   if (args.parsable) {
     std::cout << id << std::endl;
+  } else if (resumed) {
+    std::cout << fmt::format("Submitted job {}, to go on from job {}'s checkpoints in {} (dlrun status {}, dlrun logs "
+                             "{} -f)\n",
+                             id, resumed, queue.checkpoint_dir_of(*queue.store().get(id)), id, id)
+              << std::flush;
   } else {
     std::cout << "Submitted job " << id << " (dlrun status " << id << ", dlrun logs " << id << " -f)" << std::endl;
   }
@@ -120,8 +132,10 @@ Command add_submit_command(CLI::App& dlrun) {
       "slots are free.\n"
       "  dlrun submit job.toml               prints the job id\n"
       "  id=$(dlrun submit --parsable job.toml)\n"
-      "  dlrun submit --wait job.toml        for CI: wait, say how it ended, exit with the job's exit code");
-  app->add_option("JOB_FILE", args->job_file, "The job file (docs/job-toml.md)")->required();
+      "  dlrun submit --wait job.toml        for CI: wait, say how it ended, exit with the job's exit code\n"
+      "  dlrun submit --resume 12            queue ended job 12 again: its job file, environment and name, from its "
+      "checkpoints");
+  CLI::Option* job_file = app->add_option("JOB_FILE", args->job_file, "The job file (docs/job-toml.md)");
   CLI::Option* parsable =
       app->add_flag("--parsable", args->parsable, "Print only the job id (with --wait, the end report goes to stderr)");
   CLI::Option* wait = app->add_flag(
@@ -147,11 +161,20 @@ Command add_submit_command(CLI::App& dlrun) {
                   "The job's name, instead of the file's (one job file, a name per CI run: dlrun wait, logs and "
                   "cancel take it)")
       ->type_name("NAME");
-  app->add_option("--scheduler", args->scheduler, "Override [scheduler] kind: local, ssh or slurm")
+  CLI::Option* scheduler = app->add_option("--scheduler", args->scheduler, "Override [scheduler] kind: local, ssh or slurm")
       ->check(CLI::IsMember({"local", "ssh", "slurm"}));
-  app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it (nothing to wait for)")
-      ->excludes(wait)
-      ->excludes(parsable);
+  CLI::Option* dry_run =
+      app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it (nothing to wait for)")
+          ->excludes(wait)
+          ->excludes(parsable);
+  app->add_option("--resume", args->resume,
+                  "Queue an ended job again, as a new job: the job file (as submitted: the file may be gone), "
+                  "environment and name it was submitted with; its ranks get that job's checkpoint directory, so they "
+                  "go on from its last checkpoint (a job cancelled, failed or lost; a failed job of a sweep)")
+      ->type_name("JOB")
+      ->excludes(job_file)
+      ->excludes(scheduler)
+      ->excludes(dry_run);
   app->footer(
       "Exit codes with --wait: 0 the job succeeded; else the job's exit code: the failing rank's own code "
       "(128+N when it was killed by signal N), 143 when it was cancelled (137 when it had to be killed: "

@@ -178,7 +178,9 @@ ResumeTarget find_resume_target(const Environment& env, const std::string& text,
             ? "dlrun submit"
             : fmt::format("dlrun {}", verb_of(job->submitted.origin)),
         verb_of(origin),
-        job->submitted.origin == JobOrigin::submit ? " (submit its job file again)" : ""));
+        job->submitted.origin == JobOrigin::submit
+            ? fmt::format(" (dlrun submit --resume {} queues it again, from its checkpoints)", job->id)
+            : ""));
   }
   if (!is_terminal(job->state)) {
     throw ConfigError(

@@ -298,7 +298,7 @@ JobSpec JobQueue::read_job_file(const std::string& job_file, const std::string& 
 SbatchInput JobQueue::sbatch_input(const JobSpec& spec, const std::string& id) const {
   std::string run = fmt::format("{}/jobs/{}", m_home, id);
   std::string logs = spec.log_dir.empty() ? run : fmt::format("{}/{}", spec.log_dir, id);
-  return {self_executable(), id, run, logs, checkpoint_dir_of(spec, id, run)};
+  return {self_executable(), id, run, logs, launcher::checkpoint_dir_of(spec, id, run)};
 }
 
 std::string JobQueue::log_dir(int64_t id, const JobSpec& spec) const {
@@ -314,6 +314,54 @@ std::string JobQueue::log_dir(const JobRecord& job) const {
   }
 }
 
+std::string JobQueue::checkpoint_dir_of(const JobRecord& job) {
+  const Environment env = decode_environment(job.submitted.environment);
+  if (auto it = env.find(env::k_resumed_checkpoint_dir); it != env.end() && !it->second.empty()) return it->second;
+  return launcher::checkpoint_dir_of(submitted_spec(job), std::to_string(job.id),
+                                     job.run_dir.empty() ? run_dir(job.id) : job.run_dir);
+}
+
+int64_t JobQueue::resubmit(const std::string& job_ref, const std::string& name, int64_t* resumed) {
+  if (!name.empty()) check_job_name(name);
+  // A job whose supervisor died reads RUNNING until a sweep: put right first.
+  sweep(false);
+  const JobRef ref = parse_job_ref(job_ref);
+  const int64_t old_id = job_number(m_store, ref, "resume", NamedJob::newest);
+  const auto old = m_store.get(old_id);
+  if (!old) throw ConfigError(fmt::format("--resume {}: no such job", job_ref));
+  check_owner(*old, "resume");
+  if (old->submitted.origin != JobOrigin::submit) {
+    throw ConfigError(fmt::format("--resume {}: job {} was started by dlrun {}, not dlrun submit (dlrun {} --resume {})",
+                                  job_ref, old_id, to_string(old->submitted.origin),
+                                  to_string(old->submitted.origin), old_id));
+  }
+  if (!is_terminal(old->state)) {
+    throw ConfigError(fmt::format("--resume {}: job {} is {}: it has not ended (dlrun cancel {} stops it)", job_ref,
+                                  old_id, to_string(old->state), old_id));
+  }
+  if (old->submitted.slurm) {
+    throw ConfigError(fmt::format("--resume {}: job {} ran on Slurm: submit its job file again (its checkpoint_dir "
+                                  "is where its ranks saved)",
+                                  job_ref, old_id));
+  }
+  const std::string checkpoints = checkpoint_dir_of(*old);
+  std::error_code ec;
+  if (!fs::is_directory(checkpoints, ec)) {
+    log::warn("job {} left no checkpoint directory ({}): job {} starts from the beginning", old_id, checkpoints,
+              "the new one");
+  }
+  NewJob job = old->submitted;
+  if (!name.empty()) job.name = name;
+  Environment stored = decode_environment(job.environment);
+  stored[env::k_resumed_checkpoint_dir] = checkpoints;
+  job.environment = encode_environment(stored);
+  if (auto why = never_fits(job.request, capacity()); !why.empty()) {
+    throw ConfigError(fmt::format("--resume {}: job '{}' can never run here: it {}", job_ref, job.name, why));
+  }
+  if (resumed) *resumed = old_id;
+  return start_supervised(job);
+}
+
 void JobQueue::warn_of_shared_checkpoint_dir(const JobSpec& spec) {
   if (spec.checkpoint_dir.empty() || spec.checkpoint_dir.find("{job_id}") != std::string::npos) return;
   try {
@@ -323,8 +371,7 @@ void JobQueue::warn_of_shared_checkpoint_dir(const JobSpec& spec) {
       if (!job) continue;
       std::string theirs;
       try {
-        theirs = checkpoint_dir_of(submitted_spec(*job), std::to_string(job->id),
-                                   job->run_dir.empty() ? run_dir(job->id) : job->run_dir);
+        theirs = checkpoint_dir_of(*job);
       } catch (const Error&) {
         continue;  // a job file this dlrun does not read: its own supervisor says so
       }

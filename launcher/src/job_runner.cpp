@@ -256,10 +256,14 @@ int run_submitted_job(int64_t id, const Environment& env) {
     if (!log_dir_problem.empty()) throw ConfigError(log_dir_problem);
     if (!parsed) throw ConfigError(parse_error);
     const JobSpec& spec = *parsed;
-    const std::string checkpoint_dir = checkpoint_dir_of(spec, std::to_string(id), run_dir);
-    if (!spec.checkpoint_dir.empty()) check_own_directory(checkpoint_dir, "checkpoint_dir");
     Environment base = decode_environment(record->submitted.environment);
     base.erase(env::k_umask);  // this process's own: the ranks get it as their umask
+    // A job queued by dlrun submit --resume goes on in the checkpoints of the job it resumes.
+    const auto resumed = base.find(env::k_resumed_checkpoint_dir);
+    const std::string checkpoint_dir =
+        resumed != base.end() ? resumed->second : checkpoint_dir_of(spec, std::to_string(id), run_dir);
+    if (resumed != base.end()) base.erase(resumed);
+    if (!spec.checkpoint_dir.empty()) check_own_directory(checkpoint_dir, "checkpoint_dir");
     for (const auto& [key, value] : spec.env) base[key] = value;
     base[env::k_checkpoint_dir] = checkpoint_dir;
     if (spec.gpus) base.erase(env::k_cuda_visible_devices);  // the scheduler's GPU numbers are physical

@@ -845,6 +845,44 @@ class Scheduling(JobsTestCase):
         b = self.wait_state(second, ("SUCCEEDED",))
         self.assertGreaterEqual(b["started_at"], a["ended_at"])
 
+    def test_submit_resume_queues_an_ended_job_again_from_its_checkpoints(self):
+        # A submitted job that failed (or was cancelled, or lost) could not be resumed: --resume
+        # was dlrun local's, and submitting its file again started at step 0 in a new run
+        # directory's checkpoints (or failed: a sweep's generated file was gone).
+        once = os.path.join(self.tmp, "once")
+        counter = self.script("count.sh", f"""f="$DLRUN_CHECKPOINT_DIR/n"; mkdir -p "$DLRUN_CHECKPOINT_DIR"
+n=$(cat "$f" 2>/dev/null || echo 0); echo "start $n"
+while [ "$n" -lt 6 ]; do n=$((n + 1)); echo $n > "$f"
+  if [ $n = 3 ] && [ ! -e {once} ]; then touch {once}; exit 4; fi; done
+echo "done $n $VIA_ENV"
+""")
+        path = self.job_file(f'name = "counter"\ncommand = ["{counter}"]\n[env]\nVIA_ENV = "kept"\n[resources]\nnproc = 1\n',
+                             "gone.toml")
+        first = int(self.dlrun("submit", "--parsable", path).stdout)
+        self.assertEqual(self.wait_state(first, ("SUCCEEDED", "FAILED"))["exit_code"], 4)
+        os.remove(os.path.join(self.tmp, "gone.toml"))
+        r = self.dlrun("submit", "--wait", "--resume", str(first))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        checkpoints = os.path.join(self.home, "jobs", str(first), "checkpoints")
+        self.assertRegex(r.stdout, rf"^Submitted job (\d+), to go on from job {first}'s checkpoints in {re.escape(checkpoints)} ")
+        second = int(re.match(r"Submitted job (\d+)", r.stdout).group(1))
+        self.assertEqual(self.dlrun("logs", str(second), "--rank", "0").stdout, "start 3\ndone 6 kept\n")
+        self.assertEqual(self.status(second)["name"], "counter")
+        # A resumed job resumed again goes on in the same checkpoints; a name may be given.
+        r = self.dlrun("submit", "--wait", "--parsable", "--name", "again", "--resume", str(second))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.dlrun("logs", "again", "--rank", "0").stdout, "start 6\ndone 6 kept\n")
+        # What cannot be resumed says why; dlrun local --resume of a submitted job points here.
+        gate = os.path.join(self.tmp, "gate")
+        running = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')
+        r = self.dlrun("submit", "--resume", str(running))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"it has not ended (dlrun cancel {running} stops it)", r.stderr)
+        open(gate, "w").close()
+        r = self.dlrun("local", "--resume", str(first))
+        self.assertIn(f"dlrun submit --resume {first} queues it again", r.stderr)
+        self.assertEqual(self.dlrun("submit").returncode, 2)
+
     def test_a_job_file_from_a_pipe_runs_where_it_was_submitted(self):
         # <(…) is /dev/fd/63: the job ran in /proc/PID/fd, and a relative program was looked
         # for in /dev/fd.

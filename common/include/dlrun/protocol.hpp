@@ -72,6 +72,9 @@ inline constexpr const char* k_home = "DLRUN_HOME";              // state, logs,
 // The submitter's umask (octal), stored with a submitted job: its supervisor gives it to the
 // ranks, as dlrun's own files are kept private (private_files.hpp).
 inline constexpr const char* k_umask = "DLRUN_UMASK";
+// Stored with a job queued by `dlrun submit --resume OLD`: the checkpoint directory of OLD, which
+// the job's ranks get as DLRUN_CHECKPOINT_DIR (this variable itself never reaches them).
+inline constexpr const char* k_resumed_checkpoint_dir = "DLRUN_RESUMED_CHECKPOINT_DIR";
 inline constexpr const char* k_fake_gpus = "DLRUN_FAKE_GPUS";    // tests: pretend N GPUs
 inline constexpr const char* k_log_level = "DLRUN_LOG_LEVEL";    // debug|info|warn|error
 inline constexpr const char* k_no_color = "NO_COLOR";            // https://no-color.org

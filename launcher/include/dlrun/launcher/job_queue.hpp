@@ -62,6 +62,13 @@ class JobQueue {
   // sbatch). `kind` overrides [scheduler] kind. Returns the job id.
   // `name` overrides the file's (dlrun submit --name: one file, a name per CI run).
   int64_t submit(const std::string& job_file, const std::string& kind = {}, const std::string& name = {});
+  // dlrun submit --resume JOB: queues an ended submitted job again as a new job, from the job
+  // file, environment and name it was submitted with (the file itself may be gone), whose ranks
+  // get the ended job's checkpoint directory: it goes on from its last checkpoint. `name`
+  // overrides its name. Returns the new job's id, and the ended job's in *resumed.
+  int64_t resubmit(const std::string& job_ref, const std::string& name, int64_t* resumed = nullptr);
+  // Where a submitted job's ranks keep their checkpoints (DLRUN_CHECKPOINT_DIR).
+  std::string checkpoint_dir_of(const JobRecord& job);
   // The sbatch script a Slurm job file would be submitted with (dlrun submit --dry-run).
   std::string sbatch_script(const std::string& job_file, const std::string& kind = {});
 
