@@ -197,7 +197,12 @@ void Supervisor::check_watchdog() {
         "every step; any other program must, or the watchdog stops it (docs/elastic.md)",
         env::k_progress_file);
   } else if (whole_group) {
-    reason += " (each rank's log says where it stopped)";
+    // (It said "each rank's log says where it stopped": a hung rank writes nothing.)
+    reason += fmt::format(
+        " (they wait for one another: one rank stuck in its own work or I/O holds the others in their next "
+        "collective; an evaluation between steps longer than {:g} s looks the same. Checkpoint saves count as "
+        "progress; py-spy dump --pid PID shows where a Python rank stands)",
+        limit);
   }
   log::error("{}", reason);
   m_failure = Failure{whole_group ? SIZE_MAX : idle_members.front(), ExitStatus::killed(SIGKILL), reason, {}, {}};

@@ -22,6 +22,7 @@
 
 #include "checkpoint_manifest.hpp"
 #include "directory_lock.hpp"
+#include "progress_beat.hpp"
 #include "context_state.hpp"
 #include "error_text.hpp"
 #include "remove_tree.hpp"
@@ -411,6 +412,7 @@ fs::path Checkpoint::save(int64_t step, const std::map<std::string, double>& val
   if (step < 0) throw ConfigError(fmt::format("Checkpoint::save: the step must be 0 or more, not {}", step));
   if (m_impl->context.state().agreed_stop) m_impl->context.state().saved_after_stop = true;
   for (const auto& [key, value] : values) check_name(key, "Checkpoint::save (a value's name)");
+  const runtime::ProgressBeat beat(m_impl->context.state().progress_file);  // a slow disk is no hang
   const fs::path final_dir = m_impl->dir / dir_name(step);
   std::string failure;
   if (m_impl->context.is_main()) {
@@ -626,6 +628,7 @@ CheckpointInfo Checkpoint::Impl::load(const fs::path& path) const {
 
 std::optional<CheckpointInfo> Checkpoint::restore() {
   m_impl->restore_called = true;
+  const runtime::ProgressBeat beat(m_impl->context.state().progress_file);
   int64_t chosen = -1;
   std::string failure;
   if (m_impl->context.is_main()) {
