@@ -29,6 +29,7 @@ struct SubmitArgs {
   bool parsable = false;
   bool wait = false;
   bool dry_run = false;
+  bool check = false;
   bool detach_on_interrupt = false;
   int tail = 20;
   std::string scheduler;
@@ -76,6 +77,11 @@ int run_submit(const SubmitArgs& args) {
                                           : "--resume JOB queues that job again from its own job file: give no other");
   }
   launcher::JobQueue queue(launcher::current_environment());
+  if (args.check) {
+    queue.submit(args.job_file, args.scheduler, args.name, true);
+    std::cout << args.job_file << ": fine (--check: nothing was submitted)" << std::endl;
+    return 0;
+  }
   if (args.dry_run) {
     std::cout << queue.sbatch_script(args.job_file, args.scheduler);
     return 0;
@@ -167,6 +173,13 @@ Command add_submit_command(CLI::App& dlrun) {
       app->add_flag("--dry-run", args->dry_run, "Slurm: print the sbatch script instead of submitting it (nothing to wait for)")
           ->excludes(wait)
           ->excludes(parsable);
+  CLI::Option* check = app->add_flag("--check", args->check,
+                "Check the job file as a submit does (the file, config.toml, the program, the resources it asks for) "
+                "and submit nothing: exit 0 when it would be taken, 2 with what is wrong (a sweep's files checked "
+                "before any is submitted)")
+      ->excludes(wait)
+      ->excludes(parsable)
+      ->excludes(dry_run);
   app->add_option("--resume", args->resume,
                   "Queue an ended job again, as a new job: the job file (as submitted: the file may be gone), "
                   "environment and name it was submitted with; its ranks get that job's checkpoint directory, so they "
@@ -174,7 +187,8 @@ Command add_submit_command(CLI::App& dlrun) {
       ->type_name("JOB")
       ->excludes(job_file)
       ->excludes(scheduler)
-      ->excludes(dry_run);
+      ->excludes(dry_run)
+      ->excludes(check);
   app->footer(
       "Exit codes with --wait: 0 the job succeeded; else the job's exit code: the failing rank's own code "
       "(128+N when it was killed by signal N), 143 when it was cancelled (137 when it had to be killed: "

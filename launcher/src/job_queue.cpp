@@ -407,7 +407,8 @@ std::string JobQueue::sbatch_script(const std::string& job_file, const std::stri
   return render_sbatch_script(spec, sbatch_input(spec, "ID"));
 }
 
-int64_t JobQueue::submit(const std::string& job_file, const std::string& kind, const std::string& name) {
+int64_t JobQueue::submit(const std::string& job_file, const std::string& kind, const std::string& name,
+                         bool check_only) {
   if (!name.empty()) check_job_name(name);
   std::string text;
   JobSpec spec = read_job_file(job_file, kind, text);
@@ -444,6 +445,7 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind, c
     throw ConfigError(fmt::format("{}: job '{}' can never run here: it {}", job_file, spec.name, why));
   }
   warn_of_shared_checkpoint_dir(spec);
+  if (check_only) return 0;
   if (!job.slurm) return start_supervised(job);  // the supervisor records it
   int64_t id = m_store.submit(job);
   submit_to_slurm(id, spec);

@@ -845,6 +845,18 @@ class Scheduling(JobsTestCase):
         b = self.wait_state(second, ("SUCCEEDED",))
         self.assertGreaterEqual(b["started_at"], a["ended_at"])
 
+    def test_check_says_whether_a_job_file_would_be_taken_and_submits_nothing(self):
+        # A sweep of 40 files could only be checked by submitting them: one bad file among them
+        # left the sweep half submitted.
+        good = self.job_file('command = ["true"]\n[resources]\nnproc = 1\n', "good.toml")
+        bad = self.job_file('comand = ["true"]\n[resources]\nnproc = 1\n', "bad.toml")
+        r = self.dlrun("submit", "--check", good)
+        self.assertEqual((r.returncode, r.stdout), (0, f"{good}: fine (--check: nothing was submitted)\n"), r.stderr)
+        r = self.dlrun("submit", "--check", bad)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("unknown key 'comand' (did you mean 'command'?)", r.stderr)
+        self.assertEqual(self.all_jobs(), [])
+
     def test_submit_resume_queues_an_ended_job_again_from_its_checkpoints(self):
         # A submitted job that failed (or was cancelled, or lost) could not be resumed: --resume
         # was dlrun local's, and submitting its file again started at step 0 in a new run

@@ -61,7 +61,9 @@ class JobQueue {
   // could ever run here, records it and starts its supervisor (or hands it to Slurm with
   // sbatch). `kind` overrides [scheduler] kind. Returns the job id.
   // `name` overrides the file's (dlrun submit --name: one file, a name per CI run).
-  int64_t submit(const std::string& job_file, const std::string& kind = {}, const std::string& name = {});
+  // `check_only`: every check, nothing submitted; returns 0 (dlrun submit --check).
+  int64_t submit(const std::string& job_file, const std::string& kind = {}, const std::string& name = {},
+                 bool check_only = false);
   // dlrun submit --resume JOB: queues an ended submitted job again as a new job, from the job
   // file, environment and name it was submitted with (the file itself may be gone), whose ranks
   // get the ended job's checkpoint directory: it goes on from its last checkpoint. `name`
