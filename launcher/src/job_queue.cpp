@@ -662,6 +662,23 @@ std::optional<double> last_alive_mark(const std::string& dir) {
   if (::lstat((dir + "/job.json").c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
 }
+
+// A lost job's end: the latest of its supervisor's mark and its logs' last writes (a job that
+// died 7 s in, between two marks, read "FAILED after 0:00").
+std::optional<double> last_sign_of_life(const std::string& dir) {
+  std::optional<double> last = last_alive_mark(dir);
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool log = name == "output.log" || (name.rfind("rank-", 0) == 0 && name.size() > 9 &&
+                                             name.compare(name.size() - 4, 4, ".log") == 0);
+    struct stat st;
+    if (!log || ::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const double at = static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
+    if (!last || at > *last) last = at;
+  }
+  return last;
+}
 }  // namespace
 
 int JobQueue::sweep(bool ask_slurm) {
@@ -678,12 +695,9 @@ int JobQueue::sweep(bool ask_slurm) {
       for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       const auto state = parse_job_state(upper);
       if (!state || !is_terminal(*state)) return std::nullopt;
-      std::optional<double> at;
-      struct stat info {};
-      if (::stat((fs::path(job.run_dir) / "job.json").c_str(), &info) == 0) {
-        at = static_cast<double>(info.st_mtim.tv_sec) + static_cast<double>(info.st_mtim.tv_nsec) * 1e-9;
-      }
-      return JobStore::RecordedEnd{*state, *record->exit_code, record->reason, record->failed_rank, at};
+      // job.json was last written at the end.
+      return JobStore::RecordedEnd{*state, *record->exit_code, record->reason, record->failed_rank,
+                                   last_alive_mark(job.run_dir)};
     });
   } catch (const StoreUnavailable& e) {
     // Putting the store right waits for a later command; this one goes on with what it reads
@@ -704,7 +718,7 @@ int JobQueue::sweep(bool ask_slurm) {
     if (auto metrics = read_job_metrics(dir); !metrics.empty()) m_store.set_final_metrics(id, metrics);
     // Its end is within 10 s of its supervisor's last sign of life: the sweep that noticed may
     // come hours later (after a reboot), and its elapsed time read so.
-    if (auto last = last_alive_mark(dir)) m_store.set_lost_end(id, *last);
+    if (auto last = last_sign_of_life(dir)) m_store.set_lost_end(id, *last);
   }
   for (int64_t id : orphans.pending_without_supervisor) {
     auto job = m_store.get(id);

@@ -454,6 +454,31 @@ class WaitReport(JobsTestCase):
         self.assertRegex(r.stdout.splitlines()[1], rf"^Job {job_id} \(hello\) SUCCEEDED in \d+:\d\d \(2 ranks\)$")
         self.assertEqual(len(r.stdout.splitlines()), 2)
 
+    def test_a_lost_job_ends_at_its_last_output_not_its_last_mark(self):
+        # Its supervisor marks job.json every 10 s: a job that died between two marks read
+        # "FAILED after 0:00" though it had written output seconds later.
+        gate = os.path.join(self.tmp, "gate")
+        job_id = self.submit(f'command = ["sh", "-c", "echo early; while [ ! -e {gate} ]; do sleep 0.05; done; '
+                             'echo late; exec sleep 300"]\n[resources]\nnproc = 1\n')
+        output = os.path.join(self.home, "jobs", str(job_id), "output.log")
+
+        def logged(word):
+            try:
+                with open(output) as f:
+                    return word in f.read()
+            except FileNotFoundError:
+                return False
+
+        self.assertTrue(wait_for(lambda: logged("early"), 30))
+        time.sleep(2.5)
+        open(gate, "w").close()
+        self.assertTrue(wait_for(lambda: logged("late"), 30))
+        os.kill(supervisor_pid(job_id, self.home), signal.SIGKILL)
+        job = self.wait_state(job_id, ("FAILED",))
+        started = calendar.timegm(time.strptime(job["started_at"][:19], "%Y-%m-%dT%H:%M:%S"))
+        ended = calendar.timegm(time.strptime(job["ended_at"][:19], "%Y-%m-%dT%H:%M:%S"))
+        self.assertGreaterEqual(ended - started, 2, job)
+
     def test_a_lost_job_shows_the_end_of_its_output(self):
         p = self.start("submit", "--wait", self.job_file('command = ["sh", "-c", "echo hello from $RANK; '
                                                          'exec sleep 300"]\n[resources]\nnproc = 1\n'))
