@@ -140,6 +140,7 @@ PlanOptions options_for(const JobSpec& spec, const Allocation& allocation, const
   options.grace_seconds = spec.grace;
   options.max_restarts = spec.max_restarts;
   options.watchdog_seconds = spec.watchdog;
+  options.time_limit_seconds = spec.time_limit;
   options.run_dir = run_dir;
   options.log_dir = log_dir;
   options.color = ColorMode::never;
@@ -157,6 +158,7 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   cluster.plan.grace_seconds = spec.grace;
   cluster.plan.max_restarts = spec.max_restarts;
   cluster.plan.watchdog_seconds = spec.watchdog;
+  cluster.plan.time_limit_seconds = spec.time_limit;
   cluster.plan.run_dir = run_dir;
   cluster.plan.log_dir = log_dir;
   cluster.job_id = std::to_string(id);

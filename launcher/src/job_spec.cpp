@@ -449,8 +449,9 @@ void parse_env(Checker& check, const toml::node* node, JobSpec& spec, bool store
 const std::vector<std::pair<std::string, std::vector<std::string>>> k_kind_keys = {
     {"local", {"policy"}},
     {"ssh", {"hosts", "hostfile", "gpu", "ssh_config", "remote_dlrun", "connect_timeout", "join_timeout"}},
-    {"slurm", {"partition", "nodes", "ranks_per_node", "gpus_per_node", "time_limit", "account", "sbatch_options"}},
+    {"slurm", {"partition", "nodes", "ranks_per_node", "gpus_per_node", "account", "sbatch_options"}},
 };
+// (time_limit is every kind's: sbatch --time for Slurm, the supervisor's own limit for the others.)
 
 void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
   if (const toml::node* list = table.get("hosts"); list && list->is_array()) {
@@ -483,6 +484,34 @@ void parse_ssh_keys(Checker& check, const toml::table& table, JobSpec& spec) {
 
 // Whether sbatch --time takes `text`: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
 // DAYS-HOURS, DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS, or UNLIMITED / INFINITE.
+bool slurm_time_limit(std::string_view text);
+
+// Its seconds (0 for UNLIMITED); nullopt when it is not such a time.
+std::optional<double> slurm_time_seconds(std::string_view text) {
+  if (!slurm_time_limit(text)) return std::nullopt;
+  std::string upper(text);
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (upper == "UNLIMITED" || upper == "INFINITE") return 0.0;
+  std::optional<double> days;
+  if (const auto dash = text.find('-'); dash != std::string_view::npos) {
+    days = std::stod(std::string(text.substr(0, dash)));
+    text.remove_prefix(dash + 1);
+  }
+  std::vector<double> p;
+  for (size_t start = 0;;) {
+    const size_t colon = text.find(':', start);
+    p.push_back(std::stod(std::string(text.substr(start, colon == std::string_view::npos ? std::string_view::npos
+                                                                                         : colon - start))));
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  p.resize(3, 0.0);
+  if (days) return ((*days * 24 + p[0]) * 60 + p[1]) * 60 + p[2];  // DAYS-HOURS[:MINUTES[:SECONDS]]
+  const size_t given = static_cast<size_t>(std::count(text.begin(), text.end(), ':')) + 1;
+  if (given == 3) return (p[0] * 60 + p[1]) * 60 + p[2];  // HOURS:MINUTES:SECONDS
+  return p[0] * 60 + p[1];                                // MINUTES[:SECONDS]
+}
+
 bool slurm_time_limit(std::string_view text) {
   std::string upper(text);
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
@@ -508,9 +537,17 @@ bool slurm_time_limit(std::string_view text) {
 void parse_slurm_keys(Checker& check, const toml::table& table, JobSpec& spec) {
   SlurmSpec& slurm = spec.slurm;
   if (auto v = check.string(table.get("partition"), "partition", k_max_name_bytes)) slurm.partition = *v;
-  if (auto v = check.string(table.get("time_limit"), "time_limit", k_max_name_bytes)) {
-    if (slurm_time_limit(*v)) {
+  // A number is minutes, as sbatch --time takes it (time_limit = 90).
+  std::optional<std::string> limit;
+  if (const toml::node* node = table.get("time_limit"); node && node->is_integer() && *node->value<int64_t>() >= 0) {
+    limit = std::to_string(*node->value<int64_t>());
+  } else {
+    limit = check.string(table.get("time_limit"), "time_limit", k_max_name_bytes);
+  }
+  if (auto v = limit) {
+    if (const auto seconds = slurm_time_seconds(*v)) {
       slurm.time_limit = *v;
+      spec.time_limit = *seconds;
     } else {
       // sbatch refused it with exit 69, which reads as "Slurm is down, try again".
       check.error(table.get("time_limit")->source(),

@@ -81,6 +81,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
       m_waiting_timer(m_io),
       m_remnant_timer(m_io),
       m_alive_timer(m_io),
+      m_time_limit_timer(m_io),
       m_held_gpu_ids(job.gpu_ids) {
   if (!hangup_ignored()) m_stop_signals.add(SIGHUP);  // under nohup, ignored as nohup asks
   m_terminal.set_live(Stream::out, live_terminal(STDOUT_FILENO, m_job.base_env));
@@ -159,6 +160,7 @@ void Supervisor::begin() {
   ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   record("running", std::nullopt);
   keep_alive_mark();
+  arm_time_limit();
   if (!m_job.options.quiet && m_job.global_world_size == 0) {  // agents: the launcher said it
     // The program as the user named it: train.py, not the python3 that runs it; python3 -m pkg.
     const auto& command = m_job.options.command.empty() ? m_job.program.argv : m_job.options.command;
@@ -800,6 +802,22 @@ void Supervisor::record(const std::string& state, std::optional<int> code) {
   }
 }
 
+// A time limit is the job's whole run, restarts and resizes included (as Slurm's), from its
+// first start: when it passes, the job stops as a cancel does (SIGTERM, the grace period, then
+// SIGKILL), so a program on the runtime saves its checkpoint; its record says why.
+void Supervisor::arm_time_limit() {
+  const double limit = m_job.options.time_limit_seconds;
+  if (limit <= 0) return;
+  m_time_limit_timer.expires_after(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(limit)));
+  m_time_limit_timer.async_wait([this, limit](const boost::system::error_code& ec) {
+    if (ec || m_phase == Phase::done || m_stop_signal) return;
+    m_cancelled_by = fmt::format("its time_limit ({:g} s)", limit);
+    log::warn("the job has run for its time_limit ({:g} s): stopping it", limit);
+    handle_stop_signal(SIGTERM);
+  });
+}
+
 // Every 10 s while the job runs, job.json's time is set to now: a supervisor killed outright
 // (SIGKILL, a reboot) leaves the job's end there, give or take 10 s, which the sweep that finds
 // it lost records (it took its own time: hours later after a reboot).
@@ -847,6 +865,7 @@ void Supervisor::finish(int code) {
   }
   m_phase = Phase::done;
   m_alive_timer.cancel();
+  m_time_limit_timer.cancel();
   drop_held_signals("the job ended first");
   record(code == 0 ? "succeeded" : (m_stop_signal ? "cancelled" : "failed"), code);
   if (m_job.on_end) m_job.on_end({code, m_stop_signal, m_summary, m_failed_rank});

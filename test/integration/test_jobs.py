@@ -870,6 +870,18 @@ class Scheduling(JobsTestCase):
         b = self.wait_state(second, ("SUCCEEDED",))
         self.assertGreaterEqual(b["started_at"], a["ended_at"])
 
+    def test_a_local_job_is_stopped_at_its_time_limit_as_a_cancel(self):
+        # time_limit was Slurm's alone ("'time_limit' is for kind = slurm"); a sweep's run that
+        # hangs or diverges ran for good, and submit --wait --timeout counts time in the queue.
+        saved = os.path.join(self.tmp, "saved")
+        job_id = self.submit(f'command = ["sh", "-c", "trap \'echo saved > {saved}; exit 0\' TERM; '
+                             'while true; do sleep 0.05; done"]\n[resources]\nnproc = 1\n'
+                             '[scheduler]\ntime_limit = "0:02"\n')
+        job = self.wait_state(job_id, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=120)
+        self.assertEqual((job["state"], job["reason"]), ("CANCELLED", "by its time_limit (2 s)"), job)
+        self.assertTrue(os.path.exists(saved), "the ranks did not get SIGTERM first")
+        self.assertIn("has run for its time_limit (2 s): stopping it", self.dlrun("logs", str(job_id)).stdout)
+
     def test_check_says_whether_a_job_file_would_be_taken_and_submits_nothing(self):
         # A sweep of 40 files could only be checked by submitting them: one bad file among them
         # left the sweep half submitted.

@@ -277,6 +277,17 @@ sbatch_options = ["--qos=high", "--exclusive"]
     for (const char* bad : {"forever", "", "1:2:3:4", "1h", "-5", "2-", "1::2", "2-1-1"}) {
       CHECK_MESSAGE(error_of(slurm + "\"" + bad + "\"\n").find("is not a time Slurm takes") != std::string::npos, bad);
     }
+    // Every kind's, in seconds (local and ssh jobs are stopped by their supervisor); a number
+    // is minutes, as sbatch takes it.
+    const std::string local = "command = [\"x\"]\n[resources]\nnproc = 1\n[scheduler]\ntime_limit = ";
+    const std::vector<std::pair<std::string, double>> seconds = {
+        {"\"90\"", 5400},      {"90", 5400},           {"\"1:30\"", 90},      {"\"01:00:00\"", 3600},
+        {"\"2-0\"", 172800},   {"\"1-2:03\"", 93780}, {"\"1-2:03:04\"", 93784}, {"\"UNLIMITED\"", 0}};
+    for (const auto& [text, expected] : seconds) {
+      CHECK_MESSAGE(parse(local + text + "\n").time_limit == expected, text);
+    }
+    CHECK(parse(slurm + "90\n").slurm.time_limit == "90");
+    CHECK(error_of(local + "-3\n").find("'time_limit' must be a string") != std::string::npos);
   }
   TEST_CASE("TOML syntax errors carry the position") {
     std::string e = error_of("command = [\"x\"\n");

@@ -25,7 +25,7 @@ void make_old(const std::string& file) {
 }  // namespace
 
 TEST_SUITE("runtime::ProgressBeat") {
-  TEST_CASE("while it lives the watchdog's progress file is touched again and again; after, no more") {
+  TEST_CASE("while it lives the watchdog's progress file is touched again and again, and after it no more") {
     const std::string file = (fs::temp_directory_path() / ("dlrun-beat-" + std::to_string(::getpid()))).string();
     {
       const dlrun::runtime::ProgressBeat beat(file);

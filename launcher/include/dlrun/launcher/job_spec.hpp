@@ -57,6 +57,7 @@ struct JobSpec {
   int max_restarts = 0;
   double grace = 30;
   double watchdog = 0;         // seconds without progress before a rank counts as hung; 0 = off
+  double time_limit = 0;       // [scheduler] time_limit in seconds (0: none); Slurm gets its text
   std::string checkpoint_dir;  // absolute or empty (default: RUN_DIR/checkpoints); may hold {job_id}
   std::string log_dir;         // absolute or empty (default: RUN_DIR)
   std::string scheduler = "local";

@@ -58,6 +58,7 @@ struct PlanOptions {
   bool quiet = false;               // no informational lines from dlrun itself
   bool check_master_port = true;    // false when MASTER_PORT is on another host (agents)
   double watchdog_seconds = 0;      // > 0: a rank without progress that long counts as failed
+  double time_limit_seconds = 0;    // > 0: the job is stopped (as a cancel) after running that long
   std::vector<std::string> command; // program and its arguments
   SettingsSource source = SettingsSource::command_line;
 };

@@ -172,6 +172,8 @@ class Supervisor {
   boost::asio::steady_timer m_remnant_timer;  // while what ended ranks started still runs
   boost::asio::steady_timer m_alive_timer;    // touches job.json: when a lost job ended, give or take
   void keep_alive_mark();
+  boost::asio::steady_timer m_time_limit_timer;  // job.toml's time_limit: stops the job as a cancel
+  void arm_time_limit();
   bool m_waiting_watched = false;  // m_waiting_timer is armed
   bool m_said_waiting = false;     // this attempt's ranks were said to wait
   std::vector<std::optional<double>> m_waiting_cpu;  // each member's CPU seconds when it was armed
