@@ -13,6 +13,7 @@ and they exit with 75; start it again, with any --nproc, and it continues at the
 or $FASHION_MNIST_DIR). The options --trace-dir and --step-gate are for dlrun's tests (the
 same as examples/fashion_mnist's)."""
 import argparse
+import json
 import os
 import sys
 import time
@@ -220,6 +221,10 @@ def main():
 def print_accuracy(main_rank, value):
     if main_rank:
         print(f"test_accuracy={value:.4f}", flush=True)
+        # What dlrun keeps with the job's record (dlrun status --json's "result").
+        if "DLRUN_RESULT_FILE" in os.environ:
+            with open(os.environ["DLRUN_RESULT_FILE"], "w") as f:
+                json.dump({"test_accuracy": round(value, 4)}, f)
 
 
 if __name__ == "__main__":

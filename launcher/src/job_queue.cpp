@@ -35,6 +35,7 @@
 #include "dlrun/launcher/foreground_job.hpp"
 #include "dlrun/launcher/run_dir.hpp"
 #include "dlrun/launcher/run_record.hpp"
+#include "dlrun/launcher/job_result.hpp"
 #include "dlrun/launcher/queue_settings.hpp"
 #include "dlrun/launcher/run_retention.hpp"
 #include "dlrun/launcher/scheduler_settings.hpp"
@@ -312,6 +313,10 @@ std::string JobQueue::log_dir(const JobRecord& job) const {
   } catch (const ConfigError&) {
     return run_dir(job.id);
   }
+}
+
+void JobQueue::keep_result(int64_t id, const std::string& run_dir) {
+  if (auto result = read_job_result(run_dir)) m_store.set_result(id, *result);
 }
 
 std::string JobQueue::checkpoint_dir_of(const JobRecord& job) {
@@ -710,12 +715,14 @@ int JobQueue::sweep(bool ask_slurm) {
     auto job = m_store.get(id);
     const std::string dir = job && !job->run_dir.empty() ? job->run_dir : run_dir(id);
     if (auto metrics = read_job_metrics(dir); !metrics.empty()) m_store.set_final_metrics(id, metrics);
+    keep_result(id, dir);
   }
   for (int64_t id : orphans.marked_lost) {
     // What its runtime last measured, as the supervisor would have kept it.
     auto job = m_store.get(id);
     const std::string dir = job && !job->run_dir.empty() ? job->run_dir : run_dir(id);
     if (auto metrics = read_job_metrics(dir); !metrics.empty()) m_store.set_final_metrics(id, metrics);
+    keep_result(id, dir);
     // Its end is within 10 s of its supervisor's last sign of life: the sweep that noticed may
     // come hours later (after a reboot), and its elapsed time read so.
     if (auto last = last_sign_of_life(dir)) m_store.set_lost_end(id, *last);

@@ -11,6 +11,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/foreground_job.hpp"
+#include "dlrun/launcher/job_result.hpp"
 #include "dlrun/launcher/pending_reason.hpp"
 #include "dlrun/launcher/ssh.hpp"
 #include "dlrun/launcher/text.hpp"
@@ -96,6 +97,12 @@ std::string policy_text(const PolicyView* view, const JobRecord& job) {
 }
 
 // A running job's from its metrics.jsonl; an ended one's as it ended (kept in the store).
+// What the job said it achieved: kept with an ended job, read from its run directory while it runs.
+std::optional<std::string> result_of(const JobRecord& job) {
+  if (is_terminal(job.state) || job.state == JobState::pending) return job.result;
+  return read_job_result(job.run_dir);
+}
+
 MetricsSnapshot metrics_of(const JobRecord& job) {
   if (is_terminal(job.state)) return job.final_metrics;
   if (job.state == JobState::pending) return {};
@@ -205,6 +212,7 @@ std::string status_details(const JobRecord& job, double now, const QueueInsight&
       {"samples/s:", number_text(metrics.samples_per_sec)},
       {"goodput:", number_text(metrics.goodput)},
       {"noise scale:", number_text(metrics.noise_scale)},
+      {"result:", result_of(job).value_or("-")},
       {"policy:", pinned_of(job) ? fmt::format("pinned at {} by dlrun resize (dlrun resize {} auto hands "
                                                "it back to the scheduler)",
                                                counted(job.pinned, "GPU"), job.id)
@@ -237,7 +245,7 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   }
   Json out = Json::object();
   auto& fields = out.get_ref<Json::object_t&>();
-  fields.reserve(28);  // every key below: no reallocation (10,000 objects for status --all --json)
+  fields.reserve(29);  // every key below: no reallocation (10,000 objects for status --all --json)
   auto add = [&fields](const char* key, Json value) {
     fields.Json::object_t::Container::emplace_back(key, std::move(value));
   };
@@ -264,6 +272,10 @@ nlohmann::ordered_json job_object(const JobRecord& job, double now, const QueueI
   add("samples_per_sec", number_or_null(metrics.samples_per_sec));
   add("goodput", number_or_null(metrics.goodput));
   add("noise_scale", number_or_null(metrics.noise_scale));
+  {
+    const auto result = result_of(job);
+    add("result", result ? Json::parse(*result, nullptr, false) : Json());
+  }
   add("run_dir", job.run_dir);
   add("job_file", job.submitted.spec_path);
   add("origin", to_string(job.submitted.origin));

@@ -188,6 +188,7 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
   const double ended = now_seconds();
   write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
     queue.store().finish(id, state_after(code, stopped), code, reason, {std::nullopt, read_job_metrics(run_dir), ended});
+    queue.keep_result(id, run_dir);
   });
   return code;
 }
@@ -339,6 +340,7 @@ int run_submitted_job(int64_t id, const Environment& env) {
     write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
       store.finish(id, state_after(code, supervisor.stop_signal() != 0), code, supervisor.summary(),
                    {supervisor.failed_rank(), read_job_metrics(run_dir), ended});
+      queue.keep_result(id, run_dir);
     });
     // Its GPUs go to the goodput jobs left, if any; started with this job's environment only
     // when it is one of them (the others' supervisors start one with theirs).

@@ -59,7 +59,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   final_goodput    REAL,
   final_noise_scale REAL,
   origin           TEXT NOT NULL DEFAULT 'submit',
-  requested_restarts INTEGER NOT NULL DEFAULT 0
+  requested_restarts INTEGER NOT NULL DEFAULT 0,
+  result           TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs(ended_at, id);
@@ -80,7 +81,7 @@ CREATE TABLE IF NOT EXISTS scheduler_lease (
 )sql";
 
 // The schema's version, kept in the store's user_version: raise it with every change below.
-constexpr int k_schema_version = 3;  // 2: jobs_by_end; 3: requested_restarts
+constexpr int k_schema_version = 4;  // 2: jobs_by_end; 3: requested_restarts; 4: result
 
 // Columns later versions added, with what rows from before them hold.
 constexpr std::pair<const char*, const char*> k_added_columns[] = {
@@ -99,6 +100,8 @@ constexpr std::pair<const char*, const char*> k_added_columns[] = {
     {"origin", "TEXT NOT NULL DEFAULT 'submit'"},
     // Before it, restarts the ranks asked for (exit 75) were not counted.
     {"requested_restarts", "INTEGER NOT NULL DEFAULT 0"},
+    // Before it, what a job said it achieved (DLRUN_RESULT_FILE) was not kept.
+    {"result", "TEXT"},
 };
 
 // The highest job number among the run directories beside the store ($DLRUN_HOME/runs/N,
@@ -400,6 +403,7 @@ JobRecord JobStore::read_row(Statement& s) {
   r.final_metrics.noise_scale = number(34);
   r.submitted.origin = parse_job_origin(s.text(35));
   r.requested_restarts = static_cast<int>(s.int64(36));
+  if (!s.is_null(37)) r.result = s.text(37);
   return r;
 }
 
@@ -519,6 +523,12 @@ void JobStore::set_final_metrics(int64_t id, const MetricsSnapshot& metrics) {
                     "final_noise_scale = ? WHERE id = ?");
   bind_metrics(s, 1, metrics);
   s.bind(5, id);
+  s.step();
+}
+
+void JobStore::set_result(int64_t id, const std::string& json) {
+  Statement s(m_db, "UPDATE jobs SET result = ? WHERE id = ?");
+  s.bind(1, json).bind(2, id);
   s.step();
 }
 

@@ -66,7 +66,7 @@ inline constexpr const char* k_job_columns =
     "id, name, state, spec_text, spec_path, base_dir, environment, uses_gpus, min_ranks, max_ranks, "
     "gpu_request, ranks, gpu_ids, submitted_at, started_at, ended_at, exit_code, reason, restarts, "
     "run_dir, supervisor_pid, supervisor_start, remote, slurm, slurm_id, owner_uid, policy, pinned, resized_at, resizes, failed_rank, final_batch, "
-    "final_samples_per_sec, final_goodput, final_noise_scale, origin, requested_restarts";
+    "final_samples_per_sec, final_goodput, final_noise_scale, origin, requested_restarts, result";
 
 // The same for a listing: the job file's text, its directory and the environment (kilobytes a
 // job) are left empty, in their places, so read_row() reads both.

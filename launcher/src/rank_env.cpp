@@ -34,6 +34,7 @@ std::vector<RankSpec> plan_node_ranks(const NodePlanInput& in) {
     env[env::k_master_addr] = in.master_addr;
     env[env::k_master_port] = std::to_string(in.master_port);
     env[env::k_run_dir] = in.run_dir;
+    if (!in.run_dir.empty()) env[env::k_result_file] = in.run_dir + "/result.json";
     env[env::k_restart_count] = std::to_string(in.restart_count);
     env[env::k_job_id] = in.job_id;
     // torchrun's names for the same facts (one role: ROLE_* are the global ones).

@@ -870,6 +870,22 @@ class Scheduling(JobsTestCase):
         b = self.wait_state(second, ("SUCCEEDED",))
         self.assertGreaterEqual(b["started_at"], a["ended_at"])
 
+    def test_a_jobs_result_is_kept_with_its_record_and_shown(self):
+        # A sweep's results were only in its logs, which dlrun clean removes with the run
+        # directory: the program writes a JSON object to DLRUN_RESULT_FILE, dlrun keeps it.
+        job_id = self.submit('command = ["sh", "-c", "echo \'{\\"test_accuracy\\": 0.875, \\"lr\\": 0.01}\' '
+                             '> $DLRUN_RESULT_FILE"]\n[resources]\nnproc = 1\n')
+        job = self.wait_state(job_id, ("SUCCEEDED", "FAILED"))
+        self.assertEqual(job["result"], {"test_accuracy": 0.875, "lr": 0.01}, job)
+        self.assertRegex(self.dlrun("status", str(job_id)).stdout, r'\nresult: +\{"test_accuracy":0.875,"lr":0.01\}\n')
+        r = self.dlrun("clean", str(job_id))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.status(job_id)["result"], {"test_accuracy": 0.875, "lr": 0.01})
+        # None written, or not a JSON object: null.
+        for command in ('["true"]', '["sh", "-c", "echo 0.9 > $DLRUN_RESULT_FILE"]'):
+            job_id = self.submit(f'command = {command}\n[resources]\nnproc = 1\n')
+            self.assertIsNone(self.wait_state(job_id, ("SUCCEEDED", "FAILED"))["result"])
+
     def test_a_local_job_is_stopped_at_its_time_limit_as_a_cancel(self):
         # time_limit was Slurm's alone ("'time_limit' is for kind = slurm"); a sweep's run that
         # hangs or diverges ran for good, and submit --wait --timeout counts time in the queue.

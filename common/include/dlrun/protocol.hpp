@@ -33,6 +33,8 @@ inline constexpr const char* k_torchelastic_error_file = "TORCHELASTIC_ERROR_FIL
 
 // Set by dlrun for every rank.
 inline constexpr const char* k_run_dir = "DLRUN_RUN_DIR";
+// RUN_DIR/result.json: a JSON object of the job's results, which dlrun keeps with its record.
+inline constexpr const char* k_result_file = "DLRUN_RESULT_FILE";
 inline constexpr const char* k_restart_count = "DLRUN_RESTART_COUNT";
 inline constexpr const char* k_job_id = "DLRUN_JOB_ID";
 // A token unique to the dlrun process that started the rank ("<pid>-<hex>"): inherited by

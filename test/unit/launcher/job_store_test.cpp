@@ -177,6 +177,24 @@ TEST_SUITE("launcher::JobStore") {
     store.set_restarts(1, 1, 2, 4);
     CHECK(store.get(1)->requested_restarts == 4);
   }
+  TEST_CASE("a store of schema version 3 gets a result column, empty for its jobs; a result is kept") {
+    TempDir dir;
+    const std::string path = dir.path + "/jobs.db";
+    {
+      JobStore store(path);
+      store.submit(job("v3", false, 1));
+    }
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "ALTER TABLE jobs DROP COLUMN result; PRAGMA user_version = 3;", nullptr, nullptr,
+                         nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+    JobStore store(path);
+    CHECK_FALSE(store.get(1)->result);
+    store.set_result(1, R"({"test_accuracy":0.88})");
+    CHECK(store.get(1)->result == std::optional<std::string>(R"({"test_accuracy":0.88})"));
+    CHECK(store.list(true, 0).front().result == std::optional<std::string>(R"({"test_accuracy":0.88})"));
+  }
   TEST_CASE("only the oldest pending job may start, and GPUs are not shared") {
     TempDir dir;
     JobStore store(dir.path + "/jobs.db");

@@ -36,6 +36,7 @@ TEST_SUITE("launcher::RankEnv") {
     CHECK(env.at("MASTER_ADDR") == "127.0.0.1");
     CHECK(env.at("MASTER_PORT") == "41000");
     CHECK(env.at("DLRUN_RUN_DIR") == "/runs/j1");
+    CHECK(env.at("DLRUN_RESULT_FILE") == "/runs/j1/result.json");
     CHECK(env.at("DLRUN_JOB_ID") == "j1");
     CHECK(env.at("DLRUN_RESTART_COUNT") == "0");
     CHECK(env.at("PATH") == "/usr/bin");

@@ -69,6 +69,9 @@ class JobQueue {
   // get the ended job's checkpoint directory: it goes on from its last checkpoint. `name`
   // overrides its name. Returns the new job's id, and the ended job's in *resumed.
   int64_t resubmit(const std::string& job_ref, const std::string& name, int64_t* resumed = nullptr);
+  // Keeps what the job wrote to RUN_DIR/result.json with its record (at its end); nothing when
+  // it wrote none. Errors of the store are the caller's (StoreUnavailable).
+  void keep_result(int64_t id, const std::string& run_dir);
   // Where a submitted job's ranks keep their checkpoints (DLRUN_CHECKPOINT_DIR).
   std::string checkpoint_dir_of(const JobRecord& job);
   // The sbatch script a Slurm job file would be submitted with (dlrun submit --dry-run).

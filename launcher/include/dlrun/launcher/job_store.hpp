@@ -85,6 +85,7 @@ struct JobRecord {
   int requested_restarts = 0;  // restarts the ranks asked for (all exited 75): they spend nothing
   std::optional<int> failed_rank;  // the rank whose failure ended it, if one did
   MetricsSnapshot final_metrics;   // its training metrics when it ended (job_metrics.hpp), if any
+  std::optional<std::string> result;  // what it said it achieved when it ended (job_result.hpp): JSON
   std::string run_dir;
   ProcessIdentity supervisor;
   int64_t slurm_id = 0;  // the Slurm job id of a job submitted to Slurm
@@ -207,6 +208,8 @@ class JobStore {
   // When a lost job ended, as its run directory tells it (the sweep that noticed came later):
   // `at` if it lies between its start and the end recorded.
   void set_lost_end(int64_t id, double at);
+  // What the job said it achieved (job_result.hpp), kept when it ends.
+  void set_result(int64_t id, const std::string& json);
   // PENDING → CANCELLED in one step, with the exit code a cancelled job gets (128 + the
   // signal that cancelled it); false if the job was not pending.
   bool cancel_pending(int64_t id, const std::string& reason, int exit_code);
