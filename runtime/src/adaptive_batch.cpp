@@ -244,6 +244,17 @@ struct AdaptiveBatch::Impl {
   // The cadences the next decision sets, from what measurements and this decision cost.
   std::pair<int64_t, int64_t> cadences(double replan_seconds) const;
   void prepare_step();  // what the next step (stats.step) takes from the gradients
+  // stats' gain, rate factor and noise scale (with |G|² and tr Σ) from the noise scale's
+  // averages, for the current batch; returns the batch's scale (over the initial batch).
+  double refresh_noise_stats() {
+    const double scale = static_cast<double>(shape.global_batch) / static_cast<double>(options.initial_batch);
+    stats.gain = noise.gain(scale);
+    stats.lr_factor = lr_factor(rule, stats.gain, scale);
+    stats.noise_scale = noise.noise_scale();
+    stats.grad_sqr = noise.sqr();
+    stats.grad_var = noise.var();
+    return scale;
+  }
   void observe_noise(int64_t samples);
   void apply_lr(double factor);
   // False: not a step time (warm-up, user code between steps); else the step's time (of its
@@ -939,13 +950,7 @@ void AdaptiveBatch::step(int64_t samples) {
   const double noise_start = d.resplit ? d.now() : 0.0;  // left out of a half's time
   d.observe_noise(samples);
   const double noise_seconds = d.resplit ? d.now() - noise_start : 0.0;
-  const double scale =
-      static_cast<double>(d.shape.global_batch) / static_cast<double>(d.options.initial_batch);
-  d.stats.gain = d.noise.gain(scale);
-  d.stats.lr_factor = lr_factor(d.rule, d.stats.gain, scale);
-  d.stats.noise_scale = d.noise.noise_scale();
-  d.stats.grad_sqr = d.noise.sqr();
-  d.stats.grad_var = d.noise.var();
+  const double scale = d.refresh_noise_stats();
   d.apply_lr(d.stats.lr_factor);
   d.dp.step([&d] { d.optimizer->step(); });
   const double end = d.now();
@@ -1068,13 +1073,7 @@ void AdaptiveBatch::restore_checkpoint_state(const std::string& text) {
   d.interval_samples = 0;
   // What the checkpoint knows, readable before the first step (stats() read 0 for the noise
   // scale and 1 for the gain until then, and the efficiency until the first metrics line).
-  const double scale =
-      static_cast<double>(d.shape.global_batch) / static_cast<double>(d.options.initial_batch);
-  d.stats.gain = d.noise.gain(scale);
-  d.stats.lr_factor = lr_factor(d.rule, d.stats.gain, scale);
-  d.stats.noise_scale = d.noise.noise_scale();
-  d.stats.grad_sqr = d.noise.sqr();
-  d.stats.grad_var = d.noise.var();
+  d.refresh_noise_stats();
   d.stats.efficiency = runtime::efficiency(d.stats.noise_scale, static_cast<double>(d.options.initial_batch),
                                            static_cast<double>(d.shape.global_batch), d.efficiency_model);
   d.prepare_step();

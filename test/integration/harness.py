@@ -36,6 +36,30 @@ class DlrunTestCase(unittest.TestCase):
             p.communicate()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def small_disk(self, size="2m"):
+        """A tmpfs of SIZE under the scratch directory, unmounted after the test (root only:
+        the test is skipped otherwise)."""
+        disk = os.path.join(self.tmp, "disk")
+        os.makedirs(disk)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", disk],
+                          stderr=subprocess.DEVNULL).returncode != 0:
+            self.skipTest("needs to mount a tmpfs (root)")
+        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        return disk
+
+    @staticmethod
+    def fill(disk):
+        """Fills DISK's file system; returns the filler's path (removing it makes room)."""
+        filler = os.path.join(disk, "filler")
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 65536) > 0:
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+        return filler
+
     def dlrun(self, *args, timeout=120, env=None, **kwargs):
         """Runs dlrun to its end; returns CompletedProcess with text stdout/stderr."""
         return subprocess.run([DLRUN, *args], capture_output=True, text=True, timeout=timeout,

@@ -1120,26 +1120,14 @@ class CrashSafety(JobsTestCase):
         # not be recorded" and exited, and the next sweep called the job lost: FAILED 70, "its
         # ranks were killed with it", of ranks that had all succeeded. Its run directory's job.json
         # says how it ended; the sweep records that.
-        disk = os.path.join(self.tmp, "disk")
-        os.makedirs(disk)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", disk],
-                          stderr=subprocess.DEVNULL).returncode != 0:
-            self.skipTest("needs to mount a tmpfs (root)")
-        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        disk = self.small_disk("2m")
         self.env["DLRUN_HOME"] = os.path.join(disk, "home")
         run_dir = os.path.join(self.tmp, "run")
         gate = os.path.join(self.tmp, "gate")
         p = self.start("local", "--nproc", "1", "--run-dir", run_dir, "sh", "-c",
                        f"while [ ! -e {gate} ]; do sleep 0.05; done; echo done")
         self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(run_dir, "job.json")), 30))
-        filler = os.path.join(disk, "filler")
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = self.fill(disk)
         open(gate, "w").close()
         out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 0, err)
@@ -1152,12 +1140,7 @@ class CrashSafety(JobsTestCase):
     def test_a_job_that_ends_while_the_store_is_full_is_recorded_once_there_is_room(self):
         # Its supervisor failed to record the end, exited 70, and the job read FAILED, "lost: its
         # ranks were killed with it" (they had succeeded); a dlrun wait on it failed with 70.
-        disk = os.path.join(self.tmp, "disk")
-        os.makedirs(disk)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", disk],
-                          stderr=subprocess.DEVNULL).returncode != 0:
-            self.skipTest("needs to mount a tmpfs (root)")
-        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        disk = self.small_disk("2m")
         self.env["DLRUN_HOME"] = os.path.join(disk, "home")
         gate = os.path.join(self.tmp, "gate")
         job_id = self.submit(f'grace = 1\ncommand = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done; echo done"]\n'
@@ -1166,14 +1149,7 @@ class CrashSafety(JobsTestCase):
         waiter = subprocess.Popen([DLRUN, "wait", str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, env=self.env)
         self.procs_to_kill.append(waiter.pid)
-        filler = os.path.join(disk, "filler")
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = self.fill(disk)
         open(gate, "w").close()
         ended = time.time()
         time.sleep(3)  # the job has ended by now, and its end could not be recorded

@@ -473,12 +473,7 @@ echo "tty=$DLRUN_TTY"
     def test_logs_go_on_after_the_disk_was_full_and_say_what_was_lost(self):
         # One write that failed for a full disk stopped the rank's log and output.log for the
         # rest of the run, without a word.
-        disk = os.path.join(self.tmp, "disk")
-        os.makedirs(disk)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", disk],
-                          stderr=subprocess.DEVNULL).returncode != 0:
-            self.skipTest("needs to mount a tmpfs (root)")
-        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        disk = self.small_disk("1m")
         run_dir = os.path.join(disk, "run")
         gates = [os.path.join(self.tmp, f"gate{i}") for i in (1, 2)]
         said = os.path.join(self.tmp, "said")
@@ -497,14 +492,7 @@ echo after
             with open(log) as f:
                 return "before" in f.read()
         self.assertTrue(wait_for(logged, 30))
-        filler = os.path.join(disk, "filler")
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:
-            while os.write(fd, b"\0" * 4096) > 0:
-                pass
-        except OSError:
-            pass
-        os.close(fd)
+        filler = self.fill(disk)
         open(gates[0], "w").close()
         self.assertTrue(wait_for(lambda: os.path.exists(said), 30))
         time.sleep(0.5)  # dlrun has read and tried to log what the rank wrote

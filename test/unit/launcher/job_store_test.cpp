@@ -177,7 +177,7 @@ TEST_SUITE("launcher::JobStore") {
     store.set_restarts(1, 1, 2, 4);
     CHECK(store.get(1)->requested_restarts == 4);
   }
-  TEST_CASE("a store of schema version 3 gets a result column, empty for its jobs; a result is kept") {
+  TEST_CASE("a store of schema version 3 gets a result column, empty for its jobs, and a result is kept") {
     TempDir dir;
     const std::string path = dir.path + "/jobs.db";
     {
