@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -223,7 +224,9 @@ std::string status_details(const JobRecord& job, double now, const QueueInsight&
                       : fmt::format("{} (no published model yet: neutral prediction)", counted(view->gpus, "GPU"))},
       {"started by:", started_by(job)},
       {"slurm job:", job.slurm_id > 0 ? std::to_string(job.slurm_id) : "-"},
-      {"run dir:", job.run_dir.empty() ? "-" : job.run_dir},
+      {"run dir:", job.run_dir.empty()                ? "-"
+                   : std::filesystem::exists(job.run_dir) ? job.run_dir
+                                                          : job.run_dir + " (removed: dlrun clean, or retention)"},
   };
   return render_table(rows);
 }

@@ -705,6 +705,12 @@ void Supervisor::report_failure() {
   const std::string& log_path = member.log_path;
   std::string what = fmt::format("{} {}", member.name, failure.status.describe());
   if (failure.error && !failure.error->message.empty()) what += fmt::format(": {}", first_line(failure.error->message));
+  // A SIGKILL dlrun did not send (this member failed first, by itself): most often the kernel's
+  // out-of-memory killer, which leaves nothing in the rank's own output.
+  if (failure.status.signaled && failure.status.signal == SIGKILL && !failure.error) {
+    what += " (dlrun did not send it: the kernel's out-of-memory killer sends SIGKILL; `dmesg | grep -i oom`, or "
+            "memory.events of the job's cgroup, says whether it did)";
+  }
   // Where the failing rank's stderr tells of its peers (not for ranks that fail alone): ranks
   // that had ended with 0 when it failed (a rank that leaves early fails the others'
   // collectives, and is the likelier cause), and another rank that exited with an error

@@ -881,6 +881,7 @@ class Scheduling(JobsTestCase):
         r = self.dlrun("clean", str(job_id))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(self.status(job_id)["result"], {"test_accuracy": 0.875, "lr": 0.01})
+        self.assertRegex(self.dlrun("status", str(job_id)).stdout, r"\nrun dir: +\S+ \(removed: dlrun clean, or retention\)\n")
         # None written, or not a JSON object: null.
         for command in ('["true"]', '["sh", "-c", "echo 0.9 > $DLRUN_RESULT_FILE"]'):
             job_id = self.submit(f'command = {command}\n[resources]\nnproc = 1\n')
@@ -892,11 +893,11 @@ class Scheduling(JobsTestCase):
         saved = os.path.join(self.tmp, "saved")
         job_id = self.submit(f'command = ["sh", "-c", "trap \'echo saved > {saved}; exit 0\' TERM; '
                              'while true; do sleep 0.05; done"]\n[resources]\nnproc = 1\n'
-                             '[scheduler]\ntime_limit = "0:02"\n')
+                             '[scheduler]\ntime_limit = "0:03"\n')
         job = self.wait_state(job_id, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=120)
-        self.assertEqual((job["state"], job["reason"]), ("CANCELLED", "by its time_limit (2 s)"), job)
+        self.assertEqual((job["state"], job["reason"]), ("CANCELLED", "by its time_limit (3 s)"), job)
         self.assertTrue(os.path.exists(saved), "the ranks did not get SIGTERM first")
-        self.assertIn("has run for its time_limit (2 s): stopping it", self.dlrun("logs", str(job_id)).stdout)
+        self.assertIn("has run for its time_limit (3 s): stopping it", self.dlrun("logs", str(job_id)).stdout)
 
     def test_check_says_whether_a_job_file_would_be_taken_and_submits_nothing(self):
         # A sweep of 40 files could only be checked by submitting them: one bad file among them

@@ -93,6 +93,14 @@ class ExitCodes(DlrunTestCase):
     def test_success_is_zero(self):
         self.assertEqual(self.dlrun("local", "--nproc", "4", "true").returncode, 0)
 
+    def test_a_rank_killed_by_a_sigkill_dlrun_did_not_send_is_told_of_the_oom_killer(self):
+        # "rank 0 was killed by signal 9 (SIGKILL); it wrote nothing to stderr" gave no hint of
+        # the kernel's out-of-memory killer, its most common sender.
+        r = self.dlrun("local", "--nproc", "1", "sh", "-c", "kill -9 $$")
+        self.assertEqual(r.returncode, 137, r.stderr)
+        self.assertIn("rank 0 was killed by signal 9 (SIGKILL) (dlrun did not send it: the kernel's out-of-memory "
+                      "killer sends SIGKILL", r.stderr)
+
     def test_failing_rank_code_is_passed_on_and_others_are_stopped(self):
         pids = os.path.join(self.tmp, "pids")
         script = self.script("train.sh", f"""
@@ -494,11 +502,17 @@ echo after
         self.assertTrue(wait_for(logged, 30))
         filler = self.fill(disk)
         open(gates[0], "w").close()
+        # dlrun has passed on (and tried to log) what the rank wrote while the disk was full.
+        shown = []
+        for line in p.stdout:
+            shown.append(line)
+            if line == "[0] during 3000\n":
+                break
         self.assertTrue(wait_for(lambda: os.path.exists(said), 30))
-        time.sleep(0.5)  # dlrun has read and tried to log what the rank wrote
         os.unlink(filler)
         open(gates[1], "w").close()
         out, err = p.communicate(timeout=60)
+        out = "".join(shown) + out
         self.assertEqual(p.returncode, 0, err)
         self.assertIn("[0] after", out)
         self.assertIn(f"cannot write {log}: No space left on device", err)
