@@ -45,7 +45,7 @@ ssize_t write_until_full(int fd, std::string_view data, int& error) {
 }  // namespace
 
 bool write_log_text(int fd, std::string_view data, LogGap& gap) {
-  if (data.empty()) return true;
+  if (data.empty() && gap.lost == 0) return true;
   int error = 0;
   if (gap.lost > 0) {
     const std::string marker = fmt::format("{}[dlrun: {} bytes of output lost here: {}]\n", gap.mid_line ? "\n" : "",
@@ -60,6 +60,7 @@ bool write_log_text(int fd, std::string_view data, LogGap& gap) {
     gap.lost = 0;
     gap.mid_line = false;
   }
+  if (data.empty()) return true;
   const ssize_t n = write_until_full(fd, data, error);
   if (n < 0) return false;
   if (n > 0) gap.mid_line = data[static_cast<size_t>(n) - 1] != '\n';

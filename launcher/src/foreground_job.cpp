@@ -1,4 +1,5 @@
 #include "dlrun/launcher/foreground_job.hpp"
+#include "dlrun/launcher/run_record.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -351,8 +352,15 @@ void ForegroundJob::attach(Plan& plan) {
     } catch (const std::exception& e) {
       // Its run directory's job.json says how it ended: the next dlrun command that sweeps the
       // store (dlrun status) records that, not "lost".
-      log::warn("job {}: its end could not be recorded now: {} (the next dlrun status records it from {}/job.json)",
-                m_job_id, e.what(), run_dir);
+      const auto kept = read_run_record(run_dir);
+      if (kept && kept->exit_code) {
+        log::warn("job {}: its end could not be recorded now: {} (the next dlrun status records it from {}/job.json)",
+                  m_job_id, e.what(), run_dir);
+      } else {
+        log::warn("job {}: its end could not be recorded: {}; nor in {}/job.json: it will read as lost (exit code "
+                  "{})",
+                  m_job_id, e.what(), run_dir, end.exit_code);
+      }
       m_ended = true;  // not "ended with an error before its ranks did" (the destructor's), a second time
     }
     if (end.exit_code != 0 && !quiet) {

@@ -352,13 +352,15 @@ int64_t JobQueue::resubmit(const std::string& job_ref, const std::string& name, 
   const std::string checkpoints = checkpoint_dir_of(*old);
   std::error_code ec;
   if (!fs::is_directory(checkpoints, ec)) {
-    log::warn("job {} left no checkpoint directory ({}): job {} starts from the beginning", old_id, checkpoints,
-              "the new one");
+    log::warn("job {} left no checkpoint directory ({}): the new job starts from the beginning", old_id, checkpoints);
   }
   NewJob job = old->submitted;
   if (!name.empty()) job.name = name;
   Environment stored = decode_environment(job.environment);
   stored[env::k_resumed_checkpoint_dir] = checkpoints;
+  const auto before = stored.find(env::k_resumed_jobs);
+  stored[env::k_resumed_jobs] =
+      (before != stored.end() && !before->second.empty() ? before->second + "," : std::string()) + std::to_string(old_id);
   job.environment = encode_environment(stored);
   if (auto why = never_fits(job.request, capacity()); !why.empty()) {
     throw ConfigError(fmt::format("--resume {}: job '{}' can never run here: it {}", job_ref, job.name, why));

@@ -90,6 +90,8 @@ OutputWriter::~OutputWriter() {
   std::unique_lock lock(m_state->mutex);
   if (!m_state->started || m_state->abandoned) return;
   m_state->idle.wait(lock, [this] { return m_state->queue.empty() && !m_state->writing; });
+  // What a full disk kept out of a file, said at its end when nothing came after it.
+  for (auto& [fd, gap] : m_state->gaps) write_log_text(fd, "", gap);
   m_state->stopping = true;
   m_state->work.notify_all();
   // The thread ends on its own now; detached, it needs nothing of this object (the state is shared).

@@ -163,6 +163,8 @@ RankOutput::~RankOutput() {
   m_terminal.end_progress(this);
   flush_log(Stream::out);
   flush_log(Stream::err);
+  // What a full disk kept out of the log, said at its end when nothing came after it.
+  if (m_log_fd >= 0) write_log_text(m_log_fd, "", m_log_gap);
   if (m_log_fd >= 0) ::close(m_log_fd);
 }
 

@@ -270,6 +270,14 @@ std::string this_job() {
   return id;
 }
 
+// Whether `job` is one this job goes on from (dlrun submit --resume: DLRUN_RESUMED_JOBS, "12,15").
+bool resumed_from(const std::string& job) {
+  const char* list = std::getenv("DLRUN_RESUMED_JOBS");
+  if (!list) return false;
+  const std::string ids = std::string(",") + list + ",";
+  return ids.find("," + job + ",") != std::string::npos;
+}
+
 Values read_state(const fs::path& path) {
   Values values;
   std::string content;
@@ -648,7 +656,7 @@ std::optional<CheckpointInfo> Checkpoint::restore() {
   if (chosen < 0) return std::nullopt;
   CheckpointInfo info = m_impl->load(m_impl->dir / dir_name(chosen));
   if (m_impl->context.is_main() && !info.saved_by_job.empty() && !this_job().empty() &&
-      info.saved_by_job != this_job()) {
+      info.saved_by_job != this_job() && !resumed_from(info.saved_by_job)) {
     // Sweep jobs made from one job file share its checkpoint_dir: the second "resumed" the first's
     // last step, trained nothing, and reported the first's accuracy as its own.
     log::warn("resumed from the checkpoint of step {} that job {} saved in {}: this is job {}. Jobs that share a "

@@ -882,8 +882,10 @@ class Scheduling(JobsTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(self.status(job_id)["result"], {"test_accuracy": 0.875, "lr": 0.01})
         self.assertRegex(self.dlrun("status", str(job_id)).stdout, r"\nrun dir: +\S+ \(removed: dlrun clean, or retention\)\n")
-        # None written, or not a JSON object: null.
-        for command in ('["true"]', '["sh", "-c", "echo 0.9 > $DLRUN_RESULT_FILE"]'):
+        # None written, not a JSON object, or a FIFO (which blocked dlrun status and the job's
+        # supervisor at its end for good): null.
+        for command in ('["true"]', '["sh", "-c", "echo 0.9 > $DLRUN_RESULT_FILE"]',
+                        '["sh", "-c", "mkfifo $DLRUN_RESULT_FILE"]'):
             job_id = self.submit(f'command = {command}\n[resources]\nnproc = 1\n')
             self.assertIsNone(self.wait_state(job_id, ("SUCCEEDED", "FAILED"))["result"])
 
@@ -938,6 +940,10 @@ echo "done $n $VIA_ENV"
         r = self.dlrun("submit", "--wait", "--parsable", "--name", "again", "--resume", str(second))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(self.dlrun("logs", "again", "--rank", "0").stdout, "start 6\ndone 6 kept\n")
+        # Cleaning the first job keeps the checkpoints its resumptions use (in its run directory).
+        r = self.dlrun("clean", str(first))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.isdir(checkpoints), r.stdout)
         # What cannot be resumed says why; dlrun local --resume of a submitted job points here.
         gate = os.path.join(self.tmp, "gate")
         running = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')

@@ -77,6 +77,9 @@ inline constexpr const char* k_umask = "DLRUN_UMASK";
 // Stored with a job queued by `dlrun submit --resume OLD`: the checkpoint directory of OLD, which
 // the job's ranks get as DLRUN_CHECKPOINT_DIR (this variable itself never reaches them).
 inline constexpr const char* k_resumed_checkpoint_dir = "DLRUN_RESUMED_CHECKPOINT_DIR";
+// Given to the ranks of such a job: the jobs it goes on from ("12,15"), whose checkpoints are its
+// own (the runtime warns of another job's checkpoint, not of these).
+inline constexpr const char* k_resumed_jobs = "DLRUN_RESUMED_JOBS";
 inline constexpr const char* k_fake_gpus = "DLRUN_FAKE_GPUS";    // tests: pretend N GPUs
 inline constexpr const char* k_log_level = "DLRUN_LOG_LEVEL";    // debug|info|warn|error
 inline constexpr const char* k_no_color = "NO_COLOR";            // https://no-color.org

@@ -83,6 +83,16 @@ TEST_SUITE("launcher::fd_io") {
     CHECK(gap.lost == 0);
     CHECK(read_file(path) ==
           std::optional<std::string>("line 1\nhalf\n[dlrun: 18 bytes of output lost here: No space left on device]\nline 4\n"));
+    // At the log's end, with nothing after the loss: the line alone, once there is room.
+    ::dup2(full, fd);
+    CHECK(write_log_text(fd, "line 5\n", gap));
+    CHECK(write_log_text(fd, "", gap));  // still full: kept for later
+    CHECK(gap.lost == 7);
+    ::dup2(file, fd);
+    CHECK(write_log_text(fd, "", gap));
+    const std::string end = "line 4\n[dlrun: 7 bytes of output lost here: No space left on device]\n";
+    const std::string all = *read_file(path);
+    CHECK(all.substr(all.size() - end.size()) == end);
     // Another error (a closed file) gives it up.
     ::close(fd);
     CHECK_FALSE(write_log_text(fd, "x", gap));

@@ -22,7 +22,8 @@ struct LogGap {
   bool mid_line = false;  // the file ends inside a line (the marker starts a new one)
   bool said = false;     // the caller has warned of it (once a run)
 };
-// False only for another error than a full disk: the file is to be given up.
+// False only for another error than a full disk: the file is to be given up. Empty `data`
+// writes the line about what was lost, if anything was and there is room now (at the log's end).
 bool write_log_text(int fd, std::string_view data, LogGap& gap);
 // Whether nothing written to `fd` can reach a reader any more: a pipe whose reading end is
 // closed, a terminal hung up. False for files, and while it cannot tell.

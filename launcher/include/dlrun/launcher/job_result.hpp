@@ -13,7 +13,8 @@ namespace dlrun::launcher {
 inline constexpr const char* k_result_file_name = "result.json";
 inline constexpr size_t k_max_result_bytes = 64 * 1024;
 
-// RUN_DIR/result.json as compact JSON, when it holds one JSON object of at most 64 KiB; nullopt
+// RUN_DIR/result.json as compact JSON, when it is a regular file holding one JSON object of at
+// most 64 KiB, nested at most 32 deep; nullopt
 // otherwise (none written, half-written, not an object: nothing is shown rather than a guess).
 std::optional<std::string> read_job_result(const std::string& run_dir);
 
