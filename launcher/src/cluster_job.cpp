@@ -206,9 +206,10 @@ int run_cluster_job(const ClusterOptions& in, const Environment& env) {
     const Host& host = options.hosts[node];
     if (server_ptr->joined(static_cast<int>(node))) {
       // ssh's 255 is also what a rank's own 255 comes out as: the agent's word tells them apart.
-      if (host.local || status.signaled || status.code != 255 || server_ptr->reported_end(static_cast<int>(node), 1.0)) {
-        return why;
-      }
+      // An agent that said another code and whose ssh then ended 255 died after it spoke (a
+      // machine killed process by process: its ranks first, the agent a moment later).
+      if (host.local || status.signaled || status.code != 255) return why;
+      if (const auto said = server_ptr->reported_end(static_cast<int>(node), 1.0); said && *said == 255) return why;
       return fmt::format("lost host {} (node {}): its ssh session ended (exit 255) while its ranks ran, without a word "
                          "from its dlrun agent: the connection broke (the machine, its network) or the agent was "
                          "killed; its ranks there stop with the agent (its orphan guard)",
