@@ -771,9 +771,8 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
                       : Clock::time_point::max();
   auto delay = std::chrono::milliseconds(20);
   int sweeps = 0;
-  // Said once per job and command (a dlrun wait of several jobs calls this in slices).
-  bool& store_said = m_wait_store_said;
-  bool never_said = m_never_start_said.count(id) > 0;
+  bool store_said = false;
+  bool never_said = false;
   while (true) {
     // A store that cannot be read or written for a while (locked, a full disk) is waited out:
     // the job goes on, and so does the wait (it ended with 70 while the job succeeded).
@@ -791,7 +790,6 @@ int JobQueue::wait(int64_t id, const sigset_t* interrupt, std::optional<double> 
                       "submit what the partition allows)",
                       id, now->slurm_id, now->reason, never, id);
             never_said = true;
-            m_never_start_said.insert(id);
           }
         }
       }

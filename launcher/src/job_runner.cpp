@@ -65,8 +65,8 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const En
     // the scheduler's choice), and for a GPU job other stores' GPU claims, looked at each
     // second: between those, a poll reads one number and takes no lock. (A CPU job looks anyway
     // every 5 s.)
+    const int64_t now = queue.store().changes_by_others();
     if (poll % full_every != 0) {
-      const int64_t now = queue.store().changes_by_others();
       if (version == now) {
         if (const int sig = wait_for_stop_signal(stop, 0.1)) {
           queue.store().cancel_pending(id, fmt::format("by {} to its supervisor", signal_name(sig)),
@@ -76,7 +76,7 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const En
         continue;
       }
     }
-    version = queue.store().changes_by_others();
+    version = now;
     // Other stores' jobs take and release GPUs meanwhile (gpu_claims.hpp): look again each second.
     auto job = queue.store().get(id);
     if (!job || is_terminal(job->state)) return false;

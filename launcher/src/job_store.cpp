@@ -526,6 +526,14 @@ void JobStore::set_final_metrics(int64_t id, const MetricsSnapshot& metrics) {
   s.step();
 }
 
+std::vector<std::pair<int64_t, std::string>> JobStore::environments_holding(const std::string& bytes) {
+  Statement s(m_db, "SELECT id, environment FROM jobs WHERE instr(environment, ?) > 0");
+  s.bind_blob(1, bytes);
+  std::vector<std::pair<int64_t, std::string>> out;
+  while (s.step()) out.emplace_back(s.int64(0), s.text(1));
+  return out;
+}
+
 void JobStore::set_result(int64_t id, const std::string& json) {
   Statement s(m_db, "UPDATE jobs SET result = ? WHERE id = ?");
   s.bind(1, json).bind(2, id);

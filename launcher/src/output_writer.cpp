@@ -41,10 +41,15 @@ struct OutputWriter::State {
   // says what was lost (fd_io.hpp); a pipe or terminal whose write fails is given up. Touched
   // by the one thread that writes.
   std::map<int, LogGap> gaps;
+  std::map<int, bool> regular;  // per fd, looked at once
 
   bool put(int fd, std::string_view text) {
-    struct stat st {};
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return write_log_text(fd, text, gaps[fd]);
+    auto [it, fresh] = regular.try_emplace(fd, false);
+    if (fresh) {
+      struct stat st {};
+      it->second = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    }
+    if (it->second) return write_log_text(fd, text, gaps[fd]);
     return write_all(fd, text);
   }
 

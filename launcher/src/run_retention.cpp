@@ -133,17 +133,15 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
   for (const auto& job : chosen) chosen_ids.insert(job.id);
   std::set<std::string> in_use;  // run directories of the jobs that stay, and their checkpoints
   for (const auto& job : queue.store().list(true, 0)) {
-    if (chosen_ids.count(job.id)) continue;
-    if (!job.run_dir.empty()) in_use.insert(plain_path(job.run_dir));
-    // A job queued by dlrun submit --resume keeps its checkpoints in the resumed job's run
-    // directory: cleaning that one removed them under a running job.
-    if (job.submitted.origin == JobOrigin::submit && !job.submitted.slurm) {
-      if (const auto whole = queue.store().get(job.id)) {
-        const Environment env = decode_environment(whole->submitted.environment);
-        if (auto it = env.find(env::k_resumed_checkpoint_dir); it != env.end() && !it->second.empty())
-          in_use.insert(plain_path(it->second));
-      }
-    }
+    if (!chosen_ids.count(job.id) && !job.run_dir.empty()) in_use.insert(plain_path(job.run_dir));
+  }
+  // A job queued by dlrun submit --resume keeps its checkpoints in the resumed job's run
+  // directory: cleaning that one removed them under a running job.
+  for (const auto& [id, blob] : queue.store().environments_holding(std::string(env::k_resumed_checkpoint_dir) + "=")) {
+    if (chosen_ids.count(id)) continue;
+    const Environment env = decode_environment(blob);
+    if (auto it = env.find(env::k_resumed_checkpoint_dir); it != env.end() && !it->second.empty())
+      in_use.insert(plain_path(it->second));
   }
   CleanReport report;
   std::error_code ec;

@@ -180,8 +180,6 @@ class JobQueue {
   JobStore m_store;
   std::set<int64_t> m_unreachable_said;  // Slurm jobs whose unanswered query was warned about
   bool m_sweep_said = false;               // a sweep the store refused was warned about
-  bool m_wait_store_said = false;          // wait(): a store that cannot be read now, said
-  std::set<int64_t> m_never_start_said;    // wait(): Slurm jobs said never to start as they are
 };
 
 // The body of `dlrun _supervise ID`: claim, wait for resources, run, record.

@@ -208,6 +208,9 @@ class JobStore {
   // When a lost job ended, as its run directory tells it (the sweep that noticed came later):
   // `at` if it lies between its start and the end recorded.
   void set_lost_end(int64_t id, double at);
+  // The stored environments (encoded, as submitted) of the jobs whose environment holds `bytes`:
+  // one query, where reading every job whole to look took one per job.
+  std::vector<std::pair<int64_t, std::string>> environments_holding(const std::string& bytes);
   // What the job said it achieved (job_result.hpp), kept when it ends.
   void set_result(int64_t id, const std::string& json);
   // PENDING → CANCELLED in one step, with the exit code a cancelled job gets (128 + the
