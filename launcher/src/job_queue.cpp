@@ -350,6 +350,15 @@ int64_t JobQueue::resubmit(const std::string& job_ref, const std::string& name, 
                                   job_ref, old_id));
   }
   const std::string checkpoints = checkpoint_dir_of(*old);
+  // A second --resume of one job (a retried CI step, a double submit) would train on from the
+  // same checkpoints as the first: each would overwrite the other's and skip or repeat steps.
+  if (const auto other = live_job_with_checkpoint_dir(checkpoints)) {
+    throw ConfigError(fmt::format("--resume {}: job {} ({}, {}) uses job {}'s checkpoint directory ({}) already: two "
+                                  "jobs on one checkpoint directory overwrite each other's. Wait for it (dlrun wait {}) "
+                                  "and resume that one, or stop it first (dlrun cancel {})",
+                                  job_ref, other->id, other->name, to_string(other->state), old_id, checkpoints,
+                                  other->id, other->id));
+  }
   std::error_code ec;
   if (!fs::is_directory(checkpoints, ec)) {
     log::warn("job {} left no checkpoint directory ({}): the new job starts from the beginning", old_id, checkpoints);
@@ -369,24 +378,27 @@ int64_t JobQueue::resubmit(const std::string& job_ref, const std::string& name, 
   return start_supervised(job);
 }
 
+std::optional<JobRecord> JobQueue::live_job_with_checkpoint_dir(const std::string& dir) {
+  for (const auto& listed : m_store.list(false, 0)) {
+    if (is_terminal(listed.state) || listed.submitted.origin != JobOrigin::submit) continue;
+    auto job = m_store.get(listed.id);
+    if (!job) continue;
+    try {
+      if (checkpoint_dir_of(*job) == dir) return job;
+    } catch (const Error&) {
+      // a job file this dlrun does not read: its own supervisor says so
+    }
+  }
+  return std::nullopt;
+}
+
 void JobQueue::warn_of_shared_checkpoint_dir(const JobSpec& spec) {
   if (spec.checkpoint_dir.empty() || spec.checkpoint_dir.find("{job_id}") != std::string::npos) return;
   try {
-    for (const auto& listed : m_store.list(false, 0)) {
-      if (is_terminal(listed.state) || listed.submitted.origin != JobOrigin::submit) continue;
-      const auto job = m_store.get(listed.id);
-      if (!job) continue;
-      std::string theirs;
-      try {
-        theirs = checkpoint_dir_of(*job);
-      } catch (const Error&) {
-        continue;  // a job file this dlrun does not read: its own supervisor says so
-      }
-      if (theirs != spec.checkpoint_dir) continue;
+    if (const auto job = live_job_with_checkpoint_dir(spec.checkpoint_dir)) {
       log::warn("checkpoint_dir {} is job {}'s ({}, {}) too: the two go on from each other's checkpoints. Where "
                 "that is not meant, give each job its own: checkpoint_dir = \"…/{{job_id}}\" (docs/job-toml.md)",
                 spec.checkpoint_dir, job->id, job->name, to_string(job->state));
-      return;
     }
   } catch (const StoreUnavailable&) {
     // Submitting says so when it writes.

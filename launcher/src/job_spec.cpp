@@ -742,6 +742,12 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const std
     break;
   }
   spec.log_dir = check.directory(root.get("log_dir"), "log_dir");
+  if (spec.log_dir.find("{job_id}") != std::string::npos) {
+    check.error(root.get("log_dir")->source(),
+                fmt::format("'log_dir' = \"{}\": each job's logs go to LOG_DIR/ID already (a directory per job): "
+                            "leave {{job_id}} out",
+                            spec.log_dir));
+  }
   check.finish();
   return spec;
 }

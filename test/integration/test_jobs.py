@@ -955,6 +955,26 @@ echo "done $n $VIA_ENV"
         self.assertIn(f"dlrun submit --resume {first} queues it again", r.stderr)
         self.assertEqual(self.dlrun("submit").returncode, 2)
 
+    def test_a_second_resume_of_one_job_while_the_first_runs_is_refused(self):
+        # Two --resume of one job (a retried CI step) both went on from its checkpoints, each
+        # overwriting the other's.
+        once, gate = os.path.join(self.tmp, "once"), os.path.join(self.tmp, "gate")
+        failed = self.submit(f'command = ["sh", "-c", "[ -e {once} ] || {{ touch {once}; exit 1; }}; '
+                             f'while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')
+        self.wait_state(failed, ("FAILED",))
+        resumed = int(self.dlrun("submit", "--parsable", "--resume", str(failed)).stdout)
+        self.wait_state(resumed, ("RUNNING",))
+        r = self.dlrun("submit", "--resume", str(failed))
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"job {resumed} (", r.stderr)
+        self.assertIn(f"uses job {failed}'s checkpoint directory", r.stderr)
+        self.assertIn(f"dlrun wait {resumed}", r.stderr)
+        self.assertEqual(len(self.all_jobs()), 2)
+        open(gate, "w").close()
+        self.assertEqual(self.wait_state(resumed, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
+        r = self.dlrun("submit", "--wait", "--resume", str(failed))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_a_job_file_from_a_pipe_runs_where_it_was_submitted(self):
         # <(…) is /dev/fd/63: the job ran in /proc/PID/fd, and a relative program was looked
         # for in /dev/fd.

@@ -131,6 +131,12 @@ kind = "local"
           std::string::npos);
     if (saved) ::setenv("HOME", home.c_str(), 1);
   }
+  TEST_CASE("{job_id} in log_dir is refused: each job's logs have their own directory there already") {
+    CHECK(error_of("command = [\"x\"]\nlog_dir = \"/logs/{job_id}\"\n[resources]\nnproc = 1\n") ==
+          "job.toml:2:11: 'log_dir' = \"/logs/{job_id}\": each job's logs go to LOG_DIR/ID already (a directory per "
+          "job): leave {job_id} out");
+    CHECK(parse("command = [\"x\"]\nlog_dir = \"/logs\"\n[resources]\nnproc = 1\n").log_dir == "/logs");
+  }
   TEST_CASE("a recorded job's ~ is its submitter's HOME, whoever reads it again") {
     JobRecord job;
     job.submitted.spec_text = "command = [\"x\"]\nlog_dir = \"~/logs\"\n[resources]\nnproc = 1\n";

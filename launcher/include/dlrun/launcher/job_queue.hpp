@@ -137,6 +137,8 @@ class JobQueue {
   // Warns when another job that has not ended uses the checkpoint directory `spec` names: the
   // two would resume from each other's checkpoints (a job file submitted twice, a sweep).
   void warn_of_shared_checkpoint_dir(const JobSpec& spec);
+  // A pending or running submitted job whose ranks keep their checkpoints in `dir`, if any.
+  std::optional<JobRecord> live_job_with_checkpoint_dir(const std::string& dir);
   // The GPUs other stores' jobs hold now, each with who holds it (Capacity::gpus_elsewhere;
   // gpu_claims.hpp), without counting the GPUs again.
   std::map<std::string, std::string> gpus_elsewhere() const;
