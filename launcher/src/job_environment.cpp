@@ -133,4 +133,29 @@ std::vector<std::string> unmatched_env_patterns(const Environment& here, const s
   return out;
 }
 
+std::string encode_environment(const Environment& env) {
+  std::string blob;
+  for (const auto& [key, value] : env) {
+    blob += key;
+    blob += '=';
+    blob += value;
+    blob += '\0';
+  }
+  return blob;
+}
+
+Environment decode_environment(const std::string& blob) {
+  Environment env;
+  size_t start = 0;
+  while (start < blob.size()) {
+    size_t end = blob.find('\0', start);
+    if (end == std::string::npos) end = blob.size();
+    std::string entry = blob.substr(start, end - start);
+    auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    start = end + 1;
+  }
+  return env;
+}
+
 }  // namespace dlrun::launcher

@@ -12,6 +12,7 @@
 
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/foreground_job.hpp"
+#include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/job_result.hpp"
 #include "dlrun/launcher/pending_reason.hpp"
 #include "dlrun/launcher/ssh.hpp"
@@ -178,7 +179,17 @@ namespace {
 
 // The command that started the job: `dlrun submit FILE`, or a foreground run's command line.
 std::string started_by(const JobRecord& job) {
-  if (job.submitted.origin == JobOrigin::submit) return "dlrun submit " + job.submitted.spec_path;
+  if (job.submitted.origin == JobOrigin::submit) {
+    // A resumed job (dlrun submit --resume): the job it goes on from, the last of the chain.
+    const Environment env = decode_environment(job.submitted.environment);
+    const auto resumed = env.find(env::k_resumed_jobs);
+    if (resumed == env.end() || resumed->second.empty()) return "dlrun submit " + job.submitted.spec_path;
+    const auto comma = resumed->second.rfind(',');
+    const std::string from = comma == std::string::npos ? resumed->second : resumed->second.substr(comma + 1);
+    const auto dir = env.find(env::k_resumed_checkpoint_dir);
+    return fmt::format("dlrun submit --resume {}  (job file {}; on from the checkpoints in {})", from,
+                       job.submitted.spec_path, dir == env.end() ? "?" : dir->second);
+  }
   std::string text = job.submitted.origin == JobOrigin::run ? "dlrun run" : "dlrun local";
   try {
     for (const auto& word : decode_foreground_words(job.submitted.spec_text)) text += " " + shell_quote(word);

@@ -936,6 +936,8 @@ echo "done $n $VIA_ENV"
         second = int(re.match(r"Submitted job (\d+)", r.stdout).group(1))
         self.assertEqual(self.dlrun("logs", str(second), "--rank", "0").stdout, "start 3\ndone 6 kept\n")
         self.assertEqual(self.status(second)["name"], "counter")
+        self.assertIn(f"started by:   dlrun submit --resume {first}  (job file {os.path.join(self.tmp, 'gone.toml')}; "
+                      f"on from the checkpoints in {checkpoints})", self.dlrun("status", str(second)).stdout)
         # A resumed job resumed again goes on in the same checkpoints; a name may be given.
         r = self.dlrun("submit", "--wait", "--parsable", "--name", "again", "--resume", str(second))
         self.assertEqual(r.returncode, 0, r.stderr)

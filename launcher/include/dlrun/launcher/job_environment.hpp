@@ -47,4 +47,8 @@ Environment forwarded_environment(const Environment& here, const std::vector<std
 // them): forwarded_environment passes nothing for them, which the user should hear.
 std::vector<std::string> unmatched_env_patterns(const Environment& here, const std::vector<std::string>& given);
 
+// A job's environment as the store keeps it: NAME=VALUE\0… and back.
+std::string encode_environment(const Environment& env);
+Environment decode_environment(const std::string& blob);
+
 }  // namespace dlrun::launcher

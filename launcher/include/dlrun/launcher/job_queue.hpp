@@ -25,6 +25,7 @@
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/gpu_claims.hpp"
 #include "dlrun/launcher/host_list.hpp"
+#include "dlrun/launcher/job_environment.hpp"
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/job_store.hpp"
 #include "dlrun/launcher/policy_view.hpp"
@@ -198,9 +199,5 @@ JobSpec submitted_spec(const JobRecord& job);
 
 // The hosts of a scheduler kind "ssh" job: its hosts string or its hostfile (read now).
 std::vector<Host> hosts_of(const JobSpec& spec);
-
-// NAME=VALUE\0… and back.
-std::string encode_environment(const Environment& env);
-Environment decode_environment(const std::string& blob);
 
 }  // namespace dlrun::launcher
