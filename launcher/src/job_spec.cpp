@@ -539,7 +539,7 @@ void parse_slurm_keys(Checker& check, const toml::table& table, JobSpec& spec) {
   if (auto v = check.string(table.get("partition"), "partition", k_max_name_bytes)) slurm.partition = *v;
   // A number is minutes, as sbatch --time takes it (time_limit = 90).
   std::optional<std::string> limit;
-  if (const toml::node* node = table.get("time_limit"); node && node->is_integer() && *node->value<int64_t>() >= 0) {
+  if (const toml::node* node = table.get("time_limit"); node && node->is_integer()) {
     limit = std::to_string(*node->value<int64_t>());
   } else {
     limit = check.string(table.get("time_limit"), "time_limit", k_max_name_bytes);
@@ -551,9 +551,9 @@ void parse_slurm_keys(Checker& check, const toml::table& table, JobSpec& spec) {
     } else {
       // sbatch refused it with exit 69, which reads as "Slurm is down, try again".
       check.error(table.get("time_limit")->source(),
-                  fmt::format("time_limit \"{}\" is not a time Slurm takes: MINUTES (\"90\"), \"HH:MM:SS\", "
+                  fmt::format("time_limit {} is not a time Slurm takes: MINUTES (90), \"HH:MM:SS\", "
                               "\"DAYS-HH:MM:SS\" (\"2-00:00:00\"), or \"UNLIMITED\"",
-                              v->substr(0, 64)));
+                              table.get("time_limit")->is_integer() ? *v : "\"" + v->substr(0, 64) + "\""));
     }
   }
   if (auto v = check.string(table.get("account"), "account", k_max_name_bytes)) slurm.account = *v;

@@ -293,7 +293,10 @@ sbatch_options = ["--qos=high", "--exclusive"]
       CHECK_MESSAGE(parse(local + text + "\n").time_limit == expected, text);
     }
     CHECK(parse(slurm + "90\n").slurm.time_limit == "90");
-    CHECK(error_of(local + "-3\n").find("'time_limit' must be a string") != std::string::npos);
+    // A negative number of minutes is no time, not a string (it read "must be a string").
+    CHECK(error_of(local + "-1\n") ==
+          "job.toml:5:14: time_limit -1 is not a time Slurm takes: MINUTES (90), \"HH:MM:SS\", \"DAYS-HH:MM:SS\" "
+          "(\"2-00:00:00\"), or \"UNLIMITED\"");
   }
   TEST_CASE("TOML syntax errors carry the position") {
     std::string e = error_of("command = [\"x\"\n");
