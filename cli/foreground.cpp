@@ -81,27 +81,36 @@ bool shows_only(const CLI::Option* option) {
   return false;
 }
 
-// Whether `given` now stands in for the job's own `kept`: the same option, or the other of
-// --prefix and --no-prefix (either undoes the other).
+// Whether `given` now stands in for the job's own `kept`: the same option, or another of the
+// same group, of which a command line has one: --prefix and --no-prefix, --nproc and --gpus
+// (how many ranks), --hosts and --hostfile (where).
 bool replaces(const CLI::Option* given, const CLI::Option* kept) {
-  const auto prefix = [](const CLI::Option* option) {
-    return option->check_name("--prefix") || option->check_name("--no-prefix");
+  const auto in = [](const CLI::Option* option, std::initializer_list<const char*> names) {
+    return std::any_of(names.begin(), names.end(), [option](const char* name) { return option->check_name(name); });
   };
-  return given == kept || (prefix(given) && prefix(kept));
+  for (const auto& group : {std::initializer_list<const char*>{"--prefix", "--no-prefix"},
+                            std::initializer_list<const char*>{"--nproc", "--gpus"},
+                            std::initializer_list<const char*>{"--hosts", "--hostfile"}}) {
+    if (in(given, group) && in(kept, group)) return true;
+  }
+  return given == kept;
 }
 
 
-// Runs dlrun again as `dlrun VERB --resume ID SHOWN WORDS`: the job's own words, from its
-// working directory, with the display options given now in place of those it had.
+// Runs dlrun again as `dlrun VERB --resume ID GIVEN WORDS`: the job's own words, from its
+// working directory, with the options given now in place of those it had. Display options
+// alone are for this one time (`for_now`: the job keeps its words); with any other (--nproc 4)
+// the result is the job's command line from now on, as if it had been given whole.
 [[noreturn]] void run_again(const std::string& verb, const launcher::ResumeTarget& target, const CLI::App& app,
-                            const std::vector<LeadingOption>& shown) {
+                            const std::vector<LeadingOption>& shown, bool for_now) {
   if (!target.workdir.empty() && ::chdir(target.workdir.c_str()) != 0) {
     throw ConfigError(fmt::format("--resume {}: cannot enter its working directory {}: {}",
                                   target.id, target.workdir, std::strerror(errno)));
   }
   if (target.words.empty())
     throw ConfigError(fmt::format("--resume {}: the job keeps no command line", target.id));
-  std::vector<std::string> words = {"dlrun", verb, "--resume", std::to_string(target.id), k_resumed_alone};
+  std::vector<std::string> words = {"dlrun", verb, "--resume", std::to_string(target.id)};
+  if (for_now) words.push_back(k_resumed_alone);
   for (const auto& given : shown) words.insert(words.end(), given.words.begin(), given.words.end());
   size_t skip = 0;
   for (const auto& kept : leading_options(app, target.words)) {
@@ -132,8 +141,8 @@ void add_foreground_options(CLI::App* app, ForegroundArgs& args) {
                   "Take up the ended job JOB (its number, or its name) again, under its number and "
                   "in its run "
                   "directory, where its checkpoint is. Alone, it runs JOB's own command line "
-                  "again; followed by a "
-                  "command line, that one")
+                  "again; with options and no program (--resume 12 --nproc 4), that command line with "
+                  "those options in place of its own; followed by a command line, that one")
       ->type_name("JOB");
   app->add_flag(k_resumed_alone, args.resumed_alone)->group("");  // dlrun's own, see run_again
 }
@@ -146,16 +155,15 @@ void run_again_if_resume_alone(const ForegroundArgs& args, const CLI::App& app,
   const auto shown = leading_options(app, given);
   size_t covered = 0;
   for (const auto& option : shown) covered += option.words.size();
-  if (covered != given.size() || !std::all_of(shown.begin(), shown.end(), [](const LeadingOption& option) {
-        return shows_only(option.option);
-      })) {
+  if (covered != given.size()) {
     throw ConfigError(
-        fmt::format("--resume {} with options but no program: give the whole command line after "
-                    "--resume {}, or nothing else to run the job's own again (alone, --resume takes only "
-                    "options of how it is shown: -q, --ranks, --color, --prefix, --no-prefix, --tail)",
-                    args.resume, args.resume));
+        fmt::format("--resume {}: {} is neither an option of dlrun {} nor a program: give dlrun's options (--nproc 4), "
+                    "or the whole command line, after --resume {}",
+                    args.resume, given[covered], app.get_name(), args.resume));
   }
-  run_again(app.get_name(), target, app, shown);
+  const bool for_now =
+      std::all_of(shown.begin(), shown.end(), [](const LeadingOption& option) { return shows_only(option.option); });
+  run_again(app.get_name(), target, app, shown, for_now);
 }
 
 std::string resume_elsewhere_note(const ForegroundArgs& args, launcher::JobOrigin origin) {

@@ -310,9 +310,14 @@ class Resume(DlrunTestCase):
             self.assertEqual(r.stdout, "<0> umask 0002 rank 0\n", r.stderr)
             r = self.dlrun("local", "--resume", "um", "--no-prefix")
             self.assertEqual(r.stdout, "umask 0002 rank 0\n", r.stderr)
-            r = self.dlrun("local", "--resume", "um", "--max-restarts", "2")
-            self.assertEqual(r.returncode, 2, r.stderr)
-            self.assertIn("alone, --resume takes only options of how it is shown", r.stderr)
+            # Other options (how many ranks) change the job's command line from now on: a whole
+            # command line was needed to resume at another size.
+            r = self.dlrun("local", "--resume", "um", "-q", "--nproc", "1")
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "[0] umask 0002 rank 0\n", ""))
+            self.assertIn(f"started by:   dlrun local -q --nproc 1 --ranks 0 --color never --name um {program}",
+                          self.dlrun("status", "um").stdout)
+            r = self.dlrun("local", "--resume", "um")
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "[0] umask 0002 rank 0\n", ""))
         finally:
             os.umask(old)
 
@@ -393,9 +398,6 @@ class Resume(DlrunTestCase):
         self.assertIn("job 2 is RUNNING: it has not ended", r.stderr)
         os.killpg(p.pid, signal.SIGTERM)
         p.communicate(timeout=30)
-        r = self.dlrun("local", "--resume", "2", "--nproc", "3")
-        self.assertEqual(r.returncode, 2)
-        self.assertIn("give the whole command line", r.stderr)
         # It keeps its name and run directory: others given were ignored without a word.
         for args, says in ((["--name", "other"], "--name other with --resume: job 2 keeps its name 'sh'"),
                            (["--run-dir", self.tmp], f"--run-dir {self.tmp} with --resume: job 2 resumes in its own")):
