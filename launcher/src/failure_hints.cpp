@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <string_view>
 #include <filesystem>
 
 #include "dlrun/launcher/command_resolution.hpp"
@@ -61,6 +63,40 @@ bool tells_of_peers(const std::deque<std::string>& tail) {
       if (line.find(word) != std::string::npos) return true;
     }
     return false;
+  });
+}
+
+namespace {
+
+// `ValueError: …`, `torch.cuda.OutOfMemoryError: …`, `MyException`: a dotted name ending in Error or
+// Exception, alone or before a colon.
+bool names_an_exception(const std::string& line) {
+  size_t end = 0;
+  while (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) || line[end] == '_' ||
+                               line[end] == '.')) {
+    ++end;
+  }
+  if (end == 0 || (end < line.size() && line[end] != ':')) return false;
+  const std::string name = line.substr(0, end);
+  const auto ends_with = [&name](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with("Error") || ends_with("Exception");
+}
+
+}  // namespace
+
+bool tells_of_an_error(const std::deque<std::string>& tail) {
+  if (tail.empty() || tells_of_peers(tail)) return false;
+  const std::string& last = tail.back();
+  for (const char* stop : {"KeyboardInterrupt", "SystemExit"}) {
+    if (last.find(stop) != std::string::npos) return false;
+  }
+  return std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
+    for (const char* word : {"Traceback (most recent call last)", "terminate called", "panicked at"}) {
+      if (line.find(word) != std::string::npos) return true;
+    }
+    return names_an_exception(line);
   });
 }
 

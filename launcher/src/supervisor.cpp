@@ -588,6 +588,7 @@ void Supervisor::finish_attempt() {
   end.resize_pending = m_pending_resize.has_value();
   end.restart_requested = m_restart_requested;
   if (m_failure) {
+    blame_likelier_cause(*m_failure);
     end.failure_code = m_failure->status.shell_code();
     read_error_file_of(*m_failure);
   }
@@ -687,12 +688,47 @@ void Supervisor::read_error_file_of(Failure& failure) const {
   }
 }
 
+void Supervisor::blame_likelier_cause(Failure& failure) const {
+  if (!failure.reason.empty() || failure.first || m_job.member_noun != "rank" || failure.index >= m_group->size())
+    return;
+  if (!tells_of_peers(m_group->stderr_tail(failure.index))) return;
+  for (size_t i = 0; i < m_group->size(); ++i) {
+    const auto& status = m_group->exit_status(i);
+    if (i == failure.index || !status || status->success()) continue;
+    if (!status->signaled && status->code == exit_code::k_restart_me) continue;
+    if (!tells_of_an_error(m_group->stderr_tail(i))) continue;
+    // Its error came first, and closing its connections (in a `finally`, at its exit) failed
+    // the collective the other was in, which then exited sooner.
+    failure.first = Failure::First{failure.index, failure.status};
+    failure.index = i;
+    // The job's exit code is the cause's own, unless dlrun's stop ended it (then the first's).
+    failure.cause_stopped = status->signaled;
+    if (!status->signaled) failure.status = *status;
+    failure.failed_too.erase(std::remove(failure.failed_too.begin(), failure.failed_too.end(), i),
+                             failure.failed_too.end());
+    return;
+  }
+}
+
+std::string Supervisor::failure_headline(const Failure& failure, bool brief) const {
+  const Member& member = m_group->member(failure.index);
+  if (!failure.first) return fmt::format("{} {}", member.name, failure.status.describe());
+  const std::string cause =
+      fmt::format("{} {}", member.name, failure.cause_stopped ? "failed" : failure.status.describe());
+  const std::string& first = m_group->member(failure.first->index).name;
+  if (brief) return fmt::format("{} ({} had lost a peer and failed first)", cause, first);
+  const auto& first_tail = m_group->stderr_tail(failure.first->index);
+  return fmt::format("{}{}: the likelier cause, though {} {} before it: {} had lost a peer{}", cause,
+                     failure.cause_stopped ? " (stopped by dlrun after its error)" : "", first,
+                     failure.first->status.describe(), first, first_tail.empty() ? "" : " (" + first_tail.back() + ")");
+}
+
 // A failure that no report will say (a stop signal came, or a resize ends the attempt) is said
 // once, briefly.
 void Supervisor::say_failure_once() {
   if (!m_failure || m_failure->said || !m_failure->reason.empty() || !m_group) return;
   if (m_failure->index >= m_group->size()) return;
-  log::error("{} {}", m_group->member(m_failure->index).name, m_failure->status.describe());
+  log::error("{}", failure_headline(*m_failure));
   m_failure->said = true;
 }
 
@@ -703,7 +739,7 @@ void Supervisor::report_failure() {
   const Member& member = m_group->member(failure.index);
   const auto& tail = m_group->stderr_tail(failure.index);
   const std::string& log_path = member.log_path;
-  std::string what = fmt::format("{} {}", member.name, failure.status.describe());
+  std::string what = failure_headline(failure);
   if (failure.error && !failure.error->message.empty()) what += fmt::format(": {}", first_line(failure.error->message));
   // A SIGKILL dlrun did not send (this member failed first, by itself): most often the kernel's
   // out-of-memory killer, which leaves nothing in the rank's own output.
@@ -852,7 +888,7 @@ void Supervisor::finish(int code) {
   } else if (m_failure && !m_failure->reason.empty()) {
     m_summary = m_failure->reason;
   } else if (m_failure) {
-    m_summary = fmt::format("{} {}", m_group->member(m_failure->index).name, m_failure->status.describe());
+    m_summary = failure_headline(*m_failure, true);
     if (m_failure->error && !m_failure->error->message.empty()) {
       m_summary += fmt::format(": {}", first_line(m_failure->error->message));
     }

@@ -144,6 +144,19 @@ exec sleep 300
         self.assertEqual(r.returncode, 70, r.stderr)
         self.assertIn("rank 0 exited with code 70; rank 1 exited with code 2 too, its last stderr line: params[0] "
                       "sizes [17, 10] do not match; last 1 line", r.stderr)
+        # The rank whose error came first closed its connections in a `finally` before it
+        # exited; the rank that lost it exited sooner, and was blamed alone.
+        script = self.script("finally.sh", 'if [ $RANK = 1 ]; then trap "exit 1" TERM; '
+                                           'printf "Traceback (most recent call last):\\nValueError: NaN loss\\n" >&2; '
+                                           'touch closed; sleep 30 & wait; fi\n'
+                                           'while [ ! -e closed ]; do sleep 0.05; done\n'
+                                           'echo "RuntimeError: [gloo/pair.cc:598] Connection closed by peer" >&2; exit 3\n')
+        r = self.dlrun("local", "--nproc", "2", script, cwd=self.tmp)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("rank 1 exited with code 1: the likelier cause, though rank 0 exited with code 3 before it: "
+                      "rank 0 had lost a peer (RuntimeError: [gloo/pair.cc:598] Connection closed by peer); last 2 "
+                      "lines of its stderr", r.stderr)
+        self.assertIn("  | ValueError: NaN loss", r.stderr)
         # A rank that fails on its own, after another ended with 0: nothing about it.
         r = self.dlrun("local", "--nproc", "2", "sh", "-c", 'sleep 0.$RANK; echo bad >&2; exit $RANK')
         self.assertEqual(r.returncode, 1, r.stderr)

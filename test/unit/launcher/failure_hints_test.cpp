@@ -46,4 +46,16 @@ TEST_SUITE("launcher::failure_hints") {
     CHECK_FALSE(tells_of_peers({"ValueError: bad batch size 7"}));
     CHECK_FALSE(tells_of_peers({}));
   }
+  TEST_CASE("stderr that shows an error of the program's own") {
+    CHECK(tells_of_an_error({"Traceback (most recent call last):", "  File \"t.py\", line 7", "ValueError: NaN loss"}));
+    CHECK(tells_of_an_error({"torch.cuda.OutOfMemoryError: CUDA out of memory."}));
+    CHECK(tells_of_an_error({"MyException"}));
+    CHECK(tells_of_an_error({"terminate called after throwing an instance of 'std::runtime_error'", "  what():  bad"}));
+    CHECK(tells_of_an_error({"thread 'main' panicked at src/main.rs:3:5:"}));
+    CHECK_FALSE(tells_of_an_error({"step 10 loss 0.3"}));
+    CHECK_FALSE(tells_of_an_error({"Traceback (most recent call last):", "KeyboardInterrupt"}));
+    CHECK_FALSE(tells_of_an_error({"RuntimeError: [../gloo/transport/tcp/pair.cc:598] Connection closed by peer"}));
+    CHECK_FALSE(tells_of_an_error({"ErrorCount: 3 of 10 lines"}));
+    CHECK_FALSE(tells_of_an_error({}));
+  }
 }

@@ -27,4 +27,9 @@ std::string debugger_hint(const std::deque<std::string>& stderr_tail, const Prog
 // failed or timed out (Gloo's, NCCL's, the runtime's words).
 bool tells_of_peers(const std::deque<std::string>& stderr_tail);
 
+// Whether these stderr lines show an error of the program's own: a Python traceback, an
+// exception (`ValueError: …`), C++'s `terminate called …`, Rust's `panicked at`. Not a stop
+// (KeyboardInterrupt, SystemExit) nor a lost peer (tells_of_peers).
+bool tells_of_an_error(const std::deque<std::string>& stderr_tail);
+
 }  // namespace dlrun::launcher

@@ -90,6 +90,15 @@ class Supervisor {
     std::vector<size_t> ended_ok{};
     // Members that failed too, reaped with it (before any was told to stop).
     std::vector<size_t> failed_too{};
+    // Set when the member that failed first only lost a peer (its stderr tells of a broken
+    // connection) and another showed an error of its own: `index` is then that other, the
+    // likelier cause (blame_likelier_cause), and this the one that failed first.
+    struct First {
+      size_t index = 0;
+      ExitStatus status{};
+    };
+    std::optional<First> first{};
+    bool cause_stopped = false;  // the likelier cause ended by dlrun's stop signal, after its error
   };
 
   void start_attempt();
@@ -119,6 +128,10 @@ class Supervisor {
   void begin_drain();
   void finish_attempt();
   void read_error_file_of(Failure& failure) const;
+  void blame_likelier_cause(Failure& failure) const;
+  // "rank 1 exited with code 1" (and the member that failed first, when it was not the cause;
+  // `brief`: for the job's reason in dlrun status).
+  std::string failure_headline(const Failure& failure, bool brief = false) const;
   void report_failure();  // m_failure's, in full, at the attempt's end
   void say_failure_once();
   bool all_succeeded() const;
