@@ -81,7 +81,6 @@ std::optional<std::string> other_launchers_spelling(const std::string& bare) {
 // torchrun's options dlrun has no counterpart of, and what dlrun does instead.
 std::optional<std::string> torchrun_only(const std::string& bare) {
   static const std::map<std::string, std::string> options = {
-      {"--no-python", "a program that is not a .py file runs as it is: drop it"},
       {"--run-path", "a .py script runs as python3 SCRIPT: drop it"},
       {"--tee", "every rank's output is on the terminal (--ranks chooses which) and in RUN_DIR/rank-N.log: drop it"},
       {"--redirects", "every rank's output is on the terminal (--ranks chooses which) and in RUN_DIR/rank-N.log: "

@@ -1,5 +1,6 @@
 #include "group_options.hpp"
 
+#include "dlrun/error.hpp"
 #include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
 #include "dlrun/log.hpp"
@@ -20,6 +21,9 @@ CLI::Validator duration_check() {
 void add_program_options(CLI::App* app, GroupArgs& args) {
   app->add_flag("-m,--module", args.module,
                 "PROGRAM is a Python module: run python3 -m PROGRAM ARGS (as torchrun -m)");
+  app->add_flag("--no-python,--no_python", args.no_python,
+                "Run PROGRAM as it is, also a .py file (by its #! line), not with python3 from PATH (as torchrun "
+                "--no-python)");
 }
 
 void add_output_options(CLI::App* app, GroupArgs& args) {
@@ -67,7 +71,12 @@ void add_failure_options(CLI::App* app, GroupArgs& args) {
 void apply_group_options(GroupArgs& args, const CLI::App& app, const Trailing& trailing) {
   auto& options = args.options;
   options.command = program_words(app, trailing);
+  if (args.module && args.no_python) throw ConfigError("-m and --no-python: a module runs with python3; give one of them");
   if (args.module) options.command = launcher::python_module_command(options.command);
+  if (args.no_python && !options.command.empty() && launcher::is_python_script(options.command.front())) {
+    // env execs the script itself: the kernel reads its #! line (a .py alone runs with python3).
+    options.command.insert(options.command.begin(), "env");
+  }
   if (app.count("--ranks")) options.shown_ranks = launcher::parse_int_list(args.ranks, "--ranks");
   options.prefix_enabled = !args.no_prefix;
   if (options.quiet && dlrun::log::level() < dlrun::log::Level::warn) dlrun::log::set_level(dlrun::log::Level::warn);

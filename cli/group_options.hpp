@@ -17,6 +17,7 @@ struct GroupArgs {
   std::string color = "auto";
   bool no_prefix = false;
   bool module = false;  // -m: the program is a Python module
+  bool no_python = false;  // --no-python: a .py program runs as it is (its #! line)
 };
 
 // -m/--module, as torchrun's: PROGRAM is a Python module, run as python3 -m PROGRAM ARGS.

@@ -121,6 +121,15 @@ class PythonPrograms(TorchrunTestCase):
         r = self.run_here("local", "--nproc", "1", "./tool.py", "x")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, f"[0] {os.path.join(self.bin, 'python3')} 0 x\n")
+        # ...unless --no_python says so, as torchrun's: the script runs as it is (it was refused,
+        # with advice to drop it that ran another Python).
+        self.write("own.py", "#!/bin/sh\necho \"own $1\"\n", mode=0o755)
+        r = self.run_here("local", "--nproc", "1", "--no_python", "./own.py", "x")
+        self.assertEqual((r.returncode, r.stdout), (0, "[0] own x\n"), r.stderr)
+        self.assertIn("own.py", self.dlrun("status", "--json").stdout)
+        r = self.run_here("local", "--nproc", "1", "--no-python", "-m", "own")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("-m and --no-python", r.stderr)
 
     def test_a_python_script_without_py_is_told_to_run_with_python3(self):
         self.write("train", "import os\nprint(os.environ['RANK'])\n", mode=0o755)
@@ -364,9 +373,6 @@ class UsageErrors(TorchrunTestCase):
             (["run", "--hosts", "a:1", "-y", "1", "--ssh-config", "cfg/x", "./train"], "unknown option '-y'; put '--'",
              "run"),
             # torchrun's options dlrun has no counterpart of: what it does instead.
-            (["local", "--nproc", "2", "--no_python", "true"],
-             "unknown option '--no_python': torchrun's; in dlrun a program that is not a .py file runs as it is: "
-             "drop it", "local"),
             (["local", "--tee", "3", "true"], "unknown option '--tee': torchrun's; in dlrun every rank's output is",
              "local"),
             (["run", "--log-dir", "x", "true"], "unknown option '--log-dir': torchrun's; in dlrun the logs go to the "
