@@ -10,6 +10,7 @@
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "dlrun/error.hpp"
@@ -109,6 +110,17 @@ std::string unknown_option_message(const std::string& word, const CLI::App& app)
     for (const auto& name : option->get_snames()) names.push_back("-" + name);
   }
   std::string bare = word.substr(0, word.find('='));
+  if (!app.get_parent()) {
+    // `dlrun --nproc 2 train.py`: a verb's option before any verb.
+    std::vector<std::string> verbs;
+    for (const CLI::App* verb : app.get_subcommands([](const CLI::App* sub) { return !sub->get_group().empty(); })) {
+      if (verb->get_option_no_throw(bare)) verbs.push_back(verb->get_name());
+    }
+    if (!verbs.empty()) {
+      return fmt::format("unknown option '{}': it is an option of dlrun {}; the command comes first: dlrun {} {}",
+                         bare, fmt::join(verbs, ", dlrun "), verbs.front(), fmt::join(invocation(), " "));
+    }
+  }
   std::optional<std::string> hint;
   if (auto torchrun = torchrun_only(bare); torchrun && app.get_prefix_command() &&
                                             !std::count(names.begin(), names.end(), bare)) {

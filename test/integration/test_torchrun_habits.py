@@ -387,6 +387,11 @@ class UsageErrors(TorchrunTestCase):
             self.assert_usage_error(r, message)
             self.assertTrue(r.stderr.rstrip("\n").endswith(f"; see 'dlrun {verb} --help'"), r.stderr)
 
+    def test_a_commands_option_before_the_command_names_the_command(self):
+        self.assert_usage_error(self.dlrun("--nproc", "2", "x.py"),
+                                "unknown option '--nproc': it is an option of dlrun local; the command comes first: "
+                                "dlrun local --nproc 2 x.py; see 'dlrun --help'")
+
     def test_unexpected_argument(self):
         self.assert_usage_error(self.dlrun("status", "1", "2"), "unexpected argument '2'; see 'dlrun status --help'")
 
