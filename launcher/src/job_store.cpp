@@ -188,7 +188,8 @@ int64_t queue_head(const std::vector<JobRecord>& jobs, bool uses_gpus) {
   int64_t head = -1;
   for (const auto& job : jobs) {
     const auto& request = job.submitted.request;
-    if (job.state == JobState::pending && !request.remote && request.uses_gpus == uses_gpus && (head < 0 || job.id < head))
+    if (job.state == JobState::pending && !request.remote && !request.goodput && request.uses_gpus == uses_gpus &&
+        (head < 0 || job.id < head))
       head = job.id;
   }
   return head;
@@ -485,8 +486,8 @@ std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capaci
     }
     // GPU jobs and CPU jobs wait in queues of their own: neither uses what the other waits for
     // (a CPU job waited behind a GPU job with every CPU slot free).
-    Statement head(m_db, "SELECT id FROM jobs WHERE state = 'PENDING' AND remote = 0 AND uses_gpus = ? ORDER BY id "
-                         "LIMIT 1");
+    Statement head(m_db, "SELECT id FROM jobs WHERE state = 'PENDING' AND remote = 0 AND policy != 'goodput' AND "
+                         "uses_gpus = ? ORDER BY id LIMIT 1");
     head.bind(1, job->submitted.request.uses_gpus ? 1 : 0);
     if (!job->submitted.request.remote && (!head.step() || head.int64(0) != id)) {
       commit();

@@ -91,6 +91,22 @@ class Sharing(SchedulerTestCase):
         self.assertNotIn("shrink 2 -> 1", self.scheduler_log())
         self.assertEqual(self.status(small)["reason"], f"behind job {big} (fifo)")
 
+    def test_a_fifo_job_does_not_wait_behind_a_goodput_job_that_does_not_fit(self):
+        # A goodput job of 2 GPUs or more waits (one is free); a fifo job of 1 GPU after it waited
+        # "behind" it with the GPU idle, while later goodput jobs started on it.
+        big, done_big = self.job("big", 3)
+        self.wait_ranks(big, 3)
+        elastic, _ = self.job("elastic", "2:4")
+        self.assertTrue(wait_for(lambda: "waiting" in self.status(elastic)["reason"] or
+                                 "scheduler" in self.status(elastic)["reason"], 30), self.status(elastic))
+        one, done_one = self.job("one", 1)
+        self.wait_ranks(one, 1)
+        self.assertEqual(self.status(elastic)["state"], "PENDING")
+        open(done_big, "w").close()
+        self.wait_ranks(elastic, 3)
+        open(done_one, "w").close()
+        self.wait_ranks(elastic, 4)
+
     def test_a_job_grows_shrinks_for_another_and_grows_back(self):
         a, done_a = self.job("a", "1:4")
         self.wait_ranks(a, 4)  # alone: every GPU

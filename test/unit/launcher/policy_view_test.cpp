@@ -31,10 +31,10 @@ TEST_SUITE("launcher::PolicyView") {
     CHECK(ids(policy_input(jobs, 100)) == std::vector<int64_t>{1, 2, 3});
     jobs[2].state = JobState::cancelled;
     CHECK(ids(policy_input(jobs, 100)) == std::vector<int64_t>{1, 2, 4});
-    // A waiting goodput job older than job 4: the scheduler starts that one first, then job 4 is
-    // the head.
+    // A waiting goodput job older than job 4 takes no place in the fifo queue: the policy weighs
+    // both (job 4 waited behind one that did not fit, while later goodput jobs started).
     jobs.push_back(record(0, JobState::pending, 1, 4, true));
-    CHECK(ids(policy_input(jobs, 100)) == std::vector<int64_t>{1, 2, 0});
+    CHECK(ids(policy_input(jobs, 100)) == std::vector<int64_t>{1, 2, 4, 0});
     // A job whose ranks run elsewhere holds no place in this machine's queue.
     jobs.pop_back();
     jobs.push_back(record(0, JobState::pending, 1, 1, false));

@@ -96,8 +96,10 @@ struct JobRecord {
 };
 
 // The head of this machine's queue of GPU jobs (`uses_gpus`) or of CPU jobs among `jobs`: the
-// oldest pending one whose ranks run here (not on other hosts), which JobStore::try_start
-// starts first; -1 when none waits. The two kinds queue apart (neither uses the other's).
+// oldest pending fifo job whose ranks run here (not on other hosts), which JobStore::try_start
+// starts first; -1 when none waits. The two kinds queue apart (neither uses the other's). A
+// goodput job is no place in it: the scheduler starts those, weighing the head among them (a
+// fifo job waited behind a goodput job that did not fit while later goodput jobs started).
 int64_t queue_head(const std::vector<JobRecord>& jobs, bool uses_gpus);
 
 // What a job's end leaves beside its state, exit code and reason.
