@@ -51,6 +51,7 @@ int run_clean(const CleanArgs& args, const CLI::App& app) {
       launcher::clean_run_dirs(queue, settings, launcher::now_seconds(), only, args.dry_run);
   if (args.automatic) return 0;
   const char* verb = args.dry_run ? "Would remove" : "Removed";
+  for (const auto& [path, why] : report.kept) std::cout << fmt::format("Kept {}: {}\n", path, why);
   if (report.paths.empty()) {
     std::cout << "Nothing to remove\n";
     return 0;

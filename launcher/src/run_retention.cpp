@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "dlrun/error.hpp"
@@ -131,9 +132,11 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
   const fs::path home = fs::absolute(queue.home());
   std::set<int64_t> chosen_ids;
   for (const auto& job : chosen) chosen_ids.insert(job.id);
-  std::set<std::string> in_use;  // run directories of the jobs that stay, and their checkpoints
+  // Run directories of the jobs that stay, and their checkpoints: which job uses each, and how.
+  std::map<std::string, std::string> in_use;
   for (const auto& job : queue.store().list(true, 0)) {
-    if (!chosen_ids.count(job.id) && !job.run_dir.empty()) in_use.insert(plain_path(job.run_dir));
+    if (!chosen_ids.count(job.id) && !job.run_dir.empty())
+      in_use.emplace(plain_path(job.run_dir), fmt::format("job {} runs in it", job.id));
   }
   // A job queued by dlrun submit --resume keeps its checkpoints in the resumed job's run
   // directory: cleaning that one removed them under a running job.
@@ -141,7 +144,8 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
     if (chosen_ids.count(id)) continue;
     const Environment env = decode_environment(blob);
     if (auto it = env.find(env::k_resumed_checkpoint_dir); it != env.end() && !it->second.empty())
-      in_use.insert(plain_path(it->second));
+      in_use.emplace(plain_path(it->second),
+                     fmt::format("job {} goes on from its checkpoints (dlrun submit --resume)", id));
   }
   CleanReport report;
   std::error_code ec;
@@ -161,9 +165,11 @@ CleanReport clean_run_dirs(JobQueue& queue, const RetentionSettings& settings, d
     // $DLRUN_HOME/jobs/ID for a submitted job), and none that holds another job's (a --run-dir
     // of $DLRUN_HOME/runs itself took every job's with it).
     const fs::path dir = plain_path(job.run_dir);
-    const bool holds_another = std::any_of(in_use.begin(), in_use.end(), [&](const std::string& other) {
-      return other == dir.string() || inside(fs::path(other), dir);
+    const auto holder = std::find_if(in_use.begin(), in_use.end(), [&](const auto& other) {
+      return other.first == dir.string() || inside(fs::path(other.first), dir);
     });
+    const bool holds_another = holder != in_use.end();
+    if (holds_another && !only.empty()) report.kept.emplace_back(dir.string(), holder->second);
     const fs::path parent = dir.parent_path();
     const bool dlrun_made = parent == fs::path(plain_path((home / "runs").string())) ||
                             parent == fs::path(plain_path((home / "jobs").string()));

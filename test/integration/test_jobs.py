@@ -946,6 +946,8 @@ echo "done $n $VIA_ENV"
         r = self.dlrun("clean", str(first))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(os.path.isdir(checkpoints), r.stdout)
+        self.assertRegex(r.stdout, rf"Kept {re.escape(os.path.join(self.home, 'jobs', str(first)))}: job \d+ goes on "
+                                   r"from its checkpoints \(dlrun submit --resume\)\n")
         # What cannot be resumed says why; dlrun local --resume of a submitted job points here.
         gate = os.path.join(self.tmp, "gate")
         running = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n[resources]\nnproc = 1\n')

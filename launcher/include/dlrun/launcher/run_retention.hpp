@@ -34,6 +34,8 @@ struct CleanReport {
   std::vector<std::string> paths;  // directories and links removed
   size_t links = 0;                // of them, links (in $DLRUN_HOME/runs to a --run-dir elsewhere)
   uint64_t bytes = 0;
+  // Run directories of chosen jobs that stay, and why ("job 16 uses it: …").
+  std::vector<std::pair<std::string, std::string>> kept;
 };
 
 // `only`: these ended jobs whatever their age (dlrun clean JOB…); empty: by the settings.
