@@ -338,6 +338,16 @@ int64_t JobQueue::resubmit(const std::string& job_ref, const std::string& name, 
   if (!fs::is_directory(checkpoints, ec)) {
     log::warn("job {} left no checkpoint directory ({}): the new job starts from the beginning", old_id, checkpoints);
   }
+  // The file may have been fixed since (the reason to resume): the job runs the text it was
+  // submitted with, which is what --resume means, but the user should know.
+  if (std::ifstream file(old->submitted.spec_path); file && fs::is_regular_file(old->submitted.spec_path, ec)) {
+    std::string now((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    if (now != old->submitted.spec_text) {
+      log::warn("{} has changed since job {} was submitted: the resumed job runs it as it was then. To train on "
+                "from these checkpoints with the file as it is now, set checkpoint_dir = \"{}\" in it and submit it",
+                old->submitted.spec_path, old_id, checkpoints);
+    }
+  }
   NewJob job = old->submitted;
   if (!name.empty()) job.name = name;
   Environment stored = decode_environment(job.environment);

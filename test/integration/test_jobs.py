@@ -979,6 +979,18 @@ echo "done $n $VIA_ENV"
         r = self.dlrun("submit", "--wait", "--resume", str(failed))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
+    def test_a_resume_after_the_job_file_changed_says_it_runs_the_file_as_submitted(self):
+        # The file fixed, the job resumed: it ran the old text without a word.
+        path = self.job_file('command = ["sh", "-c", "exit 4"]\n[resources]\nnproc = 1\n', "fix.toml")
+        r = self.dlrun("submit", "--wait", "--parsable", path)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.job_file('command = ["true"]\n[resources]\nnproc = 1\n', "fix.toml")
+        r = self.dlrun("submit", "--wait", "--resume", r.stdout.strip())
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn(f"{path} has changed since job 1 was submitted: the resumed job runs it as it was then. To "
+                      f"train on from these checkpoints with the file as it is now, set checkpoint_dir = "
+                      f"\"{os.path.join(self.home, 'jobs', '1', 'checkpoints')}\" in it and submit it", r.stderr)
+
     def test_a_job_file_from_a_pipe_runs_where_it_was_submitted(self):
         # <(…) is /dev/fd/63: the job ran in /proc/PID/fd, and a relative program was looked
         # for in /dev/fd.
