@@ -110,6 +110,7 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
   }
   if (app.count("--master-port")) options.master_port = args.master_port;
   options.output_log = true;  // dlrun logs JOB: the terminal's lines, in their order
+  options.rank0_stdin = true;  // breakpoint(), input(), `… | dlrun local`: as under torchrun
   if (!torchrun_count || app.count("--gpu-binding")) {
     options.gpu_binding =
         args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;

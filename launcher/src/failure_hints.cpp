@@ -50,8 +50,10 @@ std::string debugger_hint(const std::deque<std::string>& tail, const ProgramSpec
   if (!quit) return {};
   std::string command;
   for (const auto& word : program.argv) command += (command.empty() ? "" : " ") + shell_quote(word);
-  return fmt::format("\n  (pdb read the end of its input: ranks read standard input from /dev/null under dlrun, so a "
-                     "breakpoint() ends the rank. To step through the program, run it alone as a world of one: "
+  return fmt::format("\n  (pdb read the end of its input: under dlrun only rank 0 of dlrun local reads dlrun's standard "
+                     "input (the terminal, or what is piped in); the other ranks, and submitted jobs, read /dev/null, "
+                     "so a breakpoint() there ends the rank. Put it in rank 0 (if int(os.environ[\"RANK\"]) == 0: "
+                     "breakpoint()) and run dlrun local in a terminal, or run the program alone as a world of one: "
                      "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 {})",
                      command);
 }

@@ -130,6 +130,9 @@ SpawnedProcess spawn_process(const SpawnRequest& request) {
   if (request.stdin_text) {
     in = make_pipe();
     null_fd = in.read;
+  } else if (request.stdin_from >= 0) {
+    null_fd = ::fcntl(request.stdin_from, F_DUPFD_CLOEXEC, 3);
+    if (null_fd < 0) throw SpawnError(fmt::format("standard input: {}", std::strerror(errno)));
   } else {
     null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null_fd < 0) throw SpawnError(fmt::format("/dev/null: {}", std::strerror(errno)));

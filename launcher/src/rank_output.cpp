@@ -306,7 +306,7 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
 // An unfinished line that redraws itself is shown as it goes, on a live terminal.
 void RankOutput::show_pending(Stream stream) {
   const std::string_view pending = splitter(stream).pending_text();
-  if (pending.find('\r') == std::string_view::npos) return;
+  if (pending.find('\r') == std::string_view::npos && !(m_options.show_unfinished && m_terminal.live(stream))) return;
   if (!m_terminal.live(stream)) return pass_on_redraw(stream, pending);
   if (!m_options.shown) return;
   const std::string_view shown = shown_segment(pending);

@@ -88,6 +88,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
   m_terminal.set_live(Stream::err, live_terminal(STDERR_FILENO, m_job.base_env));
   // Tells the ranks that their progress bars reach a terminal although their stderr is a pipe.
   if (m_terminal.live(Stream::err)) m_job.base_env.try_emplace(env::k_tty, "1");
+  if (m_job.options.rank0_stdin && !m_job.planner) m_stdin = std::make_unique<StdinRelay>();
   m_terminal.on_out_reader_gone([this] { asio::post(m_io, [this] { handle_out_reader_gone(); }); });
 }
 
@@ -192,6 +193,12 @@ void Supervisor::end() {
 void Supervisor::start_attempt() {
   const auto& options = m_job.options;
   auto members = m_job.planner ? m_job.planner(m_restart_count) : plan_local_members(m_job, m_restart_count);
+  if (m_stdin) {
+    const int fd = m_stdin->for_attempt();
+    for (auto& member : members) {
+      if (member.spec.rank == 0) member.stdin_from = fd;
+    }
+  }
   PrefixTemplate prefix(options.prefix);
   const bool color_out = use_color(options.color, STDOUT_FILENO, m_job.base_env);
   const bool color_err = use_color(options.color, STDERR_FILENO, m_job.base_env);
@@ -209,6 +216,8 @@ void Supervisor::start_attempt() {
     }
     out.tail_lines = static_cast<size_t>(std::max(0, options.tail_lines));
     out.log_name = member.log_path;
+    // A prompt (pdb's "(Pdb) ", input("…")) waits on the terminal without a newline.
+    out.show_unfinished = member.stdin_from >= 0 && m_stdin && m_stdin->relays_terminal();
     int fd = -1;
     if (!member.log_path.empty()) {
       fd = ::open(member.log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -256,6 +265,7 @@ void Supervisor::start_attempt() {
     std::filesystem::create_directories(m_job.run_dir + "/progress", ignored);
   }
   m_group = m_runner->start(members, make_output);
+  if (m_stdin) m_stdin->started();
   m_attempt_started = std::chrono::steady_clock::now();
   arm_watchdog();
   hand_held_signals_to_new_ranks();

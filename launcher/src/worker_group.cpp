@@ -50,7 +50,8 @@ void WorkerGroup::start(const std::vector<Member>& members, const OutputFactory&
   try {
     for (const auto& member : members) {
       const ProgramSpec& program = member.program;
-      SpawnRequest request{program.path, program.argv, member.spec.env, program.working_dir, member.stdin_text};
+      SpawnRequest request{program.path, program.argv, member.spec.env, program.working_dir, member.stdin_text,
+                           member.stdin_from};
       if (!m_token.empty()) request.env[env::k_supervisor_id] = m_token;
       spawned.push_back(spawn_process(request));
       m_guard.watch(spawned.back().pid);

@@ -567,6 +567,66 @@ printf '\\r100%%\\n'
         self.assertEqual(r.stderr, "[0] to-err\n")
 
 
+class StandardInput(DlrunTestCase):
+    """Rank 0 reads dlrun's standard input, as under torchrun (it read /dev/null: a
+    breakpoint() ended the rank, `… | dlrun local` gave it nothing)."""
+
+    def test_a_pipe_or_file_reaches_rank_0_alone_and_a_restart_reads_on(self):
+        r = subprocess.run([DLRUN, "local", "-q", "--nproc", "2", "sh", "-c", 'echo "r$RANK:$(cat | tr "\\n" " ")"'],
+                           input="hello\nworld\n", capture_output=True, text=True, env=self.env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stdout.splitlines()), ["[0] r0:hello world ", "[1] r1:"])
+        data = os.path.join(self.tmp, "in.txt")
+        with open(data, "w") as f:
+            f.write("one\ntwo\n")
+        with open(data) as f:
+            r = subprocess.run([DLRUN, "local", "-q", "--nproc", "1", "--max-restarts", "1", "sh", "-c",
+                                'read line; echo "got $line"; [ "$DLRUN_RESTART_COUNT" = 0 ] && exit 3; cat'],
+                               stdin=f, capture_output=True, text=True, env=self.env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("[0] got one\n[0] got two\n", r.stdout)
+
+    def test_pdb_in_rank_0_reads_the_terminal(self):
+        import pty
+        import select
+        script = os.path.join(self.tmp, "bp.py")
+        with open(script, "w") as f:
+            f.write('import os\nx = 41\nif os.environ["RANK"] == "0":\n    breakpoint()\n    print("after", x)\n'
+                    'else:\n    print("rank 1 done")\n')
+        pid, fd = pty.fork()
+        if pid == 0:
+            try:
+                os.chdir(self.tmp)
+                os.execve(DLRUN, [DLRUN, "local", "--color", "never", "-q", "--nproc", "2", PYTHON, script], self.env)
+            finally:
+                os._exit(127)
+        out = b""
+
+        def read_until(token, timeout=60):
+            nonlocal out
+            end = time.time() + timeout
+            while token not in out and time.time() < end:
+                if select.select([fd], [], [], 0.2)[0]:
+                    try:
+                        out += os.read(fd, 4096)
+                    except OSError:
+                        break
+            return token in out
+
+        try:
+            self.assertTrue(read_until(b"(Pdb) "), out)  # the prompt, before any newline
+            os.write(fd, b"p x + 1\n")
+            self.assertTrue(read_until(b"42"), out)
+            os.write(fd, b"c\n")
+            self.assertTrue(read_until(b"after 41"), out)
+            _, status = os.waitpid(pid, 0)
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0, out)
+        finally:
+            kill_quietly([pid])
+            os.close(fd)
+        self.assertIn(b"[1] rank 1 done", out)
+
+
 class Restarts(DlrunTestCase):
     def test_ranks_that_keep_asking_for_a_restart_at_once_are_restarted_later_and_later(self):
         # A program that exits 75 at once (a bug, a bad checkpoint) restarted ~800 times a second.

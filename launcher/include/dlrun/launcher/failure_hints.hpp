@@ -20,7 +20,8 @@ std::string missing_module_hint(const std::deque<std::string>& stderr_tail, cons
 std::string port_in_use_hint(const std::deque<std::string>& stderr_tail, const std::string& master_port);
 
 // "\n  (pdb read the end of its input: …)" when the tail shows pdb quitting (bdb.BdbQuit, a
-// breakpoint() that read nothing): ranks' stdin is /dev/null. Empty otherwise.
+// breakpoint() that read nothing): only rank 0 of dlrun local reads dlrun's stdin, the others
+// /dev/null. Empty otherwise.
 std::string debugger_hint(const std::deque<std::string>& stderr_tail, const ProgramSpec& program);
 
 // Whether these stderr lines tell of the rank's peers: a connection lost, a collective that

@@ -25,6 +25,7 @@ struct Member {
   std::string log_path;  // where its output is kept; empty: not kept
   RankLabel label;       // for the --prefix template
   std::optional<std::string> stdin_text;  // see SpawnRequest::stdin_text
+  int stdin_from = -1;                    // see SpawnRequest::stdin_from
 };
 
 }  // namespace dlrun::launcher

@@ -29,6 +29,9 @@ struct SpawnRequest {
   // Given: stdin is a pipe that starts with this text and stays open until the caller
   // closes SpawnedProcess::stdin_fd (the child sees EOF then). Absent: /dev/null.
   std::optional<std::string> stdin_text;
+  // Without stdin_text: an fd of the caller's that the child gets as its stdin (dup'ed; the
+  // caller keeps its own), e.g. rank 0's (stdin_relay.hpp). -1: /dev/null.
+  int stdin_from = -1;
 };
 
 struct SpawnedProcess {

@@ -119,6 +119,7 @@ class RankOutput {
     bool shown = true;       // false: log file only (see --ranks)
     size_t tail_lines = 20;
     std::string log_name;    // for a warning that the log cannot be written ("rank 0's log")
+    bool show_unfinished = false;  // on a live terminal, an unfinished line (a prompt) is shown as it comes
   };
 
   // Takes ownership of log_fd (may be -1: no log), opened for appending; readable too, it tells

@@ -28,6 +28,7 @@
 #include "dlrun/launcher/error_file.hpp"
 #include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/member_group.hpp"
+#include "dlrun/launcher/stdin_relay.hpp"
 #include "dlrun/launcher/rank_output.hpp"
 #include "dlrun/launcher/resize.hpp"
 #include "dlrun/launcher/supervisor_policy.hpp"
@@ -206,6 +207,7 @@ class Supervisor {
   std::vector<std::string> m_held_gpu_ids;
   std::chrono::steady_clock::time_point m_attempt_started;
   Terminal m_terminal;
+  std::unique_ptr<StdinRelay> m_stdin;  // rank 0's standard input (PlanOptions::rank0_stdin), or none
   std::unique_ptr<MemberGroup> m_group;
   Phase m_phase = Phase::running;
   int m_restart_count = 0;     // DLRUN_RESTART_COUNT: every restart
