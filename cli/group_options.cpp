@@ -61,8 +61,8 @@ void add_failure_options(CLI::App* app, GroupArgs& args) {
       ->type_name("K")
       ->capture_default_str();
   app->add_option("--watchdog", o.watchdog_seconds,
-                  "A rank that reports no progress (DLRUN_PROGRESS_FILE, the runtime does it every step) "
-                  "for this many seconds counts as failed; 0: off")
+                  "A rank that reports no progress (DLRUN_PROGRESS_FILE, the runtime does it every step; a "
+                  "program that never touches it: its output) for this many seconds counts as failed; 0: off")
       ->check(duration_check())
       ->type_name("SECONDS")
       ->capture_default_str();

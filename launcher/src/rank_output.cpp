@@ -343,6 +343,7 @@ void RankOutput::pass_on_redraw(Stream stream, std::string_view pending) {
 }
 
 void RankOutput::on_data(Stream stream, std::string_view chunk) {
+  if (!chunk.empty()) m_last_output = std::chrono::steady_clock::now();
   log_stream(stream, chunk);
   m_batch.clear();
   m_copy_batch.clear();

@@ -165,12 +165,21 @@ void Supervisor::check_watchdog() {
     double idle = since_start;
     std::error_code ec;
     auto mtime = std::filesystem::last_write_time(progress_file(m_job.run_dir, member.spec.rank), ec);
+    bool reported = false;
     if (!ec) {
       const double age = std::chrono::duration<double>(now_wall - mtime).count();
       // (A file's time is the kernel's coarse clock, a few ms behind: a touch at the start
       // may look older than the start. An earlier attempt's last touch came well before.)
-      any_reported = any_reported || age < since_start + 0.1;
+      reported = age < since_start + 0.1;
+      any_reported = any_reported || reported;
       idle = std::min(idle, age);
+    }
+    // A program that does not report its progress (a plain PyTorch script) is judged by its
+    // output: one that prints as it trains is not stopped for want of the file.
+    if (!reported) {
+      if (const auto wrote = m_group->last_output(i)) {
+        idle = std::min(idle, std::chrono::duration<double>(now_steady - *wrote).count());
+      }
     }
     idle = std::min(idle, since_resume);
     if (idle >= limit) idle_members.push_back(i);
@@ -193,8 +202,9 @@ void Supervisor::check_watchdog() {
   }
   if (!any_reported) {
     reason += fmt::format(
-        ". No rank has touched its progress file ({}) since it started: a program on the dlrun runtime does at "
-        "every step; any other program must, or the watchdog stops it (docs/elastic.md)",
+        ". No rank has touched its progress file ({}) since it started, so their output counted as progress, and "
+        "they wrote none for that long: a program on the dlrun runtime touches the file at every step; any other "
+        "program may, or print as it trains (docs/elastic.md)",
         env::k_progress_file);
   } else if (whole_group) {
     // (It said "each rank's log says where it stopped": a hung rank writes nothing.)

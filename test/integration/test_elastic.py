@@ -465,8 +465,16 @@ class Watchdog(DlrunTestCase):
         r = self.dlrun("local", "--nproc", "2", "--watchdog", "2", "--grace", "1", "sleep", "300")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("dlrun: error: no rank made progress for 2 s (--watchdog): treating the job as failed. No rank "
-                      "has touched its progress file (DLRUN_PROGRESS_FILE) since it started: a program on the dlrun "
-                      "runtime does at every step", r.stderr)
+                      "has touched its progress file (DLRUN_PROGRESS_FILE) since it started, so their output counted as "
+                      "progress, and they wrote none for that long", r.stderr)
+        # ...and one that prints as it trains (a plain PyTorch script) runs on: the watchdog stopped
+        # it, healthy, after its first seconds.
+        script = self.script("prints.sh", 'end=$(( $(date +%s) + 5 )); while [ $(date +%s) -lt $end ]; do '
+                                          'echo "step"; sleep 0.1; done; [ "$RANK" = 1 ] && exec sleep 300; echo done\n')
+        r = self.dlrun("local", "--nproc", "2", "--watchdog", "2", "--grace", "1", script)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("[0] done", r.stdout)
+        self.assertIn("dlrun: error: rank 1 made no progress for 2 s (--watchdog): treating it as failed", r.stderr)
         r = self.dlrun("local", "--nproc", "2", "--watchdog", "2", "--grace", "1", "sh", "-c",
                        'touch "$DLRUN_PROGRESS_FILE"; exec sleep 300')
         self.assertNotEqual(r.returncode, 0)

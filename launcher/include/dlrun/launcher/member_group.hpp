@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,9 @@ class MemberGroup {
   // The first line member `index` wrote to stderr as a nested dlrun's error (a `dlrun run`
   // host's agent: "dlrun[HOST]: error: rank 5 …"), whatever the tail keeps; empty if none.
   virtual std::string first_dlrun_error(size_t index) const = 0;
+  // When member `index` last wrote output (the watchdog's sign of progress for a program that
+  // does not report it); nullopt when it wrote none, or when it cannot be told.
+  virtual std::optional<std::chrono::steady_clock::time_point> last_output(size_t) const { return std::nullopt; }
 };
 
 class ProcessRunner {

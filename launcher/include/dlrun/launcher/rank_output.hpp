@@ -137,6 +137,8 @@ class RankOutput {
   void note_in_log(std::string_view line);
 
   const std::deque<std::string>& stderr_tail() const { return m_tail; }
+  // When the rank last wrote anything (nullopt: nothing yet).
+  std::optional<std::chrono::steady_clock::time_point> last_output() const { return m_last_output; }
   // The first stderr line of the form "dlrun[LABEL]: error: …" (at most 4096 bytes kept).
   const std::string& first_dlrun_error() const { return m_first_dlrun_error; }
 
@@ -159,6 +161,7 @@ class RankOutput {
   int m_log_fd;
   Terminal& m_terminal;
   LineSplitter m_splitters[2];
+  std::optional<std::chrono::steady_clock::time_point> m_last_output;
   std::deque<std::string> m_tail;
   std::string m_first_dlrun_error;
   std::string m_batch;

@@ -69,6 +69,9 @@ class WorkerGroup : public MemberGroup {
   pid_t pid(size_t index) const override { return m_ranks.at(index).pid; }
   std::optional<double> cpu_seconds(size_t index) const override;
   const std::optional<ExitStatus>& exit_status(size_t index) const override { return m_ranks.at(index).exit; }
+  std::optional<std::chrono::steady_clock::time_point> last_output(size_t index) const override {
+    return m_ranks.at(index).output->last_output();
+  }
   std::string first_dlrun_error(size_t index) const override {
     return m_ranks.at(index).output->first_dlrun_error();
   }
