@@ -86,7 +86,23 @@ std::string resources_reason(const ResourceRequest& request, const QueueState& q
     const bool other_store = note_elsewhere(id);
     free += other_store || usage.gpus_in_use.count(id) ? 0 : 1;
   }
-  return fmt::format("waiting for {} ({} free{})", counted(request.min_ranks, "GPU"), free, elsewhere());
+  // Which of this store's jobs hold them (a job that took every GPU on an elastic range, and
+  // cannot give any back, was not named).
+  std::vector<std::string> holders;
+  size_t more = 0;
+  for (const auto& job : *queue.active) {
+    if ((job.state != JobState::running && job.state != JobState::rescaling) || job.submitted.request.remote ||
+        !job.submitted.request.uses_gpus || job.allocation.gpu_ids.empty())
+      continue;
+    if (holders.size() == 3) {
+      ++more;
+      continue;
+    }
+    holders.push_back(fmt::format("job {} holds {}", job.id, job.allocation.gpu_ids.size()));
+  }
+  std::string held = holders.empty() ? "" : "; " + fmt::format("{}", fmt::join(holders, ", "));
+  if (more > 0) held += fmt::format(" and {} more", counted(static_cast<long long>(more), "job"));
+  return fmt::format("waiting for {} ({} free{}{})", counted(request.min_ranks, "GPU"), free, held, elsewhere());
 }
 
 }  // namespace

@@ -742,12 +742,12 @@ class StatusColumns(JobsTestCase):
         c = self.submit('command = ["true"]\n[resources]\ngpus = 1\n')
         d = self.submit('command = ["true"]\n[resources]\nnproc = 1\n')
         self.assertEqual(self.wait_state(d, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
-        self.assertEqual((self.status(b)["state"], self.status(b)["reason"]), ("PENDING", "waiting for 4 GPUs (2 free)"))
+        self.assertEqual((self.status(b)["state"], self.status(b)["reason"]), ("PENDING", f"waiting for 4 GPUs (2 free; job {a} holds 2)"))
         self.assertEqual(self.status(c)["reason"], f"behind job {b} (fifo)")
         jobs = {j["id"]: j for j in json.loads(self.dlrun("status", "--json").stdout)}
         self.assertEqual((jobs[b]["reason"], jobs[c]["reason"], jobs[a]["reason"]),
-                         ("waiting for 4 GPUs (2 free)", f"behind job {b} (fifo)", ""))
-        self.assertEqual(self.table_row(b)["REASON"], "waiting for 4 GPUs (2 free)")
+                         (f"waiting for 4 GPUs (2 free; job {a} holds 2)", f"behind job {b} (fifo)", ""))
+        self.assertEqual(self.table_row(b)["REASON"], f"waiting for 4 GPUs (2 free; job {a} holds 2)")
         self.assertEqual(self.table_row(c)["REASON"], f"behind job {b} (fifo)")
         self.assertEqual(self.table_row(a)["REASON"], "-")
         self.assertIn(f"reason:       behind job {b} (fifo)\n", self.dlrun("status", str(c)).stdout)

@@ -21,7 +21,7 @@ TEST_SUITE("launcher::PendingReason") {
                                    record(2, JobState::pending, true, 4),
                                    record(3, JobState::pending, false, 1)};
     QueueState queue{&jobs, Capacity{4, 2}, false};
-    CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for 4 GPUs (2 free)");
+    CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for 4 GPUs (2 free; job 1 holds 2)");
     // A CPU job does not wait behind a GPU job: neither uses what the other waits for.
     CHECK(pending_reason(jobs[2], queue, nullptr) == "starting (its resources are free)");
     jobs.push_back(record(4, JobState::running, false, 2));
@@ -53,7 +53,7 @@ TEST_SUITE("launcher::PendingReason") {
     capacity.gpus_elsewhere = {{"2", "user bob's dlrun job 7 (pid 99)"}};
     QueueState queue{&jobs, capacity, false};
     CHECK(pending_reason(jobs[1], queue, nullptr) ==
-          "waiting for 3 GPUs (2 free; GPU 2 is in use by user bob's dlrun job 7 (pid 99))");
+          "waiting for 3 GPUs (2 free; job 1 holds 1; GPU 2 is in use by user bob's dlrun job 7 (pid 99))");
     jobs[1].submitted.request.gpu_ids = {"2", "3"};
     CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for GPU 2 (in use; GPU 2 is in use by user bob's dlrun "
                                                      "job 7 (pid 99))");
@@ -61,7 +61,7 @@ TEST_SUITE("launcher::PendingReason") {
     queue.capacity.gpus_elsewhere = {{"0", "user ann's dlrun job 1 (pid 5)"}, {"2", "user bob's dlrun job 7 (pid 99)"},
                                      {"3", "user ann's dlrun job 1 (pid 5)"}};
     jobs[1].submitted.request.gpu_ids.clear();
-    CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for 3 GPUs (1 free; GPUs 0,3 are in use by user ann's "
+    CHECK(pending_reason(jobs[1], queue, nullptr) == "waiting for 3 GPUs (1 free; job 1 holds 1; GPUs 0,3 are in use by user ann's "
                                                      "dlrun job 1 (pid 5); GPU 2 is in use by user bob's dlrun job 7 "
                                                      "(pid 99))");
     queue.capacity.gpus_elsewhere.clear();
