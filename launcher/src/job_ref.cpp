@@ -99,6 +99,11 @@ int64_t job_number(JobStore& store, const JobRef& job, std::string_view verb, Na
     }
     return named->id;
   }
+  if (job.text == "latest") {
+    // As $DLRUN_HOME/runs/latest (no job of that name).
+    if (const auto newest = store.newest_of_mine()) return *newest;
+    throw ConfigError("'latest': you have no job yet (dlrun status --all lists every job)");
+  }
   if (job.text.size() == 20 && job.text[8] == '-' && job.text[15] == '-') {
     throw ConfigError(fmt::format(
         "job {}: a run without a job number (from an older dlrun, or one whose job store "

@@ -118,6 +118,13 @@ std::optional<JobRecord> JobStore::find_by_name(const std::string& name, NamedJo
   return read_row(s);
 }
 
+std::optional<int64_t> JobStore::newest_of_mine() {
+  Statement s(m_db, fmt::format("SELECT id FROM jobs WHERE owner_uid IN ({}, -1) ORDER BY id DESC LIMIT 1",
+                                static_cast<long long>(::geteuid())));
+  if (!s.step()) return std::nullopt;
+  return s.int64(0);
+}
+
 std::vector<JobRecord> JobStore::ended_before(double before, int keep) {
   Statement s(
       m_db,

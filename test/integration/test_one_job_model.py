@@ -86,6 +86,13 @@ class Listed(DlrunTestCase):
         for attempt in (logs[:restart], logs[restart:]):
             self.assertEqual(sorted(line for line in attempt if line.startswith("[")), ["[0] first", "[1] second"])
         self.assertTrue(logs[-1].startswith("dlrun: job 1 failed; 'dlrun local --resume 1' runs it again"), logs)
+        # The newest job without its number (dlrun logs required one; latest was no job's name).
+        self.dlrun("local", "-q", "--nproc", "1", "echo", "newest")
+        for args in ([], ["latest"]):
+            r = self.dlrun("logs", *args)
+            self.assertEqual((r.returncode, r.stdout), (0, "[0] newest\n"), r.stderr)
+        self.assertIn("job 2, your newest", self.dlrun("logs").stderr)
+        self.assertIn("name:         echo", self.dlrun("status", "latest").stdout)
 
     def test_one_numbering_for_local_and_submitted_jobs(self):
         first = job_number(self.dlrun("local", "--nproc", "1", "true").stderr)

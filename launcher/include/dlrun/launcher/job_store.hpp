@@ -193,6 +193,8 @@ class JobStore {
   // have not ended, if any has not (`dlrun cancel train` while an older "train" runs and a newer
   // one was cancelled).
   std::optional<JobRecord> find_by_name(const std::string& name, NamedJob which = NamedJob::newest);
+  // The number of this user's newest job (submitted or run), if any.
+  std::optional<int64_t> newest_of_mine();
   // Jobs that ended before `before` (Unix seconds), newest first, except the `keep` newest
   // ended jobs: what retention may clean (run_retention.hpp).
   std::vector<JobRecord> ended_before(double before, int keep);
