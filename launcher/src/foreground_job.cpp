@@ -2,6 +2,7 @@
 #include "dlrun/launcher/run_record.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -273,6 +274,20 @@ std::vector<std::string> ForegroundJob::gpus_held_elsewhere(const Environment& e
     }
     try {
       held = m_store->queue.store().gpus_held(except);
+      // Jobs queued for GPUs wait behind a run started by hand: say so (it took GPUs ahead of
+      // them, and the queue's users see only that they wait).
+      std::vector<std::string> waiting;
+      for (const auto& job : m_store->queue.store().list(false, 0)) {
+        const auto& request = job.submitted.request;
+        if (job.state != JobState::pending || !request.uses_gpus || request.remote || job.submitted.slurm) continue;
+        waiting.push_back(fmt::format("{} ({})", job.id, job.name));
+      }
+      if (!waiting.empty()) {
+        log::warn("{} wait{} in the queue for GPUs; this run takes what it uses ahead of {} (dlrun submit queues "
+                  "a job behind them)",
+                  waiting.size() == 1 ? "job " + waiting.front() : fmt::format("jobs {}", fmt::join(waiting, ", ")),
+                  waiting.size() == 1 ? "s" : "", waiting.size() == 1 ? "it" : "them");
+      }
     } catch (const Error& e) {
       log::warn("which GPUs other jobs hold is not known ({}): choosing among all", e.what());
     }

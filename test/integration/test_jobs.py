@@ -991,6 +991,22 @@ echo "done $n $VIA_ENV"
                       f"train on from these checkpoints with the file as it is now, set checkpoint_dir = "
                       f"\"{os.path.join(self.home, 'jobs', '1', 'checkpoints')}\" in it and submit it", r.stderr)
 
+    def test_a_dlrun_local_that_takes_gpus_ahead_of_queued_jobs_says_so(self):
+        self.env["DLRUN_FAKE_GPUS"] = "4"
+        gate = os.path.join(self.tmp, "gate")
+        running = self.submit(f'command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]\n'
+                              '[resources]\ngpus = 2\n')
+        self.wait_state(running, ("RUNNING",))
+        waiting = self.submit('name = "wide"\ncommand = ["true"]\n[resources]\ngpus = 4\n')
+        r = self.dlrun("local", "-q", "--gpus", "2", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"job {waiting} (wide) waits in the queue for GPUs; this run takes what it uses ahead of it",
+                      r.stderr)
+        open(gate, "w").close()
+        self.assertEqual(self.wait_state(waiting, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
+        r = self.dlrun("local", "-q", "--gpus", "2", "true")
+        self.assertNotIn("waits in the queue", r.stderr)
+
     def test_a_job_file_from_a_pipe_runs_where_it_was_submitted(self):
         # <(…) is /dev/fd/63: the job ran in /proc/PID/fd, and a relative program was looked
         # for in /dev/fd.
