@@ -7,11 +7,18 @@
 #include <sys/prctl.h>
 
 #include <boost/asio/signal_set.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "dlrun/launcher/escaped_processes.hpp"
 #include "dlrun/launcher/member_group.hpp"
 #include "dlrun/launcher/orphan_guard.hpp"
 #include "dlrun/launcher/worker_group.hpp"
+#include "dlrun/log.hpp"
 
 namespace dlrun::launcher {
 namespace {
@@ -48,7 +55,21 @@ class LocalProcessRunner : public ProcessRunner {
   void stop_escaped() {
     for (pid_t child : own_children()) {
       if (child != m_guard.pid()) {
-        kill_processes_with_token(m_token);
+        std::vector<std::string> names;
+        for (pid_t pid : processes_with_token(m_token)) {
+          std::ifstream comm(fmt::format("/proc/{}/comm", pid));
+          std::string name;
+          if (std::getline(comm, name) && names.size() < 3) names.push_back(fmt::format("{} (pid {})", name, pid));
+        }
+        const int killed = kill_processes_with_token(m_token);
+        if (killed > 0) {
+          // Under torchrun such a process lives on; here the job ends whole, so say it.
+          log::info("stopped {} the ranks had left running outside their process groups ({}{}): a job leaves "
+                    "nothing behind (docs/local.md); start what should outlive it in a session of its own "
+                    "(setsid) with DLRUN_SUPERVISOR_ID unset",
+                    killed == 1 ? std::string("a process") : fmt::format("{} processes", killed),
+                    fmt::format("{}", fmt::join(names, ", ")), killed > static_cast<int>(names.size()) ? ", …" : "");
+        }
         return;
       }
     }

@@ -1116,6 +1116,9 @@ exit 1
         try:
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertEqual(len(procs), 2)
+            # Said each time (torchrun leaves them running: they vanished without a word).
+            self.assertEqual(r.stderr.count("dlrun: stopped a process the ranks had left running outside their process "
+                                            "groups (sleep (pid "), 2, r.stderr)
             self.assertTrue(wait_for(lambda: not any(pid_alive(pid) for pid in procs), 10),
                             f"escaped processes left: {[pid for pid in procs if pid_alive(pid)]}")
         finally:
