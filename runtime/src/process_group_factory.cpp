@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -115,15 +116,20 @@ c10::intrusive_ptr<c10d::ProcessGroup> as_group(const c10::intrusive_ptr<c10d::S
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitOptions& options) {
+  // Under torchrun (2.x) its agent hosts the store at MASTER_ADDR:MASTER_PORT for every rank,
+  // rank 0 included, and keeps it across restarts: rank 0 hosting one of its own found the port
+  // taken. Each attempt's keys then go under a prefix of their own, as torch.distributed's do.
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_hosts = agent_store && std::string(agent_store) == "True";
   c10d::TCPStoreOptions store_options;
   store_options.port = world.master_port;
-  store_options.isServer = world.rank == 0;
+  store_options.isServer = world.rank == 0 && !agent_hosts;
   store_options.numWorkers = world.world_size;
   store_options.waitWorkers = false;  // we wait ourselves, to name the missing ranks
   store_options.timeout = options.rendezvous_timeout;
   c10::intrusive_ptr<c10d::Store> store;
   const auto seconds = std::chrono::duration<double>(options.rendezvous_timeout).count();
-  if (world.rank != 0) {
+  if (!store_options.isServer) {
     // One timeout in all: the store gets what is left of it (it waited a whole second one).
     const auto deadline = std::chrono::steady_clock::now() + options.rendezvous_timeout;
     if (!wait_until_listening(world.master_addr, world.master_port, options.rendezvous_timeout)) {
@@ -147,8 +153,13 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorldEnv& world, const InitO
     store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, store_options);
     // The store's own waits (Gloo's rendezvous through it) get the whole timeout again.
     store->setTimeout(options.rendezvous_timeout);
+    if (agent_hosts) {
+      const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          fmt::format("/dlrun/attempt_{}", restart && *restart ? restart : "0"), store);
+    }
   } catch (const std::exception& e) {
-    if (world.rank == 0) {
+    if (store_options.isServer) {
       throw RendezvousTimeout(fmt::format(
           "rank 0 could not host the store at {}:{} ({}): is the port in use? By this program itself "
           "when it called torch.distributed.init_process_group() too (dlrun's init replaces it); dlrun "

@@ -876,6 +876,35 @@ class Errors(DlrunTestCase):
                       "listens there)", out)
         self.assertIn("the interpreter lives on", out)
 
+    def test_under_torchrun_the_ranks_use_its_agents_store(self):
+        # torchrun's agent hosts the store at MASTER_PORT for every rank (and keeps it across
+        # restarts): rank 0 could not host its own there ("is the port in use?"). Here a store
+        # stands in for the agent's, and each attempt's keys stay apart.
+        port = free_port()
+        agent = subprocess.Popen([PYTHON, "-c", textwrap.dedent(f"""
+            import time, datetime, torch.distributed as dist
+            store = dist.TCPStore("127.0.0.1", {port}, is_master=True, timeout=datetime.timedelta(seconds=60))
+            time.sleep(120)
+            """)], env=self.env)
+        self.addCleanup(agent.wait)
+        self.addCleanup(agent.kill)
+        code = textwrap.dedent("""
+            import torch, dlrun
+            ctx = dlrun.init(rendezvous_timeout=30)
+            print("sum", ctx.all_reduce_sum([ctx.rank + 1.0]), flush=True)
+            """)
+        for attempt in ("0", "1"):
+            ranks = [subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      cwd=self.tmp,
+                                      env=dict(self.env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                               TORCHELASTIC_USE_AGENT_STORE="True",
+                                               TORCHELASTIC_RESTART_COUNT=attempt))
+                     for r in (0, 1)]
+            for rank in ranks:
+                out, _ = rank.communicate(timeout=120)
+                self.assertEqual((rank.returncode, out), (0, "sum [3.0]\n"), out)
+
     def test_a_stop_during_the_rendezvous_ends_the_rank_at_once(self):
         # Rank 1 fails before it joins; rank 0 waits in dlrun.init() for it. dlrun stops rank 0,
         # which ended only at the end of --grace (its stop request waited for a step).
