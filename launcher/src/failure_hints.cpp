@@ -12,7 +12,24 @@
 
 namespace dlrun::launcher {
 
-std::string missing_module_hint(const std::deque<std::string>& tail, const ProgramSpec& program) {
+std::string own_python_package_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  const auto bin = exe.parent_path();
+  std::vector<std::filesystem::path> candidates = {bin.parent_path() / "python"};  // BUILD/cli/dlrun
+  for (auto it = std::filesystem::directory_iterator(bin.parent_path() / "lib", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (it->path().filename().string().rfind("python3", 0) == 0) candidates.push_back(it->path() / "dist-packages");
+  }
+  for (const auto& dir : candidates) {
+    if (std::filesystem::exists(dir / "dlrun" / "__init__.py", ec)) return dir.string();
+  }
+  return {};
+}
+
+std::string missing_module_hint(const std::deque<std::string>& tail, const ProgramSpec& program,
+                                const std::string& own_package_dir) {
   // PATH's python3 may be a virtualenv's or pyenv's, not the one that has the module.
   const std::string interpreter = std::filesystem::path(program.path).filename().string();
   if (interpreter.rfind("python", 0) != 0) return {};
@@ -23,6 +40,11 @@ std::string missing_module_hint(const std::deque<std::string>& tail, const Progr
     const size_t begin = at + marker.size();
     const std::string module = line.substr(begin, line.find_first_of("'.", begin) - begin);
     if (module.empty()) continue;
+    if (module == "dlrun" && !own_package_dir.empty()) {
+      return fmt::format("\n  (dlrun's own Python package is in {}: PYTHONPATH={} dlrun local …, or PYTHONPATH in a "
+                         "job file's [env]; docs/python.md)",
+                         own_package_dir, own_package_dir);
+    }
     const std::string cannot = fmt::format("\n  (the ranks ran {}, which cannot import '{}': install it there, or put "
                                            "the Python that has it before the script",
                                            program.path, module);

@@ -825,7 +825,7 @@ void Supervisor::report_failure() {
   std::string text = fmt::format("{}; last {} line{} of its stderr (all in {}):", what, tail.size(),
                                  tail.size() == 1 ? "" : "s", log_path);
   for (const auto& line : tail) text += "\n  | " + line;
-  text += missing_module_hint(tail, member.program);
+  text += missing_module_hint(tail, member.program, own_python_package_dir());
   const auto port = member.spec.env.find(env::k_master_port);
   text += port_in_use_hint(tail, port == member.spec.env.end() ? "" : port->second);
   text += debugger_hint(tail, member.program);

@@ -22,6 +22,13 @@ TEST_SUITE("launcher::failure_hints") {
     // Not a Python, or nothing missing: nothing said.
     CHECK(missing_module_hint(tail, ProgramSpec{"/bin/sh", {"sh", "x"}, ""}).empty());
     CHECK(missing_module_hint({"ValueError: bad"}, pyenv).empty());
+    // dlrun's own module: where this dlrun's package is, for PYTHONPATH.
+    const std::deque<std::string> own = {"ModuleNotFoundError: No module named 'dlrun'"};
+    CHECK(missing_module_hint(own, debian, "/opt/dlrun/lib/python3.11/dist-packages") ==
+          "\n  (dlrun's own Python package is in /opt/dlrun/lib/python3.11/dist-packages: "
+          "PYTHONPATH=/opt/dlrun/lib/python3.11/dist-packages dlrun local …, or PYTHONPATH in a job file's [env]; "
+          "docs/python.md)");
+    CHECK(missing_module_hint(own, debian).find("cannot import 'dlrun'") != std::string::npos);
   }
   TEST_CASE("an address in use names the port and the two ways it happens") {
     const std::deque<std::string> tail = {

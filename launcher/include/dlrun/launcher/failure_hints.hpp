@@ -12,7 +12,15 @@ namespace dlrun::launcher {
 
 // "\n  (the ranks ran PYTHON, which cannot import 'MODULE': …)" when the tail holds Python's
 // `ModuleNotFoundError: No module named 'MODULE…'` and `program` runs a Python; empty otherwise.
-std::string missing_module_hint(const std::deque<std::string>& stderr_tail, const ProgramSpec& program);
+// For dlrun's own module (`import dlrun`), `own_package_dir` is where this dlrun's Python package
+// is (own_python_package_dir()), if known: the hint names PYTHONPATH with it.
+std::string missing_module_hint(const std::deque<std::string>& stderr_tail, const ProgramSpec& program,
+                                const std::string& own_package_dir = {});
+
+// The directory to put on PYTHONPATH for this dlrun's Python package (`dlrun/` with its
+// `_dlrun` extension): beside the executable in a build tree (BUILD/python), or under its
+// prefix once installed (PREFIX/lib/python3.X/dist-packages). Empty when there is none.
+std::string own_python_package_dir();
 
 // "\n  (MASTER_PORT PORT was in use …)" when the tail says that an address was in use
 // (EADDRINUSE): a port another job took, or a program that starts two stores on MASTER_PORT
