@@ -12,7 +12,9 @@ void LineSplitter::feed(std::string_view chunk, const LineHandler& on_line) {
       m_cut = false;
       if (chunk.find('\r') != std::string_view::npos) drop_replaced_redraws(m_partial);
       while (m_partial.size() >= m_max_line) {
+        m_piece = Piece::cut;
         on_line(std::string_view(m_partial).substr(0, m_max_line));
+        m_piece = Piece::whole;
         m_partial.erase(0, m_max_line);
         m_cut = m_partial.empty();
       }
@@ -20,7 +22,9 @@ void LineSplitter::feed(std::string_view chunk, const LineHandler& on_line) {
     }
     if (m_partial.empty()) {
       // The newline that ends a line just cut at max_line is that line's end, not an empty line.
-      if (newline > 0 || !m_cut) on_line(chunk.substr(0, newline));
+      m_piece = newline == 0 && m_cut ? Piece::end_of_cut : Piece::whole;
+      on_line(chunk.substr(0, newline));
+      m_piece = Piece::whole;
     } else {
       m_partial.append(chunk.data(), newline);
       on_line(m_partial);

@@ -277,6 +277,15 @@ std::optional<int> rank_in_dlrun_error(std::string_view line) {
 }
 
 void RankOutput::take_line(Stream stream, std::string_view raw) {
+  // A line longer than the splitter's limit comes in pieces; on a terminal of this rank alone,
+  // unprefixed, they go on as one line (a JSON document that is one long line stays whole).
+  const auto piece = splitter(stream).piece();
+  bool& open = m_line_open[stream_index(stream)];
+  if (piece == LineSplitter::Piece::end_of_cut) {
+    if (open) m_batch += '\n';
+    open = false;
+    return;
+  }
   // A bar's redraws show as their last state; a bar that cleared itself shows nothing.
   const std::string_view line = shown_segment(raw);
   if (line.empty() && !raw.empty()) return;
@@ -287,7 +296,8 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
   if (m_options.shown && !repeated) {
     m_batch += stream == Stream::err ? m_options.err_prefix : m_options.out_prefix;
     m_batch.append(line.data(), line.size());
-    m_batch += '\n';
+    open = piece == LineSplitter::Piece::cut && m_options.join_cut_lines;
+    if (!open) m_batch += '\n';
   }
   if (m_terminal.copying() && !repeated) {
     m_copy_batch += m_options.copy_prefix;

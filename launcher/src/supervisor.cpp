@@ -202,6 +202,7 @@ void Supervisor::start_attempt() {
   PrefixTemplate prefix(options.prefix);
   const bool color_out = use_color(options.color, STDOUT_FILENO, m_job.base_env);
   const bool color_err = use_color(options.color, STDERR_FILENO, m_job.base_env);
+  const size_t shown_count = options.shown_ranks ? options.shown_ranks->size() : members.size();
   auto make_output = [&](const Member& member) {
     RankOutput::Options out;
     out.copy_prefix = prefix.render(member.label);  // output.log's lines say their rank, --no-prefix or not
@@ -218,6 +219,7 @@ void Supervisor::start_attempt() {
     out.log_name = member.log_path;
     // A prompt (pdb's "(Pdb) ", input("…")) waits on the terminal without a newline.
     out.show_unfinished = member.stdin_from >= 0 && m_stdin && m_stdin->relays_terminal();
+    out.join_cut_lines = !options.prefix_enabled && shown_count == 1;
     int fd = -1;
     if (!member.log_path.empty()) {
       fd = ::open(member.log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

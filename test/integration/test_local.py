@@ -414,6 +414,20 @@ exit 3
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.splitlines(), ["[0] " + "z" * (1 << 20), "[0] next"])
 
+    def test_a_longer_line_stays_whole_unprefixed_from_one_rank(self):
+        # A JSON document of 2.5 MiB on one line came out as three lines, even with --no-prefix.
+        script = self.script("json.sh", f"""
+{PYTHON} -c 'import json; print(json.dumps({{"x": "y" * (5 << 19)}})); print("next")'
+""")
+        r = self.dlrun("local", "-q", "--nproc", "2", "--ranks", "0", "--no-prefix", script)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(len(lines), 2)
+        self.assertEqual((len(json.loads(lines[0])["x"]), lines[1]), (5 << 19, "next"))
+        # Prefixed, or several ranks on the terminal: cut at 1 MiB, as before (never two ranks in a line).
+        r = self.dlrun("local", "-q", "--nproc", "1", script)
+        self.assertEqual(len(r.stdout.splitlines()), 4)
+
     def test_colour_only_when_asked_or_on_a_terminal(self):
         r = self.dlrun("local", "--nproc", "1", "--color", "always", "echo", "x")
         self.assertEqual(r.stdout, "\x1b[36m[0]\x1b[0m x\n")

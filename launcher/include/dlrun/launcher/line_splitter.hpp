@@ -26,11 +26,17 @@ class LineSplitter {
   size_t pending() const { return m_partial.size(); }
   // The unfinished line so far (a progress bar's redraws, or a line still being written).
   std::string_view pending_text() const { return m_partial; }
+  // What the line passed on now is: a whole line, a piece cut at max_line (its line goes on),
+  // or the empty end of a line that was cut (its '\n' came alone; for a reader that left the
+  // cut line open, otherwise nothing).
+  enum class Piece { whole, cut, end_of_cut };
+  Piece piece() const { return m_piece; }
 
  private:
   size_t m_max_line;
   std::string m_partial;
   bool m_cut = false;  // the last line passed on was cut at max_line, and nothing came since
+  Piece m_piece = Piece::whole;
 };
 
 }  // namespace dlrun::launcher

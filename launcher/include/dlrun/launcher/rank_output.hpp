@@ -120,6 +120,7 @@ class RankOutput {
     size_t tail_lines = 20;
     std::string log_name;    // for a warning that the log cannot be written ("rank 0's log")
     bool show_unfinished = false;  // on a live terminal, an unfinished line (a prompt) is shown as it comes
+    bool join_cut_lines = false;   // no prefix, the only rank shown: a line cut at the limit goes on whole
   };
 
   // Takes ownership of log_fd (may be -1: no log), opened for appending; readable too, it tells
@@ -161,6 +162,7 @@ class RankOutput {
   int m_log_fd;
   Terminal& m_terminal;
   LineSplitter m_splitters[2];
+  bool m_line_open[2] = {false, false};  // the terminal's line of out/err was left open (join_cut_lines)
   std::optional<std::chrono::steady_clock::time_point> m_last_output;
   std::deque<std::string> m_tail;
   std::string m_first_dlrun_error;
