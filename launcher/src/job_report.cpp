@@ -42,7 +42,11 @@ std::string gpus_of(const JobRecord& job) {
   // What a waiting job asks for (those GPUs, when it names them; else how many, an elastic
   // one's range: it starts on the least); one that ended without starting held none.
   if (is_terminal(job.state)) return "-";
-  if (!job.submitted.request.gpu_ids.empty()) return fmt::format("({})", fmt::join(job.submitted.request.gpu_ids, ","));
+  // Named GPUs say so: "(1)" read as one GPU, and "(2)" as GPU 2.
+  if (!job.submitted.request.gpu_ids.empty()) {
+    return fmt::format("(GPU{} {})", job.submitted.request.gpu_ids.size() == 1 ? "" : "s",
+                       fmt::join(job.submitted.request.gpu_ids, ","));
+  }
   return fmt::format("({})", requested_ranks(job));
 }
 

@@ -85,7 +85,7 @@ TEST_SUITE("launcher::JobReport") {
     job.submitted.request.min_ranks = 4;
     CHECK(status_rows({job}, 0)[1][5] == "(4)");
     job.submitted.request.gpu_ids = {"1", "3"};  // gpus = [1, 3]: those, by number
-    CHECK(status_rows({job}, 0)[1][5] == "(1,3)");
+    CHECK(status_rows({job}, 0)[1][5] == "(GPUs 1,3)");
     job.state = JobState::cancelled;
     CHECK(status_rows({job}, 0)[1][5] == "-");
   }
