@@ -133,6 +133,27 @@ std::vector<std::string> unmatched_env_patterns(const Environment& here, const s
   return out;
 }
 
+std::vector<std::string> variables_left_behind(const std::vector<std::string>& command, const Environment& submitter,
+                                               const Environment& kept, const Environment& job_env) {
+  std::vector<std::string> names;
+  const auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (const auto& word : command) {
+    for (size_t at = word.find('$'); at != std::string::npos; at = word.find('$', at + 1)) {
+      size_t begin = at + 1;
+      const bool braced = begin < word.size() && word[begin] == '{';
+      if (braced) ++begin;
+      size_t end = begin;
+      while (end < word.size() && name_char(word[end])) ++end;
+      if (end == begin || std::isdigit(static_cast<unsigned char>(word[begin]))) continue;  // $1, $$, $?
+      if (braced && (end >= word.size() || (word[end] != '}' && word[end] != ':' && word[end] != '-'))) continue;
+      std::string name = word.substr(begin, end - begin);
+      if (!submitter.count(name) || kept.count(name) || job_env.count(name)) continue;
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+    }
+  }
+  return names;
+}
+
 std::string encode_environment(const Environment& env) {
   std::string blob;
   for (const auto& [key, value] : env) {

@@ -433,6 +433,15 @@ int64_t JobQueue::submit(const std::string& job_file, const std::string& kind, c
   job.spec_path = fs::absolute(fs::path(job_file)).string();
   job.base_dir = job_file_dir(job_file);
   Environment stored = job_environment(m_env, spec.export_env);
+  if (const auto left = variables_left_behind(spec.command, m_env, stored, spec.env); !left.empty()) {
+    std::vector<std::string> quoted;
+    for (const auto& name : left) quoted.push_back("\"" + name + "\"");
+    log::warn("{}: the command uses ${}, which this shell sets but a submitted job does not get (it keeps only the "
+              "paths, locale and the variables docs/job-toml.md lists): export_env = [{}] in the job file passes "
+              "{}, or set {} in its [env]",
+              job_file, fmt::join(left, ", $"), fmt::join(quoted, ", "), left.size() == 1 ? "it" : "them",
+              left.size() == 1 ? "it" : "them");
+  }
   stored[env::k_umask] = started_umask_text();
   // Which Slurm the job went to: a later dlrun wait, status or cancel from a shell without it
   // asked no controller (and waited for good).

@@ -912,6 +912,12 @@ class Scheduling(JobsTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("unknown key 'comand' (did you mean 'command'?)", r.stderr)
         self.assertEqual(self.all_jobs(), [])
+        # A variable of this shell that the command names, and the job would not get: said.
+        uses = self.job_file('command = ["sh", "-c", "ls $MY_DATA"]\n[resources]\nnproc = 1\n', "uses.toml")
+        r = self.dlrun("submit", "--check", uses, env=dict(self.env, MY_DATA="/data"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('the command uses $MY_DATA, which this shell sets but a submitted job does not get', r.stderr)
+        self.assertIn('export_env = ["MY_DATA"] in the job file passes it', r.stderr)
 
     def test_submit_resume_queues_an_ended_job_again_from_its_checkpoints(self):
         # A submitted job that failed (or was cancelled, or lost) could not be resumed: --resume

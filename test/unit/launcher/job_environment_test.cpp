@@ -73,4 +73,12 @@ TEST_SUITE("launcher::job_environment") {
     CHECK(unmatched_env_patterns(here, {"WANDX_*", "WANDX_*", "RANK*", "DLRUN_SUPER*"}) ==
           std::vector<std::string>{"WANDX_*", "RANK*", "DLRUN_SUPER*"});
   }
+  TEST_CASE("variables a submitted job's command names but would not get are found") {
+    const Environment here = {{"MY_DATA", "/d"}, {"HOME", "/root"}, {"OUT", "o"}, {"SET_IN_FILE", "x"}};
+    const Environment kept = {{"HOME", "/root"}};
+    const Environment job_env = {{"SET_IN_FILE", "y"}};
+    CHECK(variables_left_behind({"sh", "-c", "cp $MY_DATA ${OUT}/x ${MY_DATA:-z} $HOME $1 $$ $? ${#OUT} $NOT_SET $SET_IN_FILE"},
+                                here, kept, job_env) == std::vector<std::string>{"MY_DATA", "OUT"});
+    CHECK(variables_left_behind({"train", "--lr", "0.1"}, here, kept, job_env).empty());
+  }
 }

@@ -47,6 +47,12 @@ Environment forwarded_environment(const Environment& here, const std::vector<std
 // them): forwarded_environment passes nothing for them, which the user should hear.
 std::vector<std::string> unmatched_env_patterns(const Environment& here, const std::vector<std::string>& given);
 
+// The variables the command's words name ($NAME, ${NAME}: a `sh -c "… $DATA"`) that the
+// submitter's shell sets but the job would not get (not kept, not in its [env]), in order, once
+// each: a submitted job found them empty, without a word.
+std::vector<std::string> variables_left_behind(const std::vector<std::string>& command, const Environment& submitter,
+                                               const Environment& kept, const Environment& job_env);
+
 // A job's environment as the store keeps it: NAME=VALUE\0… and back.
 std::string encode_environment(const Environment& env);
 Environment decode_environment(const std::string& blob);
