@@ -30,6 +30,7 @@ struct LocalArgs {
   std::string gpus;
   std::string gpu_binding = "rank";
   int master_port = 0;
+  bool stdin_terminal = false;  // --stdin
   // torchrun's options for one machine, taken so that its command lines run as they are.
   std::string nnodes = "1", node_rank = "0", ignored;
 };
@@ -110,7 +111,8 @@ int run_local(LocalArgs& args, CLI::App& app, const Trailing& trailing) {
   }
   if (app.count("--master-port")) options.master_port = args.master_port;
   options.output_log = true;  // dlrun logs JOB: the terminal's lines, in their order
-  options.rank0_stdin = true;  // breakpoint(), input(), `… | dlrun local`: as under torchrun
+  options.rank0_stdin = true;  // `… | dlrun local`, `< data`: as under torchrun
+  options.relay_terminal = args.stdin_terminal;  // breakpoint(), input() in a terminal
   if (!torchrun_count || app.count("--gpu-binding")) {
     options.gpu_binding =
         args.gpu_binding == "all" ? launcher::GpuBinding::all : launcher::GpuBinding::rank;
@@ -181,6 +183,10 @@ Command add_local_command(CLI::App& dlrun) {
                   "GPUs and uses cuda:LOCAL_RANK, as under torchrun")
       ->check(CLI::IsMember({"rank", "all"}))
       ->capture_default_str();
+  app->add_flag("--stdin", args->stdin_terminal,
+                "Rank 0 reads this terminal: breakpoint() (pdb) and input() in rank 0 work, and what is typed "
+                "while the job runs goes to rank 0. A pipe or file given to dlrun reaches rank 0 without it; the "
+                "other ranks read /dev/null");
   app->add_option("--master-addr,--master_addr", o.master_addr,
                   "Address of the rendezvous (MASTER_ADDR)")
       ->capture_default_str();

@@ -69,14 +69,23 @@ std::string port_in_use_hint(const std::deque<std::string>& tail, const std::str
 std::string debugger_hint(const std::deque<std::string>& tail, const ProgramSpec& program) {
   const bool quit = std::any_of(tail.begin(), tail.end(),
                                 [](const std::string& line) { return line.find("bdb.BdbQuit") != std::string::npos; });
-  if (!quit) return {};
+  if (!quit) {
+    // input() at the end of its input (a terminal that rank 0 does not read without --stdin).
+    const bool eof = std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
+      return line.find("EOFError: EOF when reading a line") != std::string::npos;
+    });
+    if (!eof) return {};
+    return "\n  (input() read the end of its input: rank 0 of dlrun local reads the terminal with --stdin (dlrun "
+           "local --stdin …), and what is piped in (… | dlrun local …); the other ranks, and submitted jobs, read "
+           "/dev/null)";
+  }
   std::string command;
   for (const auto& word : program.argv) command += (command.empty() ? "" : " ") + shell_quote(word);
-  return fmt::format("\n  (pdb read the end of its input: under dlrun only rank 0 of dlrun local reads dlrun's standard "
-                     "input (the terminal, or what is piped in); the other ranks, and submitted jobs, read /dev/null, "
-                     "so a breakpoint() there ends the rank. Put it in rank 0 (if int(os.environ[\"RANK\"]) == 0: "
-                     "breakpoint()) and run dlrun local in a terminal, or run the program alone as a world of one: "
-                     "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 {})",
+  return fmt::format("\n  (pdb read the end of its input: rank 0 of dlrun local reads the terminal with --stdin "
+                     "(dlrun local --stdin …), and what is piped in; the other ranks, and submitted jobs, read "
+                     "/dev/null, so a breakpoint() there ends the rank. Put it in rank 0 (if "
+                     "int(os.environ[\"RANK\"]) == 0: breakpoint()) and add --stdin, or run the program alone as a "
+                     "world of one: MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 {})",
                      command);
 }
 

@@ -190,6 +190,7 @@ namespace {
 // megabytes without a newline must not make dlrun hold them).
 constexpr size_t k_max_log_pending = 64 * 1024;
 constexpr int k_earlier_run = 2;  // m_log_partial_stream: the log ended mid-line when opened
+constexpr size_t k_max_prompt = 60;  // an unfinished line shown as a prompt (show_unfinished)
 
 bool ends_segment(char c) { return c == '\n' || c == '\r'; }
 int stream_index(Stream stream) { return stream == Stream::err ? 1 : 0; }
@@ -293,9 +294,18 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
   std::string& said = m_redraw_said[stream_index(stream)];
   const bool repeated = !said.empty() && line == said;
   said.clear();
+  // The prompt shown before it, answered: the line it ends shows what came after it (the echo
+  // of the answer ended the prompt's row, which stays on the screen).
+  std::string_view shown_line = line;
+  if (std::string& prompt = m_prompt_shown[stream_index(stream)]; !prompt.empty()) {
+    const bool answered =
+        m_options.input_given && m_options.input_given->load() != m_prompt_input_mark[stream_index(stream)];
+    if (answered && shown_line.substr(0, prompt.size()) == prompt) shown_line.remove_prefix(prompt.size());
+    prompt.clear();
+  }
   if (m_options.shown && !repeated) {
     m_batch += stream == Stream::err ? m_options.err_prefix : m_options.out_prefix;
-    m_batch.append(line.data(), line.size());
+    m_batch.append(shown_line.data(), shown_line.size());
     open = piece == LineSplitter::Piece::cut && m_options.join_cut_lines;
     if (!open) m_batch += '\n';
   }
@@ -316,7 +326,18 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
 // An unfinished line that redraws itself is shown as it goes, on a live terminal.
 void RankOutput::show_pending(Stream stream) {
   const std::string_view pending = splitter(stream).pending_text();
-  if (pending.find('\r') == std::string_view::npos && !(m_options.show_unfinished && m_terminal.live(stream))) return;
+  std::string& prompt = m_prompt_shown[stream_index(stream)];
+  if (pending.find('\r') == std::string_view::npos) {
+    // A prompt (pdb's "(Pdb) ", input("Name: ")) waits without a newline for what rank 0 reads
+    // (--stdin). Only a short one: a long one would wrap, and its redraw leave rows behind.
+    if (!m_options.show_unfinished || !m_terminal.live(stream) || !m_options.shown || pending.empty() ||
+        pending.size() > k_max_prompt)
+      return;
+    prompt.assign(pending.data(), pending.size());
+    m_prompt_input_mark[stream_index(stream)] = m_options.input_given ? m_options.input_given->load() : 0;
+  } else {
+    prompt.clear();
+  }
   if (!m_terminal.live(stream)) return pass_on_redraw(stream, pending);
   if (!m_options.shown) return;
   const std::string_view shown = shown_segment(pending);

@@ -15,9 +15,10 @@ namespace dlrun::launcher {
 struct StdinRelay::Shared {
   std::mutex mutex;
   int write_end = -1;  // of the current attempt's pipe; -1 between attempts
-  bool ended = false;  // the terminal's input ended (Ctrl-D): later attempts read /dev/null
+  bool ended = false;  // the terminal is gone: later attempts read /dev/null
   bool terminal = false;
   bool given = false;  // a file or pipe, handed on as it is
+  std::shared_ptr<std::atomic<uint64_t>> chunks = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 namespace {
@@ -29,12 +30,13 @@ void close_fd(int& fd) {
 
 // The reading thread: blocking reads of the terminal (fd 0), each chunk into the pipe of the
 // attempt that runs then. Ends at the end of input; otherwise with the process.
-void relay_terminal(std::shared_ptr<StdinRelay::Shared> shared) {
+void relay_from_terminal(std::shared_ptr<StdinRelay::Shared> shared) {
   sigset_t ttin;
   sigemptyset(&ttin);
   sigaddset(&ttin, SIGTTIN);
   ::pthread_sigmask(SIG_BLOCK, &ttin, nullptr);
   char buffer[4096];
+  auto last_end = std::chrono::steady_clock::time_point{};
   for (;;) {
     const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
@@ -44,7 +46,19 @@ void relay_terminal(std::shared_ptr<StdinRelay::Shared> shared) {
       continue;
     }
     std::lock_guard<std::mutex> lock(shared->mutex);
-    if (n <= 0) {
+    if (n == 0) {
+      // Ctrl-D: the end of this attempt's input (a terminal reads on after it). Ends that come
+      // back at once are a terminal that hung up: nothing more will come.
+      const auto now = std::chrono::steady_clock::now();
+      close_fd(shared->write_end);
+      if (now - last_end < std::chrono::milliseconds(50)) {
+        shared->ended = true;
+        return;
+      }
+      last_end = now;
+      continue;
+    }
+    if (n < 0) {  // the terminal is gone (hung up): later attempts read /dev/null
       shared->ended = true;
       close_fd(shared->write_end);
       return;
@@ -55,25 +69,27 @@ void relay_terminal(std::shared_ptr<StdinRelay::Shared> shared) {
       ssize_t written = ::write(shared->write_end, buffer, static_cast<size_t>(n));
       (void)written;
     }
+    shared->chunks->fetch_add(1);
   }
 }
 
 }  // namespace
 
-StdinRelay::StdinRelay() : m_shared(std::make_shared<Shared>()) {
+StdinRelay::StdinRelay(bool relay_terminal) : m_shared(std::make_shared<Shared>()) {
   struct stat st {};
   if (::fstat(STDIN_FILENO, &st) != 0) return;  // closed: /dev/null
   if (!::isatty(STDIN_FILENO)) {
     m_shared->given = true;
     return;
   }
+  if (!relay_terminal) return;
   m_shared->terminal = true;
   // A background read fails with EIO on this thread too (the job's), which never reads it.
   sigset_t ttin;
   sigemptyset(&ttin);
   sigaddset(&ttin, SIGTTIN);
   ::pthread_sigmask(SIG_BLOCK, &ttin, nullptr);
-  std::thread(relay_terminal, m_shared).detach();
+  std::thread(relay_from_terminal, m_shared).detach();
 }
 
 StdinRelay::~StdinRelay() {
@@ -102,5 +118,7 @@ int StdinRelay::for_attempt() {
 void StdinRelay::started() { close_fd(m_read_end); }
 
 bool StdinRelay::relays_terminal() const { return m_shared->terminal; }
+
+std::shared_ptr<const std::atomic<uint64_t>> StdinRelay::given() const { return m_shared->chunks; }
 
 }  // namespace dlrun::launcher

@@ -88,7 +88,7 @@ Supervisor::Supervisor(const Plan& job, const RunnerFactory& runner)
   m_terminal.set_live(Stream::err, live_terminal(STDERR_FILENO, m_job.base_env));
   // Tells the ranks that their progress bars reach a terminal although their stderr is a pipe.
   if (m_terminal.live(Stream::err)) m_job.base_env.try_emplace(env::k_tty, "1");
-  if (m_job.options.rank0_stdin && !m_job.planner) m_stdin = std::make_unique<StdinRelay>();
+  if (m_job.options.rank0_stdin && !m_job.planner) m_stdin = std::make_unique<StdinRelay>(m_job.options.relay_terminal);
   m_terminal.on_out_reader_gone([this] { asio::post(m_io, [this] { handle_out_reader_gone(); }); });
 }
 
@@ -219,6 +219,7 @@ void Supervisor::start_attempt() {
     out.log_name = member.log_path;
     // A prompt (pdb's "(Pdb) ", input("…")) waits on the terminal without a newline.
     out.show_unfinished = member.stdin_from >= 0 && m_stdin && m_stdin->relays_terminal();
+    if (out.show_unfinished) out.input_given = m_stdin->given();
     out.join_cut_lines = !options.prefix_enabled && shown_count == 1;
     int fd = -1;
     if (!member.log_path.empty()) {

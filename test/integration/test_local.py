@@ -611,7 +611,8 @@ class StandardInput(DlrunTestCase):
         if pid == 0:
             try:
                 os.chdir(self.tmp)
-                os.execve(DLRUN, [DLRUN, "local", "--color", "never", "-q", "--nproc", "2", PYTHON, script], self.env)
+                os.execve(DLRUN, [DLRUN, "local", "--stdin", "--color", "never", "-q", "--nproc", "2", PYTHON, script],
+                          self.env)
             finally:
                 os._exit(127)
         out = b""
@@ -639,6 +640,51 @@ class StandardInput(DlrunTestCase):
             kill_quietly([pid])
             os.close(fd)
         self.assertIn(b"[1] rank 1 done", out)
+
+    def test_a_terminal_is_rank_0s_only_with_stdin_and_an_answered_prompt_stays_shown(self):
+        import pty
+        import select
+
+        def run(args, answer=None):
+            pid, fd = pty.fork()
+            if pid == 0:
+                try:
+                    os.chdir(self.tmp)
+                    os.execve(DLRUN, [DLRUN, "local", "--color", "never", "-q", "--nproc", "1", *args], self.env)
+                finally:
+                    os._exit(127)
+            out = b""
+            try:
+                end = time.time() + 60
+                while time.time() < end:
+                    if answer and b"Name: " in out:
+                        os.write(fd, answer)
+                        answer = None
+                    if select.select([fd], [], [], 0.2)[0]:
+                        try:
+                            chunk = os.read(fd, 4096)
+                        except OSError:
+                            break
+                        if not chunk:
+                            break
+                        out += chunk
+                _, status = os.waitpid(pid, 0)
+                return os.waitstatus_to_exitcode(status), out
+            finally:
+                kill_quietly([pid])
+                os.close(fd)
+
+        # Without --stdin the terminal is left alone: rank 0 reads the end of /dev/null at once.
+        code, out = run(["sh", "-c", "cat; echo end"])
+        self.assertEqual((code, out.replace(b"\r", b"")), (0, b"[0] end\n"))
+        # With it, a prompt is shown before it is answered; the line it ends shows what came after it.
+        script = os.path.join(self.tmp, "ask.py")
+        with open(script, "w") as f:
+            f.write('name = input("Name: ")\nprint("hello", name)\n')
+        code, out = run(["--stdin", PYTHON, script], b"alice\n")
+        self.assertEqual(code, 0, out)
+        self.assertIn(b"[0] Name: alice\r\n", out)
+        self.assertIn(b"[0] hello alice\r\n", out)
 
 
 class Restarts(DlrunTestCase):

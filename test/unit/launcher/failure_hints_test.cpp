@@ -43,9 +43,12 @@ TEST_SUITE("launcher::failure_hints") {
   TEST_CASE("pdb that quit at once says that the ranks read no input, and how to debug") {
     ProgramSpec script{"/usr/bin/python3", {"python3", "-u", "train.py", "--lr", "1"}, ""};
     const std::string hint = debugger_hint({"    raise BdbQuit", "bdb.BdbQuit"}, script);
-    CHECK(hint.find("only rank 0 of dlrun local reads dlrun's standard input") != std::string::npos);
+    CHECK(hint.find("rank 0 of dlrun local reads the terminal with --stdin") != std::string::npos);
     CHECK(hint.find("WORLD_SIZE=1 python3 -u train.py --lr 1)") != std::string::npos);
     CHECK(debugger_hint({"ValueError: bad"}, script).empty());
+    CHECK(debugger_hint({"    name = input()", "EOFError: EOF when reading a line"}, script)
+              .find("input() read the end of its input: rank 0 of dlrun local reads the terminal with --stdin") !=
+          std::string::npos);
   }
   TEST_CASE("stderr that tells of lost peers") {
     CHECK(tells_of_peers({"[../gloo/transport/tcp/pair.cc:598] Connection closed by peer"}));

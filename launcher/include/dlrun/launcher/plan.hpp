@@ -56,6 +56,7 @@ struct PlanOptions {
   int max_restarts = 0;
   int tail_lines = 20;              // stderr lines shown when a rank fails
   bool rank0_stdin = false;         // rank 0 reads dlrun's standard input (stdin_relay.hpp); else /dev/null
+  bool relay_terminal = false;      // ...a terminal too (dlrun local --stdin); else a terminal is /dev/null
   bool quiet = false;               // no informational lines from dlrun itself
   bool check_master_port = true;    // false when MASTER_PORT is on another host (agents)
   double watchdog_seconds = 0;      // > 0: a rank without progress that long counts as failed

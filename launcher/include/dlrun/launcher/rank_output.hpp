@@ -12,6 +12,7 @@
 // lines, which may come from any thread). Otherwise not thread-safe: used from the supervisor's
 // thread.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <deque>
@@ -120,6 +121,9 @@ class RankOutput {
     size_t tail_lines = 20;
     std::string log_name;    // for a warning that the log cannot be written ("rank 0's log")
     bool show_unfinished = false;  // on a live terminal, an unfinished line (a prompt) is shown as it comes
+    // With show_unfinished: how many chunks of input rank 0 was given (StdinRelay::given()); a
+    // prompt answered since it was shown stays on the screen above the line it ends.
+    std::shared_ptr<const std::atomic<uint64_t>> input_given;
     bool join_cut_lines = false;   // no prefix, the only rank shown: a line cut at the limit goes on whole
   };
 
@@ -162,6 +166,8 @@ class RankOutput {
   int m_log_fd;
   Terminal& m_terminal;
   LineSplitter m_splitters[2];
+  uint64_t m_prompt_input_mark[2] = {0, 0};  // input_given when each prompt was shown
+  std::string m_prompt_shown[2];  // an unfinished line shown as a prompt on out/err (show_unfinished)
   bool m_line_open[2] = {false, false};  // the terminal's line of out/err was left open (join_cut_lines)
   std::optional<std::chrono::steady_clock::time_point> m_last_output;
   std::deque<std::string> m_tail;

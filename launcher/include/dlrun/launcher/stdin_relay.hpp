@@ -1,17 +1,21 @@
 #pragma once
 // What rank 0 of `dlrun local` reads as its standard input: dlrun's own, as under torchrun, so
-// that `breakpoint()` (pdb), `input()` and `… | dlrun local …` work. The other ranks read
-// /dev/null (several readers of one input would each take parts of it).
+// that `… | dlrun local …` works, and with `--stdin` a terminal too (`breakpoint()`, `input()`).
+// The other ranks read /dev/null (several readers of one input would each take parts of it).
 //
 // A file or pipe is handed to rank 0 as it is (each attempt gets the same one). A terminal
-// cannot be: rank 0 leads a process group of its own, which the terminal would stop
-// (SIGTTIN) at its first read. dlrun then reads the terminal itself, on a thread of its own
-// (a non-blocking flag on the terminal would be the shell's too), and writes what was typed
-// into a pipe that is rank 0's standard input, a new one for each attempt. At the end of
-// input (Ctrl-D) the pipe is closed, and later attempts read /dev/null. While dlrun is in the
-// background (`&`, `bg`) it reads nothing, and is not stopped for trying: the terminal
-// answers EIO, and it looks again every half second.
+// is /dev/null unless asked for (dlrun would take what is typed ahead for the shell, and the
+// keys of a pager it pipes to). It cannot be handed over: rank 0 leads a process group of its
+// own, which the terminal would stop (SIGTTIN) at its first read. dlrun reads the terminal
+// itself, on a thread of its own (a non-blocking flag on the terminal would be the shell's
+// too), and writes what was typed into a pipe that is rank 0's standard input, a new one for
+// each attempt. The end of input (Ctrl-D) closes the pipe of the attempt that runs, as a
+// terminal's end of input is once. While dlrun is in the background (`&`, `bg`) it reads
+// nothing, and is not stopped for trying: the terminal answers EIO, and it looks again every
+// half second.
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 namespace dlrun::launcher {
@@ -21,7 +25,8 @@ class StdinRelay {
   // Looks at this process's standard input. Call from the thread that runs the job: the
   // terminal's SIGTTIN is blocked there (a blocked SIGTTIN makes a background read fail with
   // EIO instead of stopping dlrun); the ranks start with no signal blocked.
-  StdinRelay();
+  // `relay_terminal`: a terminal on standard input is relayed (else rank 0 reads /dev/null).
+  explicit StdinRelay(bool relay_terminal);
   ~StdinRelay();
   StdinRelay(const StdinRelay&) = delete;
   StdinRelay& operator=(const StdinRelay&) = delete;
@@ -33,6 +38,8 @@ class StdinRelay {
   // Whether it relays a terminal: rank 0's unfinished lines (a prompt) are then shown as they
   // come.
   bool relays_terminal() const;
+  // How many chunks of typed input were passed on so far (read by the job's thread).
+  std::shared_ptr<const std::atomic<uint64_t>> given() const;
 
   struct Shared;  // with the reading thread, which may outlive this object
 
