@@ -158,6 +158,13 @@ void Supervisor::check_watchdog() {
   std::vector<size_t> idle_members;  // past the limit
   size_t running = 0, stalled = 0;   // stalled: within two checks of it
   bool any_reported = false;         // some rank of this attempt touched its progress file
+  // The group's newest output: a program that does not report its progress (a plain PyTorch
+  // script, where often only rank 0 prints) is judged by it, as a whole.
+  std::optional<std::chrono::steady_clock::time_point> group_output;
+  for (size_t i = 0; i < m_group->size(); ++i) {
+    if (const auto wrote = m_group->last_output(i); wrote && (!group_output || *wrote > *group_output))
+      group_output = wrote;
+  }
   for (size_t i = 0; i < m_group->size(); ++i) {
     if (m_group->exit_status(i)) continue;
     ++running;
@@ -174,12 +181,8 @@ void Supervisor::check_watchdog() {
       any_reported = any_reported || reported;
       idle = std::min(idle, age);
     }
-    // A program that does not report its progress (a plain PyTorch script) is judged by its
-    // output: one that prints as it trains is not stopped for want of the file.
-    if (!reported) {
-      if (const auto wrote = m_group->last_output(i)) {
-        idle = std::min(idle, std::chrono::duration<double>(now_steady - *wrote).count());
-      }
+    if (!reported && group_output) {
+      idle = std::min(idle, std::chrono::duration<double>(now_steady - *group_output).count());
     }
     idle = std::min(idle, since_resume);
     if (idle >= limit) idle_members.push_back(i);
@@ -190,7 +193,8 @@ void Supervisor::check_watchdog() {
       m_job.options.source == SettingsSource::job_file ? "the job's watchdog" : "--watchdog";
   // Ranks that wait for one another in a collective stop within moments of each other: when
   // every one has, none is singled out (nor its GPU counted as failing).
-  const bool whole_group = running > 1 && stalled == running;
+  // Judged by the group's output, no rank is singled out either (nor its GPU).
+  const bool whole_group = running > 1 && (stalled == running || !any_reported);
   std::string reason;
   if (whole_group) {
     reason = fmt::format("no rank made progress for {:g} s ({}): treating the job as failed", limit, source);

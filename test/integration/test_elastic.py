@@ -475,6 +475,11 @@ class Watchdog(DlrunTestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("[0] done", r.stdout)
         self.assertIn("dlrun: error: rank 1 made no progress for 2 s (--watchdog): treating it as failed", r.stderr)
+        # Where only rank 0 prints (if rank == 0: print), the group's output counts for every rank.
+        script = self.script("rank0.sh", 'end=$(( $(date +%s) + 5 )); while [ $(date +%s) -lt $end ]; do '
+                                         '[ "$RANK" = 0 ] && echo "step"; sleep 0.1; done\n')
+        r = self.dlrun("local", "--nproc", "3", "--watchdog", "2", "--grace", "1", script)
+        self.assertEqual(r.returncode, 0, r.stderr)
         r = self.dlrun("local", "--nproc", "2", "--watchdog", "2", "--grace", "1", "sh", "-c",
                        'touch "$DLRUN_PROGRESS_FILE"; exec sleep 300')
         self.assertNotEqual(r.returncode, 0)
