@@ -62,7 +62,7 @@ void add_failure_options(CLI::App* app, GroupArgs& args) {
       ->capture_default_str();
   app->add_option("--watchdog", o.watchdog_seconds,
                   "A rank that reports no progress (DLRUN_PROGRESS_FILE, the runtime does it every step; a "
-                  "program that never touches it: its output) for this many seconds counts as failed; 0: off")
+                  "program that never touches it: the output of any rank) for this many seconds counts as failed; 0: off")
       ->check(duration_check())
       ->type_name("SECONDS")
       ->capture_default_str();

@@ -119,18 +119,33 @@ bool names_an_exception(const std::string& line) {
 
 }  // namespace
 
+bool lost_a_peer(const std::deque<std::string>& tail) {
+  if (tail.empty()) return false;
+  // Its last words: the error it ended with, not a warning before it.
+  const std::string& last = tail.back();
+  for (const char* words : {"by peer", "Broken pipe", "broken pipe", "exited in the middle of", "remote process exited",
+                            "Connection closed", "connection closed"}) {
+    if (last.find(words) != std::string::npos) return true;
+  }
+  return false;
+}
+
 bool tells_of_an_error(const std::deque<std::string>& tail) {
   if (tail.empty() || tells_of_peers(tail)) return false;
+  // It ended with it: its last line names the exception (Python's traceback ends so), or one
+  // of the last three is C++'s or Rust's end. An error it logged and lived on after is not.
   const std::string& last = tail.back();
   for (const char* stop : {"KeyboardInterrupt", "SystemExit"}) {
     if (last.find(stop) != std::string::npos) return false;
   }
-  return std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
-    for (const char* word : {"Traceback (most recent call last)", "terminate called", "panicked at"}) {
-      if (line.find(word) != std::string::npos) return true;
+  if (names_an_exception(last)) return true;
+  const size_t from = tail.size() > 3 ? tail.size() - 3 : 0;
+  for (size_t i = from; i < tail.size(); ++i) {
+    for (const char* word : {"terminate called", "what():", "panicked at"}) {
+      if (tail[i].find(word) != std::string::npos) return true;
     }
-    return names_an_exception(line);
-  });
+  }
+  return false;
 }
 
 }  // namespace dlrun::launcher

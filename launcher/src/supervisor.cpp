@@ -39,6 +39,8 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr auto k_drain_timeout = 2s;  // output still held by a rank's escaped children
+// A rank's error written this close to another rank's failure is part of it (blame_likelier_cause).
+constexpr auto k_same_failure = 10s;
 constexpr auto k_failed_together = 20ms;  // a rank ending this soon after a failure failed too
 
 // A traceback from a rank's error file is shown whole up to this many lines (its end beyond).
@@ -358,6 +360,7 @@ void Supervisor::on_children_ended() {
     if (m_phase == Phase::running && !m_failure) {
       failed_in_this_batch = true;
       m_failure = Failure{index, status, {}, {}, {}};
+      m_failure->at = std::chrono::steady_clock::now();
       for (size_t other = 0; other < m_group->size(); ++other) {
         const auto& ended = m_group->exit_status(other);
         if (other != index && ended && ended->success()) m_failure->ended_ok.push_back(other);
@@ -704,12 +707,16 @@ void Supervisor::read_error_file_of(Failure& failure) const {
 void Supervisor::blame_likelier_cause(Failure& failure) const {
   if (!failure.reason.empty() || failure.first || m_job.member_noun != "rank" || failure.index >= m_group->size())
     return;
-  if (!tells_of_peers(m_group->stderr_tail(failure.index))) return;
+  if (!lost_a_peer(m_group->stderr_tail(failure.index))) return;
   for (size_t i = 0; i < m_group->size(); ++i) {
     const auto& status = m_group->exit_status(i);
     if (i == failure.index || !status || status->success()) continue;
     if (!status->signaled && status->code == exit_code::k_restart_me) continue;
     if (!tells_of_an_error(m_group->stderr_tail(i))) continue;
+    // Its error must belong to this failure: written within moments of it (an error it wrote
+    // long before, and lived on after, is not the cause).
+    const auto wrote = m_group->last_output(i);
+    if (!wrote || std::chrono::abs(*wrote - failure.at) > k_same_failure) continue;
     // Its error came first, and closing its connections (in a `finally`, at its exit) failed
     // the collective the other was in, which then exited sooner.
     failure.first = Failure::First{failure.index, failure.status};

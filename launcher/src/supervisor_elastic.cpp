@@ -123,7 +123,8 @@ void Supervisor::apply_resize() {
 }
 
 bool Supervisor::leave_out_failing_gpu(const Failure& failure) {
-  if (m_job.gpu_ids.empty() || failure.index >= m_group->size()) return false;
+  // A failure blamed on a rank's own error (blame_likelier_cause) is the program's, not a GPU's.
+  if (m_job.gpu_ids.empty() || failure.index >= m_group->size() || failure.first) return false;
   const std::string gpu = m_job.gpu_ids.at(static_cast<size_t>(m_group->member(failure.index).spec.local_rank));
   if (!m_gpu_failures.count(gpu, m_job.world_size, m_job.min_world_size)) return false;
   m_job.gpu_ids.erase(std::find(m_job.gpu_ids.begin(), m_job.gpu_ids.end(), gpu));

@@ -157,6 +157,16 @@ exec sleep 300
                       "rank 0 had lost a peer (RuntimeError: [gloo/pair.cc:598] Connection closed by peer); last 2 "
                       "lines of its stderr", r.stderr)
         self.assertIn("  | ValueError: NaN loss", r.stderr)
+        # A refused connection is the rank's own error, and an error another rank logged and lived
+        # on after is not its end: no one else is blamed.
+        script = self.script("own.sh", 'if [ $RANK = 1 ]; then printf "Traceback (most recent call last):\\n'
+                                       'ModuleNotFoundError: No module named x\\nstep 1\\n" >&2; sleep 30; fi\n'
+                                       'sleep 0.3; echo "ConnectionRefusedError: [Errno 111] Connection refused" >&2; '
+                                       'exit 1\n')
+        r = self.dlrun("local", "--nproc", "2", "--grace", "1", script)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("rank 0 exited with code 1; last 1 line of its stderr", r.stderr)
+        self.assertNotIn("likelier", r.stderr)
         # A rank that fails on its own, after another ended with 0: nothing about it.
         r = self.dlrun("local", "--nproc", "2", "sh", "-c", 'sleep 0.$RANK; echo bad >&2; exit $RANK')
         self.assertEqual(r.returncode, 1, r.stderr)

@@ -58,10 +58,17 @@ TEST_SUITE("launcher::failure_hints") {
   }
   TEST_CASE("stderr that shows an error of the program's own") {
     CHECK(tells_of_an_error({"Traceback (most recent call last):", "  File \"t.py\", line 7", "ValueError: NaN loss"}));
+    // Logged, and lived on after: not how it ended.
+    CHECK_FALSE(tells_of_an_error({"Traceback (most recent call last):", "ModuleNotFoundError: No module named 'x'",
+                                   "step 10 loss 0.3"}));
+    CHECK(lost_a_peer({"RuntimeError: [../gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:5"}));
+    CHECK(lost_a_peer({"RuntimeError: [gloo/pair.cc:589] Read error [127.0.0.1]:6: Connection reset by peer"}));
+    CHECK_FALSE(lost_a_peer({"ConnectionRefusedError: [Errno 111] Connection refused"}));
+    CHECK_FALSE(lost_a_peer({"Connection closed by peer", "ValueError: its own, after"}));
     CHECK(tells_of_an_error({"torch.cuda.OutOfMemoryError: CUDA out of memory."}));
     CHECK(tells_of_an_error({"MyException"}));
     CHECK(tells_of_an_error({"terminate called after throwing an instance of 'std::runtime_error'", "  what():  bad"}));
-    CHECK(tells_of_an_error({"thread 'main' panicked at src/main.rs:3:5:"}));
+    CHECK(tells_of_an_error({"thread 'main' panicked at src/main.rs:3:5:", "note: run with RUST_BACKTRACE=1"}));
     CHECK_FALSE(tells_of_an_error({"step 10 loss 0.3"}));
     CHECK_FALSE(tells_of_an_error({"Traceback (most recent call last):", "KeyboardInterrupt"}));
     CHECK_FALSE(tells_of_an_error({"RuntimeError: [../gloo/transport/tcp/pair.cc:598] Connection closed by peer"}));

@@ -36,9 +36,14 @@ std::string debugger_hint(const std::deque<std::string>& stderr_tail, const Prog
 // failed or timed out (Gloo's, NCCL's, the runtime's words).
 bool tells_of_peers(const std::deque<std::string>& stderr_tail);
 
-// Whether these stderr lines show an error of the program's own: a Python traceback, an
-// exception (`ValueError: …`), C++'s `terminate called …`, Rust's `panicked at`. Not a stop
-// (KeyboardInterrupt, SystemExit) nor a lost peer (tells_of_peers).
+// Whether these stderr lines end with an error of the program's own: a last line that names an
+// exception (`ValueError: …`, as a Python traceback ends), or C++'s `terminate called …` /
+// `what():`, Rust's `panicked at` among the last three. Not a stop (KeyboardInterrupt,
+// SystemExit) nor a lost peer (tells_of_peers), nor an error logged before other lines.
 bool tells_of_an_error(const std::deque<std::string>& stderr_tail);
+
+// Whether the last stderr line says the rank lost a peer: a connection closed or reset by it,
+// a broken pipe, a peer that exited mid-collective (not a refused connection: its own).
+bool lost_a_peer(const std::deque<std::string>& stderr_tail);
 
 }  // namespace dlrun::launcher

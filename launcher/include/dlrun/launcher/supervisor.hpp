@@ -99,6 +99,7 @@ class Supervisor {
       ExitStatus status{};
     };
     std::optional<First> first{};
+    std::chrono::steady_clock::time_point at{};  // when the member failed (reaped)
     bool cause_stopped = false;  // the likelier cause ended by dlrun's stop signal, after its error
   };
 
