@@ -1,5 +1,7 @@
 #include "group_options.hpp"
 
+#include <unistd.h>
+
 #include "dlrun/error.hpp"
 #include "dlrun/launcher/command_resolution.hpp"
 #include "dlrun/launcher/duration_limit.hpp"
@@ -75,6 +77,9 @@ void apply_group_options(GroupArgs& args, const CLI::App& app, const Trailing& t
   if (args.module) options.command = launcher::python_module_command(options.command);
   if (args.no_python && !options.command.empty() && launcher::is_python_script(options.command.front())) {
     // env execs the script itself: the kernel reads its #! line (a .py alone runs with python3).
+    // A bare name is the file here, as a .py script's is (env would look for it in PATH).
+    std::string& script = options.command.front();
+    if (script.find('/') == std::string::npos && ::access(script.c_str(), F_OK) == 0) script = "./" + script;
     options.command.insert(options.command.begin(), "env");
   }
   if (app.count("--ranks")) options.shown_ranks = launcher::parse_int_list(args.ranks, "--ranks");

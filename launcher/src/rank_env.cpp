@@ -46,6 +46,9 @@ std::vector<RankSpec> plan_node_ranks(const NodePlanInput& in) {
     env[env::k_torchelastic_restart_count] = env[env::k_restart_count];
     env[env::k_torchelastic_max_restarts] = std::to_string(in.max_restarts);
     env[env::k_torchelastic_error_file] = error_file_path(in.run_dir, spec.rank);
+    // dlrun's ranks meet at their own store: one inherited from a torchrun worker around dlrun
+    // would send dlrun.init() to torchrun's agent's (and every rank waited for a store no one hosts).
+    env.erase(env::k_torchelastic_use_agent_store);
     if (in.base.count(env::k_omp_num_threads) == 0) {
       env[env::k_omp_num_threads] = std::to_string(threads_per_rank(in.cores, in.local_world_size));
     }

@@ -904,6 +904,11 @@ class Errors(DlrunTestCase):
             for rank in ranks:
                 out, _ = rank.communicate(timeout=120)
                 self.assertEqual((rank.returncode, out), (0, "sum [3.0]\n"), out)
+        # dlrun local inside a torchrun worker (the variable inherited): its ranks meet at their own store.
+        r = self.dlrun("local", "-q", "--nproc", "2", PYTHON, "-c", code, cwd=self.tmp,
+                       env=dict(self.env, TORCHELASTIC_USE_AGENT_STORE="True"))
+        self.assertEqual((r.returncode, sorted(r.stdout.splitlines())), (0, ["[0] sum [3.0]", "[1] sum [3.0]"]),
+                         r.stderr)
 
     def test_a_stop_during_the_rendezvous_ends_the_rank_at_once(self):
         # Rank 1 fails before it joins; rank 0 waits in dlrun.init() for it. dlrun stops rank 0,

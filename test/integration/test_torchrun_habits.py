@@ -124,8 +124,9 @@ class PythonPrograms(TorchrunTestCase):
         # ...unless --no_python says so, as torchrun's: the script runs as it is (it was refused,
         # with advice to drop it that ran another Python).
         self.write("own.py", "#!/bin/sh\necho \"own $1\"\n", mode=0o755)
-        r = self.run_here("local", "--nproc", "1", "--no_python", "./own.py", "x")
-        self.assertEqual((r.returncode, r.stdout), (0, "[0] own x\n"), r.stderr)
+        for name in ("./own.py", "own.py"):  # a bare name is the file here, as for python3
+            r = self.run_here("local", "--nproc", "1", "--no_python", name, "x")
+            self.assertEqual((r.returncode, r.stdout), (0, "[0] own x\n"), r.stderr)
         self.assertIn("own.py", self.dlrun("status", "--json").stdout)
         r = self.run_here("local", "--nproc", "1", "--no-python", "-m", "own")
         self.assertEqual(r.returncode, 2, r.stderr)

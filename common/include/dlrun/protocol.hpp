@@ -67,6 +67,7 @@ inline constexpr const char* k_tty = "DLRUN_TTY";
 // Set by dlrun unless the user already set them.
 inline constexpr const char* k_omp_num_threads = "OMP_NUM_THREADS";
 inline constexpr const char* k_python_unbuffered = "PYTHONUNBUFFERED";
+inline constexpr const char* k_torchelastic_use_agent_store = "TORCHELASTIC_USE_AGENT_STORE";  // never given
 inline constexpr const char* k_cuda_visible_devices = "CUDA_VISIBLE_DEVICES";
 
 // Read by dlrun.
