@@ -27,6 +27,7 @@
 #include "dlrun/launcher/job_spec.hpp"
 #include "dlrun/launcher/plan.hpp"
 #include "dlrun/launcher/private_files.hpp"
+#include "dlrun/launcher/scheduler_settings.hpp"
 #include "dlrun/launcher/process.hpp"
 #include "dlrun/log.hpp"
 #include "dlrun/launcher/supervisor.hpp"
@@ -47,6 +48,18 @@ int wait_for_stop_signal(const sigset_t& stop, double seconds) {
   timespec timeout{static_cast<time_t>(seconds), static_cast<long>((seconds - static_cast<time_t>(seconds)) * 1e9)};
   const int sig = ::sigtimedwait(&stop, nullptr, &timeout);
   return sig > 0 ? sig : 0;
+}
+
+// For a fifo GPU job: goodput jobs submitted before this have waited past starvation_seconds,
+// and it waits behind them (JobStore::try_start); 0 for none (a CPU job; config.toml unreadable:
+// the scheduler says so).
+double goodput_starving_before(JobQueue& queue, const JobRecord& job) {
+  if (!job.submitted.request.uses_gpus) return 0;
+  try {
+    return now_seconds() - read_scheduler_settings(queue.home()).policy.starvation_seconds;
+  } catch (const ConfigError&) {
+    return 0;
+  }
 }
 
 // Waits for the job's turn. False when it was cancelled (or ended) meanwhile. A goodput job
@@ -100,7 +113,7 @@ bool wait_for_resources(JobQueue& queue, int64_t id, Capacity capacity, const En
     if (job->submitted.request.goodput) {
       if (job->state != JobState::pending) return true;
       if (poll % k_sweep_every == 0) queue.ensure_scheduler();
-    } else if (queue.store().try_start(id, capacity, queue.run_dir(id))) {
+    } else if (queue.store().try_start(id, capacity, queue.run_dir(id), goodput_starving_before(queue, *job))) {
       return true;
     }
     if (poll >= next_sweep) {

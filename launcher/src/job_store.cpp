@@ -474,7 +474,8 @@ int64_t JobStore::changes_by_others() {
   return s.step() ? s.int64(0) : 0;
 }
 
-std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capacity, const std::string& run_dir) {
+std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capacity, const std::string& run_dir,
+                                              double goodput_starving_before) {
   begin_immediate();
   try {
     // In order among the jobs that wait for this machine's resources: one whose ranks run
@@ -492,6 +493,15 @@ std::optional<Allocation> JobStore::try_start(int64_t id, const Capacity& capaci
     if (!job->submitted.request.remote && (!head.step() || head.int64(0) != id)) {
       commit();
       return std::nullopt;
+    }
+    if (goodput_starving_before > 0 && job->submitted.request.uses_gpus && !job->submitted.request.remote) {
+      Statement starving(m_db, "SELECT 1 FROM jobs WHERE state = 'PENDING' AND remote = 0 AND policy = 'goodput' AND "
+                               "uses_gpus = 1 AND id < ? AND submitted_at < ? LIMIT 1");
+      starving.bind(1, id).bind(2, goodput_starving_before);
+      if (starving.step()) {
+        commit();
+        return std::nullopt;
+      }
     }
     auto allocation = fit(job->submitted.request, capacity, usage_locked());
     if (allocation) {

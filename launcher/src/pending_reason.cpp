@@ -166,6 +166,16 @@ std::string pending_reason(const JobRecord& job, const QueueState& queue, const 
   if (const int64_t head = queue_head(*queue.active, job.submitted.request.uses_gpus); head >= 0 && head < job.id) {
     return fmt::format("behind job {} (fifo)", head);
   }
+  if (job.submitted.request.uses_gpus && queue.goodput_starving_before > 0) {
+    for (const auto& other : *queue.active) {
+      if (other.state == JobState::pending && other.submitted.request.goodput && !other.submitted.request.remote &&
+          other.submitted.request.uses_gpus && other.id < job.id && other.submitted_at < queue.goodput_starving_before) {
+        return fmt::format("behind job {}, which has waited past starvation_seconds (goodput): the GPUs that come free "
+                           "are its first",
+                           other.id);
+      }
+    }
+  }
   std::string waiting = resources_reason(job.submitted.request, queue);
   return waiting.empty() ? "starting (its resources are free)" : waiting;
 }

@@ -60,6 +60,7 @@ QueueInsight queue_insight(JobQueue& queue, double now, const std::vector<JobRec
   for (const auto& job : jobs) any_pending = any_pending || job.state == JobState::pending;
   if (!any_pending) return insight;
   state.scheduler_running = queue.store().scheduler_lease_holder().has_value();
+  state.goodput_starving_before = now - settings.starvation_seconds;
   state.policy = &insight.policy;
   for (const auto& job : jobs) {
     if (job.state != JobState::pending) continue;

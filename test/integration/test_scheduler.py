@@ -107,6 +107,22 @@ class Sharing(SchedulerTestCase):
         open(done_one, "w").close()
         self.wait_ranks(elastic, 4)
 
+    def test_a_goodput_job_past_starvation_seconds_is_not_passed_by_later_fifo_jobs(self):
+        # Fifo jobs start themselves: a stream of small ones could pass a waiting goodput job for
+        # good. Once it has waited past starvation_seconds, they wait behind it.
+        self.settings("restart_seconds = 1\nstarvation_seconds = 1\n")
+        big, done_big = self.job("big", 3)
+        self.wait_ranks(big, 3)
+        elastic, _ = self.job("elastic", "2:4")
+        time.sleep(1.5)
+        one, _ = self.job("one", 1)
+        self.assertTrue(wait_for(lambda: "starvation_seconds" in self.status(one)["reason"], 30), self.status(one))
+        self.assertEqual(self.status(one)["reason"], f"behind job {elastic}, which has waited past starvation_seconds "
+                                                     "(goodput): the GPUs that come free are its first")
+        self.assertEqual(self.status(one)["state"], "PENDING")
+        open(done_big, "w").close()
+        self.wait_ranks(elastic, 3)
+
     def test_a_job_grows_shrinks_for_another_and_grows_back(self):
         a, done_a = self.job("a", "1:4")
         self.wait_ranks(a, 4)  # alone: every GPU

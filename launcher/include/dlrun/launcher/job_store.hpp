@@ -141,7 +141,11 @@ class JobStore {
   // the lock, and a sweep of hundreds of waiting jobs used a third of a core doing so.
   int64_t changes_by_others();
   // If the job is the oldest pending one and its resources are free: RUNNING with them.
-  std::optional<Allocation> try_start(int64_t id, const Capacity& capacity, const std::string& run_dir);
+  // `goodput_starving_before` (Unix seconds, 0: no guard): a fifo GPU job does not start while
+  // an older goodput job submitted before then waits (it has waited past starvation_seconds:
+  // the GPUs that come free are its, as the scheduler gives them).
+  std::optional<Allocation> try_start(int64_t id, const Capacity& capacity, const std::string& run_dir,
+                                      double goodput_starving_before = 0);
   // Restarts after failures, restarts at a new size, and restarts the ranks asked for.
   void set_restarts(int64_t id, int restarts, int resizes, int requested);
   // A job handed to Slurm: its Slurm id and run directory. False: the job had been cancelled

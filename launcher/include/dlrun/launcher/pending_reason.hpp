@@ -23,6 +23,7 @@ struct QueueState {
   Capacity capacity;
   bool scheduler_running = false;  // a live goodput scheduler holds the lease
   const std::map<int64_t, PolicyView>* policy = nullptr;  // the goodput policy's view of each job, if known
+  double goodput_starving_before = 0;  // goodput jobs submitted before this have waited past starvation_seconds
 };
 
 // The GPUs of `held` (GPU id -> who holds it: Capacity::gpus_elsewhere) among `ids` (all of
