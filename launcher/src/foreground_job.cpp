@@ -359,10 +359,10 @@ void ForegroundJob::attach(Plan& plan) {
   const bool quiet = plan.options.quiet;
   plan.on_end = [this, run_dir, quiet](const RunEnd& end) {
     try {
+      m_store->queue.keep_result(*m_number, run_dir);  // first: whoever sees it ended sees its result
       m_store->queue.store().finish(*m_number, state_after(end.exit_code, end.stop_signal != 0),
                                     end.exit_code, end.summary,
                                     {end.failed_rank, read_job_metrics(run_dir), std::nullopt});
-      m_store->queue.keep_result(*m_number, run_dir);
       m_ended = true;
     } catch (const std::exception& e) {
       // Its run directory's job.json says how it ended: the next dlrun command that sweeps the

@@ -200,8 +200,9 @@ int run_remote(JobQueue& queue, int64_t id, const JobSpec& spec, const Environme
                                             : fmt::format("dlrun run exited with code {}", code);
   const double ended = now_seconds();
   write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
-    queue.store().finish(id, state_after(code, stopped), code, reason, {std::nullopt, read_job_metrics(run_dir), ended});
+    // The result first: a reader that sees the job ended sees its result too.
     queue.keep_result(id, run_dir);
+    queue.store().finish(id, state_after(code, stopped), code, reason, {std::nullopt, read_job_metrics(run_dir), ended});
   });
   return code;
 }
@@ -351,9 +352,10 @@ int run_submitted_job(int64_t id, const Environment& env) {
     const int code = supervisor.exit_code();
     const double ended = now_seconds();  // what a late record keeps, not when the store took it
     write_when_store_takes_it(fmt::format("job {}'s end", id), [&] {
+      // The result first: a reader that sees the job ended sees its result too (a test read null).
+      queue.keep_result(id, run_dir);
       store.finish(id, state_after(code, supervisor.stop_signal() != 0), code, supervisor.summary(),
                    {supervisor.failed_rank(), read_job_metrics(run_dir), ended});
-      queue.keep_result(id, run_dir);
     });
     // Its GPUs go to the goodput jobs left, if any; started with this job's environment only
     // when it is one of them (the others' supervisors start one with theirs).
