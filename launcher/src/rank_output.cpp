@@ -298,9 +298,7 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
   // of the answer ended the prompt's row, which stays on the screen).
   std::string_view shown_line = line;
   if (std::string& prompt = m_prompt_shown[stream_index(stream)]; !prompt.empty()) {
-    const bool answered =
-        m_options.input_given && m_options.input_given->load() != m_prompt_input_mark[stream_index(stream)];
-    if (answered && shown_line.substr(0, prompt.size()) == prompt) shown_line.remove_prefix(prompt.size());
+    if (prompt_answered(stream) && shown_line.substr(0, prompt.size()) == prompt) shown_line.remove_prefix(prompt.size());
     prompt.clear();
   }
   if (m_options.shown && !repeated) {
@@ -324,8 +322,13 @@ void RankOutput::take_line(Stream stream, std::string_view raw) {
 }
 
 // An unfinished line that redraws itself is shown as it goes, on a live terminal.
+bool RankOutput::prompt_answered(Stream stream) const {
+  return !m_prompt_shown[stream_index(stream)].empty() && m_options.input_given &&
+         m_options.input_given->load() != m_prompt_input_mark[stream_index(stream)];
+}
+
 void RankOutput::show_pending(Stream stream) {
-  const std::string_view pending = splitter(stream).pending_text();
+  std::string_view pending = splitter(stream).pending_text();
   std::string& prompt = m_prompt_shown[stream_index(stream)];
   if (pending.find('\r') == std::string_view::npos) {
     // A prompt (pdb's "(Pdb) ", input("Name: ")) waits without a newline for what rank 0 reads
@@ -333,8 +336,14 @@ void RankOutput::show_pending(Stream stream) {
     if (!m_options.show_unfinished || !m_terminal.live(stream) || !m_options.shown || pending.empty() ||
         pending.size() > k_max_prompt)
       return;
-    prompt.assign(pending.data(), pending.size());
-    m_prompt_input_mark[stream_index(stream)] = m_options.input_given ? m_options.input_given->load() : 0;
+    if (prompt_answered(stream) && pending.substr(0, prompt.size()) == prompt) {
+      // Answered: its row stays on the screen (the echo ended it); what follows is a row of its own.
+      pending.remove_prefix(prompt.size());
+      if (pending.empty()) return;
+    } else {
+      prompt.assign(pending.data(), pending.size());
+      m_prompt_input_mark[stream_index(stream)] = m_options.input_given ? m_options.input_given->load() : 0;
+    }
   } else {
     prompt.clear();
   }

@@ -65,11 +65,12 @@ void relay_from_terminal(std::shared_ptr<StdinRelay::Shared> shared) {
     }
     // Typed while no rank reads (between attempts, a full pipe): dropped, as a terminal whose
     // reader is gone drops it.
+    // Counted before rank 0 can read it: what rank 0 writes after its answer is known as such.
+    shared->chunks->fetch_add(1);
     if (shared->write_end >= 0) {
       ssize_t written = ::write(shared->write_end, buffer, static_cast<size_t>(n));
       (void)written;
     }
-    shared->chunks->fetch_add(1);
   }
 }
 

@@ -160,6 +160,8 @@ class RankOutput {
   // on as a line of its own at most every k_redraw_line_every, so its progress shows before it
   // ends (a bar over a whole epoch showed nothing until the epoch's end).
   void pass_on_redraw(Stream stream, std::string_view pending);
+  // Whether input was given to rank 0 since the prompt shown on `stream` (show_unfinished).
+  bool prompt_answered(Stream stream) const;
   LineSplitter& splitter(Stream stream) { return m_splitters[stream == Stream::err ? 1 : 0]; }
 
   Options m_options;
