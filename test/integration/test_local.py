@@ -591,6 +591,48 @@ printf '\\r100%%\\n'
         self.assertEqual(r.stderr, "[0] to-err\n")
 
 
+class PtySession:
+    """dlrun on a terminal of its own (a pty): what it shows, and what is typed into it."""
+
+    def __init__(self, argv, env, cwd):
+        import pty
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            try:
+                os.chdir(cwd)
+                os.execve(DLRUN, [DLRUN, *argv], env)
+            finally:
+                os._exit(127)
+        self.out = b""
+
+    def read_until(self, token=None, timeout=60):
+        """Reads until `token` shows, or (None) to dlrun's end; whether it showed."""
+        import select
+        end = time.time() + timeout
+        while (token is None or token not in self.out) and time.time() < end:
+            if not select.select([self.fd], [], [], 0.2)[0]:
+                continue
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # dlrun has ended
+                break
+            if not chunk:
+                break
+            self.out += chunk
+        return token is None or token in self.out
+
+    def type(self, text):
+        os.write(self.fd, text)
+
+    def exit_code(self):
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def close(self):
+        kill_quietly([self.pid])
+        os.close(self.fd)
+
+
 class StandardInput(DlrunTestCase):
     """Rank 0 reads dlrun's standard input, as under torchrun (it read /dev/null: a
     breakpoint() ended the rank, `… | dlrun local` gave it nothing)."""
@@ -611,78 +653,34 @@ class StandardInput(DlrunTestCase):
         self.assertIn("[0] got one\n[0] got two\n", r.stdout)
 
     def test_pdb_in_rank_0_reads_the_terminal(self):
-        import pty
-        import select
         script = os.path.join(self.tmp, "bp.py")
         with open(script, "w") as f:
             f.write('import os\nx = 41\nif os.environ["RANK"] == "0":\n    breakpoint()\n    print("after", x)\n'
                     'else:\n    print("rank 1 done")\n')
-        pid, fd = pty.fork()
-        if pid == 0:
-            try:
-                os.chdir(self.tmp)
-                os.execve(DLRUN, [DLRUN, "local", "--stdin", "--color", "never", "-q", "--nproc", "2", PYTHON, script],
-                          self.env)
-            finally:
-                os._exit(127)
-        out = b""
-
-        def read_until(token, timeout=60):
-            nonlocal out
-            end = time.time() + timeout
-            while token not in out and time.time() < end:
-                if select.select([fd], [], [], 0.2)[0]:
-                    try:
-                        out += os.read(fd, 4096)
-                    except OSError:
-                        break
-            return token in out
-
+        session = PtySession(["local", "--stdin", "--color", "never", "-q", "--nproc", "2", PYTHON, script],
+                             self.env, self.tmp)
         try:
-            self.assertTrue(read_until(b"(Pdb) "), out)  # the prompt, before any newline
-            os.write(fd, b"p x + 1\n")
-            self.assertTrue(read_until(b"42"), out)
-            os.write(fd, b"c\n")
-            self.assertTrue(read_until(b"after 41"), out)
-            _, status = os.waitpid(pid, 0)
-            self.assertEqual(os.waitstatus_to_exitcode(status), 0, out)
+            self.assertTrue(session.read_until(b"(Pdb) "), session.out)  # the prompt, before any newline
+            session.type(b"p x + 1\n")
+            self.assertTrue(session.read_until(b"42"), session.out)
+            session.type(b"c\n")
+            self.assertTrue(session.read_until(b"after 41"), session.out)
+            self.assertEqual(session.exit_code(), 0, session.out)
         finally:
-            kill_quietly([pid])
-            os.close(fd)
-        self.assertIn(b"[1] rank 1 done", out)
+            session.close()
+        self.assertIn(b"[1] rank 1 done", session.out)
 
     def test_a_terminal_is_rank_0s_only_with_stdin_and_an_answered_prompt_stays_shown(self):
-        import pty
-        import select
-
         def run(args, answer=None):
-            pid, fd = pty.fork()
-            if pid == 0:
-                try:
-                    os.chdir(self.tmp)
-                    os.execve(DLRUN, [DLRUN, "local", "--color", "never", "-q", "--nproc", "1", *args], self.env)
-                finally:
-                    os._exit(127)
-            out = b""
+            session = PtySession(["local", "--color", "never", "-q", "--nproc", "1", *args], self.env, self.tmp)
             try:
-                end = time.time() + 60
-                while time.time() < end:
-                    if answer and b"Name: " in out:
-                        os.write(fd, answer)
-                        answer = None
-                    if select.select([fd], [], [], 0.2)[0]:
-                        try:
-                            chunk = os.read(fd, 4096)
-                        except OSError:
-                            break
-                        if not chunk:
-                            break
-                        out += chunk
-                _, status = os.waitpid(pid, 0)
-                return os.waitstatus_to_exitcode(status), out
+                if answer:
+                    session.read_until(b"Name: ")
+                    session.type(answer)
+                session.read_until()
+                return session.exit_code(), session.out
             finally:
-                kill_quietly([pid])
-                os.close(fd)
+                session.close()
 
         # Without --stdin the terminal is left alone: rank 0 reads the end of /dev/null at once.
         code, out = run(["sh", "-c", "cat; echo end"])
